@@ -1,0 +1,168 @@
+package algo_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/vectors"
+)
+
+func TestVectors(t *testing.T) {
+	vectors.Run(t, func(t *testing.T) vectors.DecideFunc {
+		var s algo.State
+		return func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error) {
+			r, _, err := algo.Decide(l, &s, now.UnixMilli(), cost)
+			return r.Decision(), err
+		}
+	})
+}
+
+func TestValidate(t *testing.T) {
+	bad := []algo.Limit{
+		{Rate: 0, Period: time.Second},
+		{Rate: 1, Period: 0},
+		{Rate: 1, Period: time.Microsecond},
+		{Rate: 1, Period: 1500 * time.Microsecond},
+		{Rate: 1, Period: time.Second, Burst: -1},
+		{Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second, Burst: 7},
+		{Algorithm: 99, Rate: 1, Period: time.Second},
+		{Rate: 1 << 40, Period: 24 * time.Hour},
+		{Algorithm: algo.SlidingWindowLog, Rate: algo.MaxLogRate + 1, Period: time.Hour},
+	}
+	for _, l := range bad {
+		if err := l.Validate(); !errors.Is(err, algo.ErrInvalidLimit) {
+			t.Errorf("%+v: Validate() = %v, want ErrInvalidLimit", l, err)
+		}
+		var s algo.State
+		if _, _, err := algo.Decide(l, &s, 1, 1); err == nil {
+			t.Errorf("%+v: Decide accepted an invalid limit", l)
+		}
+	}
+	good := []algo.Limit{
+		{Rate: 100, Period: time.Minute},
+		{Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second, Burst: 5},
+		{Algorithm: algo.FixedWindow, Rate: 1_000_000_000, Period: 30 * 24 * time.Hour},
+		{Algorithm: algo.TokenBucket, Rate: 10_000_000, Period: 24 * time.Hour},
+	}
+	for _, l := range good {
+		if err := l.Validate(); err != nil {
+			t.Errorf("%+v: %v", l, err)
+		}
+	}
+}
+
+func TestParseAlgorithm(t *testing.T) {
+	for _, a := range algo.Algorithms() {
+		got, err := algo.ParseAlgorithm(a.String())
+		if err != nil || got != a {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v", a.String(), got, err)
+		}
+	}
+	if a, err := algo.ParseAlgorithm("Sliding-Window-Log"); err != nil || a != algo.SlidingWindowLog {
+		t.Errorf("long form: %v, %v", a, err)
+	}
+	if _, err := algo.ParseAlgorithm("bogus"); err == nil {
+		t.Error("ParseAlgorithm(bogus) succeeded")
+	}
+}
+
+// TestRefusalConsumesNothing walks random-ish timelines and checks, for
+// every algorithm, that a refused request leaves the state untouched, that
+// RetryAfter is exact (allowed then, refused 1 ms before), and that
+// Remaining is what a request of that cost would find.
+func TestRefusalConsumesNothingAndRetryIsExact(t *testing.T) {
+	for _, a := range algo.Algorithms() {
+		l := algo.Limit{Algorithm: a, Rate: 7, Period: 900 * time.Millisecond}
+		if a <= algo.LeakyBucket {
+			l.Burst = 11
+		}
+		t.Run(a.String(), func(t *testing.T) {
+			var s algo.State
+			now := int64(1_800_000_000_000)
+			seed := uint32(12345)
+			next := func(n uint32) int64 { seed = seed*1664525 + 1013904223; return int64((seed >> 8) % n) }
+			for i := 0; i < 3000; i++ {
+				now += next(120)
+				cost := 1 + next(uint32(l.Capacity()))
+				before := cloneState(s)
+				r, _, err := algo.Decide(l, &s, now, cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Remaining < 0 || r.ResetAfter < 0 || r.RetryAfter < 0 {
+					t.Fatalf("negative field: %+v", r)
+				}
+				if r.Allowed {
+					if r.RetryAfter != 0 {
+						t.Fatalf("allowed with RetryAfter %d", r.RetryAfter)
+					}
+					continue
+				}
+				if !sameState(before, s, now-l.Period.Milliseconds()) {
+					t.Fatalf("step %d: refusal changed state %+v -> %+v", i, before, s)
+				}
+				if cost <= r.Remaining {
+					t.Fatalf("step %d: refused cost %d with remaining %d", i, cost, r.Remaining)
+				}
+				// 1 ms before RetryAfter: still refused; at RetryAfter: allowed.
+				if r.RetryAfter > 1 {
+					probe := cloneState(s)
+					pr, _, _ := algo.Decide(l, &probe, now+r.RetryAfter-1, cost)
+					if pr.Allowed {
+						t.Fatalf("step %d: allowed 1ms before RetryAfter %d (%+v)", i, r.RetryAfter, l)
+					}
+				}
+				probe := cloneState(s)
+				if pr, _, _ := algo.Decide(l, &probe, now+r.RetryAfter, cost); !pr.Allowed {
+					t.Fatalf("step %d: refused at RetryAfter %d: %+v", i, r.RetryAfter, pr)
+				}
+			}
+		})
+	}
+}
+
+// TestTTLMeansFresh checks that once ttl has passed, the state decides
+// exactly like a fresh key, which is what lets stores drop it.
+func TestTTLMeansFresh(t *testing.T) {
+	for _, a := range algo.Algorithms() {
+		l := algo.Limit{Algorithm: a, Rate: 5, Period: 700 * time.Millisecond}
+		t.Run(a.String(), func(t *testing.T) {
+			var s algo.State
+			now := int64(1_800_000_000_123)
+			for i := 0; i < 200; i++ {
+				now += int64(i % 97)
+				_, ttl, err := algo.Decide(l, &s, now, int64(1+i%3))
+				if err != nil {
+					t.Fatal(err)
+				}
+				at := now + ttl
+				old := cloneState(s)
+				got, _, _ := algo.Decide(l, &old, at, 0)
+				var fresh algo.State
+				want, _, _ := algo.Decide(l, &fresh, at, 0)
+				if got != want {
+					t.Fatalf("step %d: at now+ttl state decides %+v, a fresh key %+v", i, got, want)
+				}
+			}
+		})
+	}
+}
+
+func cloneState(s algo.State) algo.State {
+	c := s
+	if s.Log != nil {
+		c.Log = algo.CloneLog(s.Log)
+	}
+	return c
+}
+
+// sameState compares states, ignoring log entries at or before cutoff
+// (evicting expired entries is not spending).
+func sameState(a, b algo.State, cutoff int64) bool {
+	if a.A != b.A || a.B != b.B || a.C != b.C {
+		return false
+	}
+	return algo.LogString(a.Log, cutoff) == algo.LogString(b.Log, cutoff)
+}

@@ -1,0 +1,269 @@
+package algo
+
+import (
+	"fmt"
+	"time"
+)
+
+// State is the per-key state of every algorithm. The zero State is a key
+// that has never been seen (a full bucket, an empty window).
+//
+// Fields mean, by algorithm:
+//
+//	GCRA                  A: theoretical arrival time (ms), B: its fraction, in 1/Rate ms
+//	TokenBucket           A: tokens in 1/Period units, B: last update (ms)
+//	LeakyBucket           A: level in 1/Period units, B: last update (ms)
+//	FixedWindow           A: window index, B: count
+//	SlidingWindowCounter  A: window index, B: current count, C: previous count
+//	SlidingWindowLog      Log
+type State struct {
+	A, B, C int64
+	Log     *Log
+}
+
+// Result is a [Decision] in integer milliseconds, as the algorithms compute
+// it and as the Redis scripts return it.
+type Result struct {
+	Allowed    bool
+	Limit      int64
+	Remaining  int64
+	ResetAfter int64 // ms
+	RetryAfter int64 // ms
+}
+
+// Decision converts r to a Decision.
+func (r Result) Decision() Decision {
+	return Decision{
+		Allowed:    r.Allowed,
+		Limit:      r.Limit,
+		Remaining:  r.Remaining,
+		ResetAfter: time.Duration(r.ResetAfter) * time.Millisecond,
+		RetryAfter: time.Duration(r.RetryAfter) * time.Millisecond,
+	}
+}
+
+// CheckCost validates cost against the limit's capacity.
+func (l Limit) CheckCost(cost int64) error {
+	if cost < 0 {
+		return fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	if c := l.Capacity(); cost > c {
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsBurst, cost, c)
+	}
+	return nil
+}
+
+// Decide applies one request of the given cost at time nowMS (milliseconds
+// since the Unix epoch) to state s. It updates s only when the request is
+// allowed with a positive cost. It returns the result and ttl, the number of
+// milliseconds after nowMS at which s becomes equivalent to the zero State
+// and may be dropped (0: it already is).
+//
+// If nowMS is earlier than the last update recorded in s (a clock stepped
+// back), the request is decided as of that last update (for GCRA, as of the
+// earliest time its state could have been written), and the durations in
+// the result are still measured from nowMS.
+func Decide(l Limit, s *State, nowMS, cost int64) (r Result, ttl int64, err error) {
+	p, err := l.params()
+	if err != nil {
+		return r, 0, err
+	}
+	if err := l.CheckCost(cost); err != nil {
+		return r, 0, err
+	}
+	if nowMS < 0 {
+		return r, 0, fmt.Errorf("deciding: time %d ms is before the Unix epoch", nowMS)
+	}
+	var eff int64
+	switch p.alg {
+	case GCRA:
+		r, eff = gcra(p, s, nowMS, cost)
+	case TokenBucket:
+		r, eff = tokenBucket(p, s, nowMS, cost)
+	case LeakyBucket:
+		r, eff = leakyBucket(p, s, nowMS, cost)
+	case FixedWindow:
+		r, eff = fixedWindow(p, s, nowMS, cost)
+	case SlidingWindowLog:
+		r, eff = slidingLog(p, s, nowMS, cost)
+	case SlidingWindowCounter:
+		r, eff = slidingCounter(p, s, nowMS, cost)
+	}
+	// The algorithm decided at eff >= nowMS; report durations from nowMS.
+	if off := eff - nowMS; off > 0 {
+		if r.ResetAfter > 0 {
+			r.ResetAfter += off
+		}
+		if !r.Allowed {
+			r.RetryAfter += off
+		}
+	}
+	return r, r.ResetAfter, nil
+}
+
+// ceilDiv returns ⌈a/b⌉ for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// gcra keeps the theoretical arrival time TAT = A + B/n ms. Each unit of cost
+// moves it by period/n ms; a request is allowed when the new TAT is at most
+// cap×period/n ms ahead of now. Internally it works on the debt d = TAT-now
+// in 1/n ms, which is at most cap×period.
+func gcra(p params, s *State, now, cost int64) (Result, int64) {
+	capU := p.cap * p.period
+	if lo := s.A - ceilDiv(capU, p.n); now < lo {
+		now = lo // the state was written no earlier than lo
+	}
+	var d int64
+	if s.A > now || (s.A == now && s.B > 0) {
+		d = (s.A-now)*p.n + s.B
+	}
+	r := Result{Limit: p.cap}
+	nd := d + cost*p.period
+	if nd <= capU {
+		r.Allowed = true
+		if cost > 0 {
+			s.A = now + nd/p.n
+			s.B = nd % p.n
+		}
+		d = nd
+	} else {
+		r.RetryAfter = ceilDiv(nd-capU, p.n)
+	}
+	r.Remaining = max(0, (capU-d)/p.period)
+	r.ResetAfter = ceilDiv(d, p.n)
+	return r, now
+}
+
+// tokenBucket keeps tokens in 1/period units (a token is period units) and
+// refills n units per millisecond, up to cap×period.
+func tokenBucket(p params, s *State, now, cost int64) (Result, int64) {
+	capU := p.cap * p.period
+	tk, last := s.A, s.B
+	if now < last {
+		now = last
+	}
+	if tk > capU {
+		tk = capU
+	}
+	if el := now - last; el >= ceilDiv(capU-tk, p.n) {
+		tk = capU
+	} else {
+		tk += el * p.n
+	}
+	r := Result{Limit: p.cap}
+	if need := cost * p.period; tk >= need {
+		r.Allowed = true
+		tk -= need
+		if cost > 0 {
+			s.A, s.B = tk, now
+		}
+	} else {
+		r.RetryAfter = ceilDiv(need-tk, p.n)
+	}
+	r.Remaining = tk / p.period
+	r.ResetAfter = ceilDiv(capU-tk, p.n)
+	return r, now
+}
+
+// leakyBucket keeps the level in 1/period units (a request of cost 1 pours
+// period units) and drains n units per millisecond.
+func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
+	capU := p.cap * p.period
+	lvl, last := s.A, s.B
+	if now < last {
+		now = last
+	}
+	if lvl > capU {
+		lvl = capU
+	}
+	if el := now - last; el >= ceilDiv(lvl, p.n) {
+		lvl = 0
+	} else {
+		lvl -= el * p.n
+	}
+	r := Result{Limit: p.cap}
+	if need := cost * p.period; lvl+need <= capU {
+		r.Allowed = true
+		lvl += need
+		if cost > 0 {
+			s.A, s.B = lvl, now
+		}
+	} else {
+		r.RetryAfter = ceilDiv(lvl+need-capU, p.n)
+	}
+	r.Remaining = (capU - lvl) / p.period
+	r.ResetAfter = ceilDiv(lvl, p.n)
+	return r, now
+}
+
+// fixedWindow counts cost per window [w×period, (w+1)×period).
+func fixedWindow(p params, s *State, now, cost int64) (Result, int64) {
+	w := now / p.period
+	if w < s.A { // clock stepped back: decide in the stored window
+		w, now = s.A, s.A*p.period
+	}
+	count := int64(0)
+	if s.A == w {
+		count = s.B
+	}
+	end := (w+1)*p.period - now
+	r := Result{Limit: p.cap}
+	if count+cost <= p.n {
+		r.Allowed = true
+		count += cost
+		if cost > 0 {
+			s.A, s.B = w, count
+		}
+	} else {
+		r.RetryAfter = end
+	}
+	r.Remaining = max(0, p.n-count)
+	if count > 0 {
+		r.ResetAfter = end
+	}
+	return r, now
+}
+
+// slidingCounter estimates usage over the last period as
+// prev×(period-elapsed)/period + cur, computed in 1/period units.
+func slidingCounter(p params, s *State, now, cost int64) (Result, int64) {
+	w := now / p.period
+	if w < s.A {
+		w, now = s.A, s.A*p.period
+	}
+	var cur, prev int64
+	switch s.A {
+	case w:
+		cur, prev = s.B, s.C
+	case w - 1:
+		prev = s.B
+	}
+	start := w * p.period
+	e := now - start
+	carried := prev * (p.period - e) // previous window's weight, in 1/period units
+	capU := p.n * p.period
+	r := Result{Limit: p.cap}
+	if carried+(cur+cost)*p.period <= capU {
+		r.Allowed = true
+		cur += cost
+		if cost > 0 {
+			s.A, s.B, s.C = w, cur, prev
+		}
+	} else if room := p.n - cur - cost; room >= 0 {
+		// Allowed later in this window, once enough of prev has slid out:
+		// the least e' with prev×(period-e') <= room×period.
+		r.RetryAfter = start + p.period - (room*p.period)/prev - now
+	} else {
+		// Allowed in the next window, where cur becomes the previous count.
+		e2 := p.period - ((p.n-cost)*p.period)/cur
+		r.RetryAfter = start + p.period + e2 - now
+	}
+	r.Remaining = max(0, (capU-carried)/p.period-cur)
+	switch {
+	case cur > 0:
+		r.ResetAfter = start + 2*p.period - now
+	case prev > 0:
+		r.ResetAfter = start + p.period - now
+	}
+	return r, now
+}

@@ -1,0 +1,26 @@
+package algo
+
+import "fmt"
+
+// CloneLog returns a deep copy of g, for tests.
+func CloneLog(g *Log) *Log {
+	c := *g
+	c.ts = append([]int64(nil), g.ts...)
+	c.cost = append([]int64(nil), g.cost...)
+	return &c
+}
+
+// LogString renders g's entries after cutoff, oldest first, for tests.
+func LogString(g *Log, cutoff int64) string {
+	if g == nil {
+		return ""
+	}
+	s := ""
+	for i := 0; i < g.n; i++ {
+		if g.ts[g.at(i)] <= cutoff {
+			continue
+		}
+		s += fmt.Sprintf("%d:%d ", g.ts[g.at(i)], g.cost[g.at(i)])
+	}
+	return s
+}

@@ -1,0 +1,241 @@
+// Package algo holds Tollgate's rate-limiting algorithms as pure functions of
+// (limit, state, now, cost), plus the small value types every store shares.
+//
+// Nothing here performs I/O or reads a clock: callers pass the time. All
+// arithmetic is on integers — time in whole milliseconds, budgets in scaled
+// integer units — so that the Lua scripts of the Redis store, which compute
+// with IEEE doubles, reach bit-identical decisions as long as every
+// intermediate value stays below 2^53. [Limit.Validate] enforces that bound.
+package algo
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Algorithm selects how a [Limit] is enforced. The zero value is [GCRA].
+type Algorithm uint8
+
+const (
+	// GCRA is the generic cell rate algorithm: one theoretical arrival time
+	// per key. Its decisions equal those of [TokenBucket]; its state is smaller.
+	GCRA Algorithm = iota
+	// TokenBucket holds up to Burst tokens, refilled continuously at
+	// Rate per Period; a request spends Cost tokens.
+	TokenBucket
+	// LeakyBucket is the leaky bucket used as a meter: each request pours
+	// Cost units into a bucket of size Burst that drains at Rate per Period.
+	// As a meter it admits exactly what [TokenBucket] admits.
+	LeakyBucket
+	// FixedWindow counts requests in windows of Period aligned to the Unix
+	// epoch. It lets up to 2x Rate through across a window boundary.
+	FixedWindow
+	// SlidingWindowLog remembers every admitted request for one Period and is
+	// exact: no interval of length Period ever admits more than Rate. Its
+	// memory grows with Rate.
+	SlidingWindowLog
+	// SlidingWindowCounter weights the previous fixed window's count by the
+	// part of it still inside the sliding window. It approximates
+	// [SlidingWindowLog] in constant memory.
+	SlidingWindowCounter
+
+	numAlgorithms
+)
+
+var algorithmNames = [numAlgorithms]string{
+	GCRA:                 "gcra",
+	TokenBucket:          "token_bucket",
+	LeakyBucket:          "leaky_bucket",
+	FixedWindow:          "fixed_window",
+	SlidingWindowLog:     "sliding_log",
+	SlidingWindowCounter: "sliding_counter",
+}
+
+// Algorithms lists every algorithm, in declaration order.
+func Algorithms() []Algorithm {
+	out := make([]Algorithm, numAlgorithms)
+	for i := range out {
+		out[i] = Algorithm(i)
+	}
+	return out
+}
+
+// String returns the algorithm's configuration name, such as "token_bucket".
+func (a Algorithm) String() string {
+	if a < numAlgorithms {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// MarshalText implements [encoding.TextMarshaler].
+func (a Algorithm) MarshalText() ([]byte, error) {
+	if a >= numAlgorithms {
+		return nil, fmt.Errorf("marshaling algorithm: unknown algorithm %d", uint8(a))
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText implements [encoding.TextUnmarshaler].
+func (a *Algorithm) UnmarshalText(b []byte) error {
+	v, err := ParseAlgorithm(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// ParseAlgorithm returns the algorithm with the given configuration name.
+// It also accepts "-" in place of "_" and the long forms
+// "sliding_window_log" and "sliding_window_counter".
+func ParseAlgorithm(s string) (Algorithm, error) {
+	n := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "-", "_")
+	switch n {
+	case "sliding_window_log":
+		return SlidingWindowLog, nil
+	case "sliding_window_counter":
+		return SlidingWindowCounter, nil
+	}
+	for i, name := range algorithmNames {
+		if n == name {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("parsing algorithm: unknown algorithm %q (want one of %s)", s, strings.Join(algorithmNames[:], ", "))
+}
+
+// isBucket reports whether the algorithm is one of the bucket family, whose
+// capacity is Burst; the window family's capacity is Rate.
+func (a Algorithm) isBucket() bool { return a <= LeakyBucket }
+
+// Limit is a rate limit: Rate units per Period, enforced by Algorithm.
+//
+// Burst is the most that can be spent at once by the bucket algorithms
+// ([GCRA], [TokenBucket], [LeakyBucket]); zero means Rate. The window
+// algorithms admit Rate per window and need Burst to be zero or Rate.
+// Period is counted in whole milliseconds.
+type Limit struct {
+	Algorithm Algorithm
+	Rate      int64
+	Period    time.Duration
+	Burst     int64
+}
+
+// Errors returned for invalid input. A refusal is never an error: it is a
+// [Decision] with Allowed false.
+var (
+	// ErrInvalidLimit reports a Limit that cannot be enforced.
+	ErrInvalidLimit = errors.New("invalid limit")
+	// ErrCostExceedsBurst reports a cost larger than the limit's capacity
+	// (Burst, or Rate for window algorithms): such a request could never be
+	// allowed, so it is refused as invalid instead of waiting forever.
+	ErrCostExceedsBurst = errors.New("cost exceeds burst")
+	// ErrNegativeCost reports a cost below zero.
+	ErrNegativeCost = errors.New("negative cost")
+)
+
+// maxUnits bounds every product the algorithms form (capacity × period), so
+// that sums of two such values stay exact in a Lua double (< 2^53).
+const maxUnits = 1 << 50
+
+// Capacity returns the most that can be spent at once: Burst (or Rate when
+// Burst is zero) for bucket algorithms, Rate for window algorithms.
+func (l Limit) Capacity() int64 {
+	if l.Algorithm.isBucket() && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Rate
+}
+
+// Validate reports whether the limit can be enforced exactly.
+func (l Limit) Validate() error {
+	_, err := l.params()
+	return err
+}
+
+// params is a validated Limit in integer units.
+type params struct {
+	alg    Algorithm
+	n      int64 // rate: n per period
+	period int64 // milliseconds
+	cap    int64 // burst for buckets, n for windows
+}
+
+func (l Limit) params() (params, error) {
+	p := params{alg: l.Algorithm, n: l.Rate, period: l.Period.Milliseconds(), cap: l.Capacity()}
+	switch {
+	case l.Algorithm >= numAlgorithms:
+		return p, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
+	case l.Rate < 1:
+		return p, fmt.Errorf("%w: rate must be at least 1, got %d", ErrInvalidLimit, l.Rate)
+	case l.Period < time.Millisecond || l.Period%time.Millisecond != 0:
+		return p, fmt.Errorf("%w: period must be a whole number of milliseconds, at least 1ms, got %v", ErrInvalidLimit, l.Period)
+	case l.Burst < 0:
+		return p, fmt.Errorf("%w: burst must not be negative, got %d", ErrInvalidLimit, l.Burst)
+	case !l.Algorithm.isBucket() && l.Burst != 0 && l.Burst != l.Rate:
+		return p, fmt.Errorf("%w: %s admits rate per window and takes no burst (got burst %d, rate %d)", ErrInvalidLimit, l.Algorithm, l.Burst, l.Rate)
+	case l.Algorithm == FixedWindow && p.n > maxUnits:
+		return p, fmt.Errorf("%w: rate %d is too large (at most 2^50)", ErrInvalidLimit, p.n)
+	case l.Algorithm != FixedWindow && (p.n > maxUnits/p.period || p.cap > maxUnits/p.period):
+		return p, fmt.Errorf("%w: %d per %v is too large to count exactly (rate × period and burst × period must stay below 2^50 ms); use a shorter period", ErrInvalidLimit, max(p.n, p.cap), l.Period)
+	case l.Algorithm == SlidingWindowLog && p.n > MaxLogRate:
+		return p, fmt.Errorf("%w: sliding_log keeps one entry per request and allows at most %d per period, got %d; use sliding_counter", ErrInvalidLimit, MaxLogRate, p.n)
+	}
+	return p, nil
+}
+
+// MaxLogRate is the largest Rate a [SlidingWindowLog] limit may have: the
+// log stores every admitted unit of cost for a whole period.
+const MaxLogRate = 100_000
+
+// String formats the limit as, for example, "token_bucket 100/1m0s burst 20".
+func (l Limit) String() string {
+	s := fmt.Sprintf("%s %d/%v", l.Algorithm, l.Rate, l.Period)
+	if l.Algorithm.isBucket() && l.Burst != 0 && l.Burst != l.Rate {
+		s += fmt.Sprintf(" burst %d", l.Burst)
+	}
+	return s
+}
+
+// Decision is the answer to one request. A refusal is a Decision with
+// Allowed false, never an error.
+type Decision struct {
+	// Allowed reports whether the request was admitted. An admitted request
+	// has been charged its cost; a refused one has been charged nothing.
+	Allowed bool
+	// Limit is the limit's capacity: the most that can be spent at once
+	// (Burst for bucket algorithms, Rate per window for window algorithms).
+	Limit int64
+	// Remaining is how much more could be spent right now, after this
+	// request, without being refused. It is never negative.
+	Remaining int64
+	// ResetAfter is how long until, with no further requests, the full
+	// capacity is available again. Zero means it is available now.
+	ResetAfter time.Duration
+	// RetryAfter is, for a refused request, the earliest time from now at
+	// which the same request (same cost) would be allowed if nothing else
+	// is spent meanwhile. It is zero when Allowed is true.
+	RetryAfter time.Duration
+}
+
+// Request is one question put to a store: may Subject spend Cost under the
+// limit named Policy?
+type Request struct {
+	// Policy names the limit; together with Subject and the algorithm it
+	// identifies the stored state. Different limits must use different names.
+	Policy string
+	// Subject is who is limited: an API key id, a user id, a client IP.
+	// Stores may hash it; callers should already pass a hashed identity.
+	Subject string
+	// Limit is the limit to enforce.
+	Limit Limit
+	// Cost is how much the request spends; zero asks without spending.
+	Cost int64
+	// Now is the decision time. The zero Time means the store's own clock
+	// (Redis' TIME for the Redis store), which is what production uses;
+	// explicit times are for tests and test vectors.
+	Now time.Time
+}

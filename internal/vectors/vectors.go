@@ -1,0 +1,145 @@
+// Package vectors loads the shared JSON test vectors in testdata/vectors and
+// checks any decision function against them, so the pure algorithms, the
+// in-memory store and the Redis scripts are held to one set of answers.
+package vectors
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+)
+
+// Vector is one limit and a timeline of requests with expected decisions.
+type Vector struct {
+	Name       string   `json:"name"`
+	Algorithms []string `json:"algorithms"`
+	Limit      struct {
+		Rate     int64 `json:"rate"`
+		PeriodMS int64 `json:"period_ms"`
+		Burst    int64 `json:"burst"`
+	} `json:"limit"`
+	StartMS int64  `json:"start_ms"`
+	Steps   []Step `json:"steps"`
+}
+
+// Step is one request and what it must return.
+type Step struct {
+	At        int64  `json:"at"`
+	Cost      int64  `json:"cost"`
+	Allowed   bool   `json:"allowed"`
+	Remaining int64  `json:"remaining"`
+	Reset     int64  `json:"reset"`
+	Retry     int64  `json:"retry"`
+	Error     string `json:"error"`
+	Note      string `json:"note"`
+}
+
+// LimitFor returns the vector's limit under algorithm a.
+func (v Vector) LimitFor(a algo.Algorithm) algo.Limit {
+	return algo.Limit{Algorithm: a, Rate: v.Limit.Rate, Period: time.Duration(v.Limit.PeriodMS) * time.Millisecond, Burst: v.Limit.Burst}
+}
+
+// Dir returns the testdata/vectors directory of the module, found by walking
+// up from the working directory to go.mod.
+func Dir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "testdata", "vectors"), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("finding test vectors: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Load reads every vector file.
+func Load() ([]Vector, error) {
+	dir, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("loading test vectors: no files in %s", dir)
+	}
+	var all []Vector
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("loading test vectors: %w", err)
+		}
+		var vs []Vector
+		if err := json.Unmarshal(b, &vs); err != nil {
+			return nil, fmt.Errorf("loading test vectors from %s: %w", f, err)
+		}
+		all = append(all, vs...)
+	}
+	return all, nil
+}
+
+// DecideFunc makes one decision for the test: a fresh state per call of the
+// enclosing Run, keyed by nothing else.
+type DecideFunc func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error)
+
+// Run checks every vector, for every algorithm it names, as a subtest of t.
+// newDecider is called once per (vector, algorithm) and must return a
+// decision function over fresh state.
+func Run(t *testing.T, newDecider func(t *testing.T) DecideFunc) {
+	vs, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		for _, name := range v.Algorithms {
+			a, err := algo.ParseAlgorithm(name)
+			if err != nil {
+				t.Fatalf("vector %q: %v", v.Name, err)
+			}
+			t.Run(name+"/"+v.Name, func(t *testing.T) {
+				decide := newDecider(t)
+				l := v.LimitFor(a)
+				for i, s := range v.Steps {
+					now := time.UnixMilli(v.StartMS + s.At)
+					d, err := decide(l, now, s.Cost)
+					if s.Error != "" {
+						want := map[string]error{"cost_exceeds_burst": algo.ErrCostExceedsBurst, "negative_cost": algo.ErrNegativeCost}[s.Error]
+						if want == nil {
+							t.Fatalf("step %d: unknown error name %q", i, s.Error)
+						}
+						if !errors.Is(err, want) {
+							t.Errorf("step %d (at %d cost %d): err = %v, want %v", i, s.At, s.Cost, err, want)
+						}
+						continue
+					}
+					if err != nil {
+						t.Fatalf("step %d (at %d cost %d): %v", i, s.At, s.Cost, err)
+					}
+					got := Step{At: s.At, Cost: s.Cost, Allowed: d.Allowed, Remaining: d.Remaining,
+						Reset: d.ResetAfter.Milliseconds(), Retry: d.RetryAfter.Milliseconds()}
+					want := s
+					want.Note = ""
+					if got != want {
+						t.Errorf("step %d (at %d cost %d):\n got allowed=%v remaining=%d reset=%d retry=%d\nwant allowed=%v remaining=%d reset=%d retry=%d",
+							i, s.At, s.Cost, got.Allowed, got.Remaining, got.Reset, got.Retry,
+							want.Allowed, want.Remaining, want.Reset, want.Retry)
+					}
+					if d.Limit != l.Capacity() {
+						t.Errorf("step %d: Limit = %d, want %d", i, d.Limit, l.Capacity())
+					}
+				}
+			})
+		}
+	}
+}

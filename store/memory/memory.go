@@ -1,0 +1,288 @@
+// Package memory is Tollgate's embedded store: rate-limit state in this
+// process, decided by the same algorithms as the Redis store (package algo),
+// so the two cannot disagree.
+//
+// The store is sharded by subject, each shard behind its own mutex, so
+// decisions for different subjects proceed in parallel. Every key expires
+// when its state becomes equivalent to a fresh key (a full bucket, an
+// elapsed window); expired keys are dropped on access and by a background
+// sweep, so memory is bounded by the keys active within their window.
+//
+// # Key cap
+//
+// [Options.MaxKeys] bounds the number of keys. When the store is full, a
+// request for a new key is not admitted: Allow returns an error wrapping
+// [ErrFull], the overflow counter (metric tollgate_memory_overflow_total)
+// is incremented, and nothing stored changes. Keys already tracked are never
+// evicted before they expire, so an overflow can never hand an active
+// subject a fresh budget early. Callers apply their failure policy to the
+// error, as they would to an unavailable Redis.
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/algo"
+)
+
+// ErrFull reports that the store holds [Options.MaxKeys] keys and cannot
+// track a new one.
+var ErrFull = errors.New("memory store is full")
+
+// Defaults for [Options].
+const (
+	DefaultMaxKeys       = 1_000_000
+	DefaultShards        = 64
+	DefaultSweepInterval = time.Second
+)
+
+// Options configures a [Store]. The zero value is the default.
+type Options struct {
+	// Now is the store's clock, used when a request carries no time and by
+	// the sweep. Nil means time.Now. Tests that pass explicit times should
+	// set Now to the same fake clock so the sweep agrees with them.
+	Now func() time.Time
+	// MaxKeys bounds the number of keys; zero means DefaultMaxKeys and a
+	// negative value means no bound.
+	MaxKeys int
+	// Shards is the number of independently locked shards, rounded up to a
+	// power of two; zero means DefaultShards.
+	Shards int
+	// SweepInterval is how often expired keys are swept; zero means
+	// DefaultSweepInterval and a negative value disables the background
+	// sweep (expired keys are then dropped only when touched or when the
+	// store is full).
+	SweepInterval time.Duration
+}
+
+type mapKey struct {
+	policy, subject string
+	alg             algo.Algorithm
+}
+
+type entry struct {
+	st     algo.State
+	expire int64 // ms; the state is fresh from then on
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[mapKey]*entry
+	_  [40]byte // keep shards on separate cache lines
+}
+
+// Store is the in-memory [tollgate.Store]. It is safe for concurrent use.
+// Call Close to stop its background sweep.
+type Store struct {
+	shards  []shard
+	mask    uint64
+	seed    maphash.Seed
+	now     func() time.Time
+	maxKeys int64
+
+	keys      atomic.Int64
+	overflows atomic.Uint64
+	expired   atomic.Uint64
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+
+	descKeys, descOverflow, descExpired *prometheus.Desc
+}
+
+// New returns a Store configured by opts.
+func New(opts Options) *Store {
+	n := opts.Shards
+	if n <= 0 {
+		n = DefaultShards
+	}
+	size := 1
+	for size < n {
+		size <<= 1
+	}
+	s := &Store{
+		shards:  make([]shard, size),
+		mask:    uint64(size - 1),
+		seed:    maphash.MakeSeed(),
+		now:     opts.Now,
+		maxKeys: int64(opts.MaxKeys),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		descKeys: prometheus.NewDesc("tollgate_memory_keys",
+			"Keys held by the in-memory store.", nil, nil),
+		descOverflow: prometheus.NewDesc("tollgate_memory_overflow_total",
+			"Requests for new keys refused because the in-memory store was full.", nil, nil),
+		descExpired: prometheus.NewDesc("tollgate_memory_expired_total",
+			"Keys dropped from the in-memory store after they expired.", nil, nil),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.maxKeys == 0 {
+		s.maxKeys = DefaultMaxKeys
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[mapKey]*entry)
+	}
+	interval := opts.SweepInterval
+	if interval == 0 {
+		interval = DefaultSweepInterval
+	}
+	if interval > 0 {
+		go s.sweepLoop(interval)
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+// Close stops the background sweep. The store stays usable.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+// Allow implements [tollgate.Store].
+func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
+	}
+	now := req.Now
+	if now.IsZero() {
+		now = s.now()
+	}
+	ms := now.UnixMilli()
+	k := mapKey{policy: req.Policy, subject: req.Subject, alg: req.Limit.Algorithm}
+	sh := &s.shards[maphash.String(s.seed, req.Subject)&s.mask]
+
+	sh.mu.Lock()
+	e := sh.m[k]
+	var st algo.State
+	if e != nil {
+		if e.expire > ms {
+			st = e.st
+		} else {
+			st.Log = e.st.Log // reuse the buffer; its entries are all past the window
+			if st.Log != nil {
+				*st.Log = algo.Log{}
+			}
+		}
+	}
+	r, ttl, err := algo.Decide(req.Limit, &st, ms, req.Cost)
+	if err != nil {
+		sh.mu.Unlock()
+		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
+	}
+	switch {
+	case ttl <= 0:
+		if e != nil {
+			delete(sh.m, k)
+			s.keys.Add(-1)
+		}
+	case e != nil:
+		e.st, e.expire = st, ms+ttl
+	default:
+		if !s.reserve(sh, ms) {
+			sh.mu.Unlock()
+			s.overflows.Add(1)
+			return algo.Decision{}, fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
+		}
+		sh.m[k] = &entry{st: st, expire: ms + ttl}
+	}
+	sh.mu.Unlock()
+	return r.Decision(), nil
+}
+
+// reserve counts one more key, sweeping sh first if the store is full. The
+// caller holds sh.mu.
+func (s *Store) reserve(sh *shard, ms int64) bool {
+	if s.maxKeys < 0 {
+		s.keys.Add(1)
+		return true
+	}
+	if s.keys.Add(1) <= s.maxKeys {
+		return true
+	}
+	s.sweepShard(sh, ms)
+	if s.keys.Load() <= s.maxKeys {
+		return true
+	}
+	s.keys.Add(-1)
+	return false
+}
+
+func (s *Store) sweepShard(sh *shard, ms int64) {
+	var n int64
+	for k, e := range sh.m {
+		if e.expire <= ms {
+			delete(sh.m, k)
+			n++
+		}
+	}
+	if n > 0 {
+		s.keys.Add(-n)
+		s.expired.Add(uint64(n))
+	}
+}
+
+// Sweep drops every expired key now. The background sweep calls it.
+func (s *Store) Sweep() {
+	ms := s.now().UnixMilli()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		s.sweepShard(sh, ms)
+		sh.mu.Unlock()
+	}
+}
+
+func (s *Store) sweepLoop(interval time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}
+
+// Stats is a snapshot of the store's counters.
+type Stats struct {
+	Keys      int64  // keys held now
+	Overflows uint64 // new keys refused because the store was full
+	Expired   uint64 // keys dropped by a sweep after they expired
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Keys: s.keys.Load(), Overflows: s.overflows.Load(), Expired: s.expired.Load()}
+}
+
+// Describe implements [prometheus.Collector].
+func (s *Store) Describe(ch chan<- *prometheus.Desc) {
+	ch <- s.descKeys
+	ch <- s.descOverflow
+	ch <- s.descExpired
+}
+
+// Collect implements [prometheus.Collector].
+func (s *Store) Collect(ch chan<- prometheus.Metric) {
+	st := s.Stats()
+	ch <- prometheus.MustNewConstMetric(s.descKeys, prometheus.GaugeValue, float64(st.Keys))
+	ch <- prometheus.MustNewConstMetric(s.descOverflow, prometheus.CounterValue, float64(st.Overflows))
+	ch <- prometheus.MustNewConstMetric(s.descExpired, prometheus.CounterValue, float64(st.Expired))
+}

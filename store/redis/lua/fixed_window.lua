@@ -1,0 +1,21 @@
+-- Fixed window: state "window:count"; see algo.fixedWindow.
+local w = fdiv(now, period)
+local a, b = pair(redis.call('GET', key))
+if a and a > w then w = a; now = a * period end
+local count = 0
+if a == w then count = b end
+local e = (w + 1) * period - now
+local allowed, retry = 0, 0
+if count + cost <= n then
+  allowed = 1
+  count = count + cost
+  if cost > 0 then
+    redis.call('SET', key, string.format('%d:%d', w, count), 'PX', px(e))
+  end
+else
+  retry = e
+end
+local rem, reset = 0, 0
+if n > count then rem = n - count end
+if count > 0 then reset = e end
+return finish(allowed, rem, reset, retry)

@@ -1,0 +1,176 @@
+// Package redis is Tollgate's shared store: rate-limit state in Redis, so
+// that many gateway instances spend one budget.
+//
+// Every decision is one atomic Lua script call (one script per algorithm,
+// embedded in the binary, run with EVALSHA and reloaded on NOSCRIPT). The
+// scripts read the time from Redis itself (TIME), so all instances share one
+// clock, and give every key its TTL in the same call that writes it. They
+// mirror package algo operation for operation on integers below 2^53, so
+// the Redis store and the in-memory store reach identical decisions.
+//
+// Keys look like rl:v1:{<subject>}:<policy>:<algorithm>; the hash tag keeps
+// all of one subject's keys in one Redis Cluster slot. A subject that is
+// empty, longer than 64 bytes, or holds braces, spaces or control bytes is
+// replaced by a hash of itself (as is one starting with "h:"), so no input
+// can break the key layout or alias another subject's key.
+package redis
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/tollgate/tollgate/algo"
+)
+
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// KeyPrefix starts every key the store writes.
+const KeyPrefix = "rl:v1:"
+
+// explicitTimeSlack is added to every TTL when a request carries an
+// explicit time: the key then expires by Redis' real clock while the
+// decision runs on the caller's, and the state must outlive the test's
+// notion of time. Production requests (zero Now) get exact TTLs.
+const explicitTimeSlack = 10 * time.Minute
+
+var scriptFiles = map[algo.Algorithm]string{
+	algo.GCRA:                 "gcra.lua",
+	algo.TokenBucket:          "token_bucket.lua",
+	algo.LeakyBucket:          "leaky_bucket.lua",
+	algo.FixedWindow:          "fixed_window.lua",
+	algo.SlidingWindowLog:     "sliding_log.lua",
+	algo.SlidingWindowCounter: "sliding_counter.lua",
+}
+
+var keySuffix = map[algo.Algorithm]string{
+	algo.GCRA:                 ":gcra",
+	algo.TokenBucket:          ":tb",
+	algo.LeakyBucket:          ":lb",
+	algo.FixedWindow:          ":fw",
+	algo.SlidingWindowLog:     ":sl",
+	algo.SlidingWindowCounter: ":sc",
+}
+
+// Script returns the full source of the Lua script for an algorithm, as the
+// store sends it to Redis.
+func Script(a algo.Algorithm) (string, error) {
+	name, ok := scriptFiles[a]
+	if !ok {
+		return "", fmt.Errorf("loading script: unknown algorithm %v", a)
+	}
+	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
+	if err != nil {
+		return "", fmt.Errorf("loading script: %w", err)
+	}
+	body, err := luaFiles.ReadFile("lua/" + name)
+	if err != nil {
+		return "", fmt.Errorf("loading script: %w", err)
+	}
+	return string(prelude) + "\n" + string(body), nil
+}
+
+// Options configures a [Store]. The zero value is the default.
+type Options struct{}
+
+// Store is the Redis [tollgate.Store]. It is safe for concurrent use.
+type Store struct {
+	client  rueidis.Client
+	scripts map[algo.Algorithm]*rueidis.Lua
+}
+
+// New returns a Store that decides through client. The caller keeps
+// ownership of client and closes it.
+func New(client rueidis.Client, _ Options) (*Store, error) {
+	s := &Store{client: client, scripts: make(map[algo.Algorithm]*rueidis.Lua, len(scriptFiles))}
+	for a := range scriptFiles {
+		src, err := Script(a)
+		if err != nil {
+			return nil, fmt.Errorf("creating redis store: %w", err)
+		}
+		s.scripts[a] = rueidis.NewLuaScript(src)
+	}
+	return s, nil
+}
+
+// Allow implements [tollgate.Store]. Each call is one EVALSHA.
+func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
+	l := req.Limit
+	if err := l.Validate(); err != nil {
+		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
+	}
+	if err := l.CheckCost(req.Cost); err != nil {
+		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
+	}
+	now, slack := "", "0"
+	if !req.Now.IsZero() {
+		ms := req.Now.UnixMilli()
+		if ms < 0 {
+			return algo.Decision{}, fmt.Errorf("deciding in redis: time %v is before the Unix epoch", req.Now)
+		}
+		now = strconv.FormatInt(ms, 10)
+		slack = strconv.FormatInt(explicitTimeSlack.Milliseconds(), 10)
+	}
+	capacity := l.Capacity()
+	args := []string{
+		strconv.FormatInt(l.Rate, 10),
+		strconv.FormatInt(l.Period.Milliseconds(), 10),
+		strconv.FormatInt(capacity, 10),
+		strconv.FormatInt(req.Cost, 10),
+		now,
+		slack,
+	}
+	vals, err := s.scripts[l.Algorithm].Exec(ctx, s.client, []string{Key(req.Policy, req.Subject, l.Algorithm)}, args).AsIntSlice()
+	if err != nil {
+		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
+	}
+	if len(vals) != 4 {
+		return algo.Decision{}, fmt.Errorf("deciding in redis: script returned %d values, want 4", len(vals))
+	}
+	return algo.Result{
+		Allowed:    vals[0] == 1,
+		Limit:      capacity,
+		Remaining:  vals[1],
+		ResetAfter: vals[2],
+		RetryAfter: vals[3],
+	}.Decision(), nil
+}
+
+// Key returns the Redis key holding the state of subject under policy.
+func Key(policy, subject string, a algo.Algorithm) string {
+	var b strings.Builder
+	tag := safeTag(subject)
+	b.Grow(len(KeyPrefix) + len(tag) + len(policy) + 8)
+	b.WriteString(KeyPrefix)
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteString("}:")
+	b.WriteString(policy)
+	b.WriteString(keySuffix[a])
+	return b.String()
+}
+
+// safeTag returns subject if it can stand inside a hash tag as it is, and
+// otherwise "h:" and a hex SHA-256 prefix of it. Subjects that themselves
+// start with "h:" are always hashed, so no subject can be chosen to share
+// another's key.
+func safeTag(subject string) string {
+	ok := len(subject) > 0 && len(subject) <= 64 && !strings.HasPrefix(subject, "h:")
+	for i := 0; ok && i < len(subject); i++ {
+		c := subject[i]
+		ok = c > ' ' && c < 0x7f && c != '{' && c != '}'
+	}
+	if ok {
+		return subject
+	}
+	sum := sha256.Sum256([]byte(subject))
+	return "h:" + hex.EncodeToString(sum[:16])
+}

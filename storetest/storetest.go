@@ -1,0 +1,251 @@
+// Package storetest is the conformance suite every [tollgate.Store] must
+// pass, in the manner of testing/slogtest: a store package calls [Run] from
+// its own tests with a constructor, and gets the shared test vectors, the
+// invalid-input rules, isolation of keys, and exact admission under
+// concurrency.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/vectors"
+)
+
+// NewStore returns a store for one test. Stores from successive calls may
+// share state (one Redis server, say): the suite keeps tests apart with
+// unique policy names.
+type NewStore func(t *testing.T) tollgate.Store
+
+var seq atomic.Int64
+
+// policy returns a policy name no other test in this process uses.
+func policy(t *testing.T) string {
+	return fmt.Sprintf("storetest-%d", seq.Add(1))
+}
+
+// base is an aligned instant the suite's explicit times start from.
+var base = time.UnixMilli(1_800_000_000_000)
+
+// Run runs the whole suite against the stores newStore makes.
+func Run(t *testing.T, newStore NewStore) {
+	t.Run("Vectors", func(t *testing.T) { testVectors(t, newStore) })
+	t.Run("InvalidInput", func(t *testing.T) { testInvalidInput(t, newStore(t)) })
+	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newStore(t)) })
+	t.Run("RefusalConsumesNothing", func(t *testing.T) { testRefusalConsumesNothing(t, newStore(t)) })
+	t.Run("StoreClock", func(t *testing.T) { testStoreClock(t, newStore(t)) })
+	t.Run("HostileSubjects", func(t *testing.T) { testHostileSubjects(t, newStore(t)) })
+	t.Run("CanceledContext", func(t *testing.T) { testCanceledContext(t, newStore(t)) })
+	t.Run("Concurrency", func(t *testing.T) { RunConcurrency(t, []tollgate.Store{newStore(t)}) })
+}
+
+func testVectors(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	vectors.Run(t, func(t *testing.T) vectors.DecideFunc {
+		p := policy(t)
+		return func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error) {
+			return s.Allow(context.Background(), algo.Request{Policy: p, Subject: "vector", Limit: l, Cost: cost, Now: now})
+		}
+	})
+}
+
+// limitFor returns a limit of n per period for algorithm a (burst n).
+func limitFor(a algo.Algorithm, n int64, period time.Duration) algo.Limit {
+	return algo.Limit{Algorithm: a, Rate: n, Period: period}
+}
+
+func allow(t *testing.T, s tollgate.Store, p, subject string, l algo.Limit, cost int64, now time.Time) algo.Decision {
+	t.Helper()
+	d, err := s.Allow(context.Background(), algo.Request{Policy: p, Subject: subject, Limit: l, Cost: cost, Now: now})
+	if err != nil {
+		t.Fatalf("Allow(%s, cost %d): %v", subject, cost, err)
+	}
+	return d
+}
+
+func testInvalidInput(t *testing.T, s tollgate.Store) {
+	for _, a := range algo.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			p := policy(t)
+			l := limitFor(a, 10, time.Minute)
+			ctx := context.Background()
+			allow(t, s, p, "x", l, 3, base)
+			cases := []struct {
+				cost int64
+				lim  algo.Limit
+				want error
+			}{
+				{11, l, algo.ErrCostExceedsBurst},
+				{1 << 40, l, algo.ErrCostExceedsBurst},
+				{-1, l, algo.ErrNegativeCost},
+				{1, algo.Limit{Algorithm: a, Rate: 0, Period: time.Minute}, algo.ErrInvalidLimit},
+				{1, algo.Limit{Algorithm: a, Rate: 10, Period: 0}, algo.ErrInvalidLimit},
+				{1, algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute, Burst: -5}, algo.ErrInvalidLimit},
+			}
+			for _, c := range cases {
+				_, err := s.Allow(ctx, algo.Request{Policy: p, Subject: "x", Limit: c.lim, Cost: c.cost, Now: base})
+				if !errors.Is(err, c.want) {
+					t.Errorf("cost %d, limit %+v: err = %v, want %v", c.cost, c.lim, err, c.want)
+				}
+			}
+			// Nothing stored was lost or changed by the bad requests.
+			if d := allow(t, s, p, "x", l, 0, base); d.Remaining != 7 {
+				t.Errorf("after invalid requests Remaining = %d, want 7", d.Remaining)
+			}
+		})
+	}
+}
+
+func testIsolation(t *testing.T, s tollgate.Store) {
+	for _, a := range algo.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			p1, p2 := policy(t), policy(t)
+			l := limitFor(a, 3, time.Minute)
+			allow(t, s, p1, "alice", l, 3, base)
+			if d := allow(t, s, p1, "alice", l, 1, base); d.Allowed {
+				t.Fatal("alice was allowed past her limit")
+			}
+			if d := allow(t, s, p1, "bob", l, 1, base); !d.Allowed || d.Remaining != 2 {
+				t.Errorf("bob shares alice's budget: %+v", d)
+			}
+			if d := allow(t, s, p2, "alice", l, 1, base); !d.Allowed || d.Remaining != 2 {
+				t.Errorf("a second policy shares alice's budget: %+v", d)
+			}
+		})
+	}
+	// The same policy name under another algorithm keeps its own state and
+	// never reads the other's.
+	p := policy(t)
+	for _, a := range algo.Algorithms() {
+		if d := allow(t, s, p, "carol", limitFor(a, 4, time.Minute), 2, base); !d.Allowed || d.Remaining != 2 {
+			t.Errorf("%v under a shared policy name: %+v", a, d)
+		}
+	}
+}
+
+func testRefusalConsumesNothing(t *testing.T, s tollgate.Store) {
+	for _, a := range algo.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			p := policy(t)
+			l := limitFor(a, 10, time.Minute)
+			allow(t, s, p, "x", l, 6, base)
+			for i := 0; i < 5; i++ {
+				if d := allow(t, s, p, "x", l, 5, base); d.Allowed || d.Remaining != 4 || d.RetryAfter <= 0 {
+					t.Fatalf("cost 5 with 4 left: %+v", d)
+				}
+			}
+			if d := allow(t, s, p, "x", l, 4, base); !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("cost 4 with 4 left after refusals: %+v", d)
+			}
+		})
+	}
+}
+
+func testStoreClock(t *testing.T, s tollgate.Store) {
+	for _, a := range algo.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			p := policy(t)
+			l := limitFor(a, 5, 30*24*time.Hour)
+			var zero time.Time
+			for i := 0; i < 5; i++ {
+				if d := allow(t, s, p, "clock", l, 1, zero); !d.Allowed || d.Remaining != int64(4-i) {
+					t.Fatalf("request %d: %+v", i, d)
+				}
+			}
+			d := allow(t, s, p, "clock", l, 1, zero)
+			if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > l.Period*2 || d.ResetAfter <= 0 {
+				t.Fatalf("6th request: %+v", d)
+			}
+		})
+	}
+}
+
+func testHostileSubjects(t *testing.T, s tollgate.Store) {
+	subjects := []string{
+		"", "{", "}", "{}", "a}b{c", "{tag}", "h:abc", " ", "\x00", "\r\n", "\xff\xfe",
+		"ünïcödé", strings.Repeat("k", 1<<20), strings.Repeat("k", 1<<20) + "x",
+	}
+	for _, a := range []algo.Algorithm{algo.GCRA, algo.SlidingWindowLog, algo.SlidingWindowCounter} {
+		p := policy(t)
+		l := limitFor(a, 2, time.Minute)
+		for _, sub := range subjects {
+			if d := allow(t, s, p, sub, l, 2, base); !d.Allowed {
+				t.Errorf("%v: subject %.20q: first request refused: %+v", a, sub, d)
+			}
+		}
+		for _, sub := range subjects {
+			if d := allow(t, s, p, sub, l, 1, base); d.Allowed {
+				t.Errorf("%v: subject %.20q: over-limit request allowed (subjects collide?)", a, sub)
+			}
+		}
+	}
+}
+
+func testCanceledContext(t *testing.T, s tollgate.Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.Allow(ctx, algo.Request{Policy: policy(t), Subject: "x", Limit: limitFor(algo.GCRA, 1, time.Second), Cost: 1})
+	if err == nil {
+		t.Error("Allow with a canceled context succeeded")
+	}
+}
+
+// RunConcurrency checks that, for every algorithm, 200 goroutines making
+// 5,000 attempts at cost 1 on one key with a budget of 1,000 admit exactly
+// 1,000: once at a fixed explicit time, once on the store's own clock with a
+// rate slow enough that refill cannot blur the count. The goroutines spread
+// over stores, which must all share state (for Redis: independent clients,
+// as separate gateway instances would be).
+func RunConcurrency(t *testing.T, stores []tollgate.Store) {
+	const goroutines, perG, budget = 200, 25, 1000
+	for _, a := range algo.Algorithms() {
+		for _, clock := range []string{"fixed", "store"} {
+			t.Run(a.String()+"/"+clock, func(t *testing.T) {
+				p := policy(t)
+				l := limitFor(a, budget, 30*24*time.Hour)
+				var now time.Time
+				if clock == "fixed" {
+					now = base
+				}
+				var allowed, refused atomic.Int64
+				var wg sync.WaitGroup
+				errs := make(chan error, goroutines)
+				for g := 0; g < goroutines; g++ {
+					wg.Add(1)
+					go func(s tollgate.Store) {
+						defer wg.Done()
+						for i := 0; i < perG; i++ {
+							d, err := s.Allow(context.Background(), algo.Request{Policy: p, Subject: "hot", Limit: l, Cost: 1, Now: now})
+							if err != nil {
+								errs <- err
+								return
+							}
+							if d.Allowed {
+								allowed.Add(1)
+							} else {
+								refused.Add(1)
+							}
+						}
+					}(stores[g%len(stores)])
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+				if allowed.Load() != budget || refused.Load() != goroutines*perG-budget {
+					t.Fatalf("admitted %d and refused %d of %d, want exactly %d admitted",
+						allowed.Load(), refused.Load(), goroutines*perG, budget)
+				}
+			})
+		}
+	}
+}

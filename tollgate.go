@@ -1,0 +1,123 @@
+// Package tollgate is a rate limiter: it decides whether a subject (an API
+// key, a user, a client IP) may spend a request's cost under a [Limit], and
+// answers with a [Decision].
+//
+// A [Limiter] asks a [Store] for every decision. The store keeps the state:
+// the in-memory store (package store/memory) is the embedded default; the
+// Redis store (package store/redis) shares one budget between many
+// instances. Both run the same algorithms (package algo) and reach the same
+// decisions, which the shared test vectors under testdata/vectors prove.
+package tollgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+)
+
+// Algorithm selects how a Limit is enforced; see [algo.Algorithm].
+type Algorithm = algo.Algorithm
+
+// The algorithms. The zero value of [Algorithm] is [GCRA].
+const (
+	GCRA                 = algo.GCRA
+	TokenBucket          = algo.TokenBucket
+	LeakyBucket          = algo.LeakyBucket
+	FixedWindow          = algo.FixedWindow
+	SlidingWindowLog     = algo.SlidingWindowLog
+	SlidingWindowCounter = algo.SlidingWindowCounter
+)
+
+// Limit is a rate limit: Rate units per Period, enforced by an Algorithm,
+// with an optional Burst for bucket algorithms; see [algo.Limit].
+type Limit = algo.Limit
+
+// Decision is the answer to one request; see [algo.Decision].
+type Decision = algo.Decision
+
+// Request is one question put to a [Store]; see [algo.Request].
+type Request = algo.Request
+
+// Errors for invalid input. A refusal is a Decision, never an error.
+var (
+	ErrInvalidLimit     = algo.ErrInvalidLimit
+	ErrCostExceedsBurst = algo.ErrCostExceedsBurst
+	ErrNegativeCost     = algo.ErrNegativeCost
+)
+
+// PerSecond returns a GCRA limit of n per second with a burst of n.
+func PerSecond(n int64) Limit { return Limit{Rate: n, Period: time.Second} }
+
+// PerMinute returns a GCRA limit of n per minute with a burst of n.
+func PerMinute(n int64) Limit { return Limit{Rate: n, Period: time.Minute} }
+
+// PerHour returns a GCRA limit of n per hour with a burst of n.
+func PerHour(n int64) Limit { return Limit{Rate: n, Period: time.Hour} }
+
+// PerDay returns a GCRA limit of n per 24 hours with a burst of n.
+func PerDay(n int64) Limit { return Limit{Rate: n, Period: 24 * time.Hour} }
+
+// Store keeps rate-limit state and makes decisions atomically: two
+// concurrent requests never spend the same budget. Implementations must pass
+// the conformance suite in package storetest.
+//
+// Allow returns an error only when the request is invalid (see
+// [ErrCostExceedsBurst]) or the store cannot answer; a refusal is a
+// Decision with Allowed false.
+type Store interface {
+	Allow(ctx context.Context, req Request) (Decision, error)
+}
+
+// Options configures a [Limiter]. The zero value is the default.
+type Options struct {
+	// Policy names the limit in the store. Limiters sharing a store must use
+	// different names for different limits. The default is derived from the
+	// limit itself, e.g. "gcra_100_60000ms_100".
+	Policy string
+}
+
+// Limiter applies one Limit to many subjects through a Store. It is safe for
+// concurrent use.
+type Limiter struct {
+	store  Store
+	limit  Limit
+	policy string
+}
+
+// NewLimiter returns a Limiter enforcing limit through store. It fails if
+// the limit is invalid.
+func NewLimiter(store Store, limit Limit, opts Options) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("creating limiter: nil store")
+	}
+	if err := limit.Validate(); err != nil {
+		return nil, fmt.Errorf("creating limiter: %w", err)
+	}
+	policy := opts.Policy
+	if policy == "" {
+		policy = fmt.Sprintf("%s_%d_%dms_%d", limit.Algorithm, limit.Rate, limit.Period.Milliseconds(), limit.Capacity())
+	}
+	return &Limiter{store: store, limit: limit, policy: policy}, nil
+}
+
+// Limit returns the limit the Limiter enforces.
+func (l *Limiter) Limit() Limit { return l.limit }
+
+// Policy returns the name under which the Limiter stores its state.
+func (l *Limiter) Policy() string { return l.policy }
+
+// Allow decides whether subject may spend cost now, by the store's clock,
+// and charges it if so. A cost of zero reports the state without spending.
+func (l *Limiter) Allow(ctx context.Context, subject string, cost int64) (Decision, error) {
+	return l.AllowAt(ctx, subject, cost, time.Time{})
+}
+
+// AllowAt is like Allow but decides at the given time instead of the
+// store's clock; the zero Time means the store's clock. It exists for tests
+// that walk fixed instants.
+func (l *Limiter) AllowAt(ctx context.Context, subject string, cost int64, now time.Time) (Decision, error) {
+	return l.store.Allow(ctx, Request{Policy: l.policy, Subject: subject, Limit: l.limit, Cost: cost, Now: now})
+}
