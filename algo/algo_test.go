@@ -100,7 +100,7 @@ func TestRefusalConsumesNothingAndRetryIsExact(t *testing.T) {
 					}
 					continue
 				}
-				if !sameState(before, s, now-l.Period.Milliseconds()) {
+				if !sameState(before, s) {
 					t.Fatalf("step %d: refusal changed state %+v -> %+v", i, before, s)
 				}
 				if cost <= r.Remaining {
@@ -158,11 +158,10 @@ func cloneState(s algo.State) algo.State {
 	return c
 }
 
-// sameState compares states, ignoring log entries at or before cutoff
-// (evicting expired entries is not spending).
-func sameState(a, b algo.State, cutoff int64) bool {
+// sameState reports whether two states are identical.
+func sameState(a, b algo.State) bool {
 	if a.A != b.A || a.B != b.B || a.C != b.C {
 		return false
 	}
-	return algo.LogString(a.Log, cutoff) == algo.LogString(b.Log, cutoff)
+	return algo.LogString(a.Log) == algo.LogString(b.Log)
 }

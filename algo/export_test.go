@@ -10,16 +10,13 @@ func CloneLog(g *Log) *Log {
 	return &c
 }
 
-// LogString renders g's entries after cutoff, oldest first, for tests.
-func LogString(g *Log, cutoff int64) string {
+// LogString renders g's entries, oldest first, for tests.
+func LogString(g *Log) string {
 	if g == nil {
 		return ""
 	}
 	s := ""
 	for i := 0; i < g.n; i++ {
-		if g.ts[g.at(i)] <= cutoff {
-			continue
-		}
 		s += fmt.Sprintf("%d:%d ", g.ts[g.at(i)], g.cost[g.at(i)])
 	}
 	return s

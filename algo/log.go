@@ -53,7 +53,9 @@ func (g *Log) push(ts, cost int64) {
 }
 
 // slidingLog admits a request when the cost admitted in (now-period, now]
-// plus this cost is at most n.
+// plus this cost is at most n. Entries that have left the window are
+// dropped only when a request is charged, so a refusal or a query changes
+// nothing (as in the Redis script).
 func slidingLog(p params, s *State, now, cost int64) (Result, int64) {
 	g := s.Log
 	if g == nil {
@@ -62,17 +64,25 @@ func slidingLog(p params, s *State, now, cost int64) (Result, int64) {
 	if g.n > 0 && now < g.newest() {
 		now = g.newest()
 	}
-	g.evict(now - p.period)
+	cutoff := now - p.period
+	used, first := g.sum, 0
+	for ; first < g.n && g.ts[g.at(first)] <= cutoff; first++ {
+		used -= g.cost[g.at(first)]
+	}
 	r := Result{Limit: p.cap}
-	if g.sum+cost <= p.n {
+	if used+cost <= p.n {
 		r.Allowed = true
 		if cost > 0 {
+			g.evict(cutoff)
 			g.push(now, cost)
+			s.Log = g
+			used += cost
 		}
 	} else {
-		// The request fits once the oldest (sum+cost-n) units have expired.
-		need := g.sum + cost - p.n
-		for i := 0; i < g.n; i++ {
+		// The request fits once the oldest (used+cost-n) units in the
+		// window have left it.
+		need := used + cost - p.n
+		for i := first; i < g.n; i++ {
 			j := g.at(i)
 			need -= g.cost[j]
 			if need <= 0 {
@@ -81,12 +91,9 @@ func slidingLog(p params, s *State, now, cost int64) (Result, int64) {
 			}
 		}
 	}
-	r.Remaining = max(0, p.n-g.sum)
-	if g.n > 0 {
+	r.Remaining = max(0, p.n-used)
+	if used > 0 {
 		r.ResetAfter = g.newest() + p.period - now
-		s.Log = g
-	} else {
-		s.Log = nil
 	}
 	return r, now
 }

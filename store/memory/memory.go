@@ -168,36 +168,28 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	sh.mu.Lock()
 	e := sh.m[k]
 	var st algo.State
-	if e != nil {
-		if e.expire > ms {
-			st = e.st
-		} else {
-			st.Log = e.st.Log // reuse the buffer; its entries are all past the window
-			if st.Log != nil {
-				*st.Log = algo.Log{}
-			}
-		}
+	if e != nil && e.expire > ms {
+		st = e.st
 	}
 	r, ttl, err := algo.Decide(req.Limit, &st, ms, req.Cost)
 	if err != nil {
 		sh.mu.Unlock()
 		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
 	}
-	switch {
-	case ttl <= 0:
-		if e != nil {
-			delete(sh.m, k)
-			s.keys.Add(-1)
-		}
-	case e != nil:
-		e.st, e.expire = st, ms+ttl
-	default:
-		if !s.reserve(sh, ms) {
+	// Like a Redis script, write only when a request was charged; a query
+	// or a refusal leaves the stored state and its expiry alone. Only the
+	// sweep deletes, so a clock that steps back finds the state it left.
+	if r.Allowed && req.Cost > 0 {
+		switch {
+		case e != nil:
+			e.st, e.expire = st, ms+ttl
+		case s.reserve(sh, ms):
+			sh.m[k] = &entry{st: st, expire: ms + ttl}
+		default:
 			sh.mu.Unlock()
 			s.overflows.Add(1)
 			return algo.Decision{}, fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
 		}
-		sh.m[k] = &entry{st: st, expire: ms + ttl}
 	}
 	sh.mu.Unlock()
 	return r.Decision(), nil

@@ -127,4 +127,3 @@ func TestCollector(t *testing.T) {
 		t.Fatalf("collected %d metrics, want 3", n)
 	}
 }
-

@@ -1,18 +1,21 @@
 -- Sliding-window log: a sorted set with one member per unit of cost, scored
 -- by its time; members are "<ms>.<k>", unique without randomness because k
--- counts on from the members already at that millisecond. See algo.slidingLog.
+-- counts on from the members already at that millisecond. Members that have
+-- left the window are removed only when a request is charged, so a refusal
+-- or a query writes nothing. See algo.slidingLog.
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
 if newest then
   newest = tonumber(newest)
   if now < newest then now = newest end
 end
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now - period)
-local used = redis.call('ZCARD', key)
-if used == 0 then newest = nil end
+local cutoff = now - period
+local after = string.format('(%d', cutoff)
+local used = redis.call('ZCOUNT', key, after, '+inf')
 local allowed, retry = 0, 0
 if used + cost <= n then
   allowed = 1
   if cost > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
     local base = redis.call('ZCOUNT', key, now, now)
     local i = 1
     while i <= cost do
@@ -32,10 +35,10 @@ if used + cost <= n then
   end
 else
   local need = used + cost - n
-  local e = redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
+  local e = redis.call('ZRANGE', key, after, '+inf', 'BYSCORE', 'LIMIT', need - 1, 1, 'WITHSCORES')
   retry = tonumber(e[2]) + period - now
 end
 local rem, reset = 0, 0
 if n > used then rem = n - used end
-if newest then reset = newest + period - now end
+if used > 0 then reset = newest + period - now end
 return finish(allowed, rem, reset, retry)

@@ -1,0 +1,88 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/store/memory"
+	rstore "github.com/tollgate/tollgate/store/redis"
+)
+
+var (
+	fuzzOnce  sync.Once
+	fuzzStore *rstore.Store
+	fuzzErr   error
+	fuzzSeq   atomic.Int64
+)
+
+var fuzzPeriods = []time.Duration{time.Millisecond, 7 * time.Millisecond, 250 * time.Millisecond, time.Second, time.Minute, time.Hour}
+
+// FuzzDifferential decodes a random limit and timeline of (time step, cost)
+// and requires the memory store and the Redis store to give identical
+// decisions and errors at every step. The seed corpus runs in go test.
+//
+// Layout: data[0] algorithm, data[1] rate, data[2] period, data[3] burst
+// and start offset; then pairs (step, cost). A step with the high bit set
+// advances (step&0x7f)×period/16, 0xff steps the clock back half a period,
+// anything else advances step ms.
+func FuzzDifferential(f *testing.F) {
+	for a := range byte(6) {
+		f.Add([]byte{a, 4, 3, 2, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 100, 1, 0x90, 3, 0xff, 1, 0, 2})
+		f.Add([]byte{a, 9, 2, 5, 10, 3, 10, 3, 10, 3, 10, 3, 0x81, 9, 0x81, 5, 0, 0, 0x88, 9, 0x90, 11})
+		f.Add([]byte{a, 1, 0, 0, 0, 1, 0, 1, 1, 1, 1, 2, 0xff, 1, 2, 1})
+		f.Add([]byte{a, 15, 5, 19, 0x82, 7, 0x82, 7, 0x82, 7, 0xff, 7, 0xff, 7, 0x8f, 16, 0x8f, 1})
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 4 {
+			return
+		}
+		fuzzOnce.Do(func() {
+			c, err := srv.Client()
+			if err != nil {
+				fuzzErr = err
+				return
+			}
+			fuzzStore, fuzzErr = rstore.New(c, rstore.Options{})
+		})
+		if fuzzErr != nil {
+			t.Fatal(fuzzErr)
+		}
+		a := algo.Algorithm(data[0] % 6)
+		period := fuzzPeriods[int(data[2])%len(fuzzPeriods)]
+		l := algo.Limit{Algorithm: a, Rate: 1 + int64(data[1]%16), Period: period}
+		if a <= algo.LeakyBucket {
+			l.Burst = int64(data[3] % 20)
+		}
+		mem := memory.New(memory.Options{SweepInterval: -1})
+		defer mem.Close()
+		policy := fmt.Sprintf("fuzz-%d", fuzzSeq.Add(1))
+		now := time.UnixMilli(1_800_000_000_000 + int64(data[3])*37)
+		ctx := context.Background()
+		pms := period.Milliseconds()
+		for i := 4; i+1 < len(data) && i < 4+2*300; i += 2 {
+			switch step := int64(data[i]); {
+			case step == 0xff:
+				now = now.Add(-time.Duration(pms/2) * time.Millisecond)
+			case step&0x80 != 0:
+				now = now.Add(time.Duration((step&0x7f)*pms/16) * time.Millisecond)
+			default:
+				now = now.Add(time.Duration(step) * time.Millisecond)
+			}
+			cost := int64(data[i+1]) % (l.Capacity() + 2)
+			req := algo.Request{Policy: policy, Subject: "f", Limit: l, Cost: cost, Now: now}
+			dm, em := mem.Allow(ctx, req)
+			dr, er := fuzzStore.Allow(ctx, req)
+			if (em == nil) != (er == nil) {
+				t.Fatalf("%v step %d (cost %d): memory err %v, redis err %v", l, i, cost, em, er)
+			}
+			if dm != dr {
+				t.Fatalf("%v step %d (t=%d cost %d):\nmemory %+v\n redis %+v", l, (i-4)/2, now.UnixMilli(), cost, dm, dr)
+			}
+		}
+	})
+}

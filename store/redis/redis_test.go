@@ -1,0 +1,163 @@
+package redis_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/redistest"
+	rstore "github.com/tollgate/tollgate/store/redis"
+	"github.com/tollgate/tollgate/storetest"
+)
+
+// srv is one redis-server shared by this package's tests; TestMain fails the
+// run if any key the store wrote is left without a TTL.
+var srv *redistest.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv, rstore.KeyPrefix+"*")) }
+
+func newStore(t testing.TB) *rstore.Store {
+	t.Helper()
+	s, err := rstore.New(srv.NewClient(t), rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) tollgate.Store { return newStore(t) })
+}
+
+// TestConcurrencyFourClients runs the exact-admission check with the
+// goroutines spread over four independent clients, as four gateway
+// instances would be.
+func TestConcurrencyFourClients(t *testing.T) {
+	stores := make([]tollgate.Store, 4)
+	for i := range stores {
+		stores[i] = newStore(t)
+	}
+	storetest.RunConcurrency(t, stores)
+}
+
+func TestKeyLayout(t *testing.T) {
+	cases := []struct{ policy, subject, want string }{
+		{"api", "user-42", "rl:v1:{user-42}:api:gcra"},
+		{"api", "a}b", "rl:v1:{h:"},
+		{"api", "", "rl:v1:{h:"},
+		{"api", "h:deadbeef", "rl:v1:{h:"},
+		{"api", strings.Repeat("x", 65), "rl:v1:{h:"},
+	}
+	for _, c := range cases {
+		got := rstore.Key(c.policy, c.subject, algo.GCRA)
+		if !strings.HasPrefix(got, c.want) {
+			t.Errorf("Key(%q, %.10q) = %q, want prefix %q", c.policy, c.subject, got, c.want)
+		}
+		if strings.Count(got, "{") != 1 || strings.Count(got, "}") != 1 {
+			t.Errorf("Key(%q, %.10q) = %q: hash tag broken", c.policy, c.subject, got)
+		}
+	}
+	if rstore.Key("a", "h:x", algo.GCRA) == rstore.Key("a", "h:"+strings.Repeat("0", 32), algo.GCRA) {
+		t.Error("hashed subjects collide")
+	}
+}
+
+// TestScriptsReloadAfterFlush checks that losing Redis' script cache
+// (SCRIPT FLUSH, as after a restart) is handled transparently.
+func TestScriptsReloadAfterFlush(t *testing.T) {
+	c := srv.NewClient(t)
+	s, err := rstore.New(c, rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, a := range algo.Algorithms() {
+		l := algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}
+		req := algo.Request{Policy: "flush", Subject: "s", Limit: l, Cost: 1}
+		if _, err := s.Allow(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.Allow(ctx, req)
+		if err != nil || !d.Allowed || d.Remaining != 8 {
+			t.Fatalf("%v after SCRIPT FLUSH: %+v, %v", a, d, err)
+		}
+	}
+}
+
+// TestTTLOnEveryKey checks the TTL each script sets against Redis' own
+// clock: present, and never longer than the time until the state is fresh.
+func TestTTLOnEveryKey(t *testing.T) {
+	c := srv.NewClient(t)
+	s, err := rstore.New(c, rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, a := range algo.Algorithms() {
+		l := algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}
+		d, err := s.Allow(ctx, algo.Request{Policy: "ttl", Subject: "s", Limit: l, Cost: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ttl, err := c.Do(ctx, c.B().Pttl().Key(rstore.Key("ttl", "s", a)).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl <= 0 || ttl > d.ResetAfter.Milliseconds() || ttl > 2*time.Minute.Milliseconds() {
+			t.Errorf("%v: PTTL %d ms, ResetAfter %v", a, ttl, d.ResetAfter)
+		}
+	}
+}
+
+// TestSlidingLogMembersUnique checks that many requests in one millisecond
+// each add their own member (no randomness, no overwrite).
+func TestSlidingLogMembersUnique(t *testing.T) {
+	c := srv.NewClient(t)
+	s, err := rstore.New(c, rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.UnixMilli(1_800_000_000_000)
+	l := algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 50, Period: time.Second}
+	for i := 0; i < 10; i++ {
+		if _, err := s.Allow(ctx, algo.Request{Policy: "uniq", Subject: "s", Limit: l, Cost: int64(1 + i%3), Now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := c.Do(ctx, c.B().Zcard().Key(rstore.Key("uniq", "s", algo.SlidingWindowLog)).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 19 { // 4×1 + 3×2 + 3×3
+		t.Fatalf("ZCARD = %d, want 19", n)
+	}
+}
+
+func TestRedisUnavailable(t *testing.T) {
+	dead := redistest.Start(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{dead.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := rstore.New(c, rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "s", Limit: tollgate.PerSecond(1), Cost: 1}); err == nil {
+		t.Fatal("Allow succeeded with Redis down")
+	}
+}
