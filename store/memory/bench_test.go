@@ -1,0 +1,52 @@
+package memory_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/store/memory"
+)
+
+// benchLimit is generous enough that most decisions admit, so the
+// benchmark measures the write path, not just refusals.
+func benchLimit(a algo.Algorithm) algo.Limit {
+	l := algo.Limit{Algorithm: a, Rate: 1_000_000, Period: time.Second}
+	if a == algo.SlidingWindowLog {
+		l.Rate = 1000 // the log keeps an entry per admitted request
+	}
+	return l
+}
+
+func BenchmarkAllow(b *testing.B) {
+	subjects := make([]string, 100_000)
+	for i := range subjects {
+		subjects[i] = "subject-" + strconv.Itoa(i)
+	}
+	for _, a := range algo.Algorithms() {
+		for _, keys := range []int{1, len(subjects)} {
+			b.Run(a.String()+"/keys="+strconv.Itoa(keys), func(b *testing.B) {
+				s := memory.New(memory.Options{})
+				defer s.Close()
+				l := benchLimit(a)
+				ctx := context.Background()
+				var next atomic.Uint64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := next.Add(7919)
+					for pb.Next() {
+						i++
+						if _, err := s.Allow(ctx, algo.Request{Policy: "bench", Subject: subjects[i%uint64(keys)], Limit: l, Cost: 1}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
