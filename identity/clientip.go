@@ -1,0 +1,468 @@
+package identity
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// TrustedProxies is a set of networks whose X-Forwarded-For / Forwarded
+// headers are believed. The zero value trusts nobody.
+type TrustedProxies struct {
+	prefixes []netip.Prefix
+}
+
+// ParseTrustedProxies parses a list of networks in CIDR notation
+// ("10.0.0.0/8", "::1/128") or bare addresses ("127.0.0.1" means
+// 127.0.0.1/32, "::1" means ::1/128). Surrounding spaces are ignored, host
+// bits set in a prefix are cleared ("10.1.2.3/8" is 10.0.0.0/8), and an
+// IPv4-mapped IPv6 network ("::ffff:10.0.0.0/104") is stored as the IPv4
+// network it maps. The error names the first bad entry.
+//
+// IPv4 and IPv6 are separate address families: "::/0" does not trust IPv4
+// peers, "0.0.0.0/0" does not trust IPv6 peers.
+func ParseTrustedProxies(cidrs []string) (TrustedProxies, error) {
+	if len(cidrs) == 0 {
+		return TrustedProxies{}, nil
+	}
+	prefixes := make([]netip.Prefix, 0, len(cidrs))
+	for i, s := range cidrs {
+		p, err := parseTrusted(strings.TrimSpace(s))
+		if err != nil {
+			return TrustedProxies{}, fmt.Errorf("parsing trusted proxies: entry %d %q: %w", i, s, err)
+		}
+		prefixes = append(prefixes, p)
+	}
+	return TrustedProxies{prefixes: prefixes}, nil
+}
+
+func parseTrusted(s string) (netip.Prefix, error) {
+	if s == "" {
+		return netip.Prefix{}, errors.New("empty entry")
+	}
+	var p netip.Prefix
+	if strings.Contains(s, "/") {
+		var err error
+		if p, err = netip.ParsePrefix(s); err != nil {
+			return netip.Prefix{}, err
+		}
+	} else {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		if a.Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("zone %q not allowed", a.Zone())
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p.Masked(), nil
+}
+
+// Contains reports whether a is in one of the trusted networks. An
+// IPv4-mapped IPv6 address is unmapped first, and a zone is ignored.
+func (t TrustedProxies) Contains(a netip.Addr) bool {
+	if len(t.prefixes) == 0 {
+		return false
+	}
+	a = normalize(a)
+	if !a.IsValid() {
+		return false
+	}
+	for _, p := range t.prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxForwardedHops bounds how many addresses are examined from forwarding
+// headers.
+const MaxForwardedHops = 32
+
+// maxForwardedBytes bounds how many bytes of forwarding header values are
+// examined, counted from the right. Every header line costs at least one
+// byte, so thousands of empty lines are bounded too.
+const maxForwardedBytes = 8 << 10
+
+const (
+	headerXFF       = "X-Forwarded-For"
+	headerForwarded = "Forwarded"
+)
+
+// ClientIP returns the client address of r.
+//
+// It starts from r.RemoteAddr, which must be host:port as net/http sets it;
+// if it is unparsable, ClientIP returns the zero Addr and false. If that
+// peer is not in trusted, the peer is the client and no header is read.
+//
+// Otherwise ClientIP walks the forwarding chain from right to left: the
+// entries of all X-Forwarded-For header lines (comma separated,
+// concatenated in order) or, only when there is no X-Forwarded-For, the
+// for= parameters of the Forwarded header (RFC 7239). Each hop that is
+// itself trusted is skipped; the first untrusted address is the client. If
+// every hop is trusted, the leftmost one examined is the client.
+//
+// Whatever the walk cannot vouch for ends it, and the last good address
+// (initially the peer, otherwise the trusted proxy that sent the entry) is
+// returned: a malformed entry, a Forwarded element without for=, "unknown",
+// an obfuscated identifier such as "_hidden", the MaxForwardedHops limit, or
+// the 8 KiB limit on header bytes examined (counted from the right). So a
+// value from further left, which the client may have chosen, is never
+// returned. Empty list elements are ignored, as RFC 9110 asks.
+//
+// Ports ("1.2.3.4:80", "[::1]:80") and zones are stripped, and the result
+// is unmapped (an IPv4-mapped IPv6 address becomes IPv4).
+func ClientIP(r *http.Request, trusted TrustedProxies) (netip.Addr, bool) {
+	if r == nil {
+		return netip.Addr{}, false
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	peer := normalize(ap.Addr())
+	if !trusted.Contains(peer) {
+		return peer, true
+	}
+	if lines := r.Header[headerXFF]; len(lines) > 0 {
+		return walk(peer, trusted, lines, false), true
+	}
+	if lines := r.Header[headerForwarded]; len(lines) > 0 {
+		return walk(peer, trusted, lines, true), true
+	}
+	return peer, true
+}
+
+// walk walks the comma-separated list in lines from right to left, starting
+// from the trusted peer, as ClientIP describes. forwarded selects the
+// Forwarded syntax (quoted strings, for= parameters) over X-Forwarded-For.
+func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded bool) netip.Addr {
+	client := peer
+	budget := maxForwardedBytes + 1 // the first line has no separator
+	hops := 0
+	for i := len(lines) - 1; i >= 0; i-- {
+		if budget <= 0 {
+			return client
+		}
+		budget-- // the separator between lines; bounds runs of empty lines
+		line := lines[i]
+		cut := false
+		if len(line) > budget {
+			line, cut = line[len(line)-budget:], true
+		}
+		budget -= len(line)
+		for {
+			j := lastXFFSeparator(line)
+			if forwarded {
+				j = lastForwardedSeparator(line)
+			}
+			if j == malformedList || (j < 0 && cut) {
+				// An unterminated quoted string, or an entry
+				// whose left end lies beyond the byte budget.
+				return client
+			}
+			if entry := trimOWS(line[j+1:]); entry != "" {
+				if hops == MaxForwardedHops {
+					return client
+				}
+				hops++
+				var a netip.Addr
+				var ok bool
+				if forwarded {
+					a, ok = parseForwardedElement(entry)
+				} else {
+					a, ok = parseNode(entry, false)
+				}
+				if !ok {
+					return client
+				}
+				client = a
+				if !trusted.Contains(a) {
+					return a
+				}
+			}
+			if j < 0 {
+				break
+			}
+			line = line[:j]
+		}
+	}
+	return client
+}
+
+// malformedList is returned by the separator scanners for a list that
+// cannot be split.
+const malformedList = -2
+
+// lastXFFSeparator returns the index of the last comma in s, or -1.
+func lastXFFSeparator(s string) int {
+	return strings.LastIndexByte(s, ',')
+}
+
+// lastForwardedSeparator returns the index of the last comma in s that is
+// not inside a quoted string, -1 if there is none, or malformedList if a
+// quoted string is not terminated. Scanning from the right keeps the
+// elements appended by trusted proxies (the right end) independent of
+// whatever the client put further left, such as an unbalanced quote. The
+// scan is linear: each quote looks back only over the backslashes that
+// directly precede it.
+func lastForwardedSeparator(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		switch s[i] {
+		case ',':
+			return i
+		case '"':
+			// s[i] closes a quoted string; find the quote that opens
+			// it, the first one to the left not escaped by an odd
+			// number of backslashes.
+			j := i - 1
+			for ; j >= 0; j-- {
+				if s[j] != '"' {
+					continue
+				}
+				n := 0
+				for k := j - 1; k >= 0 && s[k] == '\\'; k-- {
+					n++
+				}
+				if n%2 == 0 {
+					break
+				}
+			}
+			if j < 0 {
+				return malformedList
+			}
+			i = j
+		}
+	}
+	return -1
+}
+
+// parseForwardedElement returns the address in the for= parameter of one
+// Forwarded element (pairs separated by semicolons, case-insensitive
+// names). ok is false if the element is malformed, has no or two for=
+// parameters, or if for= is not an address ("unknown", "_hidden").
+func parseForwardedElement(el string) (netip.Addr, bool) {
+	var node string
+	found := false
+	i := 0
+	for {
+		for i < len(el) && isOWS(el[i]) {
+			i++
+		}
+		if i == len(el) {
+			break
+		}
+		if el[i] == ';' { // empty pair
+			i++
+			continue
+		}
+		start := i
+		for i < len(el) && isTchar(el[i]) {
+			i++
+		}
+		name := el[start:i]
+		if name == "" || i == len(el) || el[i] != '=' {
+			return netip.Addr{}, false
+		}
+		i++
+		var value string
+		if i < len(el) && el[i] == '"' {
+			var ok bool
+			if value, i, ok = parseQuoted(el, i); !ok {
+				return netip.Addr{}, false
+			}
+		} else {
+			start := i
+			for i < len(el) && isNodeChar(el[i]) {
+				i++
+			}
+			value = el[start:i]
+		}
+		if value == "" {
+			return netip.Addr{}, false
+		}
+		if strings.EqualFold(name, "for") {
+			if found {
+				return netip.Addr{}, false
+			}
+			node, found = value, true
+		}
+		for i < len(el) && isOWS(el[i]) {
+			i++
+		}
+		if i < len(el) {
+			if el[i] != ';' {
+				return netip.Addr{}, false
+			}
+			i++
+		}
+	}
+	if !found {
+		return netip.Addr{}, false
+	}
+	return parseNode(node, true)
+}
+
+// parseQuoted parses the quoted string that starts at s[i] == '"' and
+// returns its unescaped content and the index after the closing quote.
+func parseQuoted(s string, i int) (value string, next int, ok bool) {
+	i++ // opening quote
+	start := i
+	var b []byte // nil until an escape is seen
+	for i < len(s) {
+		c := s[i]
+		switch {
+		case c == '"':
+			if b == nil {
+				return s[start:i], i + 1, true
+			}
+			return string(b), i + 1, true
+		case c == '\\':
+			if i+1 == len(s) || !isQuotedChar(s[i+1]) {
+				return "", 0, false
+			}
+			if b == nil {
+				b = append([]byte(nil), s[start:i]...)
+			}
+			b = append(b, s[i+1])
+			i += 2
+		case isQuotedChar(c):
+			if b != nil {
+				b = append(b, c)
+			}
+			i++
+		default:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// parseNode parses one address as it appears in X-Forwarded-For or in a
+// Forwarded for= parameter: "192.0.2.60", "192.0.2.60:8080", "2001:db8::1",
+// "[2001:db8::1]", "[2001:db8::1]:4711", optionally with a zone. In
+// Forwarded (obfPort), the port may be obfuscated ("_abc"), which still
+// identifies the address. "unknown" and obfuscated nodes are not
+// addresses. The result is normalized.
+func parseNode(s string, obfPort bool) (netip.Addr, bool) {
+	var a netip.Addr
+	var err error
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:], obfPort)) {
+			return netip.Addr{}, false
+		}
+		if a, err = netip.ParseAddr(s[1:end]); err != nil || !a.Is6() {
+			return netip.Addr{}, false
+		}
+	} else if i := strings.IndexByte(s, ':'); i >= 0 && strings.IndexByte(s[i+1:], ':') < 0 {
+		// A single colon: IPv4 with a port.
+		if !validPort(s[i+1:], obfPort) {
+			return netip.Addr{}, false
+		}
+		if a, err = netip.ParseAddr(s[:i]); err != nil || !a.Is4() {
+			return netip.Addr{}, false
+		}
+	} else if a, err = netip.ParseAddr(s); err != nil {
+		// Bare IPv4, or bare IPv6 (no port possible).
+		return netip.Addr{}, false
+	}
+	return normalize(a), true
+}
+
+// validPort reports whether s is a decimal port, or, if obf, an obfuscated
+// port ("_" followed by ALPHA / DIGIT / "." / "_" / "-", RFC 7239).
+func validPort(s string, obf bool) bool {
+	if obf && len(s) > 1 && s[0] == '_' {
+		for i := 1; i < len(s); i++ {
+			if c := s[i]; !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+				return false
+			}
+		}
+		return true
+	}
+	if s == "" || len(s) > 5 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n <= 65535
+}
+
+// normalize strips the zone and unmaps IPv4-mapped IPv6 addresses.
+func normalize(a netip.Addr) netip.Addr {
+	return a.WithZone("").Unmap()
+}
+
+// ClientGroup returns the string a client is limited under: an IPv4
+// address as a dotted quad ("203.0.113.7"), an IPv6 address masked to its
+// /64 ("2001:db8:1:2::/64"), so that one host cannot dodge a limit by
+// rotating addresses within its /64. IPv4-mapped addresses count as IPv4
+// and zones are ignored. The zero Addr yields "".
+func ClientGroup(a netip.Addr) string {
+	a = normalize(a)
+	switch {
+	case !a.IsValid():
+		return ""
+	case a.Is4():
+		return a.String()
+	default:
+		return netip.PrefixFrom(a, 64).Masked().String()
+	}
+}
+
+func trimOWS(s string) string {
+	for s != "" && isOWS(s[0]) {
+		s = s[1:]
+	}
+	for s != "" && isOWS(s[len(s)-1]) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func isOWS(c byte) bool { return c == ' ' || c == '\t' }
+
+func isAlnum(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+// isTchar reports whether c may appear in an RFC 9110 token.
+func isTchar(c byte) bool {
+	return isAlnum(c) || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// isNodeChar reports whether c may appear in an unquoted for= value: token
+// characters plus the ':', '[' and ']' that real proxies send unquoted
+// although RFC 7239 asks for quotes.
+func isNodeChar(c byte) bool {
+	return isTchar(c) || c == ':' || c == '[' || c == ']'
+}
+
+// isQuotedChar reports whether c may appear in a quoted string, directly
+// or escaped: HTAB, SP, visible ASCII and obs-text.
+func isQuotedChar(c byte) bool {
+	return c == '\t' || c >= 0x20 && c != 0x7f
+}
+
+// PeerAddr returns the address of the immediate peer (r.RemoteAddr),
+// unmapped, ignoring every forwarding header.
+func PeerAddr(r *http.Request) (netip.Addr, bool) {
+	return ClientIP(r, TrustedProxies{})
+}

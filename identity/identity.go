@@ -1,0 +1,152 @@
+// Package identity resolves who a request comes from — the client address,
+// an API key, a user id set by a trusted auth proxy — safely against
+// hostile input, and turns those identities into pseudonyms fit for store
+// keys, log lines and metric labels.
+//
+// ClientIP bounds its work whatever the forwarding headers hold, and no
+// error here contains a raw credential or user id.
+package identity
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// ErrMalformedKey is returned, wrapped, by [APIKey] when a key header is
+// present but does not hold an acceptable key.
+var ErrMalformedKey = errors.New("malformed API key")
+
+// ErrMalformedUser is returned, wrapped, by [UserID] when the user header
+// is present but does not hold an acceptable user id.
+var ErrMalformedUser = errors.New("malformed user id")
+
+// MaxKeyLength is the longest API key [APIKey] accepts, in bytes.
+const MaxKeyLength = 256
+
+// maxUserLength is the longest user id [UserID] accepts, in bytes.
+const maxUserLength = 256
+
+const (
+	headerAuthorization = "Authorization"
+	headerAPIKey        = "X-Api-Key" // canonical form of X-API-Key
+)
+
+// APIKey extracts an API key from "Authorization: Bearer <token>" (the
+// scheme is case-insensitive) or, failing that, from "X-API-Key".
+// Authorization headers with another scheme are ignored.
+//
+// ok is false, and err nil, when neither header holds a key. err wraps
+// [ErrMalformedKey] when the chosen header is present but its token is
+// empty, longer than [MaxKeyLength], or contains bytes outside visible
+// ASCII (0x21..0x7e), and also when the header is ambiguous: more than one
+// Bearer credential or more than one X-API-Key line. On error key is "" and
+// ok is false. The error never contains the key.
+func APIKey(h http.Header) (key string, ok bool, err error) {
+	var token string
+	bearers := 0
+	for _, v := range h[headerAuthorization] {
+		if t, isBearer := bearerToken(v); isBearer {
+			token = t
+			bearers++
+		}
+	}
+	switch {
+	case bearers > 1:
+		return "", false, fmt.Errorf("parsing %s header: %w: more than one bearer token", headerAuthorization, ErrMalformedKey)
+	case bearers == 1:
+		if err := checkKey(token); err != nil {
+			return "", false, fmt.Errorf("parsing %s header: %w", headerAuthorization, err)
+		}
+		return token, true, nil
+	}
+	switch vals := h[headerAPIKey]; len(vals) {
+	case 0:
+		return "", false, nil
+	case 1:
+		token = trimOWS(vals[0])
+		if err := checkKey(token); err != nil {
+			return "", false, fmt.Errorf("parsing X-API-Key header: %w", err)
+		}
+		return token, true, nil
+	default:
+		return "", false, fmt.Errorf("parsing X-API-Key header: %w: more than one value", ErrMalformedKey)
+	}
+}
+
+// bearerToken returns the token of an Authorization value "Bearer <token>"
+// with surrounding whitespace trimmed, and whether the scheme is Bearer.
+func bearerToken(v string) (token string, ok bool) {
+	v = trimOWS(v)
+	const scheme = "Bearer"
+	if len(v) < len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
+		return "", false
+	}
+	rest := v[len(scheme):]
+	if rest != "" && !isOWS(rest[0]) {
+		return "", false // another scheme, such as "Bearerish"
+	}
+	return trimOWS(rest), true
+}
+
+// checkKey reports, wrapping ErrMalformedKey, what is wrong with key.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", ErrMalformedKey)
+	case len(key) > MaxKeyLength:
+		return fmt.Errorf("%w: longer than %d bytes", ErrMalformedKey, MaxKeyLength)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x21 || c > 0x7e {
+			return fmt.Errorf("%w: byte %d is outside visible ASCII", ErrMalformedKey, i)
+		}
+	}
+	return nil
+}
+
+// UserID reads a user id set by a trusted auth proxy from the header name.
+// Call it only when the peer is trusted (see [TrustedProxies]); deciding
+// that is the caller's job, since any client can send any header.
+//
+// ok is false, and err nil, when the header is absent. err wraps
+// [ErrMalformedUser] when the value is empty, longer than 256 bytes, not
+// valid UTF-8, or contains control characters (C0, DEL or C1), and when
+// the header appears more than once. On error the id is "" and ok is
+// false. The error never contains the value.
+func UserID(h http.Header, name string) (string, bool, error) {
+	vals := h.Values(name)
+	switch len(vals) {
+	case 0:
+		return "", false, nil
+	case 1:
+	default:
+		return "", false, fmt.Errorf("parsing %s header: %w: more than one value", name, ErrMalformedUser)
+	}
+	v := vals[0]
+	if err := checkUser(v); err != nil {
+		return "", false, fmt.Errorf("parsing %s header: %w", name, err)
+	}
+	return v, true, nil
+}
+
+// checkUser reports, wrapping ErrMalformedUser, what is wrong with id.
+func checkUser(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty", ErrMalformedUser)
+	case len(id) > maxUserLength:
+		return fmt.Errorf("%w: longer than %d bytes", ErrMalformedUser, maxUserLength)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: invalid UTF-8", ErrMalformedUser)
+	}
+	for i, r := range id {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: control character at byte %d", ErrMalformedUser, i)
+		}
+	}
+	return nil
+}

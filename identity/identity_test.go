@@ -1,0 +1,261 @@
+package identity_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/identity"
+)
+
+// hdr builds a header from alternating names and values; a name may repeat.
+func hdr(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return h
+}
+
+func TestAPIKey(t *testing.T) {
+	long := strings.Repeat("k", identity.MaxKeyLength)
+	tests := []struct {
+		name    string
+		h       http.Header
+		want    string
+		wantOK  bool
+		wantErr bool
+	}{
+		{name: "none", h: hdr()},
+		{name: "nil header", h: nil},
+		{name: "bearer", h: hdr("Authorization", "Bearer abc.DEF-123_~+/="), want: "abc.DEF-123_~+/=", wantOK: true},
+		{name: "bearer lowercase", h: hdr("Authorization", "bearer abc"), want: "abc", wantOK: true},
+		{name: "bearer mixed case", h: hdr("authorization", "BeArEr abc"), want: "abc", wantOK: true},
+		{name: "bearer extra spaces", h: hdr("Authorization", "  Bearer \t abc  "), want: "abc", wantOK: true},
+		{name: "x-api-key", h: hdr("X-API-Key", "key-1"), want: "key-1", wantOK: true},
+		{name: "x-api-key lowercase name", h: hdr("x-api-key", "key-1"), want: "key-1", wantOK: true},
+		{name: "bearer wins", h: hdr("X-API-Key", "key-1", "Authorization", "Bearer key-2"), want: "key-2", wantOK: true},
+		{name: "bearer wins over bad x-api-key", h: hdr("X-API-Key", "bad key", "Authorization", "Bearer key-2"), want: "key-2", wantOK: true},
+		{name: "basic ignored", h: hdr("Authorization", "Basic dXNlcjpwYXNz")},
+		{name: "basic falls back", h: hdr("Authorization", "Basic dXNlcjpwYXNz", "X-API-Key", "key-1"), want: "key-1", wantOK: true},
+		{name: "scheme prefix is not bearer", h: hdr("Authorization", "Bearerabc")},
+		{name: "max length", h: hdr("X-API-Key", long), want: long, wantOK: true},
+		{name: "bearer and basic lines", h: hdr("Authorization", "Basic x", "Authorization", "Bearer abc"), want: "abc", wantOK: true},
+
+		{name: "bearer empty", h: hdr("Authorization", "Bearer "), wantErr: true},
+		{name: "bearer alone", h: hdr("Authorization", "Bearer"), wantErr: true},
+		{name: "bearer empty no fallback", h: hdr("Authorization", "Bearer", "X-API-Key", "key-1"), wantErr: true},
+		{name: "bearer too long", h: hdr("Authorization", "Bearer "+long+"x"), wantErr: true},
+		{name: "bearer inner space", h: hdr("Authorization", "Bearer abc def"), wantErr: true},
+		{name: "bearer control char", h: hdr("Authorization", "Bearer abc\x01def"), wantErr: true},
+		{name: "bearer NUL", h: hdr("Authorization", "Bearer abc\x00"), wantErr: true},
+		{name: "bearer DEL", h: hdr("Authorization", "Bearer abc\x7f"), wantErr: true},
+		{name: "bearer invalid UTF-8", h: hdr("Authorization", "Bearer abc\xff"), wantErr: true},
+		{name: "bearer non-ASCII", h: hdr("Authorization", "Bearer clé"), wantErr: true},
+		{name: "two bearers", h: hdr("Authorization", "Bearer a", "Authorization", "Bearer b"), wantErr: true},
+		{name: "x-api-key empty", h: hdr("X-API-Key", ""), wantErr: true},
+		{name: "x-api-key spaces", h: hdr("X-API-Key", "   "), wantErr: true},
+		{name: "x-api-key too long", h: hdr("X-API-Key", long+"x"), wantErr: true},
+		{name: "x-api-key newline", h: hdr("X-API-Key", "abc\ndef"), wantErr: true},
+		{name: "x-api-key tab", h: hdr("X-API-Key", "abc\tdef"), wantErr: true},
+		{name: "x-api-key invalid UTF-8", h: hdr("X-API-Key", "\xc3\x28"), wantErr: true},
+		{name: "x-api-key twice", h: hdr("X-API-Key", "a", "X-API-Key", "b"), wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key, ok, err := identity.APIKey(tt.h)
+			if tt.wantErr {
+				if !errors.Is(err, identity.ErrMalformedKey) {
+					t.Fatalf("APIKey err = %v, want ErrMalformedKey", err)
+				}
+				if key != "" || ok {
+					t.Fatalf("APIKey = %q, %v on error", key, ok)
+				}
+				return
+			}
+			if err != nil || key != tt.want || ok != tt.wantOK {
+				t.Fatalf("APIKey = %q, %v, %v; want %q, %v, nil", key, ok, err, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+// TestAPIKeyErrorHidesKey checks that a rejected key, which may still be a
+// real credential, does not leak into the error message.
+func TestAPIKeyErrorHidesKey(t *testing.T) {
+	secret := "sk_live_0123456789abcdef"
+	for _, h := range []http.Header{
+		hdr("Authorization", "Bearer "+secret+" "+secret),
+		hdr("Authorization", "Bearer "+secret+"\x01"),
+		hdr("X-API-Key", secret+strings.Repeat("x", identity.MaxKeyLength)),
+		hdr("X-API-Key", secret, "X-API-Key", secret),
+	} {
+		_, _, err := identity.APIKey(h)
+		if err == nil {
+			t.Fatalf("APIKey(%v) accepted", h)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error %q contains the key", err)
+		}
+	}
+}
+
+func TestUserID(t *testing.T) {
+	const name = "X-Auth-User"
+	tests := []struct {
+		name    string
+		h       http.Header
+		want    string
+		wantOK  bool
+		wantErr bool
+	}{
+		{name: "absent", h: hdr("X-Other", "x")},
+		{name: "nil header", h: nil},
+		{name: "plain", h: hdr(name, "alice@example.com"), want: "alice@example.com", wantOK: true},
+		{name: "name case", h: hdr("x-auth-user", "alice"), want: "alice", wantOK: true},
+		{name: "unicode and spaces", h: hdr(name, "Zoë O'Brien 日本"), want: "Zoë O'Brien 日本", wantOK: true},
+		{name: "max length", h: hdr(name, strings.Repeat("u", 256)), want: strings.Repeat("u", 256), wantOK: true},
+
+		{name: "empty", h: hdr(name, ""), wantErr: true},
+		{name: "too long", h: hdr(name, strings.Repeat("u", 257)), wantErr: true},
+		{name: "too long multibyte", h: hdr(name, strings.Repeat("é", 129)), wantErr: true},
+		{name: "control", h: hdr(name, "alice\x00"), wantErr: true},
+		{name: "newline", h: hdr(name, "alice\r\nX-Admin: 1"), wantErr: true},
+		{name: "DEL", h: hdr(name, "alice\x7f"), wantErr: true},
+		{name: "C1 control", h: hdr(name, "alice\u0085"), wantErr: true},
+		{name: "invalid UTF-8", h: hdr(name, "alice\xff"), wantErr: true},
+		{name: "truncated UTF-8", h: hdr(name, "alic\xc3"), wantErr: true},
+		{name: "twice", h: hdr(name, "alice", name, "bob"), wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, ok, err := identity.UserID(tt.h, name)
+			if tt.wantErr {
+				if !errors.Is(err, identity.ErrMalformedUser) {
+					t.Fatalf("UserID err = %v, want ErrMalformedUser", err)
+				}
+				if id != "" || ok {
+					t.Fatalf("UserID = %q, %v on error", id, ok)
+				}
+				return
+			}
+			if err != nil || id != tt.want || ok != tt.wantOK {
+				t.Fatalf("UserID = %q, %v, %v; want %q, %v, nil", id, ok, err, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestHasher(t *testing.T) {
+	h := identity.NewHasher([]byte("0123456789abcdef0123456789abcdef"))
+	inputs := []struct{ kind, value string }{
+		{"k", "sk_live_0123456789abcdef"},
+		{"u", "alice@example.com"},
+		{"ip", "203.0.113.7"},
+		{"ip", "2001:db8:1:2::/64"},
+		{"k", ""},
+		{"u", strings.Repeat("long-user-name", 100)},
+	}
+	seen := map[string]string{}
+	for _, in := range inputs {
+		got := h.Hash(in.kind, in.value)
+		if again := h.Hash(in.kind, in.value); again != got {
+			t.Errorf("Hash(%q, %q) unstable: %q then %q", in.kind, in.value, got, again)
+		}
+		if !strings.HasPrefix(got, in.kind+"_") || len(got) != len(in.kind)+1+22 {
+			t.Errorf("Hash(%q, %q) = %q: want %q + 22 characters", in.kind, in.value, got, in.kind+"_")
+		}
+		for _, c := range got[len(in.kind)+1:] {
+			if !strings.ContainsRune("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", c) {
+				t.Errorf("Hash(%q, %q) = %q: %q is not base64url", in.kind, in.value, got, c)
+			}
+		}
+		if in.value != "" && strings.Contains(got, in.value) {
+			t.Errorf("Hash(%q, %q) = %q contains the input", in.kind, in.value, got)
+		}
+		if prev, dup := seen[got]; dup {
+			t.Errorf("Hash collision between %s and %q", prev, in.value)
+		}
+		seen[got] = in.kind + ":" + in.value
+	}
+
+	// The kind is part of the MAC, not only of the prefix.
+	a, b := h.Hash("u", "203.0.113.7"), h.Hash("ip", "203.0.113.7")
+	if a[len("u_"):] == b[len("ip_"):] {
+		t.Errorf("kinds u and ip give the same MAC %q", a[len("u_"):])
+	}
+	// The separator keeps kind and value apart.
+	if h.Hash("k", "ab")[2:] == h.Hash("ka", "b")[3:] {
+		t.Error("Hash(k, ab) and Hash(ka, b) share a MAC")
+	}
+	// A different secret gives a different pseudonym; the same secret the same.
+	if other := identity.NewHasher([]byte("another secret")); other.Hash("k", "x") == h.Hash("k", "x") {
+		t.Error("different secrets give the same pseudonym")
+	}
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	same := identity.NewHasher(secret)
+	secret[0] = 'X' // NewHasher must have copied it
+	if same.Hash("k", "x") != h.Hash("k", "x") {
+		t.Error("equal secrets give different pseudonyms, or NewHasher kept the caller's slice")
+	}
+	// An empty secret works (for tests).
+	if got := identity.NewHasher(nil).Hash("ip", "203.0.113.7"); len(got) != len("ip_")+22 {
+		t.Errorf("empty-secret Hash = %q", got)
+	}
+}
+
+// TestHasherKnownAnswer pins the construction, so pseudonyms in existing
+// stores stay valid: HMAC-SHA256(secret, kind NUL value), 16 bytes,
+// base64url.
+func TestHasherKnownAnswer(t *testing.T) {
+	// Computed independently, minus the "==" padding:
+	//   printf 'k\0abc' | openssl dgst -sha256 -hmac secret -binary | head -c 16 | basenc --base64url
+	h := identity.NewHasher([]byte("secret"))
+	if got, want := h.Hash("k", "abc"), "k_LAdlsHEGKRUTIAvc2nPGhg"; got != want {
+		t.Errorf("Hash(k, abc) = %q, want %q", got, want)
+	}
+}
+
+func TestHasherConcurrent(t *testing.T) {
+	h := identity.NewHasher([]byte("secret"))
+	want := h.Hash("u", "alice")
+	done := make(chan string)
+	for range 8 {
+		go func() {
+			var got string
+			for range 200 {
+				got = h.Hash("u", "alice")
+				if got != want {
+					break
+				}
+			}
+			done <- got
+		}()
+	}
+	for range 8 {
+		if got := <-done; got != want {
+			t.Errorf("concurrent Hash = %q, want %q", got, want)
+		}
+	}
+}
+
+func TestKeyDigest(t *testing.T) {
+	tests := []struct{ key, want string }{
+		{"", "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+		{"abc", "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+	}
+	for _, tt := range tests {
+		if got := identity.KeyDigest(tt.key); got != tt.want {
+			t.Errorf("KeyDigest(%q) = %q, want %q", tt.key, got, tt.want)
+		}
+	}
+	key := "sk_live_0123456789abcdef"
+	got := identity.KeyDigest(key)
+	sum := sha256.Sum256([]byte(key))
+	if got != "sha256:"+hex.EncodeToString(sum[:]) || strings.Contains(got, key) {
+		t.Errorf("KeyDigest(%q) = %q", key, got)
+	}
+}
