@@ -1,0 +1,119 @@
+// Package policy reads, validates and compiles Tollgate's policy file: the
+// listeners, the store, how subjects are identified, the plans and their
+// limits, the API keys and the routes.
+//
+// Loading is all or nothing: a file with any problem yields a
+// [*ValidationError] listing every problem with its file and line, and no
+// Policy. See examples/quickstart.yaml for a complete file.
+package policy
+
+import "time"
+
+// File is the policy file as written.
+type File struct {
+	// Version names this revision of the policy (letters, digits, ".", "_",
+	// "-"). It is part of every store key, so a new version starts with fresh
+	// budgets.
+	Version   string       `yaml:"version"`
+	Listeners ListenerSpec `yaml:"listeners"`
+	Store     StoreSpec    `yaml:"store"`
+	Identity  IdentitySpec `yaml:"identity"`
+	// Plans maps a plan name to its limit.
+	Plans map[string]LimitSpec `yaml:"plans"`
+	// APIKeys lists the API keys by digest; KeysFile names a further YAML
+	// file (relative to this one) with an api_keys list of its own.
+	APIKeys  []KeySpec `yaml:"api_keys"`
+	KeysFile string    `yaml:"keys_file"`
+	// InvalidKeyLimit limits, per client IP, requests that present an
+	// unknown or malformed API key. Default: fixed_window 10 per minute.
+	InvalidKeyLimit *LimitSpec   `yaml:"invalid_key_limit"`
+	Routes          []RouteSpec  `yaml:"routes"`
+	Headers         HeaderSpec   `yaml:"headers"`
+	Upstream        UpstreamSpec `yaml:"upstream"`
+}
+
+// ListenerSpec gives the two listen addresses; they must differ.
+type ListenerSpec struct {
+	Public string `yaml:"public"`
+	Admin  string `yaml:"admin"`
+}
+
+// StoreSpec chooses where state lives.
+type StoreSpec struct {
+	// Type is "memory" (the default) or "redis".
+	Type string `yaml:"type"`
+	// URL is the Redis URL (redis://host:port/db), required for "redis".
+	URL string `yaml:"url"`
+	// MaxKeys caps the in-memory store (0: its default).
+	MaxKeys int `yaml:"max_keys"`
+}
+
+// IdentitySpec says how a request's subject is found.
+type IdentitySpec struct {
+	// Secret (or the environment variable named by SecretEnv) keys the HMAC
+	// that turns API key ids, user ids and IPs into pseudonyms. Required
+	// with a Redis store, so that every instance hashes alike.
+	Secret    string `yaml:"secret"`
+	SecretEnv string `yaml:"secret_env"`
+	// UserHeader names the header a trusted auth proxy sets to the user id.
+	// It is believed only from a trusted proxy.
+	UserHeader string `yaml:"user_header"`
+	// TrustedProxies lists the CIDRs whose forwarding headers are believed.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// AnonymousPlan limits requests identified only by client IP; UserPlan
+	// those identified by user id (default: AnonymousPlan).
+	AnonymousPlan string `yaml:"anonymous_plan"`
+	UserPlan      string `yaml:"user_plan"`
+}
+
+// LimitSpec is one limit as written.
+type LimitSpec struct {
+	Algorithm string        `yaml:"algorithm"` // default gcra
+	Rate      int64         `yaml:"rate"`
+	Period    time.Duration `yaml:"period"` // e.g. 1m
+	Burst     int64         `yaml:"burst"`
+}
+
+// KeySpec is one API key. The key itself is never stored: Digest is
+// "sha256:" and the hex SHA-256 of it (`tollgate hash-key KEY` prints it).
+type KeySpec struct {
+	ID     string `yaml:"id"`
+	Digest string `yaml:"digest"`
+	Tenant string `yaml:"tenant"`
+	User   string `yaml:"user"`
+	Plan   string `yaml:"plan"`
+}
+
+// RouteSpec maps requests to an upstream, a route group and a cost.
+type RouteSpec struct {
+	Name string `yaml:"name"`
+	// Method matches one HTTP method; empty matches any.
+	Method string `yaml:"method"`
+	// Path matches exactly, or, when it ends in "/", as a prefix. The most
+	// specific route wins: the longest path, then a method over any.
+	Path string `yaml:"path"`
+	// Upstream is an http(s) URL, or "builtin:echo" for the demo upstream.
+	Upstream string `yaml:"upstream"`
+	// Group names the route in metrics (default: Name).
+	Group string `yaml:"group"`
+	// Cost is what one request spends (default 1).
+	Cost int64 `yaml:"cost"`
+	// Limit, if set, replaces the plan's limit on this route: each subject
+	// gets a budget of its own for the route group.
+	Limit *LimitSpec `yaml:"limit"`
+	// OnStoreFailure is "fail_open" (default) or "fail_closed".
+	OnStoreFailure string `yaml:"on_store_failure"`
+}
+
+// HeaderSpec chooses optional response headers.
+type HeaderSpec struct {
+	// Legacy adds X-RateLimit-Limit, -Remaining and -Reset.
+	Legacy bool `yaml:"legacy"`
+}
+
+// UpstreamSpec configures calls to upstreams.
+type UpstreamSpec struct {
+	// Timeout bounds the wait for an upstream's response headers
+	// (default 30s).
+	Timeout time.Duration `yaml:"timeout"`
+}

@@ -1,0 +1,618 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"gopkg.in/yaml.v3"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/identity"
+)
+
+// Policy is a validated, compiled policy file. It is immutable.
+type Policy struct {
+	Version       string
+	Source        string // the file it was loaded from
+	Public, Admin string // listen addresses
+	Store         StoreSpec
+	// Secret keys the identity HMAC. When the file sets none (memory store
+	// only) it is random per process and SecretGenerated is true.
+	Secret          []byte
+	SecretGenerated bool
+	UserHeader      string
+	TrustedProxies  []netip.Prefix
+	// Trusted is TrustedProxies as the identity package uses it.
+	Trusted       identity.TrustedProxies
+	Plans         map[string]*Plan
+	AnonymousPlan *Plan
+	UserPlan      *Plan
+	// Keys maps an API key digest ("sha256:<hex>") to the key.
+	Keys            map[string]*APIKey
+	InvalidKey      *Plan // the per-IP limit on invalid API keys
+	Routes          []*Route
+	LegacyHeaders   bool
+	UpstreamTimeout time.Duration
+}
+
+// Plan is a named limit.
+type Plan struct {
+	Name  string
+	Limit tollgate.Limit
+	// StoreName is the policy name under which its state is stored; it
+	// includes the policy version.
+	StoreName string
+}
+
+// APIKey is one configured key.
+type APIKey struct {
+	ID, Tenant, User string
+	Plan             *Plan
+}
+
+// Route is one compiled route.
+type Route struct {
+	Name, Method, Path string
+	Prefix             bool
+	Upstream           string
+	Group              string
+	Cost               int64
+	// Limit, when non-nil, replaces the subject's plan on this route.
+	Limit      *Plan
+	FailClosed bool
+}
+
+// Problem is one thing wrong with a policy file.
+type Problem struct {
+	File string
+	Line int // 0 when unknown
+	Path string
+	Msg  string
+}
+
+func (p Problem) String() string {
+	loc := p.File
+	if p.Line > 0 {
+		loc += ":" + strconv.Itoa(p.Line)
+	}
+	if p.Path != "" {
+		return fmt.Sprintf("%s: %s: %s", loc, p.Path, p.Msg)
+	}
+	return fmt.Sprintf("%s: %s", loc, p.Msg)
+}
+
+// ValidationError lists every problem found in a policy file.
+type ValidationError struct{ Problems []Problem }
+
+func (e *ValidationError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return "invalid policy:\n  " + strings.Join(lines, "\n  ")
+}
+
+// Load reads and compiles the policy file at path (and its keys file).
+func Load(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("loading policy: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse compiles a policy from YAML. name is used in error messages and
+// to find a keys_file relative to it.
+func Parse(data []byte, name string) (*Policy, error) {
+	c := &compiler{file: name}
+	var f File
+	c.lines = c.decode(data, name, &f)
+	if len(c.problems) > 0 {
+		return nil, c.err()
+	}
+	keys := f.APIKeys
+	keyLines, keyFile := c.lines, name
+	if f.KeysFile != "" {
+		kp := f.KeysFile
+		if !filepath.IsAbs(kp) {
+			kp = filepath.Join(filepath.Dir(name), kp)
+		}
+		data, err := os.ReadFile(kp)
+		if err != nil {
+			c.add(c.lines, name, "keys_file", "reading keys file: %v", err)
+			return nil, c.err()
+		}
+		var kf struct {
+			APIKeys []KeySpec `yaml:"api_keys"`
+		}
+		kl := c.decode(data, kp, &kf)
+		if len(c.problems) > 0 {
+			return nil, c.err()
+		}
+		if len(f.APIKeys) > 0 && len(kf.APIKeys) > 0 {
+			c.add(c.lines, name, "keys_file", "API keys are listed both here and in %s; keep them in one place", f.KeysFile)
+		}
+		if len(kf.APIKeys) > 0 {
+			keys, keyLines, keyFile = kf.APIKeys, kl, kp
+		}
+	}
+	p := c.compile(&f)
+	c.compileKeys(p, keys, keyLines, keyFile)
+	if len(c.problems) > 0 {
+		return nil, c.err()
+	}
+	p.Source = name
+	return p, nil
+}
+
+type compiler struct {
+	file     string
+	lines    map[string]int
+	problems []Problem
+}
+
+func (c *compiler) err() error {
+	sort.SliceStable(c.problems, func(i, j int) bool {
+		a, b := c.problems[i], c.problems[j]
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		return a.Line < b.Line
+	})
+	return &ValidationError{Problems: c.problems}
+}
+
+// add records a problem at a path of the file whose line map is lines.
+func (c *compiler) add(lines map[string]int, file, path, format string, args ...any) {
+	line := 0
+	for p := path; p != ""; p = parent(p) {
+		if l, ok := lines[p]; ok {
+			line = l
+			break
+		}
+	}
+	c.problems = append(c.problems, Problem{File: file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (c *compiler) addf(path, format string, args ...any) {
+	c.add(c.lines, c.file, path, format, args...)
+}
+
+// parent returns the enclosing path: "routes[2].cost" -> "routes[2]" -> "routes".
+func parent(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i <= 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+var yamlLine = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// decode strictly decodes data into v and returns a map from field paths to
+// line numbers; decoding problems are recorded with their lines.
+func (c *compiler) decode(data []byte, file string, v any) map[string]int {
+	lines := map[string]int{}
+	if len(bytes.TrimSpace(data)) == 0 {
+		c.problems = append(c.problems, Problem{File: file, Msg: "the file is empty"})
+		return lines
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		c.yamlProblems(file, err)
+		return lines
+	}
+	walk(&root, "", lines)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		c.yamlProblems(file, err)
+	}
+	return lines
+}
+
+func (c *compiler) yamlProblems(file string, err error) {
+	var msgs []string
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	} else {
+		msgs = []string{strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	for _, m := range msgs {
+		pr := Problem{File: file, Msg: m}
+		if g := yamlLine.FindStringSubmatch(m); g != nil {
+			pr.Line, _ = strconv.Atoi(g[1])
+			pr.Msg = g[2]
+		}
+		pr.Msg = friendlier(pr.Msg)
+		c.problems = append(c.problems, pr)
+	}
+}
+
+var unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+
+// friendlier rewords the YAML decoder's messages for people.
+func friendlier(m string) string {
+	if g := unknownField.FindStringSubmatch(m); g != nil {
+		return fmt.Sprintf("unknown field %q (misspelt?)", g[1])
+	}
+	if strings.Contains(m, "into time.Duration") {
+		return m + " (want a duration such as 500ms, 30s, 1m, 1h)"
+	}
+	return m
+}
+
+// walk records the line of every mapping value and sequence item.
+func walk(n *yaml.Node, path string, lines map[string]int) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			walk(c, path, lines)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := k.Value
+			if path != "" {
+				p = path + "." + k.Value
+			}
+			lines[p] = k.Line
+			walk(v, p, lines)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			lines[p] = c.Line
+			walk(c, p, lines)
+		}
+	}
+}
+
+var (
+	namePattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	versionPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$`)
+	digestPattern  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	methodPattern  = regexp.MustCompile(`^[A-Z]{1,16}$`)
+	headerPattern  = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+)
+
+func (c *compiler) compile(f *File) *Policy {
+	p := &Policy{
+		Version:         f.Version,
+		Store:           f.Store,
+		Plans:           map[string]*Plan{},
+		Keys:            map[string]*APIKey{},
+		LegacyHeaders:   f.Headers.Legacy,
+		UpstreamTimeout: f.Upstream.Timeout,
+	}
+	if !versionPattern.MatchString(f.Version) {
+		c.addf("version", "version must be 1-32 letters, digits, '.', '_' or '-' (got %q)", f.Version)
+	}
+
+	// Listeners.
+	p.Public, p.Admin = f.Listeners.Public, f.Listeners.Admin
+	for _, l := range []struct{ path, addr string }{{"listeners.public", p.Public}, {"listeners.admin", p.Admin}} {
+		if _, port, err := net.SplitHostPort(l.addr); err != nil || port == "" {
+			c.addf(l.path, "want host:port, got %q", l.addr)
+		}
+	}
+	if p.Public != "" && p.Public == p.Admin {
+		c.addf("listeners.admin", "the admin listener must not share the public address %s", p.Public)
+	}
+
+	// Store.
+	switch p.Store.Type {
+	case "", "memory":
+		p.Store.Type = "memory"
+		if p.Store.URL != "" {
+			c.addf("store.url", "a url is for the redis store; set type: redis")
+		}
+	case "redis":
+		if p.Store.URL == "" {
+			c.addf("store", "the redis store needs a url (redis://host:port/db)")
+		} else if err := CheckRedisURL(p.Store.URL); err != nil {
+			c.addf("store.url", "%v", err)
+		}
+	default:
+		c.addf("store.type", "unknown store %q (want memory or redis)", p.Store.Type)
+	}
+	if p.Store.MaxKeys < 0 {
+		c.addf("store.max_keys", "must not be negative")
+	}
+
+	// Identity.
+	id := f.Identity
+	switch {
+	case id.Secret != "" && id.SecretEnv != "":
+		c.addf("identity.secret_env", "set secret or secret_env, not both")
+	case id.SecretEnv != "":
+		if v := os.Getenv(id.SecretEnv); v == "" {
+			c.addf("identity.secret_env", "environment variable %s is empty or unset", id.SecretEnv)
+		} else {
+			p.Secret = []byte(v)
+		}
+	case id.Secret != "":
+		p.Secret = []byte(id.Secret)
+	}
+	if p.Secret != nil && len(p.Secret) < 16 {
+		c.addf("identity", "the secret must be at least 16 bytes")
+	}
+	if p.Secret == nil {
+		if p.Store.Type == "redis" {
+			c.addf("identity", "a shared store needs identity.secret or identity.secret_env, so every instance hashes subjects alike")
+		}
+		p.Secret = make([]byte, 32)
+		rand.Read(p.Secret)
+		p.SecretGenerated = true
+	}
+	if id.UserHeader != "" && !headerPattern.MatchString(id.UserHeader) {
+		c.addf("identity.user_header", "not a header name: %q", id.UserHeader)
+	}
+	p.UserHeader = id.UserHeader
+	for i, s := range id.TrustedProxies {
+		pre, err := parsePrefix(s)
+		if err != nil {
+			c.addf(fmt.Sprintf("identity.trusted_proxies[%d]", i), "%v", err)
+			continue
+		}
+		p.TrustedProxies = append(p.TrustedProxies, pre)
+	}
+	if len(p.TrustedProxies) == len(id.TrustedProxies) {
+		cidrs := make([]string, len(p.TrustedProxies))
+		for i, pre := range p.TrustedProxies {
+			cidrs[i] = pre.String()
+		}
+		var err error
+		if p.Trusted, err = identity.ParseTrustedProxies(cidrs); err != nil {
+			c.addf("identity.trusted_proxies", "%v", err)
+		}
+	}
+
+	// Plans.
+	if len(f.Plans) == 0 {
+		c.addf("plans", "define at least one plan")
+	}
+	names := make([]string, 0, len(f.Plans))
+	for n := range f.Plans {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		path := "plans." + n
+		if !namePattern.MatchString(n) {
+			c.addf(path, "plan names are 1-64 letters, digits, '.', '_' or '-'")
+		}
+		spec := f.Plans[n]
+		if l, ok := c.limit(path, spec); ok {
+			p.Plans[n] = &Plan{Name: n, Limit: l, StoreName: p.Version + ":plan:" + n}
+		}
+	}
+	planRef := func(path, name string) *Plan {
+		if name == "" {
+			return nil
+		}
+		pl, ok := p.Plans[name]
+		if !ok {
+			if _, defined := f.Plans[name]; !defined {
+				c.addf(path, "no plan named %q", name)
+			}
+		}
+		return pl
+	}
+	if id.AnonymousPlan == "" {
+		c.addf("identity.anonymous_plan", "name the plan for requests identified only by client IP")
+	}
+	p.AnonymousPlan = planRef("identity.anonymous_plan", id.AnonymousPlan)
+	p.UserPlan = planRef("identity.user_plan", id.UserPlan)
+	if p.UserPlan == nil && id.UserPlan == "" {
+		p.UserPlan = p.AnonymousPlan
+	}
+
+	// Invalid-key limit.
+	ik := LimitSpec{Algorithm: "fixed_window", Rate: 10, Period: time.Minute}
+	if f.InvalidKeyLimit != nil {
+		ik = *f.InvalidKeyLimit
+	}
+	if l, ok := c.limit("invalid_key_limit", ik); ok {
+		p.InvalidKey = &Plan{Name: "invalid_key", Limit: l, StoreName: p.Version + ":invalid_key"}
+	}
+
+	// Routes.
+	if len(f.Routes) == 0 {
+		c.addf("routes", "define at least one route")
+	}
+	seenName := map[string]bool{}
+	seenMatch := map[string]bool{}
+	for i, rs := range f.Routes {
+		path := fmt.Sprintf("routes[%d]", i)
+		r := &Route{Name: rs.Name, Method: rs.Method, Path: rs.Path, Upstream: rs.Upstream, Group: rs.Group, Cost: rs.Cost}
+		if !namePattern.MatchString(r.Name) {
+			c.addf(path+".name", "route names are 1-64 letters, digits, '.', '_' or '-' (got %q)", r.Name)
+		} else if seenName[r.Name] {
+			c.addf(path+".name", "a route named %q is already defined", r.Name)
+		}
+		seenName[r.Name] = true
+		if r.Method != "" && !methodPattern.MatchString(r.Method) {
+			c.addf(path+".method", "not an HTTP method: %q (use upper case, or leave empty for any)", r.Method)
+		}
+		if !strings.HasPrefix(r.Path, "/") || strings.ContainsAny(r.Path, "?#* \t") {
+			c.addf(path+".path", "want an absolute path such as /api/ (prefix) or /login (exact), got %q", r.Path)
+		}
+		r.Prefix = strings.HasSuffix(r.Path, "/")
+		if m := r.Method + " " + r.Path; seenMatch[m] {
+			c.addf(path+".path", "another route already matches %s", strings.TrimSpace(m))
+		} else {
+			seenMatch[m] = true
+		}
+		if err := checkUpstream(r.Upstream); err != nil {
+			c.addf(path+".upstream", "%v", err)
+		}
+		if r.Group == "" {
+			r.Group = r.Name
+		} else if !namePattern.MatchString(r.Group) {
+			c.addf(path+".group", "group names are 1-64 letters, digits, '.', '_' or '-'")
+		}
+		if r.Cost == 0 {
+			r.Cost = 1
+		}
+		if r.Cost < 1 {
+			c.addf(path+".cost", "cost must be at least 1, got %d", r.Cost)
+		}
+		switch rs.OnStoreFailure {
+		case "", "fail_open":
+		case "fail_closed":
+			r.FailClosed = true
+		default:
+			c.addf(path+".on_store_failure", "want fail_open or fail_closed, got %q", rs.OnStoreFailure)
+		}
+		if rs.Limit != nil {
+			if l, ok := c.limit(path+".limit", *rs.Limit); ok {
+				r.Limit = &Plan{Name: r.Group, Limit: l, StoreName: p.Version + ":route:" + r.Group}
+			}
+		}
+		// A cost no limit could ever admit is a configuration error.
+		if r.Limit != nil {
+			if capacity := r.Limit.Limit.Capacity(); r.Cost > capacity {
+				c.addf(path+".cost", "cost %d exceeds the route limit's capacity %d: no request could pass", r.Cost, capacity)
+			}
+		} else {
+			for _, n := range names {
+				if pl := p.Plans[n]; pl != nil && r.Cost > pl.Limit.Capacity() {
+					c.addf(path+".cost", "cost %d exceeds plan %q's capacity %d: no request on it could pass", r.Cost, n, pl.Limit.Capacity())
+				}
+			}
+		}
+		p.Routes = append(p.Routes, r)
+	}
+
+	if p.UpstreamTimeout == 0 {
+		p.UpstreamTimeout = 30 * time.Second
+	} else if p.UpstreamTimeout < 0 {
+		c.addf("upstream.timeout", "must be positive")
+	}
+	return p
+}
+
+func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, file string) {
+	ids := map[string]bool{}
+	for i, k := range keys {
+		path := fmt.Sprintf("api_keys[%d]", i)
+		if !namePattern.MatchString(k.ID) {
+			c.add(lines, file, path+".id", "key ids are 1-64 letters, digits, '.', '_' or '-' (got %q)", k.ID)
+		} else if ids[k.ID] {
+			c.add(lines, file, path+".id", "key id %q is already used", k.ID)
+		}
+		ids[k.ID] = true
+		if !digestPattern.MatchString(k.Digest) {
+			c.add(lines, file, path+".digest", `want "sha256:" and 64 lower-case hex digits (tollgate hash-key KEY prints it); never the key itself`)
+		} else if _, dup := p.Keys[k.Digest]; dup {
+			c.add(lines, file, path+".digest", "the same key is listed twice")
+		}
+		if len(k.Tenant) > 128 || len(k.User) > 128 {
+			c.add(lines, file, path, "tenant and user are at most 128 bytes")
+		}
+		pl, ok := p.Plans[k.Plan]
+		if !ok {
+			c.add(lines, file, path+".plan", "no plan named %q", k.Plan)
+			continue
+		}
+		p.Keys[k.Digest] = &APIKey{ID: k.ID, Tenant: k.Tenant, User: k.User, Plan: pl}
+	}
+}
+
+// limit validates one limit spec.
+func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
+	a := algo.GCRA
+	if s.Algorithm != "" {
+		var err error
+		if a, err = algo.ParseAlgorithm(s.Algorithm); err != nil {
+			c.addf(path+".algorithm", "%v", err)
+			return tollgate.Limit{}, false
+		}
+	}
+	l := tollgate.Limit{Algorithm: a, Rate: s.Rate, Period: s.Period, Burst: s.Burst}
+	if s.Rate == 0 && s.Period == 0 {
+		c.addf(path, "a limit needs rate and period (e.g. rate: 100, period: 1m)")
+		return l, false
+	}
+	if err := l.Validate(); err != nil {
+		c.addf(path, "%v", err)
+		return l, false
+	}
+	return l, true
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return p, fmt.Errorf("not a CIDR: %q", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("not an address or CIDR: %q", s)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// CheckRedisURL reports whether u is a Redis URL the store can use.
+func CheckRedisURL(u string) error {
+	if _, err := rueidis.ParseURL(u); err != nil {
+		return fmt.Errorf("parsing redis url: %w", err)
+	}
+	return nil
+}
+
+// BuiltinEcho is the upstream name of the built-in demo service.
+const BuiltinEcho = "builtin:echo"
+
+func checkUpstream(s string) error {
+	if s == BuiltinEcho {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("want an http(s) URL or %s, got %q", BuiltinEcho, s)
+	}
+	return nil
+}
+
+// Match returns the route for a request, or nil. path should be cleaned.
+// The longest matching path wins; at equal length a route naming the
+// method beats one that matches any method.
+func (p *Policy) Match(method, path string) *Route {
+	var best *Route
+	for _, r := range p.Routes {
+		if r.Method != "" && r.Method != method {
+			continue
+		}
+		if r.Prefix {
+			if !strings.HasPrefix(path, r.Path) && path+"/" != r.Path {
+				continue
+			}
+		} else if path != r.Path {
+			continue
+		}
+		if best == nil || len(r.Path) > len(best.Path) || (len(r.Path) == len(best.Path) && r.Method != "" && best.Method == "") {
+			best = r
+		}
+	}
+	return best
+}

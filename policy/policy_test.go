@@ -1,0 +1,161 @@
+package policy_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/policy"
+)
+
+const valid = `version: v1
+listeners: {public: "127.0.0.1:8080", admin: "127.0.0.1:9090"}
+identity:
+  secret: 0123456789abcdef0123
+  anonymous_plan: free
+plans:
+  free: {rate: 100, period: 1m}
+  pro: {algorithm: token_bucket, rate: 1000, period: 1m, burst: 200}
+api_keys:
+  - {id: k1, digest: "sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb", plan: free}
+routes:
+  - {name: export, path: /api/export, upstream: "http://127.0.0.1:9000", cost: 10}
+  - {name: api, path: /api/, upstream: "http://127.0.0.1:9000"}
+  - {name: login, method: POST, path: /login, upstream: builtin:echo, on_store_failure: fail_closed, limit: {algorithm: sliding_log, rate: 5, period: 1m}}
+`
+
+func TestQuickstartLoads(t *testing.T) {
+	p, err := policy.Load("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Public != "127.0.0.1:8080" || p.Admin != "127.0.0.1:9090" || p.Store.Type != "memory" || len(p.Keys) != 2 {
+		t.Fatalf("quickstart: %+v", p)
+	}
+	if p.Plans["free"].Limit.Rate != 100 || p.Plans["pro"].Limit.Rate != 1000 {
+		t.Fatal("free and pro plans")
+	}
+}
+
+func TestValid(t *testing.T) {
+	p, err := policy.Parse([]byte(valid), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.UserPlan != p.AnonymousPlan || p.InvalidKey == nil || p.UpstreamTimeout == 0 || p.SecretGenerated {
+		t.Errorf("defaults: %+v", p)
+	}
+	if r := p.Routes[2]; !r.FailClosed || r.Limit == nil || r.Group != "login" || r.Cost != 1 {
+		t.Errorf("login route: %+v", r)
+	}
+	if p.Plans["free"].StoreName != "v1:plan:free" {
+		t.Errorf("store names carry the version: %q", p.Plans["free"].StoreName)
+	}
+}
+
+func TestMatch(t *testing.T) {
+	p, err := policy.Parse([]byte(valid), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ method, path, want string }{
+		{"GET", "/api/export", "export"},
+		{"GET", "/api/items", "api"},
+		{"GET", "/api", "api"},
+		{"POST", "/login", "login"},
+		{"GET", "/login", ""},
+		{"GET", "/apix", ""},
+		{"GET", "/", ""},
+	}
+	for _, c := range cases {
+		r := p.Match(c.method, c.path)
+		got := ""
+		if r != nil {
+			got = r.Name
+		}
+		if got != c.want {
+			t.Errorf("Match(%s %s) = %q, want %q", c.method, c.path, got, c.want)
+		}
+	}
+}
+
+// TestInvalidFiles checks that each broken file is refused whole, with the
+// line of the problem and a message that says what is wrong.
+func TestInvalidFiles(t *testing.T) {
+	cases := []struct {
+		name, edit, with string
+		want             []string // substrings of the error, e.g. "p.yaml:7:"
+	}{
+		{"unknown field", "  free: {rate: 100, period: 1m}", "  free: {rate: 100, period: 1m, brust: 5}", []string{"p.yaml:7:", "brust"}},
+		{"bad duration", "period: 1m}\n  pro", "period: 1 minute}\n  pro", []string{"p.yaml:7:", "duration"}},
+		{"unknown algorithm", "algorithm: token_bucket", "algorithm: tokenbucket", []string{"p.yaml:8:", "plans.pro.algorithm", "unknown algorithm"}},
+		{"zero rate", "rate: 1000,", "rate: 0,", []string{"p.yaml:8:", "rate must be at least 1"}},
+		{"unknown plan", "plan: free}", "plan: gold}", []string{"p.yaml:10:", `no plan named "gold"`}},
+		{"raw key instead of digest", `digest: "sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb"`, `digest: free-demo-key`, []string{"p.yaml:10:", "api_keys[0].digest", "never the key itself"}},
+		{"cost above burst", "cost: 10}", "cost: 500}", []string{"p.yaml:12:", "routes[0].cost", "exceeds plan \"pro\"'s capacity 200"}},
+		{"duplicate route", "path: /api/, upstream", "path: /api/export, upstream", []string{"p.yaml:13:", "already matches"}},
+		{"bad upstream", `upstream: "http://127.0.0.1:9000", cost`, `upstream: "ftp://x", cost`, []string{"p.yaml:12:", "http(s) URL"}},
+		{"bad fail mode", "fail_closed", "fail_shut", []string{"p.yaml:14:", "fail_open or fail_closed"}},
+		{"shared listener", `admin: "127.0.0.1:9090"`, `admin: "127.0.0.1:8080"`, []string{"p.yaml:2:", "must not share"}},
+		{"short secret", "secret: 0123456789abcdef0123", "secret: short", []string{"p.yaml:3:", "at least 16 bytes"}},
+		{"not yaml", "routes:", "routes: [", []string{"p.yaml:"}},
+		{"redis without url", "identity:", "store: {type: redis}\nidentity:", []string{"p.yaml:3:", "needs a url"}},
+		{"bad version", "version: v1", "version: \"v 1\"", []string{"p.yaml:1:", "version must be"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if !strings.Contains(valid, c.edit) {
+				t.Fatalf("edit %q not in the valid file", c.edit)
+			}
+			src := strings.Replace(valid, c.edit, c.with, 1)
+			p, err := policy.Parse([]byte(src), "p.yaml")
+			if p != nil || err == nil {
+				t.Fatalf("accepted:\n%s", src)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestAllProblemsReported(t *testing.T) {
+	src := strings.Replace(strings.Replace(valid, "rate: 1000,", "rate: 0,", 1), "plan: free}", "plan: gold}", 1)
+	_, err := policy.Parse([]byte(src), "p.yaml")
+	var ve *policy.ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 2 {
+		t.Fatalf("want 2 problems, got %v", err)
+	}
+}
+
+func TestEmptyAndMissing(t *testing.T) {
+	if _, err := policy.Parse(nil, "empty.yaml"); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("empty file: %v", err)
+	}
+	if _, err := policy.Load("/nonexistent/policy.yaml"); err == nil || !strings.HasPrefix(err.Error(), "loading policy:") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestKeysFile(t *testing.T) {
+	dir := t.TempDir()
+	main := strings.Replace(valid, "api_keys:\n  - {id: k1, digest: \"sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb\", plan: free}\n", "keys_file: keys.yaml\n", 1)
+	os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(main), 0o600)
+	os.WriteFile(filepath.Join(dir, "keys.yaml"), []byte("api_keys:\n  - {id: a, digest: \"sha256:ff83448544d92a31f29f045bb4b32f207b8e8358882135d71cd07e235d682936\", plan: pro}\n"), 0o600)
+	p, err := policy.Load(filepath.Join(dir, "p.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := p.Keys["sha256:ff83448544d92a31f29f045bb4b32f207b8e8358882135d71cd07e235d682936"]; k == nil || k.Plan.Name != "pro" {
+		t.Fatalf("keys from keys file: %+v", p.Keys)
+	}
+	os.WriteFile(filepath.Join(dir, "keys.yaml"), []byte("api_keys:\n  - {id: a, digest: nope, plan: pro}\n"), 0o600)
+	_, err = policy.Load(filepath.Join(dir, "p.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "keys.yaml:2:") {
+		t.Fatalf("bad keys file: %v", err)
+	}
+}
