@@ -174,3 +174,11 @@ func safeTag(subject string) string {
 	sum := sha256.Sum256([]byte(subject))
 	return "h:" + hex.EncodeToString(sum[:16])
 }
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.client.Do(ctx, s.client.B().Ping().Build()).Error(); err != nil {
+		return fmt.Errorf("pinging redis: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package httplimit
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// setHeaders writes the draft-ietf-httpapi-ratelimit-headers fields for one
+// policy (structured fields; name is a plan or group name, which the
+// policy package restricts to token characters):
+//
+//	RateLimit-Policy: "free";q=100;w=60
+//	RateLimit: "free";r=37;t=12
+//
+// t is the seconds until the full quota is back for an allowed request,
+// and the seconds until this request would be allowed for a refusal, so
+// that Retry-After (set by the caller) is never earlier than t.
+func setHeaders(h http.Header, name string, l tollgate.Limit, d tollgate.Decision, legacy bool) {
+	w := ceilSeconds(l.Period)
+	t := ceilSeconds(d.ResetAfter)
+	if !d.Allowed {
+		t = max(1, ceilSeconds(d.RetryAfter))
+	}
+	q := strconv.FormatInt(l.Rate, 10)
+	r := strconv.FormatInt(d.Remaining, 10)
+	ts := strconv.FormatInt(t, 10)
+	h.Set("RateLimit-Policy", `"`+name+`";q=`+q+";w="+strconv.FormatInt(w, 10))
+	h.Set("RateLimit", `"`+name+`";r=`+r+";t="+ts)
+	if legacy {
+		h.Set("X-RateLimit-Limit", q)
+		h.Set("X-RateLimit-Remaining", r)
+		h.Set("X-RateLimit-Reset", ts)
+	}
+}
+
+// Problem is an RFC 9457 problem details body.
+type Problem struct {
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Status     int    `json:"status"`
+	Detail     string `json:"detail,omitempty"`
+	RetryAfter int64  `json:"retry_after,omitempty"`
+}
+
+// Problem types Tollgate answers with.
+const (
+	ProblemRateLimited   = "urn:tollgate:problem:rate-limited"
+	ProblemInvalidKey    = "urn:tollgate:problem:invalid-api-key"
+	ProblemUnavailable   = "urn:tollgate:problem:limiter-unavailable"
+	ProblemNotFound      = "urn:tollgate:problem:no-route"
+	ProblemBadRequest    = "urn:tollgate:problem:bad-request"
+	ProblemBadGateway    = "urn:tollgate:problem:bad-gateway"
+	ProblemUpstreamSlow  = "urn:tollgate:problem:gateway-timeout"
+	ProblemLoginLocked   = "urn:tollgate:problem:login-locked"
+	ProblemTooManyFailed = "urn:tollgate:problem:too-many-invalid-keys"
+)
+
+// WriteProblem writes p as application/problem+json, with Retry-After when
+// p.RetryAfter is set.
+func WriteProblem(w http.ResponseWriter, p Problem) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(p.RetryAfter, 10))
+	}
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
+	body, _ := json.Marshal(p)
+	w.WriteHeader(p.Status)
+	w.Write(append(body, '\n'))
+}

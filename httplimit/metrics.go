@@ -1,0 +1,49 @@
+package httplimit
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the middleware's Prometheus metrics. Every label value comes
+// from the policy file (plan, route group, policy names) or a fixed set
+// (outcome), never from a request, so cardinality is bounded by the
+// configuration.
+type Metrics struct {
+	// Decisions counts decisions by policy, route group, plan and outcome
+	// (allowed, refused, invalid_key, fail_open, fail_closed).
+	Decisions *prometheus.CounterVec
+	// StoreLatency observes the duration of store calls.
+	StoreLatency prometheus.Histogram
+	// StoreErrors counts failed store calls by policy.
+	StoreErrors *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil: not
+// registered).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_decisions_total",
+			Help: "Rate-limit decisions by policy, route group, plan and outcome.",
+		}, []string{"policy", "route_group", "plan", "outcome"}),
+		StoreLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tollgate_store_duration_seconds",
+			Help:    "Duration of rate-limit store calls.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}),
+		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_store_errors_total",
+			Help: "Failed rate-limit store calls by policy.",
+		}, []string{"policy"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("registering metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
