@@ -1,0 +1,187 @@
+// Command tollgate runs and checks Tollgate gateways.
+//
+//	tollgate serve --config FILE [--redis URL]   run the gateway (env TOLLGATE_REDIS_URL works too)
+//	tollgate check FILE                          validate a policy and print what it enforces
+//	tollgate hash-key KEY                        print the digest to list an API key under
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/tollgate/tollgate/gateway"
+	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/policy"
+)
+
+const usage = `usage:
+  tollgate serve --config FILE [--redis URL]   run the gateway (env TOLLGATE_REDIS_URL works too)
+  tollgate check FILE                          validate a policy and print what it would enforce
+  tollgate hash-key KEY                        print the digest under which to list an API key
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "check":
+		if len(args) != 2 {
+			fmt.Fprint(stderr, usage)
+			return 2
+		}
+		p, err := policy.Load(args[1])
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		describe(stdout, p)
+		return 0
+	case "hash-key":
+		if len(args) != 2 {
+			fmt.Fprint(stderr, usage)
+			return 2
+		}
+		fmt.Fprintln(stdout, identity.KeyDigest(args[1]))
+		return 0
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	config := fs.String("config", "", "policy file (required)")
+	redisURL := fs.String("redis", os.Getenv("TOLLGATE_REDIS_URL"), "Redis URL; overrides the policy's store (env TOLLGATE_REDIS_URL)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *config == "" {
+		fmt.Fprintln(stderr, "serve: --config is required")
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	p, err := policy.Load(*config)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if *redisURL != "" {
+		if err := policy.CheckRedisURL(*redisURL); err != nil {
+			fmt.Fprintln(stderr, "serve:", err)
+			return 1
+		}
+		if p.SecretGenerated {
+			fmt.Fprintln(stderr, "serve: a shared Redis store needs identity.secret or identity.secret_env in the policy, so every instance hashes subjects alike")
+			return 1
+		}
+	}
+	if p.SecretGenerated {
+		log.Warn("no identity secret configured: using a random one for this process (fine for one instance on the memory store)")
+	}
+	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: *redisURL, Logger: log})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	defer g.Close()
+	pub, err := net.Listen("tcp", p.Public)
+	if err != nil {
+		fmt.Fprintln(stderr, "serve:", err)
+		return 1
+	}
+	adm, err := net.Listen("tcp", p.Admin)
+	if err != nil {
+		pub.Close()
+		fmt.Fprintln(stderr, "serve:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := g.Serve(ctx, pub, adm); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("gateway stopped", slog.String("error", err.Error()))
+		return 1
+	}
+	return 0
+}
+
+// describe prints what a policy enforces.
+func describe(w io.Writer, p *policy.Policy) {
+	fmt.Fprintf(w, "policy %s (%s): OK\n", p.Version, p.Source)
+	fmt.Fprintf(w, "listeners: public %s, admin %s\n", p.Public, p.Admin)
+	store := p.Store.Type
+	if p.Store.Type == "redis" {
+		store += " " + p.Store.URL
+	}
+	fmt.Fprintf(w, "store: %s\n", store)
+	fmt.Fprintln(w, "plans:")
+	names := make([]string, 0, len(p.Plans))
+	for n := range p.Plans {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		var who []string
+		if p.AnonymousPlan != nil && p.AnonymousPlan.Name == n {
+			who = append(who, "clients by IP")
+		}
+		if p.UserPlan != nil && p.UserPlan.Name == n {
+			who = append(who, "users from "+p.UserHeader)
+		}
+		keys := 0
+		for _, k := range p.Keys {
+			if k.Plan.Name == n {
+				keys++
+			}
+		}
+		if keys > 0 {
+			who = append(who, fmt.Sprintf("%d API key(s)", keys))
+		}
+		fmt.Fprintf(w, "  %-12s %-22v %s\n", n, p.Plans[n].Limit, strings.Join(who, ", "))
+	}
+	fmt.Fprintln(w, "routes:")
+	for _, r := range p.Routes {
+		m := r.Method
+		if m == "" {
+			m = "*"
+		}
+		match := r.Path
+		if r.Prefix {
+			match += "*"
+		}
+		limit := "plan limit"
+		if r.Limit != nil {
+			limit = "own limit " + r.Limit.Limit.String() + " per subject"
+		}
+		mode := "fail_open"
+		if r.FailClosed {
+			mode = "fail_closed"
+		}
+		fmt.Fprintf(w, "  %-7s %-16s -> %-22s group %-8s cost %-3d %s, %s\n", m, match, r.Upstream, r.Group, r.Cost, limit, mode)
+	}
+	fmt.Fprintf(w, "invalid API keys: %v per client IP\n", p.InvalidKey.Limit)
+	if len(p.TrustedProxies) > 0 {
+		fmt.Fprintf(w, "trusted proxies: %v\n", p.TrustedProxies)
+	}
+}

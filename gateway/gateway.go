@@ -1,0 +1,285 @@
+// Package gateway is Tollgate's reverse proxy: the httplimit middleware in
+// front of httputil.ReverseProxy, on a public listener, with /healthz,
+// /readyz and /metrics on a separate admin listener.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/rueidis"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/store/memory"
+	rstore "github.com/tollgate/tollgate/store/redis"
+)
+
+// Options configures a Gateway. Policy is required; the zero value of every
+// other field is the default.
+type Options struct {
+	Policy *policy.Policy
+	// Store overrides the store the policy names; nil opens it.
+	Store tollgate.Store
+	// RedisURL, if set, overrides the policy's store with this Redis.
+	RedisURL string
+	// Logger receives JSON logs; nil means slog.Default().
+	Logger *slog.Logger
+	// ShutdownTimeout bounds how long in-flight requests may take to finish
+	// after shutdown starts (default 30s).
+	ShutdownTimeout time.Duration
+}
+
+// Gateway serves one policy. Create it with New and run it with Serve.
+type Gateway struct {
+	opts     Options
+	pol      *policy.Policy
+	store    tollgate.Store
+	closers  []func()
+	registry *prometheus.Registry
+	public   http.Handler
+	admin    http.Handler
+	log      *slog.Logger
+}
+
+// pinger is a store that can tell whether it is reachable.
+type pinger interface{ Ping(context.Context) error }
+
+// New builds a Gateway: it opens the store, the proxies and the metrics.
+func New(opts Options) (*Gateway, error) {
+	if opts.Policy == nil {
+		return nil, errors.New("creating gateway: no policy")
+	}
+	g := &Gateway{opts: opts, pol: opts.Policy, log: opts.Logger, registry: prometheus.NewRegistry()}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if g.opts.ShutdownTimeout == 0 {
+		g.opts.ShutdownTimeout = 30 * time.Second
+	}
+	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := g.openStore(); err != nil {
+		g.Close()
+		return nil, err
+	}
+	metrics, err := httplimit.NewMetrics(g.registry)
+	if err != nil {
+		g.Close()
+		return nil, fmt.Errorf("creating gateway: %w", err)
+	}
+	mw, err := httplimit.Middleware(httplimit.Options{
+		Policy: g.pol, Store: g.store, Logger: g.log, Metrics: metrics, RequireRoute: true,
+	})
+	if err != nil {
+		g.Close()
+		return nil, fmt.Errorf("creating gateway: %w", err)
+	}
+	up, err := g.upstreams()
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	g.public = mw(up)
+	g.admin = g.adminHandler()
+	return g, nil
+}
+
+func (g *Gateway) openStore() error {
+	if g.opts.Store != nil {
+		g.store = g.opts.Store
+		return nil
+	}
+	spec := g.pol.Store
+	if g.opts.RedisURL != "" {
+		spec = policy.StoreSpec{Type: "redis", URL: g.opts.RedisURL}
+	}
+	switch spec.Type {
+	case "redis":
+		opt, err := rueidis.ParseURL(spec.URL)
+		if err != nil {
+			return fmt.Errorf("opening redis store: %w", err)
+		}
+		opt.DisableCache = true
+		c, err := rueidis.NewClient(opt)
+		if err != nil {
+			return fmt.Errorf("opening redis store: %w", err)
+		}
+		g.closers = append(g.closers, c.Close)
+		s, err := rstore.New(c, rstore.Options{})
+		if err != nil {
+			return fmt.Errorf("opening redis store: %w", err)
+		}
+		g.store = s
+	default:
+		s := memory.New(memory.Options{MaxKeys: spec.MaxKeys})
+		g.closers = append(g.closers, func() { s.Close() })
+		g.registry.MustRegister(s)
+		g.store = s
+	}
+	return nil
+}
+
+// Close releases the store.
+func (g *Gateway) Close() {
+	for i := len(g.closers) - 1; i >= 0; i-- {
+		g.closers[i]()
+	}
+	g.closers = nil
+}
+
+// Handler returns the public handler (middleware and proxy).
+func (g *Gateway) Handler() http.Handler { return g.public }
+
+// AdminHandler returns the admin handler: /healthz, /readyz, /metrics.
+func (g *Gateway) AdminHandler() http.Handler { return g.admin }
+
+// Registry returns the gateway's Prometheus registry.
+func (g *Gateway) Registry() *prometheus.Registry { return g.registry }
+
+func (g *Gateway) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := g.store.(pinger); ok {
+			ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+			defer cancel()
+			if err := p.Ping(ctx); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, "store unavailable: %v\n", err)
+				return
+			}
+		}
+		fmt.Fprintf(w, "ready: policy %s\n", g.pol.Version)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// upstreams returns the handler that sends an admitted request to its
+// route's upstream.
+func (g *Gateway) upstreams() (http.Handler, error) {
+	tp := g.pol.Trusted
+	transport := &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ResponseHeaderTimeout: g.pol.UpstreamTimeout,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	g.closers = append(g.closers, transport.CloseIdleConnections)
+	echo := Echo()
+	proxies := map[string]http.Handler{}
+	for _, r := range g.pol.Routes {
+		if r.Upstream == policy.BuiltinEcho || proxies[r.Upstream] != nil {
+			continue
+		}
+		target, err := url.Parse(r.Upstream)
+		if err != nil {
+			return nil, fmt.Errorf("creating gateway: route %s: %w", r.Name, err)
+		}
+		proxies[r.Upstream] = &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				if info, ok := httplimit.FromContext(pr.In.Context()); ok {
+					pr.Out.URL.Path, pr.Out.URL.RawPath = info.Path, ""
+				}
+				// Keep the forwarding chain only from trusted proxies; then
+				// append the peer.
+				if peer, ok := identity.PeerAddr(pr.In); ok && tp.Contains(peer) {
+					if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
+						pr.Out.Header["X-Forwarded-For"] = v
+					}
+				}
+				pr.SetURL(target)
+				pr.SetXForwarded()
+			},
+			Transport:    transport,
+			ErrorHandler: g.upstreamError,
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info, ok := httplimit.FromContext(r.Context())
+		if !ok || info.Route == nil {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: httplimit.ProblemNotFound, Status: http.StatusNotFound})
+			return
+		}
+		if info.Route.Upstream == policy.BuiltinEcho {
+			r2 := r.Clone(r.Context())
+			r2.URL.Path, r2.URL.RawPath = info.Path, ""
+			echo.ServeHTTP(w, r2)
+			return
+		}
+		proxies[info.Route.Upstream].ServeHTTP(w, r)
+	}), nil
+}
+
+func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the client went away; nobody to answer
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		httplimit.WriteProblem(w, httplimit.Problem{Type: httplimit.ProblemUpstreamSlow, Status: http.StatusGatewayTimeout,
+			Detail: "the upstream did not answer in time"})
+		return
+	}
+	g.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed", slog.String("error", err.Error()))
+	httplimit.WriteProblem(w, httplimit.Problem{Type: httplimit.ProblemBadGateway, Status: http.StatusBadGateway,
+		Detail: "the upstream could not be reached"})
+}
+
+// Serve serves public traffic on pub and the admin endpoints on adm until
+// ctx is done, then shuts down gracefully: listeners close at once and
+// in-flight requests get up to ShutdownTimeout to finish.
+func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
+	servers := []*http.Server{
+		{Handler: g.public, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10,
+			ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)},
+		{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10,
+			ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)},
+	}
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	for i, l := range []net.Listener{pub, adm} {
+		wg.Add(1)
+		go func(s *http.Server, l net.Listener) {
+			defer wg.Done()
+			if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}(servers[i], l)
+	}
+	g.log.Info("serving", slog.String("public", pub.Addr().String()), slog.String("admin", adm.Addr().String()),
+		slog.String("policy_version", g.pol.Version))
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	g.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), g.opts.ShutdownTimeout)
+	defer cancel()
+	for _, s := range servers {
+		if serr := s.Shutdown(sctx); serr != nil && err == nil {
+			err = fmt.Errorf("shutting down: %w", serr)
+		}
+	}
+	wg.Wait()
+	return err
+}

@@ -1,0 +1,511 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/gateway"
+	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/policy"
+)
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv, "rl:*")) }
+
+const (
+	freeKey = "free-demo-key"
+	proKey  = "pro-demo-key"
+)
+
+// config is the quickstart policy with its upstreams pointed at upstream
+// and the given trusted proxies.
+func config(t *testing.T, upstream string, trusted string) *policy.Policy {
+	t.Helper()
+	b, err := os.ReadFile("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.ReplaceAll(string(b), "builtin:echo", upstream)
+	s = strings.Replace(s, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: "+trusted, 1)
+	p, err := policy.Parse([]byte(s), "quickstart-test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// upstream is a real HTTP server that counts what reaches it.
+type upstream struct {
+	*httptest.Server
+	hits  atomic.Int64
+	delay time.Duration
+	mu    sync.Mutex
+	last  http.Header
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		u.mu.Lock()
+		u.last = r.Header.Clone()
+		u.mu.Unlock()
+		if u.delay > 0 {
+			select {
+			case <-time.After(u.delay):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprintf(w, "upstream saw %s %s", r.Method, r.URL.Path)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// running is a gateway serving on loopback.
+type running struct {
+	public, admin string
+	logs          *syncBuffer
+	cancel        context.CancelFunc
+	done          chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func start(t *testing.T, p *policy.Policy, redisURL string) *running {
+	t.Helper()
+	logs := &syncBuffer{}
+	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewJSONHandler(logs, nil)), ShutdownTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{public: "http://" + pub.Addr().String(), admin: "http://" + adm.Addr().String(), logs: logs, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- g.Serve(ctx, pub, adm) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+		g.Close()
+	})
+	return r
+}
+
+var client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+func get(t *testing.T, url string, header ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func getBody(t *testing.T, url string, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+// admitUntilRefused sends requests until the first 429 (at most max) and
+// returns how many were admitted.
+func admitUntilRefused(t *testing.T, url string, max int, header ...string) (int, *http.Response, []byte) {
+	t.Helper()
+	for i := 0; i < max; i++ {
+		resp, body := getBody(t, url, header...)
+		switch resp.StatusCode {
+		case http.StatusOK:
+		case http.StatusTooManyRequests:
+			return i, resp, body
+		default:
+			t.Fatalf("request %d: status %d: %s", i, resp.StatusCode, body)
+		}
+	}
+	return max, nil, nil
+}
+
+func TestFreeKeyGetsExactly100(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	n, resp, body := admitUntilRefused(t, g.public+"/api/items", 200, "Authorization", "Bearer "+freeKey)
+	if n != 100 {
+		t.Fatalf("admitted %d, want 100", n)
+	}
+	if hits := up.hits.Load(); hits != 100 {
+		t.Fatalf("upstream saw %d requests, want exactly 100", hits)
+	}
+	h := resp.Header
+	if got := h.Get("RateLimit-Policy"); got != `"free";q=100;w=60` {
+		t.Errorf("RateLimit-Policy = %q", got)
+	}
+	rl := h.Get("RateLimit")
+	if !strings.HasPrefix(rl, `"free";r=0;t=`) {
+		t.Errorf("RateLimit = %q", rl)
+	}
+	tSec, _ := strconv.Atoi(rl[strings.LastIndex(rl, "=")+1:])
+	retry, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || retry < 1 || retry < tSec || retry > 60 {
+		t.Errorf("Retry-After = %q with t=%d", h.Get("Retry-After"), tSec)
+	}
+	if h.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("Content-Type = %q", h.Get("Content-Type"))
+	}
+	if h.Get("X-RateLimit-Limit") != "100" || h.Get("X-RateLimit-Remaining") != "0" {
+		t.Errorf("legacy headers: %v", h)
+	}
+	var p httplimit.Problem
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatalf("problem body %q: %v", body, err)
+	}
+	if p.Status != 429 || p.Type != httplimit.ProblemRateLimited || p.Title == "" || p.Detail == "" || p.RetryAfter != int64(retry) {
+		t.Errorf("problem = %+v", p)
+	}
+	// The upstream is never called for a refusal.
+	get(t, g.public+"/api/items", "X-API-Key", freeKey)
+	if hits := up.hits.Load(); hits != 100 {
+		t.Fatalf("upstream saw %d requests after refusals, want 100", hits)
+	}
+}
+
+func TestProKeyGets1000(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	if n, _, _ := admitUntilRefused(t, g.public+"/api/items", 1100, "X-API-Key", proKey); n != 1000 {
+		t.Fatalf("admitted %d, want 1000", n)
+	}
+	if up.hits.Load() != 1000 {
+		t.Fatalf("upstream saw %d", up.hits.Load())
+	}
+}
+
+func TestExportCosts10(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	if n, _, _ := admitUntilRefused(t, g.public+"/api/export", 20, "X-API-Key", freeKey); n != 10 {
+		t.Fatalf("admitted %d exports, want 10 (cost 10 of 100)", n)
+	}
+	// The export spent the same plan budget as every other route.
+	if resp := get(t, g.public+"/api/items", "X-API-Key", freeKey); resp.StatusCode != 429 {
+		t.Fatalf("a read after 10 exports: %d, want 429", resp.StatusCode)
+	}
+	resp, _ := getBody(t, g.public+"/api/export", "X-API-Key", freeKey)
+	if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, `"free";r=0;`) {
+		t.Errorf("RateLimit = %q", got)
+	}
+}
+
+func TestTwoGatewaysShareRedis(t *testing.T) {
+	up := newUpstream(t)
+	url := "redis://" + srv.Addr + "/0"
+	p := config(t, up.URL, "[]")
+	a, b := start(t, p, url), start(t, p, url)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(g *running) {
+			defer wg.Done()
+			for j := 0; j < 30; j++ {
+				resp := get(t, g.public+"/api/items", "X-API-Key", freeKey)
+				if resp.StatusCode == 200 {
+					admitted.Add(1)
+				} else if resp.StatusCode != 429 {
+					t.Errorf("status %d", resp.StatusCode)
+				}
+			}
+		}([]*running{a, b}[i%2])
+	}
+	wg.Wait()
+	if admitted.Load() != 100 || up.hits.Load() != 100 {
+		t.Fatalf("two gateways admitted %d (upstream saw %d), want exactly 100", admitted.Load(), up.hits.Load())
+	}
+}
+
+func TestForwardedForUntrustedIsIgnored(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	// Anonymous plan: 20 per minute per client IP. Spoofed addresses do not
+	// buy a fresh budget.
+	admitted := 0
+	for i := 0; i < 30; i++ {
+		if get(t, g.public+"/api/items", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i)).StatusCode == 200 {
+			admitted++
+		}
+	}
+	if admitted != 20 {
+		t.Fatalf("admitted %d with spoofed X-Forwarded-For from an untrusted peer, want 20", admitted)
+	}
+}
+
+func TestForwardedForTrustedProxy(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[127.0.0.0/8]"), "")
+	for _, client := range []string{"203.0.113.5", "203.0.113.6"} {
+		// The leftmost entry is attacker-controlled; the walk from the right
+		// stops at the first untrusted address, the real client.
+		n, _, _ := admitUntilRefused(t, g.public+"/api/items", 30, "X-Forwarded-For", "6.6.6.6, "+client)
+		if n != 20 {
+			t.Fatalf("client %s admitted %d, want its own 20", client, n)
+		}
+	}
+	up.mu.Lock()
+	xff := up.last.Get("X-Forwarded-For")
+	up.mu.Unlock()
+	if !strings.HasSuffix(xff, "127.0.0.1") || !strings.Contains(xff, "203.0.113.6") {
+		t.Errorf("upstream X-Forwarded-For = %q", xff)
+	}
+}
+
+func TestUserHeaderOnlyFromTrustedProxy(t *testing.T) {
+	up := newUpstream(t)
+	untrusted := start(t, config(t, up.URL, "[]"), "")
+	// From an untrusted peer the header is ignored: the anonymous 20 apply.
+	if n, _, _ := admitUntilRefused(t, untrusted.public+"/api/items", 30, "X-User-ID", "mallory"); n != 20 {
+		t.Fatalf("untrusted user header: admitted %d, want 20", n)
+	}
+	trusted := start(t, config(t, up.URL, "[127.0.0.1/32]"), "")
+	if n, _, _ := admitUntilRefused(t, trusted.public+"/api/items", 130, "X-User-ID", "alice"); n != 100 {
+		t.Fatalf("trusted user header: admitted %d, want the free plan's 100", n)
+	}
+}
+
+func TestInvalidKeysAreLimitedPerIP(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	for i := 0; i < 10; i++ {
+		resp, body := getBody(t, g.public+"/api/items", "X-API-Key", fmt.Sprintf("guess-%d", i))
+		if resp.StatusCode != 401 || !strings.Contains(string(body), httplimit.ProblemInvalidKey) {
+			t.Fatalf("guess %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	resp := get(t, g.public+"/api/items", "X-API-Key", "guess-11")
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("11th invalid key: %d", resp.StatusCode)
+	}
+	// Once over the budget, even a right key from that IP learns nothing.
+	if resp := get(t, g.public+"/api/items", "X-API-Key", freeKey); resp.StatusCode != 429 {
+		t.Fatalf("valid key from a penalised IP: %d, want 429", resp.StatusCode)
+	}
+	if up.hits.Load() != 0 {
+		t.Fatalf("upstream saw %d requests", up.hits.Load())
+	}
+}
+
+func TestHostileInput(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[127.0.0.0/8]"), "")
+	t.Run("1MiB header", func(t *testing.T) {
+		if resp := get(t, g.public+"/api/items", "X-Junk", strings.Repeat("a", 1<<20)); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("status %d, want 431", resp.StatusCode)
+		}
+	})
+	t.Run("thousands of X-Forwarded-For entries", func(t *testing.T) {
+		var b strings.Builder
+		for i := 0; i < 3000; i++ {
+			fmt.Fprintf(&b, "10.%d.%d.%d, ", i/65536%256, i/256%256, i%256)
+		}
+		b.WriteString("203.0.113.77")
+		if resp := get(t, g.public+"/api/items", "X-Forwarded-For", b.String()); resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	})
+	t.Run("control characters and invalid UTF-8 in keys", func(t *testing.T) {
+		// Sent raw: Go's client refuses to write such headers. net/http
+		// itself answers 400 for bytes it will not parse; whatever reaches
+		// Tollgate must get 401 (or 429 once the IP is over its budget).
+		before := up.hits.Load()
+		for _, k := range []string{"\x01\x02", "\xff\xfe\xfd", "key with spaces", strings.Repeat("k", 5000), "ünï", "\t"} {
+			code := rawStatus(t, strings.TrimPrefix(g.public, "http://"), "GET /api/items HTTP/1.1\r\nHost: x\r\nX-API-Key: "+k+"\r\nConnection: close\r\n\r\n")
+			if code != 400 && code != 401 && code != 429 {
+				t.Errorf("key %.10q: status %d, want 400, 401 or 429", k, code)
+			}
+		}
+		if up.hits.Load() != before {
+			t.Errorf("a malformed key reached the upstream")
+		}
+	})
+	t.Run("path tricks match the cleaned path", func(t *testing.T) {
+		resp, body := getBody(t, g.public+"/api/x/../../api/export", "X-API-Key", proKey)
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "/api/export") {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+		if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, `"pro";r=990;`) {
+			t.Errorf("export via a dotted path was not charged as an export: %q", got)
+		}
+	})
+	t.Run("unmatched route", func(t *testing.T) {
+		if resp := get(t, g.public+"/nowhere"); resp.StatusCode != 404 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	})
+}
+
+func TestUpstreamFailures(t *testing.T) {
+	up := newUpstream(t)
+	up.delay = 2 * time.Second
+	p := config(t, up.URL, "[]")
+	p.UpstreamTimeout = 100 * time.Millisecond
+	g := start(t, p, "")
+	resp, body := getBody(t, g.public+"/api/slow", "X-API-Key", proKey)
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(body), httplimit.ProblemUpstreamSlow) {
+		t.Fatalf("slow upstream: %d %s", resp.StatusCode, body)
+	}
+	dead := newUpstream(t)
+	dead.Close()
+	g2 := start(t, config(t, dead.URL, "[]"), "")
+	resp, body = getBody(t, g2.public+"/api/x", "X-API-Key", proKey)
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("dead upstream: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestGracefulShutdown(t *testing.T) {
+	up := newUpstream(t)
+	up.delay = 300 * time.Millisecond
+	g := start(t, config(t, up.URL, "[]"), "")
+	result := make(chan int, 1)
+	go func() {
+		resp, err := client.Get(g.public + "/api/slow")
+		if err != nil {
+			result <- -1
+			return
+		}
+		resp.Body.Close()
+		result <- resp.StatusCode
+	}()
+	for up.hits.Load() == 0 { // wait until the request is in flight
+		time.Sleep(5 * time.Millisecond)
+	}
+	g.cancel()
+	if code := <-result; code != 200 {
+		t.Fatalf("in-flight request during shutdown: %d, want 200", code)
+	}
+	if err := <-g.done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	g.done <- nil // for the cleanup
+	if _, err := client.Get(g.public + "/api/x"); err == nil {
+		t.Fatal("gateway still accepting after shutdown")
+	}
+}
+
+func TestAdminEndpoints(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "redis://"+srv.Addr+"/0")
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		if resp := get(t, g.admin+path); resp.StatusCode != 200 {
+			t.Errorf("admin %s: %d", path, resp.StatusCode)
+		}
+		if resp := get(t, g.public+path); resp.StatusCode == 200 {
+			t.Errorf("public listener serves %s", path)
+		}
+	}
+}
+
+// TestNoRawSecretsAnywhere scans Redis keys, logs and metrics for raw API
+// keys, user ids and client IPs after traffic that includes refusals.
+func TestNoRawSecretsAnywhere(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[127.0.0.1/32]"), "redis://"+srv.Addr+"/0")
+	admitUntilRefused(t, g.public+"/api/items", 200, "X-API-Key", freeKey)
+	admitUntilRefused(t, g.public+"/api/items", 200, "X-User-ID", "carol@example.com")
+	admitUntilRefused(t, g.public+"/api/items", 200, "X-Forwarded-For", "198.51.100.23")
+	for i := 0; i < 12; i++ {
+		get(t, g.public+"/api/items", "X-API-Key", "wrong-secret-key-"+strconv.Itoa(i), "X-Forwarded-For", "198.51.100.24")
+	}
+	_, metrics := getBody(t, g.admin+"/metrics")
+	c, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	keys, err := c.Do(context.Background(), c.B().Keys().Pattern("*").Build()).AsStrSlice()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("redis keys: %v %v", keys, err)
+	}
+	haystacks := map[string]string{"redis keys": strings.Join(keys, "\n"), "logs": g.logs.String(), "metrics": string(metrics)}
+	for where, text := range haystacks {
+		for _, secret := range []string{freeKey, "wrong-secret-key", "carol@example.com", "198.51.100.23", "198.51.100.24", "free-demo"} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s contain %q", where, secret)
+			}
+		}
+	}
+	if !strings.Contains(g.logs.String(), `"msg":"refused"`) {
+		t.Error("no refusal was logged")
+	}
+}
+
+// rawStatus sends a raw HTTP request and returns the response status code.
+func rawStatus(t *testing.T, addr, req string) int {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
