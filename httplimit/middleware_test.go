@@ -1,0 +1,144 @@
+package httplimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/store/memory"
+	rstore "github.com/tollgate/tollgate/store/redis"
+)
+
+const pol = `version: t1
+listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
+identity: {secret: 0123456789abcdef0123, anonymous_plan: free}
+plans:
+  free: {algorithm: fixed_window, rate: 3, period: 1m}
+routes:
+  - {name: read, path: /, upstream: builtin:echo}
+  - {name: pay, method: POST, path: /pay, upstream: builtin:echo, on_store_failure: fail_closed}
+`
+
+// fixedClockStore is a memory store on a fixed clock, so fixed windows
+// cannot roll over during a test.
+func fixedClockStore(t *testing.T) tollgate.Store {
+	now := time.Date(2026, 11, 29, 12, 0, 10, 0, time.UTC)
+	s := memory.New(memory.Options{Now: func() time.Time { return now }})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func handler(t *testing.T, store tollgate.Store, legacy bool) (http.Handler, *atomic.Int64) {
+	t.Helper()
+	p, err := policy.Parse([]byte(pol), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.LegacyHeaders = legacy
+	mw, err := httplimit.Middleware(httplimit.Options{Policy: p, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	return mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		info, ok := httplimit.FromContext(r.Context())
+		if !ok || info.Subject.Kind != "ip" || strings.Contains(info.Subject.ID, "192.0.2") {
+			t.Errorf("handler info: %+v", info)
+		}
+		w.Write([]byte("app"))
+	})), &calls
+}
+
+func do(h http.Handler, method, path string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+	return rec
+}
+
+func TestMiddlewareOnItsOwn(t *testing.T) {
+	h, calls := handler(t, fixedClockStore(t), false)
+	for i := 0; i < 3; i++ {
+		rec := do(h, "GET", "/anything")
+		if rec.Code != 200 || rec.Body.String() != "app" {
+			t.Fatalf("request %d: %d %q", i, rec.Code, rec.Body)
+		}
+		if got, want := rec.Header().Get("RateLimit"), `"free";r=`+string(rune('2'-i))+`;t=50`; got != want {
+			t.Errorf("request %d: RateLimit = %q, want %q", i, got, want)
+		}
+	}
+	rec := do(h, "GET", "/anything")
+	if rec.Code != 429 || calls.Load() != 3 {
+		t.Fatalf("4th: %d, handler called %d times", rec.Code, calls.Load())
+	}
+	if rec.Header().Get("Retry-After") != "50" || rec.Header().Get("RateLimit") != `"free";r=0;t=50` ||
+		rec.Header().Get("RateLimit-Policy") != `"free";q=3;w=60` {
+		t.Errorf("refusal headers: %v", rec.Header())
+	}
+	if rec.Header().Get("X-RateLimit-Limit") != "" {
+		t.Error("legacy headers sent without the option")
+	}
+	var p httplimit.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != 429 || p.RetryAfter != 50 {
+		t.Errorf("problem %q: %+v %v", rec.Body, p, err)
+	}
+}
+
+func TestLegacyHeaders(t *testing.T) {
+	h, _ := handler(t, fixedClockStore(t), true)
+	rec := do(h, "GET", "/")
+	if rec.Header().Get("X-RateLimit-Limit") != "3" || rec.Header().Get("X-RateLimit-Remaining") != "2" || rec.Header().Get("X-RateLimit-Reset") != "50" {
+		t.Errorf("legacy headers: %v", rec.Header())
+	}
+}
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv, "rl:*")) }
+
+// TestStoreFailure uses a real Redis store whose server has been stopped:
+// ordinary routes fail open, fail_closed routes answer 503.
+func TestStoreFailure(t *testing.T) {
+	dead := redistest.Start(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{dead.Addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := rstore.New(c, rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+	h, calls := handler(t, s, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+	if rec.Code != 200 || calls.Load() != 1 {
+		t.Fatalf("fail_open route: %d, handler calls %d", rec.Code, calls.Load())
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "/pay", nil).WithContext(ctx))
+	if rec.Code != 503 || calls.Load() != 1 || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("fail_closed route: %d, handler calls %d", rec.Code, calls.Load())
+	}
+}
+
+func TestMiddlewareNeedsPolicyAndStore(t *testing.T) {
+	if _, err := httplimit.Middleware(httplimit.Options{}); err == nil {
+		t.Fatal("accepted empty options")
+	}
+}
