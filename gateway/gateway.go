@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
 	rstore "github.com/tollgate/tollgate/store/redis"
 )
@@ -104,7 +106,7 @@ func (g *Gateway) openStore() error {
 	}
 	spec := g.pol.Store
 	if g.opts.RedisURL != "" {
-		spec = policy.StoreSpec{Type: "redis", URL: g.opts.RedisURL}
+		spec.Type, spec.URL = "redis", g.opts.RedisURL
 	}
 	switch spec.Type {
 	case "redis":
@@ -113,16 +115,23 @@ func (g *Gateway) openStore() error {
 			return fmt.Errorf("opening redis store: %w", err)
 		}
 		opt.DisableCache = true
-		c, err := rueidis.NewClient(opt)
+		// Open does not wait for Redis: the gateway serves (degraded, by
+		// each route's failure policy) until Redis appears.
+		rs, err := rstore.Open(opt, 0)
 		if err != nil {
 			return fmt.Errorf("opening redis store: %w", err)
 		}
-		g.closers = append(g.closers, c.Close)
-		s, err := rstore.New(c, rstore.Options{})
-		if err != nil {
-			return fmt.Errorf("opening redis store: %w", err)
-		}
-		g.store = s
+		g.closers = append(g.closers, rs.Close)
+		res := resilience.New(rs, resilience.Options{
+			Timeout:        spec.Timeout,
+			FailuresToOpen: spec.Breaker.Failures,
+			OpenFor:        spec.Breaker.OpenFor,
+			Instances:      spec.Instances,
+			Logger:         g.log,
+		})
+		g.closers = append(g.closers, func() { res.Close() })
+		g.registry.MustRegister(res)
+		g.store = res
 	default:
 		s := memory.New(memory.Options{MaxKeys: spec.MaxKeys})
 		g.closers = append(g.closers, func() { s.Close() })
@@ -155,16 +164,21 @@ func (g *Gateway) adminHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		// A gateway whose store is down still serves, by each route's
+		// failure policy: it is ready, but says it is degraded.
+		status, detail := "ready", "store ok"
 		if p, ok := g.store.(pinger); ok {
 			ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 			defer cancel()
 			if err := p.Ping(ctx); err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				fmt.Fprintf(w, "store unavailable: %v\n", err)
-				return
+				status, detail = "degraded", "store unavailable: "+err.Error()
 			}
 		}
-		fmt.Fprintf(w, "ready: policy %s\n", g.pol.Version)
+		if d, ok := g.store.(interface{ Degraded() bool }); ok && d.Degraded() && status == "ready" {
+			status, detail = "degraded", "store circuit breaker not closed"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]string{"status": status, "detail": detail, "policy_version": g.pol.Version})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
 	return mux

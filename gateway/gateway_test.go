@@ -102,6 +102,16 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 
 func start(t *testing.T, p *policy.Policy, redisURL string) *running {
 	t.Helper()
+	r := startNoWait(t, p, redisURL)
+	if redisURL != "" {
+		r.waitReady(t)
+	}
+	return r
+}
+
+// startNoWait starts a gateway without waiting for its store.
+func startNoWait(t *testing.T, p *policy.Policy, redisURL string) *running {
+	t.Helper()
 	logs := &syncBuffer{}
 	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewJSONHandler(logs, nil)), ShutdownTimeout: 5 * time.Second})
 	if err != nil {
@@ -124,6 +134,19 @@ func start(t *testing.T, p *policy.Policy, redisURL string) *running {
 		g.Close()
 	})
 	return r
+}
+
+// waitReady waits until /readyz reports the store reachable.
+func (r *running) waitReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, body := getBody(t, r.admin+"/readyz"); strings.Contains(string(body), `"status":"ready"`) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("gateway never became ready")
 }
 
 var client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -252,6 +275,7 @@ func TestTwoGatewaysShareRedis(t *testing.T) {
 	up := newUpstream(t)
 	url := "redis://" + srv.Addr + "/0"
 	p := config(t, up.URL, "[]")
+	p.Store.Timeout = 5 * time.Second // exactness, not resilience, is under test
 	a, b := start(t, p, url), start(t, p, url)
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -460,7 +484,9 @@ func TestAdminEndpoints(t *testing.T) {
 // keys, user ids and client IPs after traffic that includes refusals.
 func TestNoRawSecretsAnywhere(t *testing.T) {
 	up := newUpstream(t)
-	g := start(t, config(t, up.URL, "[127.0.0.1/32]"), "redis://"+srv.Addr+"/0")
+	p := config(t, up.URL, "[127.0.0.1/32]")
+	p.Store.Timeout = 5 * time.Second
+	g := start(t, p, "redis://"+srv.Addr+"/0")
 	admitUntilRefused(t, g.public+"/api/items", 200, "X-API-Key", freeKey)
 	admitUntilRefused(t, g.public+"/api/items", 200, "X-User-ID", "carol@example.com")
 	admitUntilRefused(t, g.public+"/api/items", 200, "X-Forwarded-For", "198.51.100.23")

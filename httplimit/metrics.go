@@ -18,6 +18,9 @@ type Metrics struct {
 	StoreLatency prometheus.Histogram
 	// StoreErrors counts failed store calls by policy.
 	StoreErrors *prometheus.CounterVec
+	// Fallbacks counts decisions taken without the store, by policy and
+	// mode (fail_open: decided by the local fallback; fail_closed: refused).
+	Fallbacks *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -37,9 +40,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tollgate_store_errors_total",
 			Help: "Failed rate-limit store calls by policy.",
 		}, []string{"policy"}),
+		Fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_fallback_decisions_total",
+			Help: "Decisions taken while the store was unavailable, by policy and mode.",
+		}, []string{"policy", "mode"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors} {
+		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors, m.Fallbacks} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("registering metrics: %w", err)
 			}

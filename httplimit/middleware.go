@@ -27,6 +27,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/resilience"
 )
 
 // Options configures the middleware. Policy and Store are required; the
@@ -154,17 +155,10 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d, err := m.decide(r.Context(), plan, sub.ID, cost)
 	if err != nil {
-		if route != nil && route.FailClosed {
-			m.count(plan.Name, group, sub.Plan.Name, "fail_closed")
-			m.logSampled(r.Context(), slog.LevelError, "store unavailable, refusing (fail_closed)", sub, plan, group, slog.String("error", err.Error()))
-			WriteProblem(w, Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
-				Detail: "the rate limiter is unavailable and this route does not proceed without it"})
+		var ok bool
+		if d, ok = m.storeFailed(w, r, err, route, sub, plan, group, cost); !ok {
 			return
 		}
-		m.count(plan.Name, group, sub.Plan.Name, "fail_open")
-		m.logSampled(r.Context(), slog.LevelError, "store unavailable, allowing (fail_open)", sub, plan, group, slog.String("error", err.Error()))
-		m.pass(w, r, route, sub, tollgate.Decision{Allowed: true}, clean)
-		return
 	}
 	setHeaders(w.Header(), plan.Name, plan.Limit, d, p.LegacyHeaders)
 	if !d.Allowed {
@@ -177,6 +171,54 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	m.count(plan.Name, group, sub.Plan.Name, "allowed")
 	m.pass(w, r, route, sub, d, clean)
+}
+
+// Fallbacker is a store that can decide locally while it is unavailable
+// (see package resilience).
+type Fallbacker interface {
+	Fallback(ctx context.Context, req tollgate.Request) (tollgate.Decision, error)
+}
+
+// storeFailed applies the route's failure policy when the store could not
+// decide. It returns the decision to go on with, or false when it has
+// answered the request itself.
+func (m *middleware) storeFailed(w http.ResponseWriter, r *http.Request, err error, route *policy.Route, sub Subject, plan *policy.Plan, group string, cost int64) (tollgate.Decision, bool) {
+	if errors.Is(err, tollgate.ErrCostExceedsBurst) || errors.Is(err, tollgate.ErrInvalidLimit) || errors.Is(err, tollgate.ErrNegativeCost) {
+		// The policy compiler rules these out; never let one through.
+		m.log.LogAttrs(r.Context(), slog.LevelError, "invalid rate-limit request", slog.String("policy", plan.Name), slog.String("error", err.Error()))
+		WriteProblem(w, Problem{Type: ProblemUnavailable, Status: http.StatusInternalServerError, Detail: "the rate limit for this route is misconfigured"})
+		return tollgate.Decision{}, false
+	}
+	if r.Context().Err() != nil {
+		return tollgate.Decision{}, false // the client went away
+	}
+	if !errors.Is(err, resilience.ErrUnavailable) {
+		m.logSampled(r.Context(), slog.LevelError, "store error", sub, plan, group, slog.String("error", err.Error()))
+	}
+	if route != nil && route.FailClosed {
+		m.fallback(plan.Name, "fail_closed")
+		m.count(plan.Name, group, sub.Plan.Name, "fail_closed")
+		WriteProblem(w, Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
+			Detail: "the rate limiter is unavailable and this route does not proceed without it"})
+		return tollgate.Decision{}, false
+	}
+	m.fallback(plan.Name, "fail_open")
+	if fb, ok := m.opts.Store.(Fallbacker); ok {
+		d, ferr := fb.Fallback(r.Context(), tollgate.Request{Policy: plan.StoreName, Subject: sub.ID, Limit: plan.Limit, Cost: cost})
+		if ferr == nil {
+			return d, true
+		}
+		m.logSampled(r.Context(), slog.LevelError, "local fallback failed, allowing", sub, plan, group, slog.String("error", ferr.Error()))
+	}
+	m.count(plan.Name, group, sub.Plan.Name, "fail_open")
+	m.pass(w, r, route, sub, tollgate.Decision{Allowed: true}, cleanPath(r.URL.Path))
+	return tollgate.Decision{}, false
+}
+
+func (m *middleware) fallback(policyName, mode string) {
+	if mt := m.opts.Metrics; mt != nil {
+		mt.Fallbacks.WithLabelValues(policyName, mode).Inc()
+	}
 }
 
 func (m *middleware) pass(w http.ResponseWriter, r *http.Request, route *policy.Route, sub Subject, d tollgate.Decision, clean string) {

@@ -46,6 +46,22 @@ type StoreSpec struct {
 	URL string `yaml:"url"`
 	// MaxKeys caps the in-memory store (0: its default).
 	MaxKeys int `yaml:"max_keys"`
+	// Timeout bounds each call to Redis (default 20ms).
+	Timeout time.Duration `yaml:"timeout"`
+	// Instances is how many gateways share the Redis; while it is
+	// unavailable, a fail_open route is limited locally to 1/Instances of
+	// its limit (default 1).
+	Instances int `yaml:"instances"`
+	// Breaker tunes the circuit breaker in front of Redis.
+	Breaker BreakerSpec `yaml:"breaker"`
+}
+
+// BreakerSpec tunes the circuit breaker.
+type BreakerSpec struct {
+	// Failures is how many consecutive failed calls open it (default 5).
+	Failures uint32 `yaml:"failures"`
+	// OpenFor is how long it stays open before probing Redis (default 1s).
+	OpenFor time.Duration `yaml:"open_for"`
 }
 
 // IdentitySpec says how a request's subject is found.

@@ -334,6 +334,18 @@ func (c *compiler) compile(f *File) *Policy {
 	if p.Store.MaxKeys < 0 {
 		c.addf("store.max_keys", "must not be negative")
 	}
+	switch {
+	case p.Store.Timeout == 0:
+		p.Store.Timeout = 20 * time.Millisecond
+	case p.Store.Timeout < time.Millisecond:
+		c.addf("store.timeout", "must be at least 1ms, got %v", p.Store.Timeout)
+	}
+	if p.Store.Instances < 0 {
+		c.addf("store.instances", "must not be negative")
+	}
+	if p.Store.Breaker.OpenFor < 0 {
+		c.addf("store.breaker.open_for", "must not be negative")
+	}
 
 	// Identity.
 	id := f.Identity

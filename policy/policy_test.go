@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/policy"
 )
@@ -49,6 +50,9 @@ func TestValid(t *testing.T) {
 	}
 	if r := p.Routes[2]; !r.FailClosed || r.Limit == nil || r.Group != "login" || r.Cost != 1 {
 		t.Errorf("login route: %+v", r)
+	}
+	if p.Store.Timeout != 20*time.Millisecond {
+		t.Errorf("default store timeout %v, want 20ms", p.Store.Timeout)
 	}
 	if p.Plans["free"].StoreName != "v1:plan:free" {
 		t.Errorf("store names carry the version: %q", p.Plans["free"].StoreName)
@@ -103,6 +107,8 @@ func TestInvalidFiles(t *testing.T) {
 		{"not yaml", "routes:", "routes: [", []string{"p.yaml:"}},
 		{"redis without url", "identity:", "store: {type: redis}\nidentity:", []string{"p.yaml:3:", "needs a url"}},
 		{"bad version", "version: v1", "version: \"v 1\"", []string{"p.yaml:1:", "version must be"}},
+		{"sub-millisecond store timeout", "identity:", "store: {timeout: 10us}\nidentity:", []string{"p.yaml:3:", "store.timeout", "at least 1ms"}},
+		{"negative instances", "identity:", "store: {instances: -2}\nidentity:", []string{"p.yaml:3:", "store.instances"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -24,10 +24,14 @@ import (
 type Server struct {
 	Addr string // host:port on loopback
 
-	cmd  *exec.Cmd
-	dir  string
-	done chan struct{}
-	once sync.Once
+	bin   string
+	port  int
+	extra []string
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	dir   string
+	done  chan struct{}
+	once  sync.Once
 }
 
 // binary returns the path of redis-server, or an error telling how to get it.
@@ -56,11 +60,10 @@ func StartServer(extra ...string) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("starting redis: %w", err)
 		}
-		s, err := start(bin, port, extra)
-		if err == nil {
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, port: port, extra: extra}
+		if lastErr = s.launch(); lastErr == nil {
 			return s, nil
 		}
-		lastErr = err
 	}
 	return nil, fmt.Errorf("starting redis: %w", lastErr)
 }
@@ -74,42 +77,67 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func start(bin string, port int, extra []string) (*Server, error) {
+// launch starts the process on s.port and waits until it answers.
+func (s *Server) launch() error {
 	dir, err := os.MkdirTemp("", "tollgate-redis-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	args := []string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", dir,
 		"--daemonize", "no", "--loglevel", "warning",
 	}
-	args = append(args, extra...)
-	cmd := exec.Command(bin, args...)
+	args = append(args, s.extra...)
+	cmd := exec.Command(s.bin, args...)
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("running %s: %w", bin, err)
+		return fmt.Errorf("running %s: %w", s.bin, err)
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, dir: dir, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(s.done) }()
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.dir, s.done = cmd, dir, done
+	s.mu.Unlock()
 
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case <-s.done:
+		case <-done:
 			os.RemoveAll(dir)
-			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, strings.TrimSpace(logs.String()))
+			return fmt.Errorf("redis-server on port %d exited: %s", s.port, strings.TrimSpace(logs.String()))
 		default:
 		}
 		if ping(s.Addr) == nil {
-			return s, nil
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	s.Close()
-	return nil, fmt.Errorf("redis-server on port %d did not answer within 10s", port)
+	s.Kill()
+	return fmt.Errorf("redis-server on port %d did not answer within 10s", s.port)
+}
+
+// Kill stops the server abruptly (SIGKILL), as a crash would; its data is
+// gone. Restart brings it back on the same port.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, dir, done := s.cmd, s.dir, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Kill()
+	<-done
+	os.RemoveAll(dir)
+}
+
+// Restart starts a killed server again on the same port, empty.
+func (s *Server) Restart() error {
+	s.Kill()
+	return s.launch()
 }
 
 func ping(addr string) error {
@@ -132,15 +160,9 @@ func ping(addr string) error {
 	return nil
 }
 
-// Close kills the server and removes its directory.
+// Close kills the server for good and removes its directory.
 func (s *Server) Close() {
-	s.once.Do(func() {
-		if s.cmd.Process != nil {
-			s.cmd.Process.Kill()
-		}
-		<-s.done
-		os.RemoveAll(s.dir)
-	})
+	s.once.Do(s.Kill)
 }
 
 // Start starts a server for one test and stops it when the test ends.

@@ -90,6 +90,7 @@ type Store struct {
 
 	keys      atomic.Int64
 	overflows atomic.Uint64
+	lastFull  atomic.Int64 // ms of the last full sweep forced by a full store
 	expired   atomic.Uint64
 
 	stop      chan struct{}
@@ -154,6 +155,29 @@ func (s *Store) Close() error {
 
 // Allow implements [tollgate.Store].
 func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
+	d, err := s.allow(ctx, req)
+	if errors.Is(err, ErrFull) && s.sweepIfDue() {
+		d, err = s.allow(ctx, req) // the sweep may have made room
+	}
+	if errors.Is(err, ErrFull) {
+		s.overflows.Add(1)
+	}
+	return d, err
+}
+
+// sweepIfDue sweeps every shard, at most once a second, when the store is
+// full. It reports whether it swept.
+func (s *Store) sweepIfDue() bool {
+	now := s.now().UnixMilli()
+	last := s.lastFull.Load()
+	if now-last < 1000 || !s.lastFull.CompareAndSwap(last, now) {
+		return false
+	}
+	s.Sweep()
+	return true
+}
+
+func (s *Store) allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
 	}
@@ -187,7 +211,6 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 			sh.m[k] = &entry{st: st, expire: ms + ttl}
 		default:
 			sh.mu.Unlock()
-			s.overflows.Add(1)
 			return algo.Decision{}, fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
 		}
 	}
@@ -195,8 +218,9 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	return r.Decision(), nil
 }
 
-// reserve counts one more key, sweeping sh first if the store is full. The
-// caller holds sh.mu.
+// reserve counts one more key, sweeping sh if the store is full (Allow
+// sweeps the other shards, outside any shard lock, if that is not enough).
+// The caller holds sh.mu.
 func (s *Store) reserve(sh *shard, ms int64) bool {
 	if s.maxKeys < 0 {
 		s.keys.Add(1)

@@ -20,9 +20,12 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -83,14 +86,32 @@ type Options struct{}
 
 // Store is the Redis [tollgate.Store]. It is safe for concurrent use.
 type Store struct {
-	client  rueidis.Client
+	client  atomic.Pointer[rueidis.Client]
 	scripts map[algo.Algorithm]*rueidis.Lua
+	owned   bool          // Open made the client; Close closes it
+	stop    chan struct{} // ends Open's connect loop
+	done    chan struct{}
+	once    sync.Once
 }
+
+// ErrNotConnected is returned by a store from [Open] that has not yet
+// reached Redis.
+var ErrNotConnected = errors.New("not connected to redis yet")
 
 // New returns a Store that decides through client. The caller keeps
 // ownership of client and closes it.
 func New(client rueidis.Client, _ Options) (*Store, error) {
-	s := &Store{client: client, scripts: make(map[algo.Algorithm]*rueidis.Lua, len(scriptFiles))}
+	s, err := newStore()
+	if err != nil {
+		return nil, err
+	}
+	s.client.Store(&client)
+	close(s.done)
+	return s, nil
+}
+
+func newStore() (*Store, error) {
+	s := &Store{scripts: make(map[algo.Algorithm]*rueidis.Lua, len(scriptFiles)), stop: make(chan struct{}), done: make(chan struct{})}
 	for a := range scriptFiles {
 		src, err := Script(a)
 		if err != nil {
@@ -100,6 +121,50 @@ func New(client rueidis.Client, _ Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// Open returns a Store for the Redis opt describes, without waiting for
+// it: while Redis cannot be reached, Allow fails with [ErrNotConnected] and
+// the store keeps trying in the background (every retry, default 500ms),
+// so a gateway can start, and serve by its failure policy, before Redis is
+// up. Close stops the attempts and closes the client.
+func Open(opt rueidis.ClientOption, retry time.Duration) (*Store, error) {
+	s, err := newStore()
+	if err != nil {
+		return nil, err
+	}
+	s.owned = true
+	if retry <= 0 {
+		retry = 500 * time.Millisecond
+	}
+	go func() {
+		defer close(s.done)
+		for {
+			if c, err := rueidis.NewClient(opt); err == nil {
+				s.client.Store(&c)
+				return
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(retry):
+			}
+		}
+	}()
+	return s, nil
+}
+
+// Close stops connecting and, for a store from Open, closes its client.
+func (s *Store) Close() {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+	if c := s.client.Load(); c != nil && s.owned {
+		(*c).Close()
+	}
+}
+
+// Connected reports whether the store has a client (a store from Open may
+// not yet).
+func (s *Store) Connected() bool { return s.client.Load() != nil }
 
 // Allow implements [tollgate.Store]. Each call is one EVALSHA.
 func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
@@ -128,7 +193,11 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 		now,
 		slack,
 	}
-	vals, err := s.scripts[l.Algorithm].Exec(ctx, s.client, []string{Key(req.Policy, req.Subject, l.Algorithm)}, args).AsIntSlice()
+	c := s.client.Load()
+	if c == nil {
+		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", ErrNotConnected)
+	}
+	vals, err := s.scripts[l.Algorithm].Exec(ctx, *c, []string{Key(req.Policy, req.Subject, l.Algorithm)}, args).AsIntSlice()
 	if err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
 	}
@@ -177,7 +246,11 @@ func safeTag(subject string) string {
 
 // Ping checks that Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.client.Do(ctx, s.client.B().Ping().Build()).Error(); err != nil {
+	c := s.client.Load()
+	if c == nil {
+		return fmt.Errorf("pinging redis: %w", ErrNotConnected)
+	}
+	if err := (*c).Do(ctx, (*c).B().Ping().Build()).Error(); err != nil {
 		return fmt.Errorf("pinging redis: %w", err)
 	}
 	return nil

@@ -1,0 +1,317 @@
+package gateway_test
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/faultproxy"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// timed sends one request and returns its status and latency.
+func timed(t *testing.T, method, url string, header ...string) (int, time.Duration) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, time.Since(start)
+}
+
+func p99(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[(len(s)*99)/100]
+}
+
+// metric returns the value of one sample line of the gateway's /metrics.
+func metric(t *testing.T, g *running, name string) float64 {
+	t.Helper()
+	_, body := getBody(t, g.admin+"/metrics")
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, name)), 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// evalCalls counts script calls Redis has executed (INFO commandstats).
+func evalCalls(t *testing.T, s *redistest.Server) int64 {
+	t.Helper()
+	c, err := s.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if strings.HasPrefix(line, cmd) {
+				f := strings.TrimPrefix(strings.Split(line, ",")[0], cmd+"calls=")
+				v, _ := strconv.ParseInt(f, 10, 64)
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < within {
+		if cond() {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v", what, within)
+	return 0
+}
+
+func readyz(t *testing.T, g *running) string {
+	_, body := getBody(t, g.admin+"/readyz")
+	return string(body)
+}
+
+// TestRedisKilledAndRestarted kills Redis under load: fail_open routes go on
+// within this instance's share (instances: 2, so 50 of Free's 100), only
+// the fail_closed /login answers 5xx, and the added latency stays near the
+// store deadline. Then Redis comes back empty on the same port: scripts are
+// reloaded, the breaker closes and limiting is shared again.
+func TestRedisKilledAndRestarted(t *testing.T) {
+	rs := redistest.Start(t)
+	up := newUpstream(t)
+	p := config(t, up.URL, "[]")
+	p.Store.Instances = 2
+	g := start(t, p, "redis://"+rs.Addr+"/0")
+
+	// Baseline latency, Redis up (the pro key's 1,000 leave room).
+	var before []time.Duration
+	for i := 0; i < 300; i++ {
+		code, d := timed(t, "GET", g.public+"/api/items", "X-API-Key", proKey)
+		if code != 200 {
+			t.Fatalf("baseline: %d", code)
+		}
+		before = append(before, d)
+	}
+
+	rs.Kill()
+	var during []time.Duration
+	var mu sync.Mutex
+	var admitted, refused, login503, other atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				code, d := timed(t, "GET", g.public+"/api/items", "X-API-Key", freeKey)
+				mu.Lock()
+				during = append(during, d)
+				mu.Unlock()
+				switch code {
+				case 200:
+					admitted.Add(1)
+				case 429:
+					refused.Add(1)
+				default:
+					other.Add(1)
+				}
+				if i%10 == 0 {
+					if code, _ := timed(t, "POST", g.public+"/login"); code == 503 {
+						login503.Add(1)
+					} else {
+						other.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("Redis down: free key admitted %d of 200 (local share 50), refused %d; /login 503 x%d; other statuses %d",
+		admitted.Load(), refused.Load(), login503.Load(), other.Load())
+	t.Logf("latency p99: Redis up %v, Redis down %v, added %v (store deadline %v)",
+		p99(before), p99(during), p99(during)-p99(before), p.Store.Timeout)
+	if other.Load() != 0 {
+		t.Fatalf("%d responses were neither 200/429 on fail_open nor 503 on fail_closed", other.Load())
+	}
+	if a := admitted.Load(); a < 45 || a > 55 {
+		t.Fatalf("admitted %d during the outage, want the local share 50 ±10%%", a)
+	}
+	if login503.Load() != 20 {
+		t.Fatalf("/login answered 503 %d times of 20", login503.Load())
+	}
+	if metric(t, g, "tollgate_store_breaker_state") != 2 || !strings.Contains(readyz(t, g), "degraded") {
+		t.Fatalf("breaker not open / readyz not degraded: %s", readyz(t, g))
+	}
+	if !strings.Contains(g.logs.String(), "store circuit breaker open") {
+		t.Fatal("no log line for the breaker opening")
+	}
+	if n := strings.Count(g.logs.String(), "store circuit breaker"); n > 3 {
+		t.Fatalf("%d breaker log lines for one outage: logging per request?", n)
+	}
+
+	// Redis comes back, empty.
+	if err := rs.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	gap := waitFor(t, "shared limiting resumes", 10*time.Second, func() bool {
+		code, _ := timed(t, "GET", g.public+"/api/other", "X-API-Key", proKey)
+		return code == 200 && evalCalls(t, rs) > 0 && metric(t, g, "tollgate_store_breaker_state") == 0
+	})
+	t.Logf("Redis restarted: decisions back on Redis (scripts reloaded, breaker closed) after %v", gap)
+	// Shared again: the free key's fresh Redis budget is the whole 100.
+	if n, _, _ := admitUntilRefused(t, g.public+"/api/items", 150, "X-API-Key", freeKey); n != 100 {
+		t.Fatalf("after the restart the free key got %d, want 100 from Redis", n)
+	}
+	if !strings.Contains(readyz(t, g), `"status":"ready"`) {
+		t.Fatalf("readyz after recovery: %s", readyz(t, g))
+	}
+}
+
+// TestLatencyInjected puts 200ms of latency between the gateway and Redis:
+// calls time out at the 20ms deadline, the breaker opens, the fallback
+// decides; without the latency, service returns to normal.
+func TestLatencyInjected(t *testing.T) {
+	rs := redistest.Start(t)
+	fp, err := faultproxy.Start(rs.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fp.Close()
+	up := newUpstream(t)
+	p := config(t, up.URL, "[]")
+	g := start(t, p, "redis://"+fp.Addr+"/0")
+	if code, _ := timed(t, "GET", g.public+"/api/x", "X-API-Key", proKey); code != 200 {
+		t.Fatal(code)
+	}
+	fp.SetLatency(200 * time.Millisecond)
+	var lat []time.Duration
+	for i := 0; i < 40; i++ {
+		code, d := timed(t, "GET", g.public+"/api/x", "X-API-Key", proKey)
+		if code != 200 {
+			t.Fatalf("request %d with slow Redis: %d", i, code)
+		}
+		lat = append(lat, d)
+	}
+	t.Logf("200ms Redis latency: first request %v, max %v, p99 %v (deadline %v)", lat[0], maxDur(lat), p99(lat), p.Store.Timeout)
+	if maxDur(lat) >= 200*time.Millisecond {
+		t.Fatalf("a request waited %v: the deadline did not cut it", maxDur(lat))
+	}
+	if metric(t, g, "tollgate_store_breaker_state") != 2 {
+		t.Fatal("breaker did not open")
+	}
+	if metric(t, g, `tollgate_fallback_decisions_total{mode="fail_open",policy="pro"}`) < 35 {
+		t.Fatal("fallback decisions were not counted")
+	}
+	fp.SetLatency(0)
+	gap := waitFor(t, "normal service", 10*time.Second, func() bool {
+		timed(t, "GET", g.public+"/api/x", "X-API-Key", proKey)
+		return metric(t, g, "tollgate_store_breaker_state") == 0
+	})
+	t.Logf("latency removed: breaker closed after %v", gap)
+}
+
+func maxDur(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
+}
+
+// TestHotKeyDenyCache sends 10,000 requests from one key far over its limit
+// and counts the script calls Redis executed.
+func TestHotKeyDenyCache(t *testing.T) {
+	rs := redistest.Start(t)
+	up := newUpstream(t)
+	p := config(t, up.URL, "[]")
+	p.Store.Timeout = 5 * time.Second // count calls, not timeouts
+	g := start(t, p, "redis://"+rs.Addr+"/0")
+	before := evalCalls(t, rs)
+	var ok, refused atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 1250; i++ {
+				code := get(t, g.public+"/api/items", "X-API-Key", freeKey).StatusCode
+				if code == 200 {
+					ok.Add(1)
+				} else if code == 429 {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	calls := evalCalls(t, rs) - before
+	t.Logf("hot key: 10,000 requests, %d admitted, %d refused, %d Redis script calls (%.3f per refusal)",
+		ok.Load(), refused.Load(), calls, float64(calls-ok.Load())/float64(refused.Load()))
+	if ok.Load() != 100 || refused.Load() != 9900 {
+		t.Fatalf("admitted %d refused %d", ok.Load(), refused.Load())
+	}
+	if calls >= 500 {
+		t.Fatalf("%d Redis calls for 10,000 requests, want fewer than 500", calls)
+	}
+	// A refusal from the cache carries the same contract as one from Redis.
+	resp, body := getBody(t, g.public+"/api/items", "X-API-Key", freeKey)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"free";r=0;t=`) ||
+		!strings.Contains(string(body), `"retry_after"`) {
+		t.Fatalf("cached refusal: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+}
+
+// TestStartsWithoutRedis starts the gateway while Redis is down: it serves
+// by policy (degraded), then takes Redis when it appears.
+func TestStartsWithoutRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	rs.Kill()
+	up := newUpstream(t)
+	p := config(t, up.URL, "[]")
+	g2 := startNoWait(t, p, "redis://"+rs.Addr+"/0")
+	if code, _ := timed(t, "GET", g2.public+"/api/x", "X-API-Key", proKey); code != 200 {
+		t.Fatalf("fail_open route without Redis: %d", code)
+	}
+	if code, _ := timed(t, "POST", g2.public+"/login"); code != 503 {
+		t.Fatalf("fail_closed route without Redis: %d", code)
+	}
+	if !strings.Contains(readyz(t, g2), "degraded") {
+		t.Fatalf("readyz: %s", readyz(t, g2))
+	}
+	if err := rs.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	gap := waitFor(t, "Redis taken back", 15*time.Second, func() bool {
+		timed(t, "GET", g2.public+"/api/x", "X-API-Key", proKey)
+		return strings.Contains(readyz(t, g2), `"status":"ready"`) && evalCalls(t, rs) > 0
+	})
+	t.Logf("gateway started without Redis; Redis taken back %v after it appeared", gap)
+	if code, _ := timed(t, "POST", g2.public+"/login", "Content-Type", "application/json"); code == 503 {
+		t.Fatal("fail_closed route still refused after Redis came back")
+	}
+}

@@ -1,0 +1,342 @@
+// Package resilience keeps rate limiting working when the shared store
+// does not. It wraps a [tollgate.Store] (Redis) with:
+//
+//   - a deadline on every call (default 20ms), so a slow Redis costs a
+//     request at most that much;
+//   - a circuit breaker (github.com/sony/gobreaker/v2): after consecutive
+//     failures it opens and calls fail at once, without waiting on Redis; it
+//     lets a probe through after a pause and closes when Redis answers;
+//   - a local deny cache: when the store refuses subject K with RetryAfter T,
+//     further requests of K with the same cost are refused in process until
+//     T, without a store call, so one abusive client cannot turn its
+//     refusals into Redis load. Only refusals whose whole answer stays exact
+//     until T are cached: those of cost 1 (Remaining is 0 until T on every
+//     algorithm) and all those of a fixed window (nothing changes before
+//     the window ends). Other refusals still go to the store each time;
+//   - a local fallback ([Store.Fallback]) that decides with this instance's
+//     share of each limit (limit / Options.Instances) in memory, for
+//     fail-open policies while the store is unavailable.
+//
+// Whether a failed decision falls back or refuses is the caller's policy:
+// Allow reports unavailability as an error wrapping [ErrUnavailable].
+package resilience
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/store/memory"
+)
+
+// ErrUnavailable wraps every error that means the store could not decide
+// (timeout, connection failure, open breaker). Invalid requests are
+// reported as themselves, never as ErrUnavailable.
+var ErrUnavailable = errors.New("rate-limit store unavailable")
+
+// Defaults for [Options].
+const (
+	DefaultTimeout        = 20 * time.Millisecond
+	DefaultFailuresToOpen = 5
+	DefaultOpenFor        = time.Second
+	DefaultDenyCacheSize  = 100_000
+)
+
+// Options configures a [Store]. The zero value is the default.
+type Options struct {
+	// Timeout bounds each store call (default 20ms).
+	Timeout time.Duration
+	// FailuresToOpen is how many consecutive failures open the breaker
+	// (default 5).
+	FailuresToOpen uint32
+	// OpenFor is how long the breaker stays open before it lets a probe
+	// through (default 1s).
+	OpenFor time.Duration
+	// Instances is how many gateway instances share the store; the local
+	// fallback enforces 1/Instances of each limit (default 1).
+	Instances int
+	// DenyCacheSize bounds the deny cache (default 100,000 subjects; a
+	// negative value disables the cache).
+	DenyCacheSize int
+	// Logger receives one line per breaker state change; nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Now is the clock of the deny cache and fallback; nil means time.Now.
+	Now func() time.Time
+}
+
+// Store is a resilient [tollgate.Store]. It is safe for concurrent use.
+type Store struct {
+	primary tollgate.Store
+	opts    Options
+	cb      *gobreaker.CircuitBreaker[algo.Decision]
+	local   *memory.Store
+	deny    *denyCache
+	log     *slog.Logger
+
+	calls, denyHits, fallbacks atomic.Uint64
+
+	descState, descCalls, descDenyHits *prometheus.Desc
+}
+
+// New wraps primary. Call Close to release the local fallback store.
+func New(primary tollgate.Store, opts Options) *Store {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.FailuresToOpen == 0 {
+		opts.FailuresToOpen = DefaultFailuresToOpen
+	}
+	if opts.OpenFor <= 0 {
+		opts.OpenFor = DefaultOpenFor
+	}
+	if opts.Instances < 1 {
+		opts.Instances = 1
+	}
+	if opts.DenyCacheSize == 0 {
+		opts.DenyCacheSize = DefaultDenyCacheSize
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Store{
+		primary: primary,
+		opts:    opts,
+		local:   memory.New(memory.Options{Now: opts.Now}),
+		log:     opts.Logger,
+		descState: prometheus.NewDesc("tollgate_store_breaker_state",
+			"State of the store's circuit breaker: 0 closed, 1 half-open, 2 open.", nil, nil),
+		descCalls: prometheus.NewDesc("tollgate_store_calls_total",
+			"Calls made to the shared store (after the deny cache and the breaker).", nil, nil),
+		descDenyHits: prometheus.NewDesc("tollgate_deny_cache_hits_total",
+			"Refusals answered from the local deny cache without a store call.", nil, nil),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if opts.DenyCacheSize > 0 {
+		s.deny = newDenyCache(opts.DenyCacheSize)
+	}
+	s.cb = gobreaker.NewCircuitBreaker[algo.Decision](gobreaker.Settings{
+		Name:        "store",
+		MaxRequests: 1,
+		Timeout:     opts.OpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= opts.FailuresToOpen
+		},
+		IsExcluded: func(err error) bool {
+			// The caller giving up, or asking something invalid, says
+			// nothing about the store's health.
+			return errors.Is(err, context.Canceled) || invalid(err)
+		},
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			level := slog.LevelWarn
+			if to == gobreaker.StateClosed {
+				level = slog.LevelInfo
+			}
+			s.log.LogAttrs(context.Background(), level, "store circuit breaker "+to.String(),
+				slog.String("from", from.String()), slog.String("to", to.String()))
+		},
+	})
+	return s
+}
+
+// Close releases the local fallback store.
+func (s *Store) Close() error { return s.local.Close() }
+
+func invalid(err error) bool {
+	return errors.Is(err, algo.ErrInvalidLimit) || errors.Is(err, algo.ErrCostExceedsBurst) || errors.Is(err, algo.ErrNegativeCost)
+}
+
+// Allow implements [tollgate.Store]: the deny cache first, then the store
+// behind the breaker and the deadline.
+func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
+	now := req.Now
+	if now.IsZero() {
+		now = s.opts.Now()
+	}
+	if s.deny != nil && req.Cost > 0 {
+		if d, ok := s.deny.get(req, now); ok {
+			s.denyHits.Add(1)
+			return d, nil
+		}
+	}
+	d, err := s.cb.Execute(func() (algo.Decision, error) {
+		s.calls.Add(1)
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		defer cancel()
+		return s.primary.Allow(cctx, req)
+	})
+	if err != nil {
+		if invalid(err) || ctx.Err() != nil {
+			return d, err
+		}
+		return d, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if !d.Allowed && d.RetryAfter > 0 && s.deny != nil && (req.Cost == 1 || req.Limit.Algorithm == algo.FixedWindow) {
+		s.deny.put(req, d, now)
+	}
+	return d, nil
+}
+
+// Fallback decides req in memory with this instance's share of its limit.
+// It is for fail-open policies while Allow reports [ErrUnavailable].
+func (s *Store) Fallback(ctx context.Context, req algo.Request) (algo.Decision, error) {
+	s.fallbacks.Add(1)
+	l := Share(req.Limit, s.opts.Instances)
+	if req.Cost > l.Capacity() {
+		// The share is too small for this cost: refuse for a period
+		// rather than error, so a fail-open route stays available for
+		// cheaper requests.
+		return algo.Decision{Allowed: false, Limit: l.Capacity(), RetryAfter: l.Period, ResetAfter: l.Period}, nil
+	}
+	req.Limit = l
+	return s.local.Allow(ctx, req)
+}
+
+// Share returns the part of l one of n instances enforces alone: Rate and
+// Burst divided by n, at least 1.
+func Share(l algo.Limit, n int) algo.Limit {
+	if n <= 1 {
+		return l
+	}
+	wasRate := l.Burst == l.Rate
+	l.Rate = max(1, l.Rate/int64(n))
+	switch {
+	case l.Burst == 0:
+	case wasRate:
+		l.Burst = l.Rate
+	default:
+		l.Burst = max(1, l.Burst/int64(n))
+	}
+	return l
+}
+
+// Degraded reports whether the breaker is not closed: decisions are
+// failing over or being probed.
+func (s *Store) Degraded() bool { return s.cb.State() != gobreaker.StateClosed }
+
+// State returns the breaker state: "closed", "half-open" or "open".
+func (s *Store) State() string { return s.cb.State().String() }
+
+// Stats is a snapshot of the store's counters.
+type Stats struct {
+	Calls     uint64 // calls made to the shared store
+	DenyHits  uint64 // refusals answered from the deny cache
+	Fallbacks uint64 // decisions made by Fallback
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Calls: s.calls.Load(), DenyHits: s.denyHits.Load(), Fallbacks: s.fallbacks.Load()}
+}
+
+// Ping checks the store behind, when it can be pinged.
+func (s *Store) Ping(ctx context.Context) error {
+	if p, ok := s.primary.(interface{ Ping(context.Context) error }); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
+
+// Describe implements [prometheus.Collector].
+func (s *Store) Describe(ch chan<- *prometheus.Desc) {
+	ch <- s.descState
+	ch <- s.descCalls
+	ch <- s.descDenyHits
+}
+
+// Collect implements [prometheus.Collector].
+func (s *Store) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(s.descState, prometheus.GaugeValue, float64(s.cb.State()))
+	ch <- prometheus.MustNewConstMetric(s.descCalls, prometheus.CounterValue, float64(s.calls.Load()))
+	ch <- prometheus.MustNewConstMetric(s.descDenyHits, prometheus.CounterValue, float64(s.denyHits.Load()))
+}
+
+// denyCache remembers refusals until their RetryAfter. It is sharded and
+// bounded: when a shard is full, expired entries are dropped, and if none
+// are, the new refusal is simply not cached.
+type denyCache struct {
+	seed   maphash.Seed
+	shards [16]denyShard
+	per    int
+}
+
+type denyShard struct {
+	mu sync.Mutex
+	m  map[denyKey]denyEntry
+}
+
+type denyKey struct {
+	policy, subject string
+	alg             algo.Algorithm
+}
+
+type denyEntry struct {
+	until time.Time // refused until
+	at    time.Time // when the store refused
+	cost  int64     // the refused cost; other costs still ask the store
+	d     algo.Decision
+}
+
+func newDenyCache(size int) *denyCache {
+	c := &denyCache{seed: maphash.MakeSeed(), per: max(1, size/16)}
+	for i := range c.shards {
+		c.shards[i].m = map[denyKey]denyEntry{}
+	}
+	return c
+}
+
+func (c *denyCache) shard(subject string) *denyShard {
+	return &c.shards[maphash.String(c.seed, subject)%16]
+}
+
+func (c *denyCache) get(req algo.Request, now time.Time) (algo.Decision, bool) {
+	sh := c.shard(req.Subject)
+	k := denyKey{req.Policy, req.Subject, req.Limit.Algorithm}
+	sh.mu.Lock()
+	e, ok := sh.m[k]
+	if ok && !now.Before(e.until) {
+		delete(sh.m, k)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok || req.Cost != e.cost || req.Limit.Capacity() != e.d.Limit {
+		return algo.Decision{}, false
+	}
+	// Nothing anyone else does can make the budget come back sooner, so
+	// the refusal stands; report it as of now. Remaining is unchanged
+	// (see the package doc for which refusals are cached).
+	d := e.d
+	d.RetryAfter = e.until.Sub(now)
+	d.ResetAfter = max(d.RetryAfter, d.ResetAfter-now.Sub(e.at))
+	return d, true
+}
+
+func (c *denyCache) put(req algo.Request, d algo.Decision, now time.Time) {
+	sh := c.shard(req.Subject)
+	k := denyKey{req.Policy, req.Subject, req.Limit.Algorithm}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, exists := sh.m[k]; !exists && len(sh.m) >= c.per {
+		for k2, e := range sh.m {
+			if !now.Before(e.until) {
+				delete(sh.m, k2)
+			}
+		}
+		if len(sh.m) >= c.per {
+			return
+		}
+	}
+	sh.m[k] = denyEntry{until: now.Add(d.RetryAfter), at: now, cost: req.Cost, d: d}
+}

@@ -1,0 +1,195 @@
+package resilience_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/faultproxy"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/resilience"
+	rstore "github.com/tollgate/tollgate/store/redis"
+	"github.com/tollgate/tollgate/storetest"
+
+	"github.com/tollgate/tollgate"
+)
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv, "rl:*")) }
+
+func redisStore(t *testing.T, addr string) *rstore.Store {
+	t.Helper()
+	s, err := rstore.New(srv.NewClient(t), rstore.Options{})
+	if addr != srv.Addr {
+		c, cerr := (&redistest.Server{Addr: addr}).Client()
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+		t.Cleanup(c.Close)
+		s, err = rstore.New(c, rstore.Options{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// The wrapped store is still a Store: it passes the conformance suite
+// (with a deadline generous enough for -race on two cores).
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) tollgate.Store {
+		s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second})
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
+func TestShare(t *testing.T) {
+	cases := []struct {
+		in   algo.Limit
+		n    int
+		rate int64
+		cap  int64
+	}{
+		{algo.Limit{Rate: 100, Period: time.Minute}, 2, 50, 50},
+		{algo.Limit{Rate: 100, Period: time.Minute}, 1, 100, 100},
+		{algo.Limit{Rate: 10, Period: time.Minute, Burst: 40}, 4, 2, 10},
+		{algo.Limit{Rate: 3, Period: time.Minute}, 10, 1, 1},
+		{algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Minute, Burst: 100}, 3, 33, 33},
+	}
+	for _, c := range cases {
+		got := resilience.Share(c.in, c.n)
+		if got.Rate != c.rate || got.Capacity() != c.cap || got.Validate() != nil {
+			t.Errorf("Share(%v, %d) = %v (capacity %d), want rate %d capacity %d", c.in, c.n, got, got.Capacity(), c.rate, c.cap)
+		}
+	}
+}
+
+// TestBreakerOpensAndCloses drives the breaker with injected latency: calls
+// time out at the deadline, then fail at once, then recover.
+func TestBreakerOpensAndCloses(t *testing.T) {
+	fp, err := faultproxy.Start(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fp.Close()
+	s := resilience.New(redisStore(t, fp.Addr), resilience.Options{Timeout: 20 * time.Millisecond, OpenFor: 200 * time.Millisecond})
+	defer s.Close()
+	ctx := context.Background()
+	req := algo.Request{Policy: "breaker", Subject: "s", Limit: algo.Limit{Rate: 1000, Period: time.Minute}, Cost: 1}
+	if _, err := s.Allow(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	fp.SetLatency(200 * time.Millisecond)
+	for i := 0; i < resilience.DefaultFailuresToOpen; i++ {
+		start := time.Now()
+		_, err := s.Allow(ctx, req)
+		if !errors.Is(err, resilience.ErrUnavailable) {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if d := time.Since(start); d > 150*time.Millisecond {
+			t.Fatalf("call %d took %v, past the 20ms deadline", i, d)
+		}
+	}
+	if !s.Degraded() || s.State() != "open" {
+		t.Fatalf("breaker %s after %d timeouts", s.State(), resilience.DefaultFailuresToOpen)
+	}
+	calls := s.Stats().Calls
+	if _, err := s.Allow(ctx, req); !errors.Is(err, resilience.ErrUnavailable) || s.Stats().Calls != calls {
+		t.Fatalf("open breaker still called the store: %v", err)
+	}
+	// Invalid input is reported as itself, not as unavailability.
+	bad := req
+	bad.Cost = 5000
+	if _, err := s.Allow(ctx, bad); !errors.Is(err, algo.ErrCostExceedsBurst) && !errors.Is(err, resilience.ErrUnavailable) {
+		t.Fatalf("cost above burst: %v", err)
+	}
+	fp.SetLatency(0)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Degraded() && time.Now().Before(deadline) {
+		s.Allow(ctx, req)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s.Degraded() {
+		t.Fatal("breaker never closed after the latency went away")
+	}
+}
+
+// TestDenyCache checks that refusals are served locally until RetryAfter,
+// only for costs at least the refused one, and with the same contract.
+func TestDenyCache(t *testing.T) {
+	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second})
+	defer s.Close()
+	ctx := context.Background()
+	now := time.UnixMilli(1_800_000_000_000)
+	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 10, Period: time.Minute}
+	req := func(cost int64, at time.Time) algo.Decision {
+		d, err := s.Allow(ctx, algo.Request{Policy: "deny", Subject: "k", Limit: l, Cost: cost, Now: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	req(8, now)
+	d := req(5, now) // refused until the window ends
+	if d.Allowed || d.RetryAfter != time.Minute {
+		t.Fatalf("refusal: %+v", d)
+	}
+	calls := s.Stats().Calls
+	later := now.Add(10 * time.Second)
+	if c := req(5, later); c.Allowed || c.RetryAfter != 50*time.Second || c.Remaining != 2 || s.Stats().Calls != calls {
+		t.Fatalf("cached refusal: %+v (store calls %d -> %d)", c, calls, s.Stats().Calls)
+	}
+	if c := req(2, later); !c.Allowed || s.Stats().Calls != calls+1 {
+		t.Fatalf("a request of another cost must still ask the store: %+v", c)
+	}
+	// A sliding counter's Remaining grows before RetryAfter for costs above
+	// 1, so such refusals are not cached; cost-1 refusals are.
+	sc := algo.Limit{Algorithm: algo.SlidingWindowCounter, Rate: 4, Period: time.Minute}
+	ask := func(cost int64) {
+		if _, err := s.Allow(ctx, algo.Request{Policy: "deny-sc", Subject: "k", Limit: sc, Cost: cost, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask(4)
+	before := s.Stats()
+	ask(2)
+	ask(2)
+	ask(1)
+	ask(1)
+	ask(1)
+	if st := s.Stats(); st.Calls-before.Calls != 3 || st.DenyHits-before.DenyHits != 2 {
+		t.Fatalf("store calls %d, cache hits %d; want 3 and 2", st.Calls-before.Calls, st.DenyHits-before.DenyHits)
+	}
+	if c := req(5, now.Add(time.Minute)); !c.Allowed {
+		t.Fatalf("after RetryAfter: %+v", c)
+	}
+}
+
+// TestFallbackShare checks the local share and a cost larger than it.
+func TestFallbackShare(t *testing.T) {
+	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Instances: 4})
+	defer s.Close()
+	ctx := context.Background()
+	l := algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}
+	admitted := 0
+	for i := 0; i < 100; i++ {
+		d, err := s.Fallback(ctx, algo.Request{Policy: "fb", Subject: "k", Limit: l, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 25 {
+		t.Fatalf("fallback admitted %d, want the share 25", admitted)
+	}
+	if d, err := s.Fallback(ctx, algo.Request{Policy: "fb", Subject: "j", Limit: l, Cost: 30}); err != nil || d.Allowed || d.RetryAfter <= 0 {
+		t.Fatalf("cost above the share: %+v %v", d, err)
+	}
+}
