@@ -183,9 +183,14 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		return code == 200 && evalCalls(t, rs) > 0 && metric(t, g, "tollgate_store_breaker_state") == 0
 	})
 	t.Logf("Redis restarted: decisions back on Redis (scripts reloaded, breaker closed) after %v", gap)
-	// Shared again: the free key's fresh Redis budget is the whole 100.
-	if n, _, _ := admitUntilRefused(t, g.public+"/api/items", 150, "X-API-Key", freeKey); n != 100 {
-		t.Fatalf("after the restart the free key got %d, want 100 from Redis", n)
+	// Shared again: the free key's fresh Redis budget is the whole 100. A
+	// call that misses the 20ms deadline on a loaded machine is decided
+	// locally instead (and counted): allow for exactly those.
+	fb := metric(t, g, `tollgate_fallback_decisions_total{mode="fail_open",policy="free"}`)
+	n, _, _ := admitUntilRefused(t, g.public+"/api/items", 150, "X-API-Key", freeKey)
+	extra := metric(t, g, `tollgate_fallback_decisions_total{mode="fail_open",policy="free"}`) - fb
+	if extra == 0 && n != 100 || extra > 0 && (n > 100 || float64(n) < 100-extra) {
+		t.Fatalf("after the restart the free key got %d (%v local fallbacks), want 100 from Redis", n, extra)
 	}
 	if !strings.Contains(readyz(t, g), `"status":"ready"`) {
 		t.Fatalf("readyz after recovery: %s", readyz(t, g))
