@@ -71,6 +71,31 @@ type Store interface {
 	Allow(ctx context.Context, req Request) (Decision, error)
 }
 
+// MultiStore is a Store that can also decide several requests of one
+// group (see [algo.Request.Tag]) atomically: either every request is
+// charged or none is. Both of Tollgate's stores implement it.
+//
+// AllowAll returns one Decision per request, in order. The requests were
+// charged if and only if every Decision is Allowed. When they were not, a
+// limit that would have admitted its request reports Allowed true and its
+// state as it is (nothing was spent), and the refusing limits report their
+// RetryAfter as usual.
+type MultiStore interface {
+	Store
+	AllowAll(ctx context.Context, reqs []Request) ([]Decision, error)
+}
+
+// Admitted reports whether a group of decisions from AllowAll admitted the
+// requests.
+func Admitted(ds []Decision) bool {
+	for _, d := range ds {
+		if !d.Allowed {
+			return false
+		}
+	}
+	return len(ds) > 0
+}
+
 // Options configures a [Limiter]. The zero value is the default.
 type Options struct {
 	// Policy names the limit in the store. Limiters sharing a store must use

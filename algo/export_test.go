@@ -3,12 +3,7 @@ package algo
 import "fmt"
 
 // CloneLog returns a deep copy of g, for tests.
-func CloneLog(g *Log) *Log {
-	c := *g
-	c.ts = append([]int64(nil), g.ts...)
-	c.cost = append([]int64(nil), g.cost...)
-	return &c
-}
+func CloneLog(g *Log) *Log { return g.Clone() }
 
 // LogString renders g's entries, oldest first, for tests.
 func LogString(g *Log) string {

@@ -230,6 +230,11 @@ type Request struct {
 	// Subject is who is limited: an API key id, a user id, a client IP.
 	// Stores may hash it; callers should already pass a hashed identity.
 	Subject string
+	// Tag, when set, groups the state with other subjects' (a user's with
+	// its tenant's, say) so that they can be decided together atomically:
+	// on Redis Cluster the Tag, not the Subject, picks the hash slot. The
+	// empty Tag means the Subject is its own group.
+	Tag string
 	// Limit is the limit to enforce.
 	Limit Limit
 	// Cost is how much the request spends; zero asks without spending.
@@ -238,4 +243,47 @@ type Request struct {
 	// (Redis' TIME for the Redis store), which is what production uses;
 	// explicit times are for tests and test vectors.
 	Now time.Time
+}
+
+// Group returns the request's group: its Tag, or its Subject when the Tag
+// is empty.
+func (r Request) Group() string {
+	if r.Tag != "" {
+		return r.Tag
+	}
+	return r.Subject
+}
+
+// MaxGroup is the most requests a store decides together.
+const MaxGroup = 16
+
+// ErrMixedGroup reports requests decided together that do not share a
+// group or a time.
+var ErrMixedGroup = errors.New("requests decided together must share one group and one time")
+
+// CheckGroup validates requests to be decided together, all or nothing:
+// between 1 and MaxGroup of them, one group, one time, each limit and cost
+// valid.
+func CheckGroup(reqs []Request) error {
+	if len(reqs) == 0 || len(reqs) > MaxGroup {
+		return fmt.Errorf("deciding together: %d requests (want 1 to %d)", len(reqs), MaxGroup)
+	}
+	g, now := reqs[0].Group(), reqs[0].Now
+	for i, r := range reqs {
+		if r.Group() != g || !r.Now.Equal(now) {
+			return fmt.Errorf("deciding together: request %d: %w", i, ErrMixedGroup)
+		}
+		for _, o := range reqs[:i] {
+			if o.Policy == r.Policy && o.Subject == r.Subject && o.Limit.Algorithm == r.Limit.Algorithm {
+				return fmt.Errorf("deciding together: request %d repeats policy %q for the same subject", i, r.Policy)
+			}
+		}
+		if err := r.Limit.Validate(); err != nil {
+			return fmt.Errorf("deciding together: request %d: %w", i, err)
+		}
+		if err := r.Limit.CheckCost(r.Cost); err != nil {
+			return fmt.Errorf("deciding together: request %d: %w", i, err)
+		}
+	}
+	return nil
 }

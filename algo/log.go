@@ -11,6 +11,17 @@ type Log struct {
 	sum  int64   // total cost of the entries
 }
 
+// Clone returns a deep copy of g (nil for nil).
+func (g *Log) Clone() *Log {
+	if g == nil {
+		return nil
+	}
+	c := *g
+	c.ts = append([]int64(nil), g.ts...)
+	c.cost = append([]int64(nil), g.cost...)
+	return &c
+}
+
 // Len returns the number of entries in the log.
 func (g *Log) Len() int { return g.n }
 

@@ -271,7 +271,18 @@ func TestExportCosts10(t *testing.T) {
 	}
 }
 
+// flushShared empties the package's shared Redis, so a test starts clean
+// even when the suite runs more than once (-count).
+func flushShared(t *testing.T) {
+	t.Helper()
+	c := srv.NewClient(t)
+	if err := c.Do(context.Background(), c.B().Flushall().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestTwoGatewaysShareRedis(t *testing.T) {
+	flushShared(t)
 	up := newUpstream(t)
 	url := "redis://" + srv.Addr + "/0"
 	p := config(t, up.URL, "[]")
@@ -483,6 +494,7 @@ func TestAdminEndpoints(t *testing.T) {
 // TestNoRawSecretsAnywhere scans Redis keys, logs and metrics for raw API
 // keys, user ids and client IPs after traffic that includes refusals.
 func TestNoRawSecretsAnywhere(t *testing.T) {
+	flushShared(t)
 	up := newUpstream(t)
 	p := config(t, up.URL, "[127.0.0.1/32]")
 	p.Store.Timeout = 5 * time.Second

@@ -189,6 +189,55 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	return d, nil
 }
 
+// AllowAll decides a group of requests all or nothing through the store
+// (which must implement [tollgate.MultiStore]) behind the breaker and the
+// deadline. The deny cache does not apply to groups.
+func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
+	ms, ok := s.primary.(tollgate.MultiStore)
+	if !ok {
+		return nil, errors.New("deciding together: the store cannot decide groups")
+	}
+	if err := algo.CheckGroup(reqs); err != nil {
+		return nil, err
+	}
+	var ds []algo.Decision
+	_, err := s.cb.Execute(func() (algo.Decision, error) {
+		s.calls.Add(1)
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		defer cancel()
+		var err error
+		ds, err = ms.AllowAll(cctx, reqs)
+		return algo.Decision{}, err
+	})
+	if err != nil {
+		if invalid(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return ds, nil
+}
+
+// FallbackAll is Fallback for a group: decided all or nothing in memory
+// with this instance's share of each limit.
+func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
+	s.fallbacks.Add(1)
+	local := make([]algo.Request, len(reqs))
+	for i, r := range reqs {
+		r.Limit = Share(r.Limit, s.opts.Instances)
+		if r.Cost > r.Limit.Capacity() {
+			ds := make([]algo.Decision, len(reqs))
+			for j := range ds {
+				ds[j] = algo.Decision{Allowed: j != i, Limit: r.Limit.Capacity()}
+			}
+			ds[i].RetryAfter, ds[i].ResetAfter = r.Limit.Period, r.Limit.Period
+			return ds, nil
+		}
+		local[i] = r
+	}
+	return s.local.AllowAll(ctx, local)
+}
+
 // Fallback decides req in memory with this instance's share of its limit.
 // It is for fail-open policies while Allow reports [ErrUnavailable].
 func (s *Store) Fallback(ctx context.Context, req algo.Request) (algo.Decision, error) {

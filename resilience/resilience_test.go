@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,11 @@ import (
 )
 
 var srv *redistest.Server
+
+var runs atomic.Int64
+
+// uniq keeps repeated runs (-count) against one server apart.
+func uniq(name string) string { return name + "-" + strconv.FormatInt(runs.Add(1), 10) }
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv, "rl:*")) }
 
@@ -80,7 +87,8 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 	s := resilience.New(redisStore(t, fp.Addr), resilience.Options{Timeout: 20 * time.Millisecond, OpenFor: 200 * time.Millisecond})
 	defer s.Close()
 	ctx := context.Background()
-	req := algo.Request{Policy: "breaker", Subject: "s", Limit: algo.Limit{Rate: 1000, Period: time.Minute}, Cost: 1}
+	breakerP := uniq("breaker")
+	req := algo.Request{Policy: breakerP, Subject: "s", Limit: algo.Limit{Rate: 1000, Period: time.Minute}, Cost: 1}
 	if _, err := s.Allow(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -126,9 +134,10 @@ func TestDenyCache(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	now := time.UnixMilli(1_800_000_000_000)
+	denyP, denySC := uniq("deny"), uniq("deny-sc")
 	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 10, Period: time.Minute}
 	req := func(cost int64, at time.Time) algo.Decision {
-		d, err := s.Allow(ctx, algo.Request{Policy: "deny", Subject: "k", Limit: l, Cost: cost, Now: at})
+		d, err := s.Allow(ctx, algo.Request{Policy: denyP, Subject: "k", Limit: l, Cost: cost, Now: at})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +160,7 @@ func TestDenyCache(t *testing.T) {
 	// 1, so such refusals are not cached; cost-1 refusals are.
 	sc := algo.Limit{Algorithm: algo.SlidingWindowCounter, Rate: 4, Period: time.Minute}
 	ask := func(cost int64) {
-		if _, err := s.Allow(ctx, algo.Request{Policy: "deny-sc", Subject: "k", Limit: sc, Cost: cost, Now: now}); err != nil {
+		if _, err := s.Allow(ctx, algo.Request{Policy: denySC, Subject: "k", Limit: sc, Cost: cost, Now: now}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -176,9 +185,10 @@ func TestFallbackShare(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	l := algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}
+	fbP := uniq("fb")
 	admitted := 0
 	for i := 0; i < 100; i++ {
-		d, err := s.Fallback(ctx, algo.Request{Policy: "fb", Subject: "k", Limit: l, Cost: 1})
+		d, err := s.Fallback(ctx, algo.Request{Policy: fbP, Subject: "k", Limit: l, Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +199,7 @@ func TestFallbackShare(t *testing.T) {
 	if admitted != 25 {
 		t.Fatalf("fallback admitted %d, want the share 25", admitted)
 	}
-	if d, err := s.Fallback(ctx, algo.Request{Policy: "fb", Subject: "j", Limit: l, Cost: 30}); err != nil || d.Allowed || d.RetryAfter <= 0 {
+	if d, err := s.Fallback(ctx, algo.Request{Policy: fbP, Subject: "j", Limit: l, Cost: 30}); err != nil || d.Allowed || d.RetryAfter <= 0 {
 		t.Fatalf("cost above the share: %+v %v", d, err)
 	}
 }

@@ -35,7 +35,8 @@ func policy(t *testing.T) string {
 // base is an aligned instant the suite's explicit times start from.
 var base = time.UnixMilli(1_800_000_000_000)
 
-// Run runs the whole suite against the stores newStore makes.
+// Run runs the whole suite against the stores newStore makes, including
+// [RunMulti] when they implement [tollgate.MultiStore].
 func Run(t *testing.T, newStore NewStore) {
 	t.Run("Vectors", func(t *testing.T) { testVectors(t, newStore) })
 	t.Run("InvalidInput", func(t *testing.T) { testInvalidInput(t, newStore(t)) })
@@ -45,6 +46,11 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("HostileSubjects", func(t *testing.T) { testHostileSubjects(t, newStore(t)) })
 	t.Run("CanceledContext", func(t *testing.T) { testCanceledContext(t, newStore(t)) })
 	t.Run("Concurrency", func(t *testing.T) { RunConcurrency(t, []tollgate.Store{newStore(t)}) })
+	if _, ok := newStore(t).(tollgate.MultiStore); ok {
+		t.Run("Multi", func(t *testing.T) {
+			RunMulti(t, func(t *testing.T) tollgate.MultiStore { return newStore(t).(tollgate.MultiStore) })
+		})
+	}
 }
 
 func testVectors(t *testing.T, newStore NewStore) {

@@ -64,8 +64,20 @@ type Options struct {
 }
 
 type mapKey struct {
-	policy, subject string
-	alg             algo.Algorithm
+	policy, tag, subject string
+	alg                  algo.Algorithm
+}
+
+func keyOf(r algo.Request) mapKey {
+	k := mapKey{policy: r.Policy, subject: r.Subject, alg: r.Limit.Algorithm}
+	if r.Tag != r.Subject {
+		k.tag = r.Tag
+	}
+	return k
+}
+
+func (s *Store) shardOf(r algo.Request) *shard {
+	return &s.shards[maphash.String(s.seed, r.Group())&s.mask]
 }
 
 type entry struct {
@@ -186,8 +198,8 @@ func (s *Store) allow(ctx context.Context, req algo.Request) (algo.Decision, err
 		now = s.now()
 	}
 	ms := now.UnixMilli()
-	k := mapKey{policy: req.Policy, subject: req.Subject, alg: req.Limit.Algorithm}
-	sh := &s.shards[maphash.String(s.seed, req.Subject)&s.mask]
+	k := keyOf(req)
+	sh := s.shardOf(req)
 
 	sh.mu.Lock()
 	e := sh.m[k]
@@ -216,6 +228,106 @@ func (s *Store) allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	}
 	sh.mu.Unlock()
 	return r.Decision(), nil
+}
+
+// AllowAll implements [tollgate.MultiStore]: the requests, which share a
+// group and so a shard, are decided under one lock on copies of their
+// state, and written back only if all are allowed.
+func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
+	ds, err := s.allowAll(ctx, reqs)
+	if errors.Is(err, ErrFull) && s.sweepIfDue() {
+		ds, err = s.allowAll(ctx, reqs)
+	}
+	if errors.Is(err, ErrFull) {
+		s.overflows.Add(1)
+	}
+	return ds, err
+}
+
+func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("deciding in memory: %w", err)
+	}
+	if err := algo.CheckGroup(reqs); err != nil {
+		return nil, fmt.Errorf("deciding in memory: %w", err)
+	}
+	now := reqs[0].Now
+	if now.IsZero() {
+		now = s.now()
+	}
+	ms := now.UnixMilli()
+	sh := s.shardOf(reqs[0])
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n := len(reqs)
+	entries := make([]*entry, n)
+	states := make([]algo.State, n)
+	res := make([]algo.Result, n)
+	ttls := make([]int64, n)
+	all := true
+	for i, r := range reqs {
+		e := sh.m[keyOf(r)]
+		entries[i] = e
+		if e != nil && e.expire > ms {
+			states[i] = e.st
+			states[i].Log = e.st.Log.Clone()
+		}
+		var err error
+		if res[i], ttls[i], err = algo.Decide(r.Limit, &states[i], ms, r.Cost); err != nil {
+			return nil, fmt.Errorf("deciding in memory: %w", err)
+		}
+		all = all && res[i].Allowed
+	}
+	ds := make([]algo.Decision, n)
+	if !all {
+		// Nothing is spent: report the limits that would have allowed as
+		// they stand.
+		for i, r := range reqs {
+			if res[i].Allowed {
+				var st algo.State
+				if e := entries[i]; e != nil && e.expire > ms {
+					st = e.st
+				}
+				res[i], _, _ = algo.Decide(r.Limit, &st, ms, 0)
+			}
+			ds[i] = res[i].Decision()
+		}
+		return ds, nil
+	}
+	// Expired entries about to be rewritten are dropped first, so that a
+	// sweep made room for new keys cannot delete them under us.
+	fresh := 0
+	for i, r := range reqs {
+		if r.Cost == 0 {
+			continue
+		}
+		if e := entries[i]; e != nil && e.expire <= ms {
+			delete(sh.m, keyOf(r))
+			s.keys.Add(-1)
+			s.expired.Add(1)
+			entries[i] = nil
+		}
+		if entries[i] == nil {
+			fresh++
+		}
+	}
+	for j := 0; j < fresh; j++ {
+		if !s.reserve(sh, ms) {
+			s.keys.Add(-int64(j))
+			return nil, fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
+		}
+	}
+	for i, r := range reqs {
+		if r.Cost > 0 {
+			if e := entries[i]; e != nil {
+				e.st, e.expire = states[i], ms+ttls[i]
+			} else {
+				sh.m[keyOf(r)] = &entry{st: states[i], expire: ms + ttls[i]}
+			}
+		}
+		ds[i] = res[i].Decision()
+	}
+	return ds, nil
 }
 
 // reserve counts one more key, sweeping sh if the store is full (Allow

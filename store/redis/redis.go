@@ -63,22 +63,41 @@ var keySuffix = map[algo.Algorithm]string{
 	algo.SlidingWindowCounter: ":sc",
 }
 
-// Script returns the full source of the Lua script for an algorithm, as the
-// store sends it to Redis.
+// Script returns the full source of the Lua script that decides one limit
+// of algorithm a, as the store sends it to Redis.
 func Script(a algo.Algorithm) (string, error) {
 	name, ok := scriptFiles[a]
 	if !ok {
 		return "", fmt.Errorf("loading script: unknown algorithm %v", a)
 	}
-	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
+	src, err := concat("prelude.lua", name, "single.lua")
 	if err != nil {
-		return "", fmt.Errorf("loading script: %w", err)
+		return "", err
 	}
-	body, err := luaFiles.ReadFile("lua/" + name)
-	if err != nil {
-		return "", fmt.Errorf("loading script: %w", err)
+	return src + fmt.Sprintf("return decide(%d)\n", a), nil
+}
+
+// MultiScript returns the source of the script that decides several limits
+// of any algorithms all or nothing.
+func MultiScript() (string, error) {
+	files := []string{"prelude.lua"}
+	for _, a := range algo.Algorithms() {
+		files = append(files, scriptFiles[a])
 	}
-	return string(prelude) + "\n" + string(body), nil
+	return concat(append(files, "multi.lua")...)
+}
+
+func concat(names ...string) (string, error) {
+	var b strings.Builder
+	for _, n := range names {
+		src, err := luaFiles.ReadFile("lua/" + n)
+		if err != nil {
+			return "", fmt.Errorf("loading script: %w", err)
+		}
+		b.Write(src)
+		b.WriteByte('\n')
+	}
+	return b.String(), nil
 }
 
 // Options configures a [Store]. The zero value is the default.
@@ -88,6 +107,7 @@ type Options struct{}
 type Store struct {
 	client  atomic.Pointer[rueidis.Client]
 	scripts map[algo.Algorithm]*rueidis.Lua
+	multi   *rueidis.Lua
 	owned   bool          // Open made the client; Close closes it
 	stop    chan struct{} // ends Open's connect loop
 	done    chan struct{}
@@ -119,6 +139,11 @@ func newStore() (*Store, error) {
 		}
 		s.scripts[a] = rueidis.NewLuaScript(src)
 	}
+	src, err := MultiScript()
+	if err != nil {
+		return nil, fmt.Errorf("creating redis store: %w", err)
+	}
+	s.multi = rueidis.NewLuaScript(src)
 	return s, nil
 }
 
@@ -175,29 +200,24 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	if err := l.CheckCost(req.Cost); err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
 	}
-	now, slack := "", "0"
-	if !req.Now.IsZero() {
-		ms := req.Now.UnixMilli()
-		if ms < 0 {
-			return algo.Decision{}, fmt.Errorf("deciding in redis: time %v is before the Unix epoch", req.Now)
-		}
-		now = strconv.FormatInt(ms, 10)
-		slack = strconv.FormatInt(explicitTimeSlack.Milliseconds(), 10)
+	now, slack, err := timeArgs(req.Now)
+	if err != nil {
+		return algo.Decision{}, err
 	}
 	capacity := l.Capacity()
 	args := []string{
+		now,
+		slack,
 		strconv.FormatInt(l.Rate, 10),
 		strconv.FormatInt(l.Period.Milliseconds(), 10),
 		strconv.FormatInt(capacity, 10),
 		strconv.FormatInt(req.Cost, 10),
-		now,
-		slack,
 	}
 	c := s.client.Load()
 	if c == nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", ErrNotConnected)
 	}
-	vals, err := s.scripts[l.Algorithm].Exec(ctx, *c, []string{Key(req.Policy, req.Subject, l.Algorithm)}, args).AsIntSlice()
+	vals, err := s.scripts[l.Algorithm].Exec(ctx, *c, []string{KeyFor(req)}, args).AsIntSlice()
 	if err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
 	}
@@ -213,17 +233,88 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	}.Decision(), nil
 }
 
-// Key returns the Redis key holding the state of subject under policy.
+// timeArgs returns the now and slack script arguments for a request time.
+func timeArgs(t time.Time) (now, slack string, err error) {
+	if t.IsZero() {
+		return "", "0", nil
+	}
+	ms := t.UnixMilli()
+	if ms < 0 {
+		return "", "", fmt.Errorf("deciding in redis: time %v is before the Unix epoch", t)
+	}
+	return strconv.FormatInt(ms, 10), strconv.FormatInt(explicitTimeSlack.Milliseconds(), 10), nil
+}
+
+// AllowAll implements [tollgate.MultiStore]: one script call decides every
+// request, all or nothing. The requests share a group, so their keys share
+// a hash tag and one Cluster slot.
+func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
+	if err := algo.CheckGroup(reqs); err != nil {
+		return nil, fmt.Errorf("deciding in redis: %w", err)
+	}
+	now, slack, err := timeArgs(reqs[0].Now)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(reqs))
+	args := make([]string, 0, 3+5*len(reqs))
+	args = append(args, now, slack, strconv.Itoa(len(reqs)))
+	for i, r := range reqs {
+		keys[i] = KeyFor(r)
+		l := r.Limit
+		args = append(args,
+			strconv.Itoa(int(l.Algorithm)),
+			strconv.FormatInt(l.Rate, 10),
+			strconv.FormatInt(l.Period.Milliseconds(), 10),
+			strconv.FormatInt(l.Capacity(), 10),
+			strconv.FormatInt(r.Cost, 10))
+	}
+	c := s.client.Load()
+	if c == nil {
+		return nil, fmt.Errorf("deciding in redis: %w", ErrNotConnected)
+	}
+	vals, err := s.multi.Exec(ctx, *c, keys, args).AsIntSlice()
+	if err != nil {
+		return nil, fmt.Errorf("deciding in redis: %w", err)
+	}
+	if len(vals) != 4*len(reqs) {
+		return nil, fmt.Errorf("deciding in redis: script returned %d values, want %d", len(vals), 4*len(reqs))
+	}
+	ds := make([]algo.Decision, len(reqs))
+	for i, r := range reqs {
+		v := vals[4*i:]
+		ds[i] = algo.Result{Allowed: v[0] == 1, Limit: r.Limit.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3]}.Decision()
+	}
+	return ds, nil
+}
+
+// Key returns the Redis key holding the state of subject under policy,
+// for a request without a Tag.
 func Key(policy, subject string, a algo.Algorithm) string {
+	return KeyFor(algo.Request{Policy: policy, Subject: subject, Limit: algo.Limit{Algorithm: a}})
+}
+
+// KeyFor returns the Redis key of a request's state:
+// rl:v1:{<subject>}:<policy>:<alg>, or rl:v1:{<tag>}:<policy>:<subject>:<alg>
+// for a request whose Tag groups it with others.
+func KeyFor(r algo.Request) string {
 	var b strings.Builder
-	tag := safeTag(subject)
-	b.Grow(len(KeyPrefix) + len(tag) + len(policy) + 8)
+	tag := safeTag(r.Group())
+	sub := ""
+	if r.Tag != "" && r.Tag != r.Subject {
+		sub = safeTag(r.Subject)
+	}
+	b.Grow(len(KeyPrefix) + len(tag) + len(r.Policy) + len(sub) + 10)
 	b.WriteString(KeyPrefix)
 	b.WriteByte('{')
 	b.WriteString(tag)
 	b.WriteString("}:")
-	b.WriteString(policy)
-	b.WriteString(keySuffix[a])
+	b.WriteString(r.Policy)
+	if sub != "" {
+		b.WriteByte(':')
+		b.WriteString(sub)
+	}
+	b.WriteString(keySuffix[r.Limit.Algorithm])
 	return b.String()
 }
 

@@ -2,8 +2,10 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +46,11 @@ func TestConcurrencyFourClients(t *testing.T) {
 		stores[i] = newStore(t)
 	}
 	storetest.RunConcurrency(t, stores)
+	multi := make([]tollgate.MultiStore, 4)
+	for i := range multi {
+		multi[i] = newStore(t)
+	}
+	storetest.RunMultiConcurrency(t, multi)
 }
 
 func TestKeyLayout(t *testing.T) {
@@ -79,7 +86,7 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 	ctx := context.Background()
 	for _, a := range algo.Algorithms() {
 		l := algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}
-		req := algo.Request{Policy: "flush", Subject: "s", Limit: l, Cost: 1}
+		req := algo.Request{Policy: unique("flush"), Subject: "s", Limit: l, Cost: 1}
 		if _, err := s.Allow(ctx, req); err != nil {
 			t.Fatal(err)
 		}
@@ -104,11 +111,12 @@ func TestTTLOnEveryKey(t *testing.T) {
 	ctx := context.Background()
 	for _, a := range algo.Algorithms() {
 		l := algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}
-		d, err := s.Allow(ctx, algo.Request{Policy: "ttl", Subject: "s", Limit: l, Cost: 3})
+		p := unique("ttl")
+		d, err := s.Allow(ctx, algo.Request{Policy: p, Subject: "s", Limit: l, Cost: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ttl, err := c.Do(ctx, c.B().Pttl().Key(rstore.Key("ttl", "s", a)).Build()).AsInt64()
+		ttl, err := c.Do(ctx, c.B().Pttl().Key(rstore.Key(p, "s", a)).Build()).AsInt64()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,12 +137,13 @@ func TestSlidingLogMembersUnique(t *testing.T) {
 	ctx := context.Background()
 	now := time.UnixMilli(1_800_000_000_000)
 	l := algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 50, Period: time.Second}
+	p := unique("uniq")
 	for i := 0; i < 10; i++ {
-		if _, err := s.Allow(ctx, algo.Request{Policy: "uniq", Subject: "s", Limit: l, Cost: int64(1 + i%3), Now: now}); err != nil {
+		if _, err := s.Allow(ctx, algo.Request{Policy: p, Subject: "s", Limit: l, Cost: int64(1 + i%3), Now: now}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	n, err := c.Do(ctx, c.B().Zcard().Key(rstore.Key("uniq", "s", algo.SlidingWindowLog)).Build()).AsInt64()
+	n, err := c.Do(ctx, c.B().Zcard().Key(rstore.Key(p, "s", algo.SlidingWindowLog)).Build()).AsInt64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,3 +170,8 @@ func TestRedisUnavailable(t *testing.T) {
 		t.Fatal("Allow succeeded with Redis down")
 	}
 }
+
+var seq atomic.Int64
+
+// unique returns a policy name no other test run against this server used.
+func unique(prefix string) string { return fmt.Sprintf("%s-%d", prefix, seq.Add(1)) }

@@ -1,23 +1,20 @@
 -- Shared by every Tollgate script (prepended at load time).
--- KEYS[1]: the state key.
--- ARGV: rate n, period (ms), capacity, cost, now (ms, "" = Redis TIME),
---       ttl slack (ms, added to every TTL; tests with explicit times only).
--- Returns {allowed (0/1), remaining, reset_after_ms, retry_after_ms}.
--- All values are integers below 2^53, so double arithmetic is exact and
--- matches package algo bit for bit.
-local key = KEYS[1]
-local n = tonumber(ARGV[1])
-local period = tonumber(ARGV[2])
-local cap = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-local slack = tonumber(ARGV[6]) or 0
-if not now then
+-- ARGV[1]: now in ms ("" = Redis TIME); ARGV[2]: ttl slack in ms (added to
+-- every TTL; only for tests that pass explicit times). The rest of ARGV
+-- and KEYS belong to the entry point (single.lua or multi.lua).
+-- Every algorithm is a function algs[<algo.Algorithm>](key, n, period,
+-- cap, cost, write) returning {allowed (0/1), remaining, reset_after_ms,
+-- retry_after_ms}; with write false it changes nothing. All values are
+-- integers below 2^53, so double arithmetic is exact and matches package
+-- algo bit for bit.
+local NOW = tonumber(ARGV[1])
+local slack = tonumber(ARGV[2]) or 0
+if not NOW then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local now0 = now
 local floor = math.floor
+local algs = {}
 -- fdiv is floor(a/b) for integers a >= 0, b > 0.
 local function fdiv(a, b)
   local q = floor(a / b)
@@ -34,11 +31,11 @@ local function pair(v)
   return tonumber(a), tonumber(b)
 end
 -- px is the TTL for state that is fresh again ms after the (possibly
--- clamped) decision time now, measured from the caller's time now0.
-local function px(ms) return ms + (now - now0) + slack end
--- finish reports a decision made at now with durations from now0.
-local function finish(allowed, rem, reset, retry)
-  local off = now - now0
+-- clamped) decision time now, measured from the caller's time NOW.
+local function px(now, ms) return ms + (now - NOW) + slack end
+-- finish reports a decision made at now with durations from NOW.
+local function finish(now, allowed, rem, reset, retry)
+  local off = now - NOW
   if off > 0 then
     if reset > 0 then reset = reset + off end
     if allowed == 0 then retry = retry + off end

@@ -3,42 +3,47 @@
 -- counts on from the members already at that millisecond. Members that have
 -- left the window are removed only when a request is charged, so a refusal
 -- or a query writes nothing. See algo.slidingLog.
-local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
-if newest then
-  newest = tonumber(newest)
-  if now < newest then now = newest end
-end
-local cutoff = now - period
-local after = string.format('(%d', cutoff)
-local used = redis.call('ZCOUNT', key, after, '+inf')
-local allowed, retry = 0, 0
-if used + cost <= n then
-  allowed = 1
-  if cost > 0 then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-    local base = redis.call('ZCOUNT', key, now, now)
-    local i = 1
-    while i <= cost do
-      local args = {}
-      local j = 0
-      while i <= cost and j < 1000 do
-        args[2 * j + 1] = now
-        args[2 * j + 2] = string.format('%d.%d', now, base + i)
-        i = i + 1
-        j = j + 1
-      end
-      redis.call('ZADD', key, unpack(args))
-    end
-    used = used + cost
-    newest = now
-    redis.call('PEXPIRE', key, px(period))
+algs[4] = function(key, n, period, cap, cost, write)
+  local now = NOW
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+  if newest then
+    newest = tonumber(newest)
+    if now < newest then now = newest end
   end
-else
-  local need = used + cost - n
-  local e = redis.call('ZRANGE', key, after, '+inf', 'BYSCORE', 'LIMIT', need - 1, 1, 'WITHSCORES')
-  retry = tonumber(e[2]) + period - now
+  local cutoff = now - period
+  local after = string.format('(%d', cutoff)
+  local used = redis.call('ZCOUNT', key, after, '+inf')
+  local allowed, retry = 0, 0
+  if used + cost <= n then
+    allowed = 1
+    if cost > 0 and not write then
+      used, newest = used + cost, now
+    elseif cost > 0 then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+      local base = redis.call('ZCOUNT', key, now, now)
+      local i = 1
+      while i <= cost do
+        local args = {}
+        local j = 0
+        while i <= cost and j < 1000 do
+          args[2 * j + 1] = now
+          args[2 * j + 2] = string.format('%d.%d', now, base + i)
+          i = i + 1
+          j = j + 1
+        end
+        redis.call('ZADD', key, unpack(args))
+      end
+      used = used + cost
+      newest = now
+      redis.call('PEXPIRE', key, px(now, period))
+    end
+  else
+    local need = used + cost - n
+    local e = redis.call('ZRANGE', key, after, '+inf', 'BYSCORE', 'LIMIT', need - 1, 1, 'WITHSCORES')
+    retry = tonumber(e[2]) + period - now
+  end
+  local rem, reset = 0, 0
+  if n > used then rem = n - used end
+  if used > 0 then reset = newest + period - now end
+  return finish(now, allowed, rem, reset, retry)
 end
-local rem, reset = 0, 0
-if n > used then rem = n - used end
-if used > 0 then reset = newest + period - now end
-return finish(allowed, rem, reset, retry)

@@ -1,0 +1,5 @@
+-- Entry point for one limit: KEYS[1]; ARGV[3..6]: rate n, period (ms),
+-- capacity, cost. The store appends "return decide(<algorithm>)".
+local function decide(a)
+  return algs[a](KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), true)
+end

@@ -1,0 +1,223 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
+)
+
+// RunMulti runs the all-or-nothing suite against a MultiStore.
+func RunMulti(t *testing.T, newStore func(t *testing.T) tollgate.MultiStore) {
+	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore(t)) })
+	t.Run("MatchesModel", func(t *testing.T) { testMultiModel(t, newStore(t)) })
+	t.Run("InvalidGroups", func(t *testing.T) { testInvalidGroups(t, newStore(t)) })
+	t.Run("Concurrency", func(t *testing.T) { RunMultiConcurrency(t, []tollgate.MultiStore{newStore(t)}) })
+}
+
+func allowAll(t *testing.T, s tollgate.MultiStore, reqs ...algo.Request) []algo.Decision {
+	t.Helper()
+	ds, err := s.AllowAll(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != len(reqs) {
+		t.Fatalf("%d decisions for %d requests", len(ds), len(reqs))
+	}
+	return ds
+}
+
+func testAllOrNothing(t *testing.T, s tollgate.MultiStore) {
+	for _, a := range algo.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			p1, p2 := policy(t), policy(t)
+			short := algo.Request{Policy: p1, Subject: "x", Limit: limitFor(a, 3, time.Minute), Cost: 1, Now: base}
+			long := algo.Request{Policy: p2, Subject: "x", Limit: limitFor(algo.FixedWindow, 5, time.Hour), Cost: 1, Now: base}
+			for i := 0; i < 3; i++ {
+				if ds := allowAll(t, s, short, long); !tollgate.Admitted(ds) {
+					t.Fatalf("request %d refused: %+v", i, ds)
+				}
+			}
+			ds := allowAll(t, s, short, long)
+			if tollgate.Admitted(ds) || ds[0].Allowed || !ds[1].Allowed || ds[0].RetryAfter <= 0 {
+				t.Fatalf("4th: %+v, want the short limit to refuse", ds)
+			}
+			if ds[1].Remaining != 2 || ds[1].RetryAfter != 0 {
+				t.Errorf("the long limit was charged for a refused request: %+v", ds[1])
+			}
+			// The long limit really kept its 2.
+			if d := allow(t, s, p2, "x", long.Limit, 2, base); !d.Allowed || d.Remaining != 0 {
+				t.Errorf("long limit after the refusal: %+v", d)
+			}
+		})
+	}
+}
+
+// testMultiModel drives random groups of limits and checks every decision
+// against the pure algorithms applied all or nothing.
+func testMultiModel(t *testing.T, s tollgate.MultiStore) {
+	seed := uint32(7)
+	next := func(n int) int64 { seed = seed*1664525 + 1013904223; return int64((seed >> 8) % uint32(n)) }
+	for round := 0; round < 12; round++ {
+		k := 1 + int(next(4))
+		reqs := make([]algo.Request, k)
+		states := make([]algo.State, k)
+		for i := range reqs {
+			a := algo.Algorithm(next(6))
+			l := algo.Limit{Algorithm: a, Rate: 2 + next(8), Period: time.Duration(100+next(900)) * time.Millisecond}
+			reqs[i] = algo.Request{Policy: policy(t), Subject: "m", Tag: "grp", Limit: l}
+		}
+		now := base.Add(time.Duration(next(1000)) * time.Millisecond)
+		for step := 0; step < 40; step++ {
+			now = now.Add(time.Duration(next(120)) * time.Millisecond)
+			want := make([]algo.Decision, k)
+			next2 := make([]algo.State, k)
+			all := true
+			for i := range reqs {
+				reqs[i].Now = now
+				reqs[i].Cost = next(int(reqs[i].Limit.Capacity()) + 1)
+				next2[i] = states[i]
+				next2[i].Log = states[i].Log.Clone()
+				r, _, err := algo.Decide(reqs[i].Limit, &next2[i], now.UnixMilli(), reqs[i].Cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[i] = r.Decision()
+				all = all && r.Allowed
+			}
+			if all {
+				states = next2
+			} else {
+				for i := range reqs {
+					if want[i].Allowed {
+						st := states[i]
+						st.Log = states[i].Log.Clone()
+						r, _, _ := algo.Decide(reqs[i].Limit, &st, now.UnixMilli(), 0)
+						want[i] = r.Decision()
+					}
+				}
+			}
+			got := allowAll(t, s, reqs...)
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("round %d step %d limit %d (%v, cost %d):\n got %+v\nwant %+v", round, step, i, reqs[i].Limit, reqs[i].Cost, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+func testInvalidGroups(t *testing.T, s tollgate.MultiStore) {
+	ctx := context.Background()
+	l := limitFor(algo.GCRA, 5, time.Minute)
+	a := algo.Request{Policy: policy(t), Subject: "a", Limit: l, Cost: 1, Now: base}
+	b := algo.Request{Policy: policy(t), Subject: "b", Limit: l, Cost: 1, Now: base}
+	if _, err := s.AllowAll(ctx, []algo.Request{a, b}); !errors.Is(err, algo.ErrMixedGroup) {
+		t.Errorf("two groups: %v", err)
+	}
+	if _, err := s.AllowAll(ctx, []algo.Request{a, a}); err == nil {
+		t.Error("a repeated request was accepted")
+	}
+	if _, err := s.AllowAll(ctx, nil); err == nil {
+		t.Error("no requests accepted")
+	}
+	big := a
+	big.Policy, big.Cost = policy(t), 6
+	if _, err := s.AllowAll(ctx, []algo.Request{a, big}); !errors.Is(err, algo.ErrCostExceedsBurst) {
+		t.Errorf("cost above burst: %v", err)
+	}
+	// Nothing was charged by the invalid calls.
+	if d := allow(t, s, a.Policy, "a", l, 0, base); d.Remaining != 5 {
+		t.Errorf("after invalid groups Remaining = %d, want 5", d.Remaining)
+	}
+}
+
+// RunMultiConcurrency checks two all-or-nothing examples under 200
+// goroutines spread over stores that share state:
+//
+//   - several limits on one subject: budgets of 30 and 50 admit exactly 30,
+//     and the 50 is charged exactly 30;
+//   - a hierarchy: three users limited to 10 each within a tenant limited
+//     to 25 admit exactly 25, no user more than 10.
+func RunMultiConcurrency(t *testing.T, stores []tollgate.MultiStore) {
+	const goroutines, perG = 200, 25
+	for _, clock := range []string{"fixed", "store"} {
+		var now time.Time
+		if clock == "fixed" {
+			now = base
+		}
+		slow := 30 * 24 * time.Hour
+		t.Run("SeveralLimits/"+clock, func(t *testing.T) {
+			p1, p2 := policy(t), policy(t)
+			reqs := []algo.Request{
+				{Policy: p1, Subject: "s", Limit: limitFor(algo.GCRA, 30, slow), Cost: 1, Now: now},
+				{Policy: p2, Subject: "s", Limit: limitFor(algo.SlidingWindowLog, 50, slow), Cost: 1, Now: now},
+			}
+			var admitted atomic.Int64
+			hammer(t, goroutines, perG, stores, func(s tollgate.MultiStore, _ int) {
+				ds, err := s.AllowAll(context.Background(), reqs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if tollgate.Admitted(ds) {
+					admitted.Add(1)
+				}
+			})
+			if admitted.Load() != 30 {
+				t.Fatalf("admitted %d, want exactly 30", admitted.Load())
+			}
+			if d := allow(t, stores[0], p2, "s", reqs[1].Limit, 0, now); d.Remaining != 20 {
+				t.Fatalf("the 50 budget has %d left, want 20 (charged only with the 30)", d.Remaining)
+			}
+		})
+		t.Run("Hierarchy/"+clock, func(t *testing.T) {
+			pu, pt := policy(t), policy(t)
+			users := []string{"u1", "u2", "u3"}
+			var perUser [3]atomic.Int64
+			hammer(t, goroutines, perG, stores, func(s tollgate.MultiStore, g int) {
+				u := g % 3
+				ds, err := s.AllowAll(context.Background(), []algo.Request{
+					{Policy: pu, Subject: users[u], Tag: "tenant-a", Limit: limitFor(algo.TokenBucket, 10, slow), Cost: 1, Now: now},
+					{Policy: pt, Subject: "tenant-a", Tag: "tenant-a", Limit: limitFor(algo.FixedWindow, 25, slow), Cost: 1, Now: now},
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if tollgate.Admitted(ds) {
+					perUser[u].Add(1)
+				}
+			})
+			total := perUser[0].Load() + perUser[1].Load() + perUser[2].Load()
+			if total != 25 {
+				t.Fatalf("tenant admitted %d, want exactly 25", total)
+			}
+			for i := range perUser {
+				if perUser[i].Load() > 10 {
+					t.Fatalf("user %d admitted %d, more than 10", i, perUser[i].Load())
+				}
+			}
+		})
+	}
+}
+
+func hammer(t *testing.T, goroutines, perG int, stores []tollgate.MultiStore, f func(s tollgate.MultiStore, g int)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < perG; i++ {
+				f(stores[g%len(stores)], g)
+			}
+		}(g)
+	}
+	wg.Wait()
+}
