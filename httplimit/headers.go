@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/policy"
 )
 
 // ceilSeconds rounds d up to whole seconds.
@@ -14,27 +16,35 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// setHeaders writes the draft-ietf-httpapi-ratelimit-headers fields for one
-// policy (structured fields; name is a plan or group name, which the
-// policy package restricts to token characters):
+// setHeaders writes the draft-ietf-httpapi-ratelimit-headers fields
+// (structured fields; names are plan, limit or group names, which the
+// policy package restricts to token characters): RateLimit-Policy lists
+// every budget that applied, RateLimit reports the most restrictive one, b,
+// whose decision is d:
 //
-//	RateLimit-Policy: "free";q=100;w=60
-//	RateLimit: "free";r=37;t=12
+//	RateLimit-Policy: "free.second";q=10;w=1, "free.hour";q=1000;w=3600
+//	RateLimit: "free.second";r=7;t=1
 //
 // t is the seconds until the full quota is back for an allowed request,
 // and the seconds until this request would be allowed for a refusal, so
 // that Retry-After (set by the caller) is never earlier than t.
-func setHeaders(h http.Header, name string, l tollgate.Limit, d tollgate.Decision, legacy bool) {
-	w := ceilSeconds(l.Period)
+func setHeaders(h http.Header, budgets []*policy.Budget, b *policy.Budget, d tollgate.Decision, legacy bool) {
+	var pol strings.Builder
+	for i, x := range budgets {
+		if i > 0 {
+			pol.WriteString(", ")
+		}
+		pol.WriteString(`"` + x.Name + `";q=` + strconv.FormatInt(x.Limit.Rate, 10) + ";w=" + strconv.FormatInt(ceilSeconds(x.Limit.Period), 10))
+	}
 	t := ceilSeconds(d.ResetAfter)
 	if !d.Allowed {
 		t = max(1, ceilSeconds(d.RetryAfter))
 	}
-	q := strconv.FormatInt(l.Rate, 10)
+	q := strconv.FormatInt(b.Limit.Rate, 10)
 	r := strconv.FormatInt(d.Remaining, 10)
 	ts := strconv.FormatInt(t, 10)
-	h.Set("RateLimit-Policy", `"`+name+`";q=`+q+";w="+strconv.FormatInt(w, 10))
-	h.Set("RateLimit", `"`+name+`";r=`+r+";t="+ts)
+	h.Set("RateLimit-Policy", pol.String())
+	h.Set("RateLimit", `"`+b.Name+`";r=`+r+";t="+ts)
 	if legacy {
 		h.Set("X-RateLimit-Limit", q)
 		h.Set("X-RateLimit-Remaining", r)

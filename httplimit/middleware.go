@@ -52,10 +52,14 @@ type Options struct {
 type Subject struct {
 	Kind string // "key", "user" or "ip"
 	// ID is the HMAC pseudonym used in store keys and logs.
-	ID     string
+	ID string
+	// Plan is the subject's plan (nil for a request refused before one
+	// applied).
 	Plan   *policy.Plan
 	Key    *policy.APIKey // for Kind "key"
 	Client string         // client IP group, for the invalid-key limit
+	// Tenant is the pseudonym of the key's tenant ("" if none).
+	Tenant string
 }
 
 // Info is what the middleware decided, for the handler behind it.
@@ -153,66 +157,157 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			plan = route.Limit
 		}
 	}
-	d, err := m.decide(r.Context(), plan, sub.ID, cost)
+	budgets, reqs := requests(plan, sub, cost)
+	ds, err := m.decideAll(r.Context(), reqs)
 	if err != nil {
 		var ok bool
-		if d, ok = m.storeFailed(w, r, err, route, sub, plan, group, cost); !ok {
+		if ds, ok = m.storeFailed(w, r, err, route, sub, budgets, group, reqs); !ok {
 			return
 		}
 	}
-	setHeaders(w.Header(), plan.Name, plan.Limit, d, p.LegacyHeaders)
-	if !d.Allowed {
-		m.count(plan.Name, group, sub.Plan.Name, "refused")
+	// The route's global budget lives in another slot: charged second,
+	// only for requests the subject's own limits admitted.
+	if route != nil && route.Global != nil && tollgate.Admitted(ds) {
+		g := route.Global
+		greq := []tollgate.Request{{Policy: g.StoreName, Subject: "route", Limit: g.Limit, Cost: cost}}
+		gds, err := m.decideAll(r.Context(), greq)
+		if err != nil {
+			var ok bool
+			if gds, ok = m.storeFailed(w, r, err, route, sub, []*policy.Budget{g}, group, greq); !ok {
+				return
+			}
+		}
+		budgets, ds = append(budgets, g), append(ds, gds...)
+	}
+	i := mostRestrictive(ds)
+	b, d := budgets[i], ds[i]
+	setHeaders(w.Header(), budgets, b, d, p.LegacyHeaders)
+	if !tollgate.Admitted(ds) {
+		m.count(b.Name, group, sub.Plan.Name, "refused")
 		retry := max(1, ceilSeconds(d.RetryAfter))
-		m.logSampled(r.Context(), slog.LevelInfo, "refused", sub, plan, group, slog.Int64("retry_after_s", retry))
+		m.logSampled(r.Context(), slog.LevelInfo, "refused", sub, b.Name, group, slog.Int64("retry_after_s", retry))
 		WriteProblem(w, Problem{Type: ProblemRateLimited, Status: http.StatusTooManyRequests, RetryAfter: retry,
-			Detail: fmt.Sprintf("The %q limit of %d per %v is used up; retry after %d s.", plan.Name, plan.Limit.Rate, plan.Limit.Period, retry)})
+			Detail: fmt.Sprintf("The %q limit of %d per %v is used up; retry after %d s.", b.Name, b.Limit.Rate, b.Limit.Period, retry)})
 		return
 	}
-	m.count(plan.Name, group, sub.Plan.Name, "allowed")
+	m.count(b.Name, group, sub.Plan.Name, "allowed")
 	m.pass(w, r, route, sub, d, clean)
+}
+
+// requests builds the store requests that charge cost to sub under plan:
+// one per limit of the plan and, for a subject with a tenant, one for the
+// tenant's budget, all in the tenant's group so one call decides them.
+func requests(plan *policy.Plan, sub Subject, cost int64) ([]*policy.Budget, []tollgate.Request) {
+	tag := ""
+	if plan.Tenant != nil && sub.Tenant != "" {
+		tag = sub.Tenant
+	}
+	budgets := make([]*policy.Budget, 0, len(plan.Limits)+1)
+	reqs := make([]tollgate.Request, 0, len(plan.Limits)+1)
+	for _, b := range plan.Limits {
+		budgets = append(budgets, b)
+		reqs = append(reqs, tollgate.Request{Policy: b.StoreName, Subject: sub.ID, Tag: tag, Limit: b.Limit, Cost: cost})
+	}
+	if tag != "" {
+		budgets = append(budgets, plan.Tenant)
+		reqs = append(reqs, tollgate.Request{Policy: plan.Tenant.StoreName, Subject: tag, Tag: tag, Limit: plan.Tenant.Limit, Cost: cost})
+	}
+	return budgets, reqs
+}
+
+// mostRestrictive picks the decision to report in RateLimit: among
+// refusals the one that lasts longest, else the least remaining.
+func mostRestrictive(ds []tollgate.Decision) int {
+	best := 0
+	for i, d := range ds[1:] {
+		i++
+		b := ds[best]
+		switch {
+		case !d.Allowed && b.Allowed:
+			best = i
+		case !d.Allowed && !b.Allowed && d.RetryAfter > b.RetryAfter:
+			best = i
+		case d.Allowed && b.Allowed && (d.Remaining < b.Remaining || d.Remaining == b.Remaining && d.ResetAfter > b.ResetAfter):
+			best = i
+		}
+	}
+	return best
+}
+
+// decideAll asks the store: a single request through Allow (where the deny
+// cache works), a group through AllowAll.
+func (m *middleware) decideAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+	start := time.Now()
+	var ds []tollgate.Decision
+	var err error
+	if len(reqs) == 1 && reqs[0].Tag == "" {
+		var d tollgate.Decision
+		d, err = m.opts.Store.Allow(ctx, reqs[0])
+		ds = []tollgate.Decision{d}
+	} else if ms, ok := m.opts.Store.(tollgate.MultiStore); ok {
+		ds, err = ms.AllowAll(ctx, reqs)
+	} else {
+		err = errors.New("deciding several limits: the store cannot decide them together")
+	}
+	if mt := m.opts.Metrics; mt != nil {
+		mt.StoreLatency.Observe(time.Since(start).Seconds())
+		if err != nil {
+			mt.StoreErrors.WithLabelValues(reqs[0].Policy).Inc()
+		}
+	}
+	return ds, err
 }
 
 // Fallbacker is a store that can decide locally while it is unavailable
 // (see package resilience).
 type Fallbacker interface {
 	Fallback(ctx context.Context, req tollgate.Request) (tollgate.Decision, error)
+	FallbackAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error)
 }
 
 // storeFailed applies the route's failure policy when the store could not
-// decide. It returns the decision to go on with, or false when it has
+// decide. It returns the decisions to go on with, or false when it has
 // answered the request itself.
-func (m *middleware) storeFailed(w http.ResponseWriter, r *http.Request, err error, route *policy.Route, sub Subject, plan *policy.Plan, group string, cost int64) (tollgate.Decision, bool) {
+func (m *middleware) storeFailed(w http.ResponseWriter, r *http.Request, err error, route *policy.Route, sub Subject, budgets []*policy.Budget, group string, reqs []tollgate.Request) ([]tollgate.Decision, bool) {
+	name := budgets[0].Name
 	if errors.Is(err, tollgate.ErrCostExceedsBurst) || errors.Is(err, tollgate.ErrInvalidLimit) || errors.Is(err, tollgate.ErrNegativeCost) {
 		// The policy compiler rules these out; never let one through.
-		m.log.LogAttrs(r.Context(), slog.LevelError, "invalid rate-limit request", slog.String("policy", plan.Name), slog.String("error", err.Error()))
+		m.log.LogAttrs(r.Context(), slog.LevelError, "invalid rate-limit request", slog.String("policy", name), slog.String("error", err.Error()))
 		WriteProblem(w, Problem{Type: ProblemUnavailable, Status: http.StatusInternalServerError, Detail: "the rate limit for this route is misconfigured"})
-		return tollgate.Decision{}, false
+		return nil, false
 	}
 	if r.Context().Err() != nil {
-		return tollgate.Decision{}, false // the client went away
+		return nil, false // the client went away
 	}
 	if !errors.Is(err, resilience.ErrUnavailable) {
-		m.logSampled(r.Context(), slog.LevelError, "store error", sub, plan, group, slog.String("error", err.Error()))
+		m.logSampled(r.Context(), slog.LevelError, "store error", sub, name, group, slog.String("error", err.Error()))
 	}
 	if route != nil && route.FailClosed {
-		m.fallback(plan.Name, "fail_closed")
-		m.count(plan.Name, group, sub.Plan.Name, "fail_closed")
+		m.fallback(name, "fail_closed")
+		m.count(name, group, sub.Plan.Name, "fail_closed")
 		WriteProblem(w, Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
 			Detail: "the rate limiter is unavailable and this route does not proceed without it"})
-		return tollgate.Decision{}, false
+		return nil, false
 	}
-	m.fallback(plan.Name, "fail_open")
+	m.fallback(name, "fail_open")
 	if fb, ok := m.opts.Store.(Fallbacker); ok {
-		d, ferr := fb.Fallback(r.Context(), tollgate.Request{Policy: plan.StoreName, Subject: sub.ID, Limit: plan.Limit, Cost: cost})
-		if ferr == nil {
-			return d, true
+		var ds []tollgate.Decision
+		var ferr error
+		if len(reqs) == 1 {
+			var d tollgate.Decision
+			d, ferr = fb.Fallback(r.Context(), reqs[0])
+			ds = []tollgate.Decision{d}
+		} else {
+			ds, ferr = fb.FallbackAll(r.Context(), reqs)
 		}
-		m.logSampled(r.Context(), slog.LevelError, "local fallback failed, allowing", sub, plan, group, slog.String("error", ferr.Error()))
+		if ferr == nil {
+			return ds, true
+		}
+		m.logSampled(r.Context(), slog.LevelError, "local fallback failed, allowing", sub, name, group, slog.String("error", ferr.Error()))
 	}
-	m.count(plan.Name, group, sub.Plan.Name, "fail_open")
+	m.count(name, group, sub.Plan.Name, "fail_open")
 	m.pass(w, r, route, sub, tollgate.Decision{Allowed: true}, cleanPath(r.URL.Path))
-	return tollgate.Decision{}, false
+	return nil, false
 }
 
 func (m *middleware) fallback(policyName, mode string) {
@@ -270,15 +365,25 @@ func (m *middleware) identifyKey(w http.ResponseWriter, r *http.Request, group, 
 		k = p.Keys[identity.KeyDigest(key)]
 	}
 	if k != nil {
-		return Subject{Kind: "key", ID: m.hasher.Hash("k", k.ID), Plan: k.Plan, Key: k, Client: ipID}, true
+		sub := Subject{Kind: "key", ID: m.hasher.Hash("k", k.ID), Plan: k.Plan, Key: k, Client: ipID}
+		if k.User != "" {
+			// A key's user shares one budget with that user's other keys
+			// and with the user id an auth proxy reports.
+			sub.ID = m.hasher.Hash("u", k.User)
+		}
+		if k.Tenant != "" {
+			sub.Tenant = m.hasher.Hash("t", k.Tenant)
+		}
+		return sub, true
 	}
-	sub := Subject{Kind: "ip", ID: ipID, Plan: ik, Client: ipID}
-	d, err := m.decide(r.Context(), ik, ipID, 1)
-	if err == nil && !d.Allowed {
+	sub := Subject{Kind: "ip", ID: ipID, Client: ipID}
+	ds, err := m.decideAll(r.Context(), []tollgate.Request{{Policy: ik.StoreName, Subject: ipID, Limit: ik.Limit, Cost: 1}})
+	if err == nil && !ds[0].Allowed {
+		d := ds[0]
 		m.penalty.set(ipID, time.Now().Add(d.RetryAfter))
 		m.count(ik.Name, group, "-", "refused")
 		retry := max(1, ceilSeconds(d.RetryAfter))
-		m.logSampled(r.Context(), slog.LevelWarn, "refused: too many invalid API keys", sub, ik, group, slog.Int64("retry_after_s", retry))
+		m.logSampled(r.Context(), slog.LevelWarn, "refused: too many invalid API keys", sub, ik.Name, group, slog.Int64("retry_after_s", retry))
 		WriteProblem(w, Problem{Type: ProblemTooManyFailed, Status: http.StatusTooManyRequests, RetryAfter: retry,
 			Detail: fmt.Sprintf("Too many requests with invalid API keys from this address; retry after %d s.", retry)})
 		return Subject{}, false
@@ -299,32 +404,23 @@ func (m *middleware) peerTrusted(r *http.Request) bool {
 	return ok && m.trusted.Contains(peer)
 }
 
-func (m *middleware) decide(ctx context.Context, plan *policy.Plan, subject string, cost int64) (tollgate.Decision, error) {
-	start := time.Now()
-	d, err := m.opts.Store.Allow(ctx, tollgate.Request{Policy: plan.StoreName, Subject: subject, Limit: plan.Limit, Cost: cost})
-	if mt := m.opts.Metrics; mt != nil {
-		mt.StoreLatency.Observe(time.Since(start).Seconds())
-		if err != nil {
-			mt.StoreErrors.WithLabelValues(plan.Name).Inc()
-		}
-	}
-	return d, err
-}
-
 func (m *middleware) count(policyName, group, plan, outcome string) {
 	if mt := m.opts.Metrics; mt != nil {
+		if plan == "" {
+			plan = "-"
+		}
 		mt.Decisions.WithLabelValues(policyName, group, plan, outcome).Inc()
 	}
 }
 
-func (m *middleware) logSampled(ctx context.Context, level slog.Level, msg string, sub Subject, plan *policy.Plan, group string, attrs ...slog.Attr) {
+func (m *middleware) logSampled(ctx context.Context, level slog.Level, msg string, sub Subject, policyName, group string, attrs ...slog.Attr) {
 	if !m.logRate.Allow() {
 		return
 	}
 	all := append([]slog.Attr{
 		slog.String("subject", sub.ID),
 		slog.String("subject_kind", sub.Kind),
-		slog.String("policy", plan.Name),
+		slog.String("policy", policyName),
 		slog.String("route_group", group),
 	}, attrs...)
 	m.log.LogAttrs(ctx, level, msg, all...)

@@ -18,8 +18,8 @@ type File struct {
 	Listeners ListenerSpec `yaml:"listeners"`
 	Store     StoreSpec    `yaml:"store"`
 	Identity  IdentitySpec `yaml:"identity"`
-	// Plans maps a plan name to its limit.
-	Plans map[string]LimitSpec `yaml:"plans"`
+	// Plans maps a plan name to its limits.
+	Plans map[string]PlanSpec `yaml:"plans"`
 	// APIKeys lists the API keys by digest; KeysFile names a further YAML
 	// file (relative to this one) with an api_keys list of its own.
 	APIKeys  []KeySpec `yaml:"api_keys"`
@@ -30,6 +30,37 @@ type File struct {
 	Routes          []RouteSpec  `yaml:"routes"`
 	Headers         HeaderSpec   `yaml:"headers"`
 	Upstream        UpstreamSpec `yaml:"upstream"`
+	// Region, if set, makes this gateway enforce one region's share of
+	// every limit against its own store.
+	Region *RegionSpec `yaml:"region"`
+}
+
+// PlanSpec is a plan: one limit written inline (rate, period, ...), or
+// several under limits, all charged together, all or nothing; and
+// optionally a tenant budget that the users of one tenant share.
+type PlanSpec struct {
+	LimitSpec `yaml:",inline"`
+	Limits    []NamedLimitSpec `yaml:"limits"`
+	// Tenant is a budget per tenant (API keys name their tenant), charged
+	// in the same atomic call as the user's limits.
+	Tenant *LimitSpec `yaml:"tenant"`
+}
+
+// NamedLimitSpec is one of a plan's limits; Name appears in the
+// RateLimit-Policy header (default: the plan's name and the limit's index).
+type NamedLimitSpec struct {
+	Name      string `yaml:"name"`
+	LimitSpec `yaml:",inline"`
+}
+
+// RegionSpec splits every limit across regions that each count against
+// their own store: this region enforces (1 - Margin) / Count of each.
+// Together the regions never admit more than the global limit; a client
+// that uses one region only gets that region's share.
+type RegionSpec struct {
+	Name   string  `yaml:"name"`
+	Count  int     `yaml:"count"`
+	Margin float64 `yaml:"margin"`
 }
 
 // ListenerSpec gives the two listen addresses; they must differ.
@@ -42,8 +73,14 @@ type ListenerSpec struct {
 type StoreSpec struct {
 	// Type is "memory" (the default) or "redis".
 	Type string `yaml:"type"`
-	// URL is the Redis URL (redis://host:port/db), required for "redis".
+	// URL is the Redis URL, required for "redis": redis://host:port/db;
+	// more addresses as ?addr=host:port; a Sentinel master as
+	// ?master_set=name (the addresses are then the sentinels').
 	URL string `yaml:"url"`
+	// Mode is "standalone", "cluster" or "sentinel"; empty means cluster
+	// when Redis says so, sentinel when the URL names a master_set, and
+	// standalone otherwise.
+	Mode string `yaml:"mode"`
 	// MaxKeys caps the in-memory store (0: its default).
 	MaxKeys int `yaml:"max_keys"`
 	// Timeout bounds each call to Redis (default 20ms).
@@ -117,6 +154,9 @@ type RouteSpec struct {
 	// Limit, if set, replaces the plan's limit on this route: each subject
 	// gets a budget of its own for the route group.
 	Limit *LimitSpec `yaml:"limit"`
+	// Global, if set, is one budget for the whole route, shared by every
+	// subject, charged after the subject's own limits (see Route.Global).
+	Global *LimitSpec `yaml:"global"`
 	// OnStoreFailure is "fail_open" (default) or "fail_closed".
 	OnStoreFailure string `yaml:"on_store_failure"`
 }

@@ -43,19 +43,31 @@ type Policy struct {
 	UserPlan      *Plan
 	// Keys maps an API key digest ("sha256:<hex>") to the key.
 	Keys            map[string]*APIKey
-	InvalidKey      *Plan // the per-IP limit on invalid API keys
+	InvalidKey      *Budget // the per-IP limit on invalid API keys
 	Routes          []*Route
 	LegacyHeaders   bool
 	UpstreamTimeout time.Duration
+	// Region is this gateway's region ("" without regions); every budget
+	// below already holds this region's share.
+	Region string
 }
 
-// Plan is a named limit.
-type Plan struct {
-	Name  string
-	Limit tollgate.Limit
-	// StoreName is the policy name under which its state is stored; it
-	// includes the policy version.
+// Budget is one limit as enforced: its header name, the limit, and the
+// name under which its state is stored (which includes the policy version).
+type Budget struct {
+	Name      string
+	Limit     tollgate.Limit
 	StoreName string
+}
+
+// Plan is what a subject is entitled to.
+type Plan struct {
+	Name string
+	// Limits all apply to each subject, charged together, all or nothing.
+	Limits []*Budget
+	// Tenant, if set, is shared by all users of one tenant and charged in
+	// the same atomic call as Limits.
+	Tenant *Budget
 }
 
 // APIKey is one configured key.
@@ -72,7 +84,15 @@ type Route struct {
 	Group              string
 	Cost               int64
 	// Limit, when non-nil, replaces the subject's plan on this route.
-	Limit      *Plan
+	Limit *Plan
+	// Global, when non-nil, is one budget for the route shared by every
+	// subject. It lives in another Redis slot, so it is charged in a second
+	// step, after the subject's (and tenant's) limits admitted the request:
+	// if it then refuses, the request is refused and the first step's
+	// charge stands (it is not refunded). So nothing is ever admitted past
+	// any limit; a subject can lose at most the requests the global budget
+	// refused.
+	Global     *Budget
 	FailClosed bool
 }
 
@@ -334,6 +354,15 @@ func (c *compiler) compile(f *File) *Policy {
 	if p.Store.MaxKeys < 0 {
 		c.addf("store.max_keys", "must not be negative")
 	}
+	switch p.Store.Mode {
+	case "", "standalone", "cluster":
+	case "sentinel":
+		if p.Store.Type == "redis" && !strings.Contains(p.Store.URL, "master_set=") {
+			c.addf("store.url", "sentinel mode needs ?master_set=<name> in the url")
+		}
+	default:
+		c.addf("store.mode", "unknown mode %q (want standalone, cluster or sentinel)", p.Store.Mode)
+	}
 	switch {
 	case p.Store.Timeout == 0:
 		p.Store.Timeout = 20 * time.Millisecond
@@ -409,9 +438,8 @@ func (c *compiler) compile(f *File) *Policy {
 		if !namePattern.MatchString(n) {
 			c.addf(path, "plan names are 1-64 letters, digits, '.', '_' or '-'")
 		}
-		spec := f.Plans[n]
-		if l, ok := c.limit(path, spec); ok {
-			p.Plans[n] = &Plan{Name: n, Limit: l, StoreName: p.Version + ":plan:" + n}
+		if pl := c.plan(path, n, f.Plans[n], p.Version); pl != nil {
+			p.Plans[n] = pl
 		}
 	}
 	planRef := func(path, name string) *Plan {
@@ -441,7 +469,7 @@ func (c *compiler) compile(f *File) *Policy {
 		ik = *f.InvalidKeyLimit
 	}
 	if l, ok := c.limit("invalid_key_limit", ik); ok {
-		p.InvalidKey = &Plan{Name: "invalid_key", Limit: l, StoreName: p.Version + ":invalid_key"}
+		p.InvalidKey = &Budget{Name: "invalid_key", Limit: l, StoreName: p.Version + ":invalid_key"}
 	}
 
 	// Routes.
@@ -494,24 +522,33 @@ func (c *compiler) compile(f *File) *Policy {
 		}
 		if rs.Limit != nil {
 			if l, ok := c.limit(path+".limit", *rs.Limit); ok {
-				r.Limit = &Plan{Name: r.Group, Limit: l, StoreName: p.Version + ":route:" + r.Group}
+				r.Limit = &Plan{Name: r.Group, Limits: []*Budget{{Name: r.Group, Limit: l, StoreName: p.Version + ":route:" + r.Group}}}
+			}
+		}
+		if rs.Global != nil {
+			if l, ok := c.limit(path+".global", *rs.Global); ok {
+				r.Global = &Budget{Name: "global." + r.Group, Limit: l, StoreName: p.Version + ":global:" + r.Group}
+				if r.Cost > l.Capacity() {
+					c.addf(path+".cost", "cost %d exceeds the global budget's capacity %d: no request could pass", r.Cost, l.Capacity())
+				}
 			}
 		}
 		// A cost no limit could ever admit is a configuration error.
 		if r.Limit != nil {
-			if capacity := r.Limit.Limit.Capacity(); r.Cost > capacity {
-				c.addf(path+".cost", "cost %d exceeds the route limit's capacity %d: no request could pass", r.Cost, capacity)
-			}
+			c.checkCost(path+".cost", r.Cost, r.Limit, "the route limit")
 		} else {
 			for _, n := range names {
-				if pl := p.Plans[n]; pl != nil && r.Cost > pl.Limit.Capacity() {
-					c.addf(path+".cost", "cost %d exceeds plan %q's capacity %d: no request on it could pass", r.Cost, n, pl.Limit.Capacity())
+				if pl := p.Plans[n]; pl != nil {
+					c.checkCost(path+".cost", r.Cost, pl, fmt.Sprintf("plan %q", n))
 				}
 			}
 		}
 		p.Routes = append(p.Routes, r)
 	}
 
+	if f.Region != nil {
+		c.region(p, f.Region)
+	}
 	if p.UpstreamTimeout == 0 {
 		p.UpstreamTimeout = 30 * time.Second
 	} else if p.UpstreamTimeout < 0 {
@@ -545,6 +582,118 @@ func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, 
 		}
 		p.Keys[k.Digest] = &APIKey{ID: k.ID, Tenant: k.Tenant, User: k.User, Plan: pl}
 	}
+}
+
+// plan compiles one plan.
+func (c *compiler) plan(path, name string, spec PlanSpec, version string) *Plan {
+	pl := &Plan{Name: name}
+	inline := spec.LimitSpec != (LimitSpec{})
+	switch {
+	case inline && len(spec.Limits) > 0:
+		c.addf(path, "write the plan's limit inline or under limits, not both")
+		return nil
+	case inline:
+		if l, ok := c.limit(path, spec.LimitSpec); ok {
+			pl.Limits = []*Budget{{Name: name, Limit: l, StoreName: version + ":plan:" + name}}
+		}
+	case len(spec.Limits) > 0:
+		if len(spec.Limits) > 8 {
+			c.addf(path+".limits", "at most 8 limits per plan")
+		}
+		seen := map[string]bool{}
+		for i, ls := range spec.Limits {
+			lp := fmt.Sprintf("%s.limits[%d]", path, i)
+			ln := ls.Name
+			if ln == "" {
+				ln = strconv.Itoa(i)
+			}
+			if !namePattern.MatchString(ln) || seen[ln] {
+				c.addf(lp+".name", "limit names are unique in a plan, 1-64 letters, digits, '.', '_' or '-' (got %q)", ls.Name)
+			}
+			seen[ln] = true
+			if l, ok := c.limit(lp, ls.LimitSpec); ok {
+				pl.Limits = append(pl.Limits, &Budget{Name: name + "." + ln, Limit: l, StoreName: version + ":plan:" + name + ":" + ln})
+			}
+		}
+	default:
+		c.addf(path, "a plan needs a limit (rate and period) or limits")
+		return nil
+	}
+	if spec.Tenant != nil {
+		if l, ok := c.limit(path+".tenant", *spec.Tenant); ok {
+			pl.Tenant = &Budget{Name: name + ".tenant", Limit: l, StoreName: version + ":tenant:" + name}
+		}
+	}
+	if len(pl.Limits) == 0 {
+		return nil
+	}
+	return pl
+}
+
+// checkCost reports a route cost larger than some budget of pl can admit.
+func (c *compiler) checkCost(path string, cost int64, pl *Plan, what string) {
+	all := append([]*Budget(nil), pl.Limits...)
+	if pl.Tenant != nil {
+		all = append(all, pl.Tenant)
+	}
+	for _, b := range all {
+		if capacity := b.Limit.Capacity(); cost > capacity {
+			c.addf(path, "cost %d exceeds %s's capacity %d (%s): no request on it could pass", cost, what, capacity, b.Name)
+			return
+		}
+	}
+}
+
+// region scales every budget to this region's share.
+func (c *compiler) region(p *Policy, r *RegionSpec) {
+	switch {
+	case !namePattern.MatchString(r.Name):
+		c.addf("region.name", "name the region (1-64 letters, digits, '.', '_' or '-')")
+	case r.Count < 1:
+		c.addf("region.count", "the number of regions must be at least 1")
+	case r.Margin < 0 || r.Margin >= 1:
+		c.addf("region.margin", "the safety margin is a fraction in [0, 1), e.g. 0.1")
+	}
+	if len(c.problems) > 0 {
+		return
+	}
+	p.Region = r.Name
+	scale := func(b *Budget) {
+		if b == nil {
+			return
+		}
+		b.Limit = RegionShare(b.Limit, r.Count, r.Margin)
+	}
+	for _, pl := range p.Plans {
+		for _, b := range pl.Limits {
+			scale(b)
+		}
+		scale(pl.Tenant)
+	}
+	for _, rt := range p.Routes {
+		if rt.Limit != nil {
+			scale(rt.Limit.Limits[0])
+		}
+		scale(rt.Global)
+	}
+}
+
+// RegionShare returns the part of l that one of count regions enforces
+// with a safety margin: floor(x × (1 - margin) / count) of the rate and the
+// burst, at least 1. The shares of all regions sum to at most l.
+func RegionShare(l tollgate.Limit, count int, margin float64) tollgate.Limit {
+	f := (1 - margin) / float64(count)
+	share := func(x int64) int64 { return max(1, int64(float64(x)*f)) }
+	wasRate := l.Burst == l.Rate
+	l.Rate = share(l.Rate)
+	if l.Burst != 0 {
+		if wasRate {
+			l.Burst = l.Rate
+		} else {
+			l.Burst = share(l.Burst)
+		}
+	}
+	return l
 }
 
 // limit validates one limit spec.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -35,7 +36,7 @@ func TestQuickstartLoads(t *testing.T) {
 	if p.Public != "127.0.0.1:8080" || p.Admin != "127.0.0.1:9090" || p.Store.Type != "memory" || len(p.Keys) != 2 {
 		t.Fatalf("quickstart: %+v", p)
 	}
-	if p.Plans["free"].Limit.Rate != 100 || p.Plans["pro"].Limit.Rate != 1000 {
+	if p.Plans["free"].Limits[0].Limit.Rate != 100 || p.Plans["pro"].Limits[0].Limit.Rate != 1000 {
 		t.Fatal("free and pro plans")
 	}
 }
@@ -54,8 +55,8 @@ func TestValid(t *testing.T) {
 	if p.Store.Timeout != 20*time.Millisecond {
 		t.Errorf("default store timeout %v, want 20ms", p.Store.Timeout)
 	}
-	if p.Plans["free"].StoreName != "v1:plan:free" {
-		t.Errorf("store names carry the version: %q", p.Plans["free"].StoreName)
+	if b := p.Plans["free"].Limits[0]; b.StoreName != "v1:plan:free" || b.Name != "free" {
+		t.Errorf("store names carry the version: %+v", b)
 	}
 }
 
@@ -163,5 +164,71 @@ func TestKeysFile(t *testing.T) {
 	_, err = policy.Load(filepath.Join(dir, "p.yaml"))
 	if err == nil || !strings.Contains(err.Error(), "keys.yaml:2:") {
 		t.Fatalf("bad keys file: %v", err)
+	}
+}
+
+const scaled = `version: v2
+listeners: {public: "127.0.0.1:8080", admin: "127.0.0.1:9090"}
+identity: {secret: 0123456789abcdef0123, anonymous_plan: team}
+plans:
+  team:
+    limits:
+      - {name: second, rate: 10, period: 1s}
+      - {name: hour, algorithm: sliding_counter, rate: 1000, period: 1h}
+    tenant: {rate: 25, period: 1m}
+routes:
+  - {name: search, path: /search, upstream: builtin:echo, global: {rate: 500, period: 1s}}
+region: {name: eu, count: 2, margin: 0.1}
+`
+
+func TestPlansTenantsGlobalRegion(t *testing.T) {
+	p, err := policy.Parse([]byte(scaled), "s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := p.Plans["team"]
+	if len(pl.Limits) != 2 || pl.Limits[0].Name != "team.second" || pl.Limits[1].StoreName != "v2:plan:team:hour" {
+		t.Fatalf("limits: %+v %+v", pl.Limits[0], pl.Limits[1])
+	}
+	// Region eu enforces 45% of everything.
+	if pl.Limits[0].Limit.Rate != 4 || pl.Limits[1].Limit.Rate != 450 || pl.Tenant.Limit.Rate != 11 {
+		t.Fatalf("region shares: %v %v %v", pl.Limits[0].Limit, pl.Limits[1].Limit, pl.Tenant.Limit)
+	}
+	if g := p.Routes[0].Global; g == nil || g.Limit.Rate != 225 || g.Name != "global.search" {
+		t.Fatalf("global: %+v", g)
+	}
+	if p.Region != "eu" {
+		t.Fatalf("region %q", p.Region)
+	}
+}
+
+func TestRegionShareNeverExceedsTotal(t *testing.T) {
+	for _, rate := range []int64{1, 2, 3, 7, 10, 99, 100, 1001} {
+		for n := 1; n <= 5; n++ {
+			l := policy.RegionShare(tollgate.Limit{Rate: rate, Period: time.Second}, n, 0.1)
+			if int64(n)*l.Rate > rate && l.Rate != 1 {
+				t.Errorf("rate %d over %d regions: share %d sums above the limit", rate, n, l.Rate)
+			}
+		}
+	}
+}
+
+func TestScaledInvalid(t *testing.T) {
+	cases := []struct{ edit, with, want string }{
+		{"    limits:\n", "    rate: 5\n    period: 1s\n    limits:\n", "inline or under limits"},
+		{"{name: hour,", "{name: second,", "limit names are unique"},
+		{"margin: 0.1", "margin: 1.5", "region.margin"},
+		{"count: 2", "count: 0", "region.count"},
+		{"global: {rate: 500", "global: {rate: 0", "routes[0].global"},
+		{"tenant: {rate: 25", "tenant: {rate: -1", "plans.team.tenant"},
+	}
+	for _, c := range cases {
+		if !strings.Contains(scaled, c.edit) {
+			t.Fatalf("edit %q missing", c.edit)
+		}
+		_, err := policy.Parse([]byte(strings.Replace(scaled, c.edit, c.with, 1)), "s.yaml")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s -> %s: err %v, want %q", c.edit, c.with, err, c.want)
+		}
 	}
 }

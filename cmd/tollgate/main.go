@@ -158,7 +158,7 @@ func describe(w io.Writer, p *policy.Policy) {
 		if keys > 0 {
 			who = append(who, fmt.Sprintf("%d API key(s)", keys))
 		}
-		fmt.Fprintf(w, "  %-12s %-22v %s\n", n, p.Plans[n].Limit, strings.Join(who, ", "))
+		fmt.Fprintf(w, "  %-12s %-22s %s\n", n, describePlan(p.Plans[n]), strings.Join(who, ", "))
 	}
 	fmt.Fprintln(w, "routes:")
 	for _, r := range p.Routes {
@@ -172,7 +172,10 @@ func describe(w io.Writer, p *policy.Policy) {
 		}
 		limit := "plan limit"
 		if r.Limit != nil {
-			limit = "own limit " + r.Limit.Limit.String() + " per subject"
+			limit = "own limit " + describePlan(r.Limit) + " per subject"
+		}
+		if r.Global != nil {
+			limit += ", global " + r.Global.Limit.String()
 		}
 		mode := "fail_open"
 		if r.FailClosed {
@@ -181,7 +184,24 @@ func describe(w io.Writer, p *policy.Policy) {
 		fmt.Fprintf(w, "  %-7s %-16s -> %-22s group %-8s cost %-3d %s, %s\n", m, match, r.Upstream, r.Group, r.Cost, limit, mode)
 	}
 	fmt.Fprintf(w, "invalid API keys: %v per client IP\n", p.InvalidKey.Limit)
+	if p.Region != "" {
+		fmt.Fprintf(w, "region: %s (every limit above is this region's share)\n", p.Region)
+	}
 	if len(p.TrustedProxies) > 0 {
 		fmt.Fprintf(w, "trusted proxies: %v\n", p.TrustedProxies)
 	}
+}
+
+// describePlan prints a plan's limits, e.g. "gcra 10/1s + gcra 1000/1h,
+// tenant fixed_window 25/1m0s".
+func describePlan(pl *policy.Plan) string {
+	parts := make([]string, len(pl.Limits))
+	for i, b := range pl.Limits {
+		parts[i] = b.Limit.String()
+	}
+	s := strings.Join(parts, " + ")
+	if pl.Tenant != nil {
+		s += ", tenant " + pl.Tenant.Limit.String()
+	}
+	return s
 }
