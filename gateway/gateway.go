@@ -115,6 +115,14 @@ func (g *Gateway) openStore() error {
 			return fmt.Errorf("opening redis store: %w", err)
 		}
 		opt.DisableCache = true
+		switch spec.Mode {
+		case "standalone":
+			opt.ForceSingleClient = true
+		case "sentinel":
+			if opt.Sentinel.MasterSet == "" {
+				return errors.New("opening redis store: sentinel mode needs ?master_set=<name> in the url")
+			}
+		}
 		// Open does not wait for Redis: the gateway serves (degraded, by
 		// each route's failure policy) until Redis appears.
 		rs, err := rstore.Open(opt, 0)
