@@ -29,6 +29,7 @@ type Result struct {
 	Remaining  int64
 	ResetAfter int64 // ms
 	RetryAfter int64 // ms
+	Delay      int64 // ms
 }
 
 // Decision converts r to a Decision.
@@ -39,6 +40,7 @@ func (r Result) Decision() Decision {
 		Remaining:  r.Remaining,
 		ResetAfter: time.Duration(r.ResetAfter) * time.Millisecond,
 		RetryAfter: time.Duration(r.RetryAfter) * time.Millisecond,
+		Delay:      time.Duration(r.Delay) * time.Millisecond,
 	}
 }
 
@@ -166,15 +168,18 @@ func tokenBucket(p params, s *State, now, cost int64) (Result, int64) {
 }
 
 // leakyBucket keeps the level in 1/period units (a request of cost 1 pours
-// period units) and drains n units per millisecond.
+// period units) and drains n units per millisecond. As a shaper it lets the
+// level rise past the capacity by up to delay×n units (the queue); a
+// request that ends above the capacity waits until it has drained back.
 func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 	capU := p.cap * p.period
+	limU := capU + p.delay*p.n
 	lvl, last := s.A, s.B
 	if now < last {
 		now = last
 	}
-	if lvl > capU {
-		lvl = capU
+	if lvl > limU {
+		lvl = limU
 	}
 	if el := now - last; el >= ceilDiv(lvl, p.n) {
 		lvl = 0
@@ -182,16 +187,19 @@ func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 		lvl -= el * p.n
 	}
 	r := Result{Limit: p.cap}
-	if need := cost * p.period; lvl+need <= capU {
+	if need := cost * p.period; lvl+need <= limU {
 		r.Allowed = true
 		lvl += need
+		if lvl > capU {
+			r.Delay = ceilDiv(lvl-capU, p.n)
+		}
 		if cost > 0 {
 			s.A, s.B = lvl, now
 		}
 	} else {
-		r.RetryAfter = ceilDiv(lvl+need-capU, p.n)
+		r.RetryAfter = ceilDiv(lvl+need-limU, p.n)
 	}
-	r.Remaining = (capU - lvl) / p.period
+	r.Remaining = max(0, capU-lvl) / p.period
 	r.ResetAfter = ceilDiv(lvl, p.n)
 	return r, now
 }

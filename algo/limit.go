@@ -117,11 +117,18 @@ func (a Algorithm) isBucket() bool { return a <= LeakyBucket }
 // ([GCRA], [TokenBucket], [LeakyBucket]); zero means Rate. The window
 // algorithms admit Rate per window and need Burst to be zero or Rate.
 // Period is counted in whole milliseconds.
+//
+// MaxDelay turns a [LeakyBucket] into a shaper (a queue, like nginx
+// limit_req without nodelay): a request that does not fit now is admitted
+// if it fits within MaxDelay, and its [Decision.Delay] says how long the
+// caller must hold it so that requests leave at the rate. Zero means a
+// plain meter that refuses at once.
 type Limit struct {
 	Algorithm Algorithm
 	Rate      int64
 	Period    time.Duration
 	Burst     int64
+	MaxDelay  time.Duration
 }
 
 // Errors returned for invalid input. A refusal is never an error: it is a
@@ -162,10 +169,11 @@ type params struct {
 	n      int64 // rate: n per period
 	period int64 // milliseconds
 	cap    int64 // burst for buckets, n for windows
+	delay  int64 // MaxDelay in milliseconds
 }
 
 func (l Limit) params() (params, error) {
-	p := params{alg: l.Algorithm, n: l.Rate, period: l.Period.Milliseconds(), cap: l.Capacity()}
+	p := params{alg: l.Algorithm, n: l.Rate, period: l.Period.Milliseconds(), cap: l.Capacity(), delay: l.MaxDelay.Milliseconds()}
 	switch {
 	case l.Algorithm >= numAlgorithms:
 		return p, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
@@ -181,6 +189,12 @@ func (l Limit) params() (params, error) {
 		return p, fmt.Errorf("%w: rate %d is too large (at most 2^50)", ErrInvalidLimit, p.n)
 	case l.Algorithm != FixedWindow && (p.n > maxUnits/p.period || p.cap > maxUnits/p.period):
 		return p, fmt.Errorf("%w: %d per %v is too large to count exactly (rate × period and burst × period must stay below 2^50 ms); use a shorter period", ErrInvalidLimit, max(p.n, p.cap), l.Period)
+	case l.MaxDelay != 0 && l.Algorithm != LeakyBucket:
+		return p, fmt.Errorf("%w: max_delay (shaping) needs the leaky_bucket algorithm, not %s", ErrInvalidLimit, l.Algorithm)
+	case l.MaxDelay < 0 || l.MaxDelay%time.Millisecond != 0:
+		return p, fmt.Errorf("%w: max_delay must be a whole number of milliseconds, got %v", ErrInvalidLimit, l.MaxDelay)
+	case p.delay > 0 && p.delay > (maxUnits-p.cap*p.period)/p.n:
+		return p, fmt.Errorf("%w: max_delay %v is too long for %d per %v", ErrInvalidLimit, l.MaxDelay, p.n, l.Period)
 	case l.Algorithm == SlidingWindowLog && p.n > MaxLogRate:
 		return p, fmt.Errorf("%w: sliding_log keeps one entry per request and allows at most %d per period, got %d; use sliding_counter", ErrInvalidLimit, MaxLogRate, p.n)
 	}
@@ -196,6 +210,9 @@ func (l Limit) String() string {
 	s := fmt.Sprintf("%s %d/%v", l.Algorithm, l.Rate, l.Period)
 	if l.Algorithm.isBucket() && l.Burst != 0 && l.Burst != l.Rate {
 		s += fmt.Sprintf(" burst %d", l.Burst)
+	}
+	if l.MaxDelay > 0 {
+		s += fmt.Sprintf(" delay up to %v", l.MaxDelay)
 	}
 	return s
 }
@@ -219,6 +236,10 @@ type Decision struct {
 	// which the same request (same cost) would be allowed if nothing else
 	// is spent meanwhile. It is zero when Allowed is true.
 	RetryAfter time.Duration
+	// Delay is, for an allowed request under a shaping limit
+	// ([Limit.MaxDelay]), how long the caller must wait before letting it
+	// through. It is zero otherwise.
+	Delay time.Duration
 }
 
 // Request is one question put to a store: may Subject spend Cost under the

@@ -43,6 +43,9 @@ type Options struct {
 	// ShutdownTimeout bounds how long in-flight requests may take to finish
 	// after shutdown starts (default 30s).
 	ShutdownTimeout time.Duration
+	// Clock, if set, is the time every decision is made at, for tests that
+	// walk time (daily quotas, lock expiry). Nil means the store's clock.
+	Clock func() time.Time
 }
 
 // Gateway serves one policy. Create it with New and run it with Serve.
@@ -83,7 +86,7 @@ func New(opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("creating gateway: %w", err)
 	}
 	mw, err := httplimit.Middleware(httplimit.Options{
-		Policy: g.pol, Store: g.store, Logger: g.log, Metrics: metrics, RequireRoute: true,
+		Policy: g.pol, Store: g.store, Logger: g.log, Metrics: metrics, RequireRoute: true, Now: g.opts.Clock,
 	})
 	if err != nil {
 		g.Close()
@@ -136,12 +139,13 @@ func (g *Gateway) openStore() error {
 			OpenFor:        spec.Breaker.OpenFor,
 			Instances:      spec.Instances,
 			Logger:         g.log,
+			Now:            g.opts.Clock,
 		})
 		g.closers = append(g.closers, func() { res.Close() })
 		g.registry.MustRegister(res)
 		g.store = res
 	default:
-		s := memory.New(memory.Options{MaxKeys: spec.MaxKeys})
+		s := memory.New(memory.Options{MaxKeys: spec.MaxKeys, Now: g.opts.Clock})
 		g.closers = append(g.closers, func() { s.Close() })
 		g.registry.MustRegister(s)
 		g.store = s

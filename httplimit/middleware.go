@@ -46,6 +46,9 @@ type Options struct {
 	// LogRefusalsPerSecond bounds refusal log lines (default 1 per second,
 	// bursts of 10); store errors share the budget.
 	LogRefusalsPerSecond float64
+	// Now, if set, is the clock every decision is made at (tests walk it);
+	// nil means the store's own clock (Redis TIME for Redis).
+	Now func() time.Time
 }
 
 // Subject is who a request was attributed to.
@@ -191,6 +194,20 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.count(b.Name, group, sub.Plan.Name, "allowed")
+	// A shaping limit admits a request on condition that it waits.
+	var delay time.Duration
+	for _, x := range ds {
+		delay = max(delay, x.Delay)
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return // the client gave up while queued
+		}
+	}
 	m.pass(w, r, route, sub, d, clean)
 }
 
@@ -238,6 +255,12 @@ func mostRestrictive(ds []tollgate.Decision) int {
 // cache works), a group through AllowAll.
 func (m *middleware) decideAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
 	start := time.Now()
+	if m.opts.Now != nil {
+		now := m.opts.Now()
+		for i := range reqs {
+			reqs[i].Now = now
+		}
+	}
 	var ds []tollgate.Decision
 	var err error
 	if len(reqs) == 1 && reqs[0].Tag == "" {
@@ -353,9 +376,9 @@ func (m *middleware) identifyKey(w http.ResponseWriter, r *http.Request, group, 
 	p := m.opts.Policy
 	ik := p.InvalidKey
 	// An IP over its invalid-key budget gets no answer about any key.
-	if until, ok := m.penalty.get(ipID); ok {
+	if until, ok := m.penalty.get(ipID, m.now()); ok {
 		m.count(ik.Name, group, "-", "refused")
-		retry := max(1, ceilSeconds(time.Until(until)))
+		retry := max(1, ceilSeconds(until.Sub(m.now())))
 		WriteProblem(w, Problem{Type: ProblemTooManyFailed, Status: http.StatusTooManyRequests, RetryAfter: retry,
 			Detail: fmt.Sprintf("Too many requests with invalid API keys from this address; retry after %d s.", retry)})
 		return Subject{}, false
@@ -380,7 +403,7 @@ func (m *middleware) identifyKey(w http.ResponseWriter, r *http.Request, group, 
 	ds, err := m.decideAll(r.Context(), []tollgate.Request{{Policy: ik.StoreName, Subject: ipID, Limit: ik.Limit, Cost: 1}})
 	if err == nil && !ds[0].Allowed {
 		d := ds[0]
-		m.penalty.set(ipID, time.Now().Add(d.RetryAfter))
+		m.penalty.set(ipID, m.now().Add(d.RetryAfter))
 		m.count(ik.Name, group, "-", "refused")
 		retry := max(1, ceilSeconds(d.RetryAfter))
 		m.logSampled(r.Context(), slog.LevelWarn, "refused: too many invalid API keys", sub, ik.Name, group, slog.Int64("retry_after_s", retry))
@@ -396,6 +419,14 @@ func (m *middleware) identifyKey(w http.ResponseWriter, r *http.Request, group, 
 	w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
 	WriteProblem(w, Problem{Type: ProblemInvalidKey, Status: http.StatusUnauthorized, Detail: detail})
 	return Subject{}, false
+}
+
+// now is the middleware's clock.
+func (m *middleware) now() time.Time {
+	if m.opts.Now != nil {
+		return m.opts.Now()
+	}
+	return time.Now()
 }
 
 // peerTrusted reports whether the immediate peer is a trusted proxy.
@@ -436,11 +467,11 @@ type penaltyBox struct {
 
 const maxPenalties = 100_000
 
-func (b *penaltyBox) get(id string) (time.Time, bool) {
+func (b *penaltyBox) get(id string, now time.Time) (time.Time, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t, ok := b.until[id]
-	if ok && time.Now().After(t) {
+	if ok && !now.Before(t) {
 		delete(b.until, id)
 		return t, false
 	}

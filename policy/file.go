@@ -125,6 +125,10 @@ type LimitSpec struct {
 	Rate      int64         `yaml:"rate"`
 	Period    time.Duration `yaml:"period"` // e.g. 1m
 	Burst     int64         `yaml:"burst"`
+	// MaxDelay makes a leaky_bucket limit shape traffic: a request that
+	// does not fit is held up to this long to fit the rate, and refused
+	// only beyond it.
+	MaxDelay time.Duration `yaml:"max_delay"`
 }
 
 // KeySpec is one API key. The key itself is never stored: Digest is

@@ -706,7 +706,7 @@ func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
 			return tollgate.Limit{}, false
 		}
 	}
-	l := tollgate.Limit{Algorithm: a, Rate: s.Rate, Period: s.Period, Burst: s.Burst}
+	l := tollgate.Limit{Algorithm: a, Rate: s.Rate, Period: s.Period, Burst: s.Burst, MaxDelay: s.MaxDelay}
 	if s.Rate == 0 && s.Period == 0 {
 		c.addf(path, "a limit needs rate and period (e.g. rate: 100, period: 1m)")
 		return l, false

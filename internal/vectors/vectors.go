@@ -23,6 +23,7 @@ type Vector struct {
 		Rate     int64 `json:"rate"`
 		PeriodMS int64 `json:"period_ms"`
 		Burst    int64 `json:"burst"`
+		MaxDelay int64 `json:"max_delay_ms"`
 	} `json:"limit"`
 	StartMS int64  `json:"start_ms"`
 	Steps   []Step `json:"steps"`
@@ -36,13 +37,15 @@ type Step struct {
 	Remaining int64  `json:"remaining"`
 	Reset     int64  `json:"reset"`
 	Retry     int64  `json:"retry"`
+	Delay     int64  `json:"delay"`
 	Error     string `json:"error"`
 	Note      string `json:"note"`
 }
 
 // LimitFor returns the vector's limit under algorithm a.
 func (v Vector) LimitFor(a algo.Algorithm) algo.Limit {
-	return algo.Limit{Algorithm: a, Rate: v.Limit.Rate, Period: time.Duration(v.Limit.PeriodMS) * time.Millisecond, Burst: v.Limit.Burst}
+	return algo.Limit{Algorithm: a, Rate: v.Limit.Rate, Period: time.Duration(v.Limit.PeriodMS) * time.Millisecond, Burst: v.Limit.Burst,
+		MaxDelay: time.Duration(v.Limit.MaxDelay) * time.Millisecond}
 }
 
 // Dir returns the testdata/vectors directory of the module, found by walking
@@ -127,13 +130,13 @@ func Run(t *testing.T, newDecider func(t *testing.T) DecideFunc) {
 						t.Fatalf("step %d (at %d cost %d): %v", i, s.At, s.Cost, err)
 					}
 					got := Step{At: s.At, Cost: s.Cost, Allowed: d.Allowed, Remaining: d.Remaining,
-						Reset: d.ResetAfter.Milliseconds(), Retry: d.RetryAfter.Milliseconds()}
+						Reset: d.ResetAfter.Milliseconds(), Retry: d.RetryAfter.Milliseconds(), Delay: d.Delay.Milliseconds()}
 					want := s
 					want.Note = ""
 					if got != want {
-						t.Errorf("step %d (at %d cost %d):\n got allowed=%v remaining=%d reset=%d retry=%d\nwant allowed=%v remaining=%d reset=%d retry=%d",
-							i, s.At, s.Cost, got.Allowed, got.Remaining, got.Reset, got.Retry,
-							want.Allowed, want.Remaining, want.Reset, want.Retry)
+						t.Errorf("step %d (at %d cost %d):\n got allowed=%v remaining=%d reset=%d retry=%d delay=%d\nwant allowed=%v remaining=%d reset=%d retry=%d delay=%d",
+							i, s.At, s.Cost, got.Allowed, got.Remaining, got.Reset, got.Retry, got.Delay,
+							want.Allowed, want.Remaining, want.Reset, want.Retry, want.Delay)
 					}
 					if d.Limit != l.Capacity() {
 						t.Errorf("step %d: Limit = %d, want %d", i, d.Limit, l.Capacity())

@@ -36,6 +36,7 @@ func FuzzDifferential(f *testing.F) {
 		f.Add([]byte{a, 9, 2, 5, 10, 3, 10, 3, 10, 3, 10, 3, 0x81, 9, 0x81, 5, 0, 0, 0x88, 9, 0x90, 11})
 		f.Add([]byte{a, 1, 0, 0, 0, 1, 0, 1, 1, 1, 1, 2, 0xff, 1, 2, 1})
 		f.Add([]byte{a, 15, 5, 19, 0x82, 7, 0x82, 7, 0x82, 7, 0xff, 7, 0xff, 7, 0x8f, 16, 0x8f, 1})
+		f.Add([]byte{a, 9, 0x83, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0x81, 1, 0xff, 1, 0, 1})
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 4 {
@@ -57,6 +58,9 @@ func FuzzDifferential(f *testing.F) {
 		l := algo.Limit{Algorithm: a, Rate: 1 + int64(data[1]%16), Period: period}
 		if a <= algo.LeakyBucket {
 			l.Burst = int64(data[3] % 20)
+		}
+		if a == algo.LeakyBucket && data[2]&0x80 != 0 {
+			l.MaxDelay = period * time.Duration(1+data[2]%4) // shaping
 		}
 		mem := memory.New(memory.Options{SweepInterval: -1})
 		defer mem.Close()

@@ -212,6 +212,7 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 		strconv.FormatInt(l.Period.Milliseconds(), 10),
 		strconv.FormatInt(capacity, 10),
 		strconv.FormatInt(req.Cost, 10),
+		strconv.FormatInt(l.MaxDelay.Milliseconds(), 10),
 	}
 	c := s.client.Load()
 	if c == nil {
@@ -221,8 +222,8 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	if err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
 	}
-	if len(vals) != 4 {
-		return algo.Decision{}, fmt.Errorf("deciding in redis: script returned %d values, want 4", len(vals))
+	if len(vals) != 5 {
+		return algo.Decision{}, fmt.Errorf("deciding in redis: script returned %d values, want 5", len(vals))
 	}
 	return algo.Result{
 		Allowed:    vals[0] == 1,
@@ -230,6 +231,7 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 		Remaining:  vals[1],
 		ResetAfter: vals[2],
 		RetryAfter: vals[3],
+		Delay:      vals[4],
 	}.Decision(), nil
 }
 
@@ -257,7 +259,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		return nil, err
 	}
 	keys := make([]string, len(reqs))
-	args := make([]string, 0, 3+5*len(reqs))
+	args := make([]string, 0, 3+6*len(reqs))
 	args = append(args, now, slack, strconv.Itoa(len(reqs)))
 	for i, r := range reqs {
 		keys[i] = KeyFor(r)
@@ -267,7 +269,8 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			strconv.FormatInt(l.Rate, 10),
 			strconv.FormatInt(l.Period.Milliseconds(), 10),
 			strconv.FormatInt(l.Capacity(), 10),
-			strconv.FormatInt(r.Cost, 10))
+			strconv.FormatInt(r.Cost, 10),
+			strconv.FormatInt(l.MaxDelay.Milliseconds(), 10))
 	}
 	c := s.client.Load()
 	if c == nil {
@@ -277,13 +280,13 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	if err != nil {
 		return nil, fmt.Errorf("deciding in redis: %w", err)
 	}
-	if len(vals) != 4*len(reqs) {
-		return nil, fmt.Errorf("deciding in redis: script returned %d values, want %d", len(vals), 4*len(reqs))
+	if len(vals) != 5*len(reqs) {
+		return nil, fmt.Errorf("deciding in redis: script returned %d values, want %d", len(vals), 5*len(reqs))
 	}
 	ds := make([]algo.Decision, len(reqs))
 	for i, r := range reqs {
-		v := vals[4*i:]
-		ds[i] = algo.Result{Allowed: v[0] == 1, Limit: r.Limit.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3]}.Decision()
+		v := vals[5*i:]
+		ds[i] = algo.Result{Allowed: v[0] == 1, Limit: r.Limit.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3], Delay: v[4]}.Decision()
 	}
 	return ds, nil
 }

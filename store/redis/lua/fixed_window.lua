@@ -1,5 +1,5 @@
 -- Fixed window: state "window:count"; see algo.fixedWindow.
-algs[3] = function(key, n, period, cap, cost, write)
+algs[3] = function(key, n, period, cap, cost, write, md)
   local now = NOW
   local w = fdiv(now, period)
   local a, b = pair(redis.call('GET', key))

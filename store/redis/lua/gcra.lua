@@ -1,5 +1,5 @@
 -- GCRA: state "tat_ms:fraction" (fraction in 1/n ms); see algo.gcra.
-algs[0] = function(key, n, period, cap, cost, write)
+algs[0] = function(key, n, period, cap, cost, write, md)
   local now = NOW
   local capU = cap * period
   local d = 0

@@ -3,8 +3,9 @@
 -- every TTL; only for tests that pass explicit times). The rest of ARGV
 -- and KEYS belong to the entry point (single.lua or multi.lua).
 -- Every algorithm is a function algs[<algo.Algorithm>](key, n, period,
--- cap, cost, write) returning {allowed (0/1), remaining, reset_after_ms,
--- retry_after_ms}; with write false it changes nothing. All values are
+-- cap, cost, write, max_delay_ms) returning {allowed (0/1), remaining,
+-- reset_after_ms, retry_after_ms, delay_ms}; with write false it changes
+-- nothing. All values are
 -- integers below 2^53, so double arithmetic is exact and matches package
 -- algo bit for bit.
 local NOW = tonumber(ARGV[1])
@@ -34,11 +35,11 @@ end
 -- clamped) decision time now, measured from the caller's time NOW.
 local function px(now, ms) return ms + (now - NOW) + slack end
 -- finish reports a decision made at now with durations from NOW.
-local function finish(now, allowed, rem, reset, retry)
+local function finish(now, allowed, rem, reset, retry, delay)
   local off = now - NOW
   if off > 0 then
     if reset > 0 then reset = reset + off end
     if allowed == 0 then retry = retry + off end
   end
-  return {allowed, rem, reset, retry}
+  return {allowed, rem, reset, retry, delay or 0}
 end

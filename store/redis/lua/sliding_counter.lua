@@ -1,5 +1,5 @@
 -- Sliding-window counter: state "window:current:previous"; see algo.slidingCounter.
-algs[5] = function(key, n, period, cap, cost, write)
+algs[5] = function(key, n, period, cap, cost, write, md)
   local now = NOW
   local w = fdiv(now, period)
   local a, b, c

@@ -3,7 +3,7 @@
 -- counts on from the members already at that millisecond. Members that have
 -- left the window are removed only when a request is charged, so a refusal
 -- or a query writes nothing. See algo.slidingLog.
-algs[4] = function(key, n, period, cap, cost, write)
+algs[4] = function(key, n, period, cap, cost, write, md)
   local now = NOW
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
   if newest then

@@ -1,5 +1,5 @@
 -- Token bucket: state "tokens:last_ms" (tokens in 1/period units); see algo.tokenBucket.
-algs[1] = function(key, n, period, cap, cost, write)
+algs[1] = function(key, n, period, cap, cost, write, md)
   local now = NOW
   local capU = cap * period
   local tk, last = pair(redis.call('GET', key))
