@@ -165,3 +165,58 @@ func sameState(a, b algo.State) bool {
 	}
 	return algo.LogString(a.Log) == algo.LogString(b.Log)
 }
+
+// TestCivilDates checks the integer civil-date arithmetic (mirrored in Lua)
+// against the time package, day by day over 1970-2200.
+func TestCivilDates(t *testing.T) {
+	for day := int64(0); day < 84000; day++ {
+		tm := time.Unix(day*86400, 0).UTC()
+		y, m, d := algo.Civil(day)
+		if y != int64(tm.Year()) || m != int64(tm.Month()) || d != int64(tm.Day()) {
+			t.Fatalf("day %d: civil = %d-%d-%d, want %v", day, y, m, d, tm)
+		}
+		if got := algo.DaysFromCivil(y, m, d); got != day {
+			t.Fatalf("%d-%d-%d: days = %d, want %d", y, m, d, got, day)
+		}
+	}
+}
+
+// TestCalendarWindows: a daily quota resets at local midnight in its zone,
+// a monthly one on the 1st, across a DST change.
+func TestCalendarWindows(t *testing.T) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	daily := algo.Limit{Algorithm: algo.FixedWindow, Rate: 2, Period: algo.Day, Calendar: algo.Daily, Zone: paris}
+	var s algo.State
+	at := func(v string) int64 {
+		tm, err := time.ParseInLocation("2006-01-02 15:04", v, paris)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMilli()
+	}
+	algo.Decide(daily, &s, at("2026-03-28 22:00"), 2)
+	r, _, _ := algo.Decide(daily, &s, at("2026-03-28 23:59"), 1)
+	if r.Allowed || r.RetryAfter != time.Minute.Milliseconds() {
+		t.Fatalf("before local midnight: %+v", r)
+	}
+	if r, _, _ := algo.Decide(daily, &s, at("2026-03-29 00:00"), 1); !r.Allowed {
+		t.Fatalf("at local midnight: %+v", r)
+	}
+	monthly := algo.Limit{Algorithm: algo.FixedWindow, Rate: 1, Period: algo.Month, Calendar: algo.Monthly, Zone: paris}
+	s = algo.State{}
+	algo.Decide(monthly, &s, at("2026-02-10 12:00"), 1)
+	if r, _, _ := algo.Decide(monthly, &s, at("2026-02-28 23:59"), 1); r.Allowed || r.RetryAfter != time.Minute.Milliseconds() {
+		t.Fatalf("end of February: %+v", r)
+	}
+	if r, _, _ := algo.Decide(monthly, &s, at("2026-03-01 00:00"), 1); !r.Allowed {
+		t.Fatalf("1 March: %+v", r)
+	}
+	bad := daily
+	bad.Period = time.Hour
+	if bad.Validate() == nil {
+		t.Fatal("a daily calendar with a 1h period was accepted")
+	}
+}

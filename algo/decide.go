@@ -204,17 +204,21 @@ func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 	return r, now
 }
 
-// fixedWindow counts cost per window [w×period, (w+1)×period).
+// fixedWindow counts cost per window [w×period, (w+1)×period), or per
+// calendar day or month in the limit's zone.
 func fixedWindow(p params, s *State, now, cost int64) (Result, int64) {
-	w := now / p.period
+	off := Limit{Calendar: p.cal, Zone: p.zone}.ZoneOffset(now)
+	w := windowOf(p, now, off)
 	if w < s.A { // clock stepped back: decide in the stored window
-		w, now = s.A, s.A*p.period
+		w = s.A
+		now, _ = windowBounds(p, w, off)
 	}
 	count := int64(0)
 	if s.A == w {
 		count = s.B
 	}
-	end := (w+1)*p.period - now
+	_, endAt := windowBounds(p, w, off)
+	end := endAt - now
 	r := Result{Limit: p.cap}
 	if count+cost <= p.n {
 		r.Allowed = true
@@ -230,6 +234,76 @@ func fixedWindow(p params, s *State, now, cost int64) (Result, int64) {
 		r.ResetAfter = end
 	}
 	return r, now
+}
+
+const dayMS = 86_400_000
+
+// windowOf returns the index of the window holding now: periods since the
+// epoch, local days since the epoch, or year×12 + month-1.
+func windowOf(p params, now, off int64) int64 {
+	switch p.cal {
+	case Daily:
+		return (now + off) / dayMS
+	case Monthly:
+		y, m, _ := civil((now + off) / dayMS)
+		return y*12 + m - 1
+	}
+	return now / p.period
+}
+
+// windowBounds returns the start and end (ms since the epoch) of window w.
+func windowBounds(p params, w, off int64) (start, end int64) {
+	switch p.cal {
+	case Daily:
+		return w*dayMS - off, (w+1)*dayMS - off
+	case Monthly:
+		y, m := w/12, w%12+1
+		ny, nm := y, m+1
+		if nm > 12 {
+			ny, nm = y+1, 1
+		}
+		return daysFromCivil(y, m, 1)*dayMS - off, daysFromCivil(ny, nm, 1)*dayMS - off
+	}
+	return w * p.period, (w + 1) * p.period
+}
+
+// daysFromCivil returns the days since 1970-01-01 of a proleptic Gregorian
+// date, for dates from 1970 on (H. Hinnant's algorithm, on non-negative
+// integers so the Lua mirror is exact).
+func daysFromCivil(y, m, d int64) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	yoe := y - era*400
+	mp := m + 9
+	if m > 2 {
+		mp = m - 3
+	}
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return era*146097 + doe - 719468
+}
+
+// civil returns the date of a day since 1970-01-01 (days >= 0).
+func civil(days int64) (y, m, d int64) {
+	z := days + 719468
+	era := z / 146097
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	y = yoe + era*400
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	d = doy - (153*mp+2)/5 + 1
+	if mp < 10 {
+		m = mp + 3
+	} else {
+		m = mp - 9
+	}
+	if m <= 2 {
+		y++
+	}
+	return y, m, d
 }
 
 // slidingCounter estimates usage over the last period as

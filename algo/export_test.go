@@ -16,3 +16,9 @@ func LogString(g *Log) string {
 	}
 	return s
 }
+
+// Civil and DaysFromCivil expose the calendar arithmetic to tests.
+var (
+	Civil         = civil
+	DaysFromCivil = daysFromCivil
+)

@@ -123,13 +123,36 @@ func (a Algorithm) isBucket() bool { return a <= LeakyBucket }
 // if it fits within MaxDelay, and its [Decision.Delay] says how long the
 // caller must hold it so that requests leave at the rate. Zero means a
 // plain meter that refuses at once.
+//
+// Calendar makes a [FixedWindow] count calendar days or months in Zone
+// (nil: UTC) instead of periods since the epoch: "1,000 a day" then resets
+// at local midnight. Period must then be 24h for days and 31×24h for
+// months (the longest month; it is what RateLimit-Policy reports).
 type Limit struct {
 	Algorithm Algorithm
 	Rate      int64
 	Period    time.Duration
 	Burst     int64
 	MaxDelay  time.Duration
+	Calendar  Calendar
+	Zone      *time.Location
 }
+
+// Calendar selects calendar windows for a fixed window; see [Limit].
+type Calendar uint8
+
+// Calendar windows.
+const (
+	NoCalendar Calendar = iota
+	Daily
+	Monthly
+)
+
+// Day and Month are the Periods that go with [Daily] and [Monthly].
+const (
+	Day   = 24 * time.Hour
+	Month = 31 * Day
+)
 
 // Errors returned for invalid input. A refusal is never an error: it is a
 // [Decision] with Allowed false.
@@ -170,10 +193,12 @@ type params struct {
 	period int64 // milliseconds
 	cap    int64 // burst for buckets, n for windows
 	delay  int64 // MaxDelay in milliseconds
+	cal    Calendar
+	zone   *time.Location
 }
 
 func (l Limit) params() (params, error) {
-	p := params{alg: l.Algorithm, n: l.Rate, period: l.Period.Milliseconds(), cap: l.Capacity(), delay: l.MaxDelay.Milliseconds()}
+	p := params{alg: l.Algorithm, n: l.Rate, period: l.Period.Milliseconds(), cap: l.Capacity(), delay: l.MaxDelay.Milliseconds(), cal: l.Calendar, zone: l.Zone}
 	switch {
 	case l.Algorithm >= numAlgorithms:
 		return p, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
@@ -189,6 +214,12 @@ func (l Limit) params() (params, error) {
 		return p, fmt.Errorf("%w: rate %d is too large (at most 2^50)", ErrInvalidLimit, p.n)
 	case l.Algorithm != FixedWindow && (p.n > maxUnits/p.period || p.cap > maxUnits/p.period):
 		return p, fmt.Errorf("%w: %d per %v is too large to count exactly (rate × period and burst × period must stay below 2^50 ms); use a shorter period", ErrInvalidLimit, max(p.n, p.cap), l.Period)
+	case l.Calendar > Monthly:
+		return p, fmt.Errorf("%w: unknown calendar %d", ErrInvalidLimit, l.Calendar)
+	case l.Calendar != NoCalendar && l.Algorithm != FixedWindow:
+		return p, fmt.Errorf("%w: calendar windows (day, month) need the fixed_window algorithm, not %s", ErrInvalidLimit, l.Algorithm)
+	case l.Calendar == Daily && l.Period != Day, l.Calendar == Monthly && l.Period != Month:
+		return p, fmt.Errorf("%w: a calendar %s limit has period %v, want %v", ErrInvalidLimit, l.Calendar, l.Period, map[Calendar]time.Duration{Daily: Day, Monthly: Month}[l.Calendar])
 	case l.MaxDelay != 0 && l.Algorithm != LeakyBucket:
 		return p, fmt.Errorf("%w: max_delay (shaping) needs the leaky_bucket algorithm, not %s", ErrInvalidLimit, l.Algorithm)
 	case l.MaxDelay < 0 || l.MaxDelay%time.Millisecond != 0:
@@ -213,6 +244,13 @@ func (l Limit) String() string {
 	}
 	if l.MaxDelay > 0 {
 		s += fmt.Sprintf(" delay up to %v", l.MaxDelay)
+	}
+	if l.Calendar != NoCalendar {
+		zone := "UTC"
+		if l.Zone != nil {
+			zone = l.Zone.String()
+		}
+		s = fmt.Sprintf("%s %d per calendar %s (%s)", l.Algorithm, l.Rate, l.Calendar, zone)
 	}
 	return s
 }
@@ -307,4 +345,28 @@ func CheckGroup(reqs []Request) error {
 		}
 	}
 	return nil
+}
+
+// String returns "day", "month" or "none".
+func (c Calendar) String() string {
+	switch c {
+	case Daily:
+		return "day"
+	case Monthly:
+		return "month"
+	case NoCalendar:
+		return "none"
+	}
+	return fmt.Sprintf("calendar(%d)", uint8(c))
+}
+
+// ZoneOffset returns the UTC offset of the limit's zone at nowMS, in
+// milliseconds (0 without a calendar or zone). Stores pass it to the Redis
+// scripts, which cannot read time zones.
+func (l Limit) ZoneOffset(nowMS int64) int64 {
+	if l.Calendar == NoCalendar || l.Zone == nil {
+		return 0
+	}
+	_, off := time.UnixMilli(nowMS).In(l.Zone).Zone()
+	return int64(off) * 1000
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	_ "time/tzdata" // the vectors name IANA zones
 
 	"github.com/tollgate/tollgate/algo"
 )
@@ -23,7 +24,9 @@ type Vector struct {
 		Rate     int64 `json:"rate"`
 		PeriodMS int64 `json:"period_ms"`
 		Burst    int64 `json:"burst"`
-		MaxDelay int64 `json:"max_delay_ms"`
+		MaxDelay int64  `json:"max_delay_ms"`
+		Calendar string `json:"calendar"` // "", "day" or "month"
+		Zone     string `json:"zone"`     // IANA name
 	} `json:"limit"`
 	StartMS int64  `json:"start_ms"`
 	Steps   []Step `json:"steps"`
@@ -43,9 +46,26 @@ type Step struct {
 }
 
 // LimitFor returns the vector's limit under algorithm a.
-func (v Vector) LimitFor(a algo.Algorithm) algo.Limit {
-	return algo.Limit{Algorithm: a, Rate: v.Limit.Rate, Period: time.Duration(v.Limit.PeriodMS) * time.Millisecond, Burst: v.Limit.Burst,
+func (v Vector) LimitFor(a algo.Algorithm) (algo.Limit, error) {
+	l := algo.Limit{Algorithm: a, Rate: v.Limit.Rate, Period: time.Duration(v.Limit.PeriodMS) * time.Millisecond, Burst: v.Limit.Burst,
 		MaxDelay: time.Duration(v.Limit.MaxDelay) * time.Millisecond}
+	switch v.Limit.Calendar {
+	case "":
+	case "day":
+		l.Calendar = algo.Daily
+	case "month":
+		l.Calendar = algo.Monthly
+	default:
+		return l, fmt.Errorf("vector %q: unknown calendar %q", v.Name, v.Limit.Calendar)
+	}
+	if v.Limit.Zone != "" {
+		z, err := time.LoadLocation(v.Limit.Zone)
+		if err != nil {
+			return l, fmt.Errorf("vector %q: %w", v.Name, err)
+		}
+		l.Zone = z
+	}
+	return l, nil
 }
 
 // Dir returns the testdata/vectors directory of the module, found by walking
@@ -112,7 +132,10 @@ func Run(t *testing.T, newDecider func(t *testing.T) DecideFunc) {
 			}
 			t.Run(name+"/"+v.Name, func(t *testing.T) {
 				decide := newDecider(t)
-				l := v.LimitFor(a)
+				l, err := v.LimitFor(a)
+				if err != nil {
+					t.Fatal(err)
+				}
 				for i, s := range v.Steps {
 					now := time.UnixMilli(v.StartMS + s.At)
 					d, err := decide(l, now, s.Cost)

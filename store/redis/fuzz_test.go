@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	_ "time/tzdata"
 
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/store/memory"
@@ -19,6 +20,8 @@ var (
 	fuzzErr   error
 	fuzzSeq   atomic.Int64
 )
+
+var newYork, _ = time.LoadLocation("America/New_York")
 
 var fuzzPeriods = []time.Duration{time.Millisecond, 7 * time.Millisecond, 250 * time.Millisecond, time.Second, time.Minute, time.Hour}
 
@@ -37,6 +40,8 @@ func FuzzDifferential(f *testing.F) {
 		f.Add([]byte{a, 1, 0, 0, 0, 1, 0, 1, 1, 1, 1, 2, 0xff, 1, 2, 1})
 		f.Add([]byte{a, 15, 5, 19, 0x82, 7, 0x82, 7, 0x82, 7, 0xff, 7, 0xff, 7, 0x8f, 16, 0x8f, 1})
 		f.Add([]byte{a, 9, 0x83, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0x81, 1, 0xff, 1, 0, 1})
+		f.Add([]byte{a, 3, 0x40, 7, 0x8f, 2, 0x8f, 2, 0x8f, 2, 0x8f, 2, 0xff, 1, 0x8f, 3, 0x8f, 1})
+		f.Add([]byte{a, 3, 0x60, 7, 0x8f, 2, 0x8f, 2, 0x8f, 2, 0x8f, 2, 0xff, 1, 0x8f, 3, 0x8f, 1})
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 4 {
@@ -61,6 +66,13 @@ func FuzzDifferential(f *testing.F) {
 		}
 		if a == algo.LeakyBucket && data[2]&0x80 != 0 {
 			l.MaxDelay = period * time.Duration(1+data[2]%4) // shaping
+		}
+		if a == algo.FixedWindow && data[2]&0x40 != 0 { // calendar windows across DST
+			l.Calendar, l.Period, l.Zone = algo.Daily, algo.Day, newYork
+			if data[2]&0x20 != 0 {
+				l.Calendar, l.Period = algo.Monthly, algo.Month
+			}
+			period = l.Period
 		}
 		mem := memory.New(memory.Options{SweepInterval: -1})
 		defer mem.Close()

@@ -204,6 +204,7 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	if err != nil {
 		return algo.Decision{}, err
 	}
+	off := l.ZoneOffset(zoneTime(req.Now))
 	capacity := l.Capacity()
 	args := []string{
 		now,
@@ -213,6 +214,8 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 		strconv.FormatInt(capacity, 10),
 		strconv.FormatInt(req.Cost, 10),
 		strconv.FormatInt(l.MaxDelay.Milliseconds(), 10),
+		strconv.Itoa(int(l.Calendar)),
+		strconv.FormatInt(off, 10),
 	}
 	c := s.client.Load()
 	if c == nil {
@@ -233,6 +236,17 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 		RetryAfter: vals[3],
 		Delay:      vals[4],
 	}.Decision(), nil
+}
+
+// zoneTime is the time at which a calendar limit's UTC offset is taken: the
+// request's, or this process's clock when Redis' TIME decides (the two
+// differ by clock skew, which matters only within that skew of a change of
+// offset, a DST switch).
+func zoneTime(t time.Time) int64 {
+	if t.IsZero() {
+		return time.Now().UnixMilli()
+	}
+	return t.UnixMilli()
 }
 
 // timeArgs returns the now and slack script arguments for a request time.
@@ -259,7 +273,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		return nil, err
 	}
 	keys := make([]string, len(reqs))
-	args := make([]string, 0, 3+6*len(reqs))
+	args := make([]string, 0, 3+8*len(reqs))
 	args = append(args, now, slack, strconv.Itoa(len(reqs)))
 	for i, r := range reqs {
 		keys[i] = KeyFor(r)
@@ -270,7 +284,9 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			strconv.FormatInt(l.Period.Milliseconds(), 10),
 			strconv.FormatInt(l.Capacity(), 10),
 			strconv.FormatInt(r.Cost, 10),
-			strconv.FormatInt(l.MaxDelay.Milliseconds(), 10))
+			strconv.FormatInt(l.MaxDelay.Milliseconds(), 10),
+			strconv.Itoa(int(l.Calendar)),
+			strconv.FormatInt(l.ZoneOffset(zoneTime(r.Now)), 10))
 	}
 	c := s.client.Load()
 	if c == nil {
