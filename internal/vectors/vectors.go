@@ -21,9 +21,9 @@ type Vector struct {
 	Name       string   `json:"name"`
 	Algorithms []string `json:"algorithms"`
 	Limit      struct {
-		Rate     int64 `json:"rate"`
-		PeriodMS int64 `json:"period_ms"`
-		Burst    int64 `json:"burst"`
+		Rate     int64  `json:"rate"`
+		PeriodMS int64  `json:"period_ms"`
+		Burst    int64  `json:"burst"`
 		MaxDelay int64  `json:"max_delay_ms"`
 		Calendar string `json:"calendar"` // "", "day" or "month"
 		Zone     string `json:"zone"`     // IANA name
