@@ -102,7 +102,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 
 func start(t *testing.T, p *policy.Policy, redisURL string) *running {
 	t.Helper()
-	r := startNoWait(t, p, redisURL)
+	r := startClock(t, p, redisURL, nil)
 	if redisURL != "" {
 		r.waitReady(t)
 	}
@@ -111,9 +111,15 @@ func start(t *testing.T, p *policy.Policy, redisURL string) *running {
 
 // startNoWait starts a gateway without waiting for its store.
 func startNoWait(t *testing.T, p *policy.Policy, redisURL string) *running {
+	return startClock(t, p, redisURL, nil)
+}
+
+// startClock starts a gateway whose decisions use clock (nil: the store's).
+func startClock(t *testing.T, p *policy.Policy, redisURL string, clock func() time.Time) *running {
 	t.Helper()
 	logs := &syncBuffer{}
-	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewJSONHandler(logs, nil)), ShutdownTimeout: 5 * time.Second})
+	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		ShutdownTimeout: 5 * time.Second, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,11 +218,11 @@ func TestFreeKeyGetsExactly100(t *testing.T) {
 		t.Fatalf("upstream saw %d requests, want exactly 100", hits)
 	}
 	h := resp.Header
-	if got := h.Get("RateLimit-Policy"); got != `"free";q=100;w=60` {
+	if got := h.Get("RateLimit-Policy"); got != `"free.minute";q=100;w=60, "free.day";q=1000;w=86400` {
 		t.Errorf("RateLimit-Policy = %q", got)
 	}
 	rl := h.Get("RateLimit")
-	if !strings.HasPrefix(rl, `"free";r=0;t=`) {
+	if !strings.HasPrefix(rl, `"free.minute";r=0;t=`) {
 		t.Errorf("RateLimit = %q", rl)
 	}
 	tSec, _ := strconv.Atoi(rl[strings.LastIndex(rl, "=")+1:])
@@ -266,7 +272,7 @@ func TestExportCosts10(t *testing.T) {
 		t.Fatalf("a read after 10 exports: %d, want 429", resp.StatusCode)
 	}
 	resp, _ := getBody(t, g.public+"/api/export", "X-API-Key", freeKey)
-	if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, `"free";r=0;`) {
+	if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, `"free.minute";r=0;`) {
 		t.Errorf("RateLimit = %q", got)
 	}
 }

@@ -285,7 +285,7 @@ func TestHotKeyDenyCache(t *testing.T) {
 	}
 	// A refusal from the cache carries the same contract as one from Redis.
 	resp, body := getBody(t, g.public+"/api/items", "X-API-Key", freeKey)
-	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"free";r=0;t=`) ||
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"free.minute";r=0;t=`) ||
 		!strings.Contains(string(body), `"retry_after"`) {
 		t.Fatalf("cached refusal: %d %v %s", resp.StatusCode, resp.Header, body)
 	}

@@ -33,6 +33,9 @@ type File struct {
 	// Region, if set, makes this gateway enforce one region's share of
 	// every limit against its own store.
 	Region *RegionSpec `yaml:"region"`
+	// TimeZone is the IANA zone of calendar quotas that name none
+	// (default UTC).
+	TimeZone string `yaml:"time_zone"`
 }
 
 // PlanSpec is a plan: one limit written inline (rate, period, ...), or
@@ -129,6 +132,12 @@ type LimitSpec struct {
 	// does not fit is held up to this long to fit the rate, and refused
 	// only beyond it.
 	MaxDelay time.Duration `yaml:"max_delay"`
+	// Calendar ("day" or "month") makes a quota that resets at local
+	// midnight (or on the 1st) in TimeZone (default: the file's
+	// time_zone, else UTC). It takes no period; the algorithm is
+	// fixed_window.
+	Calendar string `yaml:"calendar"`
+	TimeZone string `yaml:"time_zone"`
 }
 
 // KeySpec is one API key. The key itself is never stored: Digest is

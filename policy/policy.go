@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	_ "time/tzdata" // calendar quotas name IANA zones; do not depend on the host's
 
 	"github.com/redis/rueidis"
 	"gopkg.in/yaml.v3"
@@ -183,6 +184,7 @@ type compiler struct {
 	file     string
 	lines    map[string]int
 	problems []Problem
+	zone     string // the file's default time zone
 }
 
 func (c *compiler) err() error {
@@ -319,6 +321,12 @@ func (c *compiler) compile(f *File) *Policy {
 		Keys:            map[string]*APIKey{},
 		LegacyHeaders:   f.Headers.Legacy,
 		UpstreamTimeout: f.Upstream.Timeout,
+	}
+	c.zone = f.TimeZone
+	if f.TimeZone != "" {
+		if _, err := time.LoadLocation(f.TimeZone); err != nil {
+			c.addf("time_zone", "unknown time zone %q", f.TimeZone)
+		}
 	}
 	if !versionPattern.MatchString(f.Version) {
 		c.addf("version", "version must be 1-32 letters, digits, '.', '_' or '-' (got %q)", f.Version)
@@ -698,6 +706,13 @@ func RegionShare(l tollgate.Limit, count int, margin float64) tollgate.Limit {
 
 // limit validates one limit spec.
 func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
+	if s.Calendar != "" {
+		return c.calendar(path, s)
+	}
+	if s.TimeZone != "" {
+		c.addf(path+".time_zone", "time_zone is for calendar quotas (calendar: day or month)")
+		return tollgate.Limit{}, false
+	}
 	a := algo.GCRA
 	if s.Algorithm != "" {
 		var err error
@@ -709,6 +724,50 @@ func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
 	l := tollgate.Limit{Algorithm: a, Rate: s.Rate, Period: s.Period, Burst: s.Burst, MaxDelay: s.MaxDelay}
 	if s.Rate == 0 && s.Period == 0 {
 		c.addf(path, "a limit needs rate and period (e.g. rate: 100, period: 1m)")
+		return l, false
+	}
+	if err := l.Validate(); err != nil {
+		c.addf(path, "%v", err)
+		return l, false
+	}
+	return l, true
+}
+
+// calendar validates a calendar quota: fixed windows of local days or
+// months.
+func (c *compiler) calendar(path string, s LimitSpec) (tollgate.Limit, bool) {
+	l := tollgate.Limit{Algorithm: algo.FixedWindow, Rate: s.Rate}
+	ok := true
+	switch s.Calendar {
+	case "day":
+		l.Calendar, l.Period = algo.Daily, algo.Day
+	case "month":
+		l.Calendar, l.Period = algo.Monthly, algo.Month
+	default:
+		c.addf(path+".calendar", "want day or month, got %q", s.Calendar)
+		ok = false
+	}
+	if s.Algorithm != "" && s.Algorithm != "fixed_window" {
+		c.addf(path+".algorithm", "a calendar quota counts fixed windows; leave the algorithm out")
+		ok = false
+	}
+	if s.Period != 0 || s.Burst != 0 || s.MaxDelay != 0 {
+		c.addf(path, "a calendar quota takes rate (and time_zone), not period, burst or max_delay")
+		ok = false
+	}
+	zone := s.TimeZone
+	if zone == "" {
+		zone = c.zone
+	}
+	if zone != "" {
+		z, err := time.LoadLocation(zone)
+		if err != nil {
+			c.addf(path+".time_zone", "unknown time zone %q", zone)
+			ok = false
+		}
+		l.Zone = z
+	}
+	if !ok {
 		return l, false
 	}
 	if err := l.Validate(); err != nil {

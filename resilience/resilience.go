@@ -12,7 +12,8 @@
 //     refusals into Redis load. Only refusals whose whole answer stays exact
 //     until T are cached: those of cost 1 (Remaining is 0 until T on every
 //     algorithm) and all those of a fixed window (nothing changes before
-//     the window ends). Other refusals still go to the store each time;
+//     the window ends). Other refusals still go to the store each time.
+//     Groups ([Store.AllowAll]) are cached by their refusing limit;
 //   - a local fallback ([Store.Fallback]) that decides with this instance's
 //     share of each limit (limit / Options.Instances) in memory, for
 //     fail-open policies while the store is unavailable.
@@ -191,7 +192,11 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 
 // AllowAll decides a group of requests all or nothing through the store
 // (which must implement [tollgate.MultiStore]) behind the breaker and the
-// deadline. The deny cache does not apply to groups.
+// deadline. A group refused by one of its limits is remembered by the deny
+// cache like a single request: until that limit's RetryAfter, the group is
+// refused without a store call. The refusing limit's Decision is then exact
+// (it is the one RateLimit reports); the other limits' Decisions are as the
+// store last reported them.
 func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
 	ms, ok := s.primary.(tollgate.MultiStore)
 	if !ok {
@@ -199,6 +204,23 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	}
 	if err := algo.CheckGroup(reqs); err != nil {
 		return nil, err
+	}
+	now := reqs[0].Now
+	if now.IsZero() {
+		now = s.opts.Now()
+	}
+	if s.deny != nil {
+		for i, r := range reqs {
+			if r.Cost == 0 {
+				continue
+			}
+			if d, snap, ok := s.deny.getGroup(r, now); ok && len(snap) == len(reqs) {
+				s.denyHits.Add(1)
+				ds := append([]algo.Decision(nil), snap...)
+				ds[i] = d
+				return ds, nil
+			}
+		}
 	}
 	var ds []algo.Decision
 	_, err := s.cb.Execute(func() (algo.Decision, error) {
@@ -214,6 +236,18 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if s.deny != nil && !tollgate.Admitted(ds) {
+		worst := -1
+		for i, d := range ds {
+			if !d.Allowed && d.RetryAfter > 0 && (reqs[i].Cost == 1 || reqs[i].Limit.Algorithm == algo.FixedWindow) &&
+				(worst < 0 || d.RetryAfter > ds[worst].RetryAfter) {
+				worst = i
+			}
+		}
+		if worst >= 0 {
+			s.deny.putGroup(reqs[worst], ds[worst], now, ds)
+		}
 	}
 	return ds, nil
 }
@@ -336,6 +370,7 @@ type denyEntry struct {
 	at    time.Time // when the store refused
 	cost  int64     // the refused cost; other costs still ask the store
 	d     algo.Decision
+	group []algo.Decision // the whole group's decisions, for a group refusal
 }
 
 func newDenyCache(size int) *denyCache {
@@ -351,6 +386,13 @@ func (c *denyCache) shard(subject string) *denyShard {
 }
 
 func (c *denyCache) get(req algo.Request, now time.Time) (algo.Decision, bool) {
+	d, _, ok := c.getGroup(req, now)
+	return d, ok
+}
+
+// getGroup is get that also returns the group snapshot (nil for a single
+// request's refusal).
+func (c *denyCache) getGroup(req algo.Request, now time.Time) (algo.Decision, []algo.Decision, bool) {
 	sh := c.shard(req.Subject)
 	k := denyKey{req.Policy, req.Subject, req.Limit.Algorithm}
 	sh.mu.Lock()
@@ -361,7 +403,7 @@ func (c *denyCache) get(req algo.Request, now time.Time) (algo.Decision, bool) {
 	}
 	sh.mu.Unlock()
 	if !ok || req.Cost != e.cost || req.Limit.Capacity() != e.d.Limit {
-		return algo.Decision{}, false
+		return algo.Decision{}, nil, false
 	}
 	// Nothing anyone else does can make the budget come back sooner, so
 	// the refusal stands; report it as of now. Remaining is unchanged
@@ -369,10 +411,14 @@ func (c *denyCache) get(req algo.Request, now time.Time) (algo.Decision, bool) {
 	d := e.d
 	d.RetryAfter = e.until.Sub(now)
 	d.ResetAfter = max(d.RetryAfter, d.ResetAfter-now.Sub(e.at))
-	return d, true
+	return d, e.group, true
 }
 
 func (c *denyCache) put(req algo.Request, d algo.Decision, now time.Time) {
+	c.putGroup(req, d, now, nil)
+}
+
+func (c *denyCache) putGroup(req algo.Request, d algo.Decision, now time.Time, group []algo.Decision) {
 	sh := c.shard(req.Subject)
 	k := denyKey{req.Policy, req.Subject, req.Limit.Algorithm}
 	sh.mu.Lock()
@@ -387,5 +433,5 @@ func (c *denyCache) put(req algo.Request, d algo.Decision, now time.Time) {
 			return
 		}
 	}
-	sh.m[k] = denyEntry{until: now.Add(d.RetryAfter), at: now, cost: req.Cost, d: d}
+	sh.m[k] = denyEntry{until: now.Add(d.RetryAfter), at: now, cost: req.Cost, d: d, group: group}
 }

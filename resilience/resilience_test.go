@@ -45,14 +45,60 @@ func redisStore(t *testing.T, addr string) *rstore.Store {
 	return s
 }
 
+// singleOnly hides AllowAll, so storetest.Run checks the single-request
+// path (where the deny cache's answers are exact) without the group suite.
+type singleOnly struct{ tollgate.Store }
+
 // The wrapped store is still a Store: it passes the conformance suite
-// (with a deadline generous enough for -race on two cores).
+// (with a deadline generous enough for -race on two cores), deny cache on.
+// The group suite runs with the cache off: for a group refused from the
+// cache only the refusing limit's decision is exact (see TestDenyCacheGroup).
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) tollgate.Store {
 		s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second})
 		t.Cleanup(func() { s.Close() })
+		return singleOnly{s}
+	})
+	storetest.RunMulti(t, func(t *testing.T) tollgate.MultiStore {
+		s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second, DenyCacheSize: -1})
+		t.Cleanup(func() { s.Close() })
 		return s
 	})
+}
+
+// TestDenyCacheGroup: a group refused by one limit is refused from the
+// cache until that limit's RetryAfter, with that limit's decision exact.
+func TestDenyCacheGroup(t *testing.T) {
+	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second})
+	defer s.Close()
+	ctx := context.Background()
+	now := time.UnixMilli(1_800_000_000_000)
+	pm, pd := uniq("g-min"), uniq("g-day")
+	group := func(at time.Time) []algo.Decision {
+		ds, err := s.AllowAll(ctx, []algo.Request{
+			{Policy: pm, Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 2, Period: time.Minute}, Cost: 1, Now: at},
+			{Policy: pd, Subject: "k", Limit: algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Hour}, Cost: 1, Now: at},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	group(now)
+	group(now)
+	ds := group(now)
+	if tollgate.Admitted(ds) || ds[0].RetryAfter != time.Minute {
+		t.Fatalf("3rd: %+v", ds)
+	}
+	calls := s.Stats().Calls
+	later := now.Add(20 * time.Second)
+	ds = group(later)
+	if s.Stats().Calls != calls || ds[0].Allowed || ds[0].RetryAfter != 40*time.Second || !ds[1].Allowed {
+		t.Fatalf("cached group refusal: %+v (store calls %d -> %d)", ds, calls, s.Stats().Calls)
+	}
+	if ds = group(now.Add(time.Minute)); !tollgate.Admitted(ds) || s.Stats().Calls != calls+1 {
+		t.Fatalf("after RetryAfter: %+v", ds)
+	}
 }
 
 func TestShare(t *testing.T) {
