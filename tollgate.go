@@ -85,6 +85,22 @@ type MultiStore interface {
 	AllowAll(ctx context.Context, reqs []Request) ([]Decision, error)
 }
 
+// Guard is a store that keeps login-guard state: per-account failure
+// counts and growing locks (see [algo.Lockout]). Both stores implement it.
+type Guard interface {
+	Lockout(ctx context.Context, req algo.LockoutRequest) (algo.LockoutResult, error)
+}
+
+// Leaser is a store that hands out concurrency slots as leases with a
+// TTL. Both stores implement it.
+type Leaser interface {
+	// Acquire takes a slot if fewer than req.Limit are held, reporting
+	// whether it did.
+	Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error)
+	// Release returns the slot req.ID holds (a no-op if it has expired).
+	Release(ctx context.Context, req algo.LeaseRequest) error
+}
+
 // Admitted reports whether a group of decisions from AllowAll admitted the
 // requests.
 func Admitted(ds []Decision) bool {

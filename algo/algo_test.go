@@ -220,3 +220,60 @@ func TestCalendarWindows(t *testing.T) {
 		t.Fatal("a daily calendar with a 1h period was accepted")
 	}
 }
+
+func TestLockout(t *testing.T) {
+	r := algo.LockoutRule{Threshold: 5, Lock: time.Minute, MaxLock: time.Hour, Window: 15 * time.Minute, Memory: 24 * time.Hour}
+	var s algo.State
+	now := int64(1_800_000_000_000)
+	min := time.Minute.Milliseconds()
+	fail := func() algo.LockoutResult { res, _ := algo.Lockout(r, &s, now, algo.LockFail); return res }
+	for i := 1; i <= 4; i++ {
+		if res := fail(); res.Locked || res.Failures != int64(i) {
+			t.Fatalf("failure %d: %+v", i, res)
+		}
+	}
+	if res := fail(); !res.Locked || res.RetryAfter != min || res.Level != 1 {
+		t.Fatalf("5th failure: %+v", res)
+	}
+	// Locked: checks say so and failures while locked change nothing.
+	now += 30_000
+	if res, _ := algo.Lockout(r, &s, now, algo.LockCheck); !res.Locked || res.RetryAfter != 30_000 {
+		t.Fatalf("check during the lock: %+v", res)
+	}
+	fail()
+	// The lock doubles with each offence, up to the cap.
+	for level, want := range []int64{2, 4, 8, 16, 32, 60, 60} {
+		now += 61 * min
+		for i := 0; i < 5; i++ {
+			fail()
+		}
+		res, _ := algo.Lockout(r, &s, now, algo.LockCheck)
+		if !res.Locked || res.RetryAfter != want*min {
+			t.Fatalf("offence %d: %+v, want a %d min lock", level+2, res, want)
+		}
+	}
+	// A success clears the count; failures far apart never add up.
+	now += 2 * time.Hour.Milliseconds()
+	fail()
+	fail()
+	algo.Lockout(r, &s, now, algo.LockSucceed)
+	for i := 0; i < 4; i++ {
+		fail()
+	}
+	if res, _ := algo.Lockout(r, &s, now, algo.LockCheck); res.Locked || res.Failures != 4 {
+		t.Fatalf("after a success: %+v", res)
+	}
+	now += 16 * min
+	if res := fail(); res.Locked || res.Failures != 1 {
+		t.Fatalf("after the failure window: %+v", res)
+	}
+	// The offence memory forgets old locks.
+	var fresh algo.State
+	_, ttl := algo.Lockout(r, &fresh, now, algo.LockCheck)
+	if ttl != 0 {
+		t.Fatalf("a fresh account needs no state, ttl %d", ttl)
+	}
+	if (algo.LockoutRule{Threshold: 0}).Validate() == nil {
+		t.Fatal("threshold 0 accepted")
+	}
+}

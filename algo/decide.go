@@ -16,9 +16,11 @@ import (
 //	FixedWindow           A: window index, B: count
 //	SlidingWindowCounter  A: window index, B: current count, C: previous count
 //	SlidingWindowLog      Log
+//
+// [Lockout] uses A to E.
 type State struct {
-	A, B, C int64
-	Log     *Log
+	A, B, C, D, E int64
+	Log           *Log
 }
 
 // Result is a [Decision] in integer milliseconds, as the algorithms compute

@@ -46,6 +46,12 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("HostileSubjects", func(t *testing.T) { testHostileSubjects(t, newStore(t)) })
 	t.Run("CanceledContext", func(t *testing.T) { testCanceledContext(t, newStore(t)) })
 	t.Run("Concurrency", func(t *testing.T) { RunConcurrency(t, []tollgate.Store{newStore(t)}) })
+	if g, ok := newStore(t).(tollgate.Guard); ok {
+		t.Run("Guard", func(t *testing.T) { RunGuard(t, g) })
+	}
+	if l, ok := newStore(t).(tollgate.Leaser); ok {
+		t.Run("Leases", func(t *testing.T) { RunLeases(t, l) })
+	}
 	if _, ok := newStore(t).(tollgate.MultiStore); ok {
 		t.Run("Multi", func(t *testing.T) {
 			RunMulti(t, func(t *testing.T) tollgate.MultiStore { return newStore(t).(tollgate.MultiStore) })

@@ -82,8 +82,16 @@ func (s *Store) shardOf(r algo.Request) *shard {
 
 type entry struct {
 	st     algo.State
-	expire int64 // ms; the state is fresh from then on
+	expire int64            // ms; the state is fresh from then on
+	leases map[string]int64 // concurrency leases: id -> expiry (ms)
 }
+
+// Pseudo-algorithms that keep the login guard's and the leases' state in
+// the same sharded map.
+const (
+	lockoutKind algo.Algorithm = 250
+	leaseKind   algo.Algorithm = 251
+)
 
 type shard struct {
 	mu sync.Mutex
@@ -328,6 +336,96 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		ds[i] = res[i].Decision()
 	}
 	return ds, nil
+}
+
+// Lockout implements [tollgate.Guard].
+func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.LockoutResult, error) {
+	if err := ctx.Err(); err != nil {
+		return algo.LockoutResult{}, fmt.Errorf("guarding login in memory: %w", err)
+	}
+	if err := req.Rule.Validate(); err != nil {
+		return algo.LockoutResult{}, fmt.Errorf("guarding login in memory: %w", err)
+	}
+	ms := s.msOf(req.Now)
+	k := mapKey{policy: req.Policy, subject: req.Subject, alg: lockoutKind}
+	sh := &s.shards[maphash.String(s.seed, req.Subject)&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[k]
+	var st algo.State
+	if e != nil && e.expire > ms {
+		st = e.st
+	}
+	res, ttl := algo.Lockout(req.Rule, &st, ms, req.Op)
+	if req.Op == algo.LockCheck {
+		return res, nil
+	}
+	switch {
+	case e != nil:
+		e.st, e.expire = st, ms+ttl
+	case ttl > 0:
+		if !s.reserve(sh, ms) {
+			s.overflows.Add(1)
+			return res, fmt.Errorf("guarding login in memory: %w", ErrFull)
+		}
+		sh.m[k] = &entry{st: st, expire: ms + ttl}
+	}
+	return res, nil
+}
+
+// Acquire implements [tollgate.Leaser].
+func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("acquiring a lease in memory: %w", err)
+	}
+	if err := req.Validate(); err != nil {
+		return false, fmt.Errorf("acquiring a lease in memory: %w", err)
+	}
+	ms := s.msOf(req.Now)
+	k := mapKey{policy: req.Policy, subject: req.Subject, alg: leaseKind}
+	sh := &s.shards[maphash.String(s.seed, req.Subject)&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[k]
+	if e == nil {
+		if !s.reserve(sh, ms) {
+			s.overflows.Add(1)
+			return false, fmt.Errorf("acquiring a lease in memory: %w", ErrFull)
+		}
+		e = &entry{leases: map[string]int64{}}
+		sh.m[k] = e
+	}
+	for id, exp := range e.leases {
+		if exp <= ms {
+			delete(e.leases, id)
+		}
+	}
+	if int64(len(e.leases)) >= req.Limit {
+		return false, nil
+	}
+	exp := ms + req.TTL.Milliseconds()
+	e.leases[req.ID] = exp
+	e.expire = max(e.expire, exp)
+	return true, nil
+}
+
+// Release implements [tollgate.Leaser].
+func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
+	k := mapKey{policy: req.Policy, subject: req.Subject, alg: leaseKind}
+	sh := &s.shards[maphash.String(s.seed, req.Subject)&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[k]; e != nil {
+		delete(e.leases, req.ID)
+	}
+	return nil
+}
+
+func (s *Store) msOf(t time.Time) int64 {
+	if t.IsZero() {
+		t = s.now()
+	}
+	return t.UnixMilli()
 }
 
 // reserve counts one more key, sweeping sh if the store is full (Allow

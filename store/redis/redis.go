@@ -108,6 +108,8 @@ type Store struct {
 	client  atomic.Pointer[rueidis.Client]
 	scripts map[algo.Algorithm]*rueidis.Lua
 	multi   *rueidis.Lua
+	lockout *rueidis.Lua
+	lease   *rueidis.Lua
 	owned   bool          // Open made the client; Close closes it
 	stop    chan struct{} // ends Open's connect loop
 	done    chan struct{}
@@ -144,7 +146,85 @@ func newStore() (*Store, error) {
 		return nil, fmt.Errorf("creating redis store: %w", err)
 	}
 	s.multi = rueidis.NewLuaScript(src)
+	for _, x := range []struct {
+		dst  **rueidis.Lua
+		file string
+	}{{&s.lockout, "lockout.lua"}, {&s.lease, "lease.lua"}} {
+		src, err := concat("prelude.lua", x.file)
+		if err != nil {
+			return nil, fmt.Errorf("creating redis store: %w", err)
+		}
+		*x.dst = rueidis.NewLuaScript(src)
+	}
 	return s, nil
+}
+
+// Lockout implements [tollgate.Guard] with one script call.
+func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.LockoutResult, error) {
+	if err := req.Rule.Validate(); err != nil {
+		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: %w", err)
+	}
+	now, slack, err := timeArgs(req.Now)
+	if err != nil {
+		return algo.LockoutResult{}, err
+	}
+	c := s.client.Load()
+	if c == nil {
+		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: %w", ErrNotConnected)
+	}
+	r := req.Rule
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	key := KeyPrefix + "{" + safeTag(req.Subject) + "}:" + req.Policy + ":lock"
+	vals, err := s.lockout.Exec(ctx, *c, []string{key}, []string{now, slack, strconv.Itoa(int(req.Op)),
+		strconv.FormatInt(r.Threshold, 10), ms(r.Lock), ms(r.MaxLock), ms(r.Window), ms(r.Memory)}).AsIntSlice()
+	if err != nil {
+		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: %w", err)
+	}
+	if len(vals) != 4 {
+		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: script returned %d values, want 4", len(vals))
+	}
+	return algo.LockoutResult{Locked: vals[0] == 1, RetryAfter: vals[1], Failures: vals[2], Level: vals[3]}, nil
+}
+
+// Acquire implements [tollgate.Leaser] with one script call.
+func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error) {
+	if err := req.Validate(); err != nil {
+		return false, fmt.Errorf("acquiring a lease in redis: %w", err)
+	}
+	v, err := s.leaseOp(ctx, req, 1)
+	if err != nil {
+		return false, fmt.Errorf("acquiring a lease in redis: %w", err)
+	}
+	return v == 1, nil
+}
+
+// Release implements [tollgate.Leaser].
+func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
+	if _, err := s.leaseOp(ctx, req, 2); err != nil {
+		return fmt.Errorf("releasing a lease in redis: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) leaseOp(ctx context.Context, req algo.LeaseRequest, op int) (int64, error) {
+	now, slack, err := timeArgs(req.Now)
+	if err != nil {
+		return 0, err
+	}
+	c := s.client.Load()
+	if c == nil {
+		return 0, ErrNotConnected
+	}
+	key := KeyPrefix + "{" + safeTag(req.Subject) + "}:" + req.Policy + ":lease"
+	vals, err := s.lease.Exec(ctx, *c, []string{key}, []string{now, slack, strconv.Itoa(op),
+		strconv.FormatInt(req.Limit, 10), strconv.FormatInt(req.TTL.Milliseconds(), 10), req.ID}).AsIntSlice()
+	if err != nil {
+		return 0, err
+	}
+	if len(vals) != 2 {
+		return 0, fmt.Errorf("script returned %d values, want 2", len(vals))
+	}
+	return vals[0], nil
 }
 
 // Open returns a Store for the Redis opt describes, without waiting for

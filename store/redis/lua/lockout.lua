@@ -1,0 +1,49 @@
+-- The login guard's state for one account: "failures:last_failure:level:
+-- lock_end:last_lock" (ms). KEYS[1]; ARGV[3..8]: op (0 check, 1 fail,
+-- 2 succeed), threshold, lock, max lock, failure window, offence memory
+-- (ms). Returns {locked, retry_after_ms, failures, level}. See algo.Lockout.
+local key = KEYS[1]
+local op, thr = tonumber(ARGV[3]), tonumber(ARGV[4])
+local lock, maxlock = tonumber(ARGV[5]), tonumber(ARGV[6])
+local win, mem = tonumber(ARGV[7]), tonumber(ARGV[8])
+local now = NOW
+local f, lf, lvl, lu, ll = 0, 0, 0, 0, 0
+local v = redis.call('GET', key)
+if v then
+  local a, b, c, d, e = string.match(v, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  if a then f, lf, lvl, lu, ll = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e) end
+end
+if now - lf >= win then f = 0 end
+if now - ll >= mem then lvl = 0 end
+local locked = now < lu
+if op == 1 and not locked then
+  f = f + 1
+  lf = now
+  if f >= thr then
+    local d = lock
+    local i = 0
+    while i < lvl and d < maxlock do
+      d = d * 2
+      i = i + 1
+    end
+    if d > maxlock then d = maxlock end
+    lu, ll = now + d, now
+    lvl = lvl + 1
+    f = 0
+    locked = true
+  end
+elseif op == 2 then
+  f = 0
+end
+local ttl = math.max(lu - now, lf + win - now, ll + mem - now, 0)
+if f == 0 and lvl == 0 and not locked then ttl = 0 end
+if op ~= 0 then
+  if ttl > 0 then
+    redis.call('SET', key, string.format('%d:%d:%d:%d:%d', f, lf, lvl, lu, ll), 'PX', ttl + slack)
+  elseif v then
+    redis.call('DEL', key)
+  end
+end
+local retry = 0
+if locked then retry = lu - now end
+return {locked and 1 or 0, retry, f, lvl}
