@@ -6,13 +6,24 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Echo is the built-in demo upstream (builtin:echo). It answers every
 // request with a JSON description of it, and POST /login with 200 when the
-// JSON body's password is "demo" and 401 otherwise.
+// JSON body's password is "demo" and 401 otherwise. A ?sleep=D query
+// (at most 10s) makes it answer slowly, to try concurrency limits.
 func Echo() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil && d > 0 {
+			t := time.NewTimer(min(d, 10*time.Second))
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if r.Method == http.MethodPost && r.URL.Path == "/login" {
 			var body struct {

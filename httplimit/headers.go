@@ -71,7 +71,9 @@ const (
 	ProblemBadGateway    = "urn:tollgate:problem:bad-gateway"
 	ProblemUpstreamSlow  = "urn:tollgate:problem:gateway-timeout"
 	ProblemLoginLocked   = "urn:tollgate:problem:login-locked"
-	ProblemTooManyFailed = "urn:tollgate:problem:too-many-invalid-keys"
+	ProblemTooManyFailed = "urn:tollgate:problem:too-many-failures"
+	// ProblemTooManyInFlight answers a request over a concurrency limit.
+	ProblemTooManyInFlight = "urn:tollgate:problem:too-many-in-flight"
 )
 
 // WriteProblem writes p as application/problem+json, with Retry-After when

@@ -153,6 +153,12 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	var login *loginAttempt
+	if route != nil && route.Login != nil {
+		if login, ok = m.loginCheck(w, r, route.Login, sub); !ok {
+			return
+		}
+	}
 	plan, cost := sub.Plan, int64(1)
 	if route != nil {
 		cost = route.Cost
@@ -207,6 +213,19 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			t.Stop()
 			return // the client gave up while queued
 		}
+	}
+	if route != nil && route.Concurrency != nil {
+		release, ok := m.acquireSlot(w, r, route, sub)
+		if !ok {
+			return
+		}
+		defer release()
+	}
+	if login != nil {
+		rec := &statusRecorder{ResponseWriter: w}
+		m.pass(rec, r, route, sub, d, clean)
+		m.loginRecord(r.Context(), login, rec.status)
+		return
 	}
 	m.pass(w, r, route, sub, d, clean)
 }
@@ -419,6 +438,14 @@ func (m *middleware) identifyKey(w http.ResponseWriter, r *http.Request, group, 
 	w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
 	WriteProblem(w, Problem{Type: ProblemInvalidKey, Status: http.StatusUnauthorized, Detail: detail})
 	return Subject{}, false
+}
+
+// clockTime is the explicit decision time, or zero for the store's clock.
+func (m *middleware) clockTime() time.Time {
+	if m.opts.Now != nil {
+		return m.opts.Now()
+	}
+	return time.Time{}
 }
 
 // now is the middleware's clock.

@@ -172,6 +172,47 @@ type RouteSpec struct {
 	Global *LimitSpec `yaml:"global"`
 	// OnStoreFailure is "fail_open" (default) or "fail_closed".
 	OnStoreFailure string `yaml:"on_store_failure"`
+	// Login marks a login route and guards it against password guessing.
+	Login *LoginSpec `yaml:"login"`
+	// Concurrency bounds the requests in flight on this route.
+	Concurrency *ConcurrencySpec `yaml:"concurrency"`
+}
+
+// LoginSpec guards a login route. The account comes from a field of the
+// request body; the outcome from the upstream's status. Only failures
+// count: a user who logs in fine is never locked.
+type LoginSpec struct {
+	// AccountField names the JSON or form field holding the account
+	// (default "username"). The body is read up to MaxBody (default
+	// 64 KiB) to find it and passed on to the upstream intact.
+	AccountField string `yaml:"account_field"`
+	MaxBody      int64  `yaml:"max_body"`
+	// FailureStatuses are the upstream statuses that count as a failed
+	// login (default 401 and 403); 2xx counts as a success.
+	FailureStatuses []int `yaml:"failure_statuses"`
+	// MaxFailures failures (default 5) within FailureWindow (default 15m)
+	// lock the account for Lock (default 1m); each further lock within
+	// OffenceMemory (default 24h) doubles, up to MaxLock (default 1h).
+	MaxFailures   int64         `yaml:"max_failures"`
+	FailureWindow time.Duration `yaml:"failure_window"`
+	Lock          time.Duration `yaml:"lock"`
+	MaxLock       time.Duration `yaml:"max_lock"`
+	OffenceMemory time.Duration `yaml:"offence_memory"`
+	// IPFailures limits failed logins per client IP across accounts
+	// (default fixed_window 20 per 10m), so one IP cannot spray accounts.
+	IPFailures *LimitSpec `yaml:"ip_failures"`
+}
+
+// ConcurrencySpec bounds requests in flight.
+type ConcurrencySpec struct {
+	// Limit is the most requests in flight at once.
+	Limit int64 `yaml:"limit"`
+	// Per is "subject" (default: each subject gets Limit) or "route" (all
+	// subjects share Limit).
+	Per string `yaml:"per"`
+	// LeaseTTL bounds how long a slot is held if its gateway dies
+	// (default: the upstream timeout plus 30s).
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
 }
 
 // HeaderSpec chooses optional response headers.

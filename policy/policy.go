@@ -95,6 +95,29 @@ type Route struct {
 	// refused.
 	Global     *Budget
 	FailClosed bool
+	// Login, when non-nil, guards this route against password guessing.
+	Login *Login
+	// Concurrency, when non-nil, bounds its requests in flight.
+	Concurrency *Concurrency
+}
+
+// Login is a compiled login guard.
+type Login struct {
+	AccountField    string
+	MaxBody         int64
+	FailureStatuses map[int]bool
+	Rule            algo.LockoutRule
+	// StoreName names the accounts' guard state (it includes the version).
+	StoreName  string
+	IPFailures *Budget
+}
+
+// Concurrency is a compiled concurrency limit.
+type Concurrency struct {
+	Limit     int64
+	PerRoute  bool
+	LeaseTTL  time.Duration
+	StoreName string
 }
 
 // Problem is one thing wrong with a policy file.
@@ -541,6 +564,12 @@ func (c *compiler) compile(f *File) *Policy {
 				}
 			}
 		}
+		if rs.Login != nil {
+			r.Login = c.login(path+".login", rs.Login, p.Version+":login:"+r.Group)
+		}
+		if rs.Concurrency != nil {
+			r.Concurrency = c.concurrency(path+".concurrency", rs.Concurrency, p.Version+":conc:"+r.Group, f.Upstream.Timeout)
+		}
 		// A cost no limit could ever admit is a configuration error.
 		if r.Limit != nil {
 			c.checkCost(path+".cost", r.Cost, r.Limit, "the route limit")
@@ -636,6 +665,76 @@ func (c *compiler) plan(path, name string, spec PlanSpec, version string) *Plan 
 		return nil
 	}
 	return pl
+}
+
+func orDefault[T comparable](v, d T) T {
+	var zero T
+	if v == zero {
+		return d
+	}
+	return v
+}
+
+// login compiles a login guard.
+func (c *compiler) login(path string, s *LoginSpec, store string) *Login {
+	l := &Login{
+		AccountField:    orDefault(s.AccountField, "username"),
+		MaxBody:         orDefault(s.MaxBody, 64<<10),
+		FailureStatuses: map[int]bool{},
+		StoreName:       store,
+		Rule: algo.LockoutRule{
+			Threshold: orDefault(s.MaxFailures, 5),
+			Lock:      orDefault(s.Lock, time.Minute),
+			MaxLock:   orDefault(s.MaxLock, time.Hour),
+			Window:    orDefault(s.FailureWindow, 15*time.Minute),
+			Memory:    orDefault(s.OffenceMemory, 24*time.Hour),
+		},
+	}
+	if err := l.Rule.Validate(); err != nil {
+		c.addf(path, "%v", err)
+	}
+	if l.MaxBody < 1 || l.MaxBody > 1<<20 {
+		c.addf(path+".max_body", "want 1 byte to 1 MiB, got %d", l.MaxBody)
+	}
+	statuses := s.FailureStatuses
+	if len(statuses) == 0 {
+		statuses = []int{401, 403}
+	}
+	for _, st := range statuses {
+		if st < 300 || st > 599 {
+			c.addf(path+".failure_statuses", "a failure status is 3xx to 5xx, got %d", st)
+		}
+		l.FailureStatuses[st] = true
+	}
+	ip := LimitSpec{Algorithm: "fixed_window", Rate: 20, Period: 10 * time.Minute}
+	if s.IPFailures != nil {
+		ip = *s.IPFailures
+	}
+	if lim, ok := c.limit(path+".ip_failures", ip); ok {
+		l.IPFailures = &Budget{Name: "login_ip_failures", Limit: lim, StoreName: store + ":ip"}
+	}
+	return l
+}
+
+// concurrency compiles a concurrency limit.
+func (c *compiler) concurrency(path string, s *ConcurrencySpec, store string, upstream time.Duration) *Concurrency {
+	k := &Concurrency{Limit: s.Limit, LeaseTTL: s.LeaseTTL, StoreName: store}
+	if s.Limit < 1 {
+		c.addf(path+".limit", "at least 1 request in flight, got %d", s.Limit)
+	}
+	switch s.Per {
+	case "", "subject":
+	case "route":
+		k.PerRoute = true
+	default:
+		c.addf(path+".per", "want subject or route, got %q", s.Per)
+	}
+	if k.LeaseTTL == 0 {
+		k.LeaseTTL = orDefault(upstream, 30*time.Second) + 30*time.Second
+	} else if k.LeaseTTL < time.Second {
+		c.addf(path+".lease_ttl", "at least 1s, got %v", k.LeaseTTL)
+	}
+	return k
 }
 
 // checkCost reports a route cost larger than some budget of pl can admit.

@@ -252,6 +252,61 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	return ds, nil
 }
 
+// Lockout passes a login-guard operation to the store behind the breaker
+// and the deadline. There is no fallback: the guard fails closed.
+func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.LockoutResult, error) {
+	g, ok := s.primary.(tollgate.Guard)
+	if !ok {
+		return algo.LockoutResult{}, errors.New("guarding login: the store cannot")
+	}
+	var res algo.LockoutResult
+	err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		res, err = g.Lockout(ctx, req)
+		return err
+	})
+	return res, err
+}
+
+// Acquire passes a lease request to the store behind the breaker and the
+// deadline.
+func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error) {
+	l, ok := s.primary.(tollgate.Leaser)
+	if !ok {
+		return false, errors.New("acquiring a lease: the store cannot")
+	}
+	var got bool
+	err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		got, err = l.Acquire(ctx, req)
+		return err
+	})
+	return got, err
+}
+
+// Release passes a lease release to the store behind the breaker and the
+// deadline.
+func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
+	l, ok := s.primary.(tollgate.Leaser)
+	if !ok {
+		return errors.New("releasing a lease: the store cannot")
+	}
+	return s.guarded(ctx, func(ctx context.Context) error { return l.Release(ctx, req) })
+}
+
+// guarded runs f against the store behind the breaker and the deadline,
+// wrapping unavailability in ErrUnavailable.
+func (s *Store) guarded(ctx context.Context, f func(context.Context) error) error {
+	_, err := s.cb.Execute(func() (algo.Decision, error) {
+		s.calls.Add(1)
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		defer cancel()
+		return algo.Decision{}, f(cctx)
+	})
+	if err != nil && ctx.Err() == nil && !invalid(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
+
 // FallbackAll is Fallback for a group: decided all or nothing in memory
 // with this instance's share of each limit.
 func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {

@@ -177,6 +177,17 @@ func describe(w io.Writer, p *policy.Policy) {
 		if r.Global != nil {
 			limit += ", global " + r.Global.Limit.String()
 		}
+		if c := r.Concurrency; c != nil {
+			per := "subject"
+			if c.PerRoute {
+				per = "route"
+			}
+			limit += fmt.Sprintf(", at most %d in flight per %s", c.Limit, per)
+		}
+		if l := r.Login; l != nil {
+			limit += fmt.Sprintf(", login guard (field %q: %d failures lock %v..%v; %v failures per IP)",
+				l.AccountField, l.Rule.Threshold, l.Rule.Lock, l.Rule.MaxLock, l.IPFailures.Limit)
+		}
 		mode := "fail_open"
 		if r.FailClosed {
 			mode = "fail_closed"
