@@ -1,15 +1,21 @@
 # Tollgate. `make test` is the command CI runs (through .ci/run).
 GO ?= go
 
-.PHONY: test bench lint fuzz redis-server
+.PHONY: test bench memory lint fuzz redis-server
 
 test: redis-server
 	$(GO) test -race ./...
 
 # Benchmarks for every algorithm on both stores (the Redis ones start their
-# own redis-server).
+# own redis-server), then the side-by-side suite against the peers, which
+# writes BENCHMARKS.md and docs/latency.png.
 bench: redis-server
-	$(GO) test -run '^$$' -bench . -benchmem ./store/...
+	$(GO) test -run '^$$' -bench 'Allow' -benchmem ./store/...
+	cd bench && $(GO) run ./cmd/tollgate-bench -out ../BENCHMARKS.md -png ../docs/latency.png
+
+# Redis bytes per active key for each algorithm (100,000 keys each).
+memory: redis-server
+	$(GO) test -run '^$$' -bench MemoryPerKey -benchtime 1x ./store/redis
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/tollgate/tollgate/gateway"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// gatewayRow is one cell of the gateway table: one target at one offered
+// rate.
+type gatewayRow struct {
+	target   string
+	offered  int
+	achieved float64 // successful responses per second
+	lat      summary
+	errors   int
+	firstErr string
+}
+
+const gatewayPolicy = `version: bench
+listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
+identity: {secret: bench-secret-0123456789abcdef, anonymous_plan: open}
+plans:
+  open: {rate: 1000000, period: 1s}
+routes:
+  - {name: all, path: /, upstream: "UPSTREAM"}
+`
+
+// gatewayRates are the offered loads, up to past saturation on 2 cores.
+var gatewayRates = []int{1000, 2500, 5000, 7500, 10000, 12500, 15000}
+
+func init() {
+	if v := os.Getenv("BENCH_RATES"); v != "" {
+		gatewayRates = nil
+		for _, f := range strings.Split(v, ",") {
+			n, _ := strconv.Atoi(f)
+			gatewayRates = append(gatewayRates, n)
+		}
+	}
+}
+
+func runGatewaySuite(srv *redistest.Server, dur time.Duration) []gatewayRow {
+	upstream := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte("ok"))
+	}))
+	target, _ := url.Parse(upstream)
+	plain := serve(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() },
+		Transport: &http.Transport{MaxIdleConnsPerHost: 1024}})
+	targets := []struct{ name, url string }{{"plain httputil.ReverseProxy", plain}}
+	for _, store := range []string{"memory", "redis"} {
+		p, err := policy.Parse([]byte(strings.ReplaceAll(gatewayPolicy, "UPSTREAM", upstream)), "bench.yaml")
+		if err != nil {
+			fatal(err)
+		}
+		redisURL := ""
+		if store == "redis" {
+			redisURL = "redis://" + srv.Addr + "/0"
+		}
+		g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			fatal(err)
+		}
+		pub, adm := listen(), listen()
+		go g.Serve(context.Background(), pub, adm)
+		targets = append(targets, struct{ name, url string }{"tollgate (" + store + " store)", "http://" + pub.Addr().String()})
+	}
+	time.Sleep(500 * time.Millisecond) // let the Redis store connect
+	// Rates outer, targets inner: whatever else the machine does during a
+	// rate step hits every target alike.
+	var rows []gatewayRow
+	for _, r := range gatewayRates {
+		for _, t := range targets {
+			row := attack(t.name, t.url+"/bench", r, dur)
+			fmt.Fprintf(os.Stderr, "gateway: %-28s offered %5d/s: achieved %7.0f/s p50 %s p99 %s p99.9 %s ms, %d errors %s\n",
+				row.target, r, row.achieved, ms(row.lat.p50), ms(row.lat.p99), ms(row.lat.p999), row.errors, row.firstErr)
+			rows = append(rows, row)
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return targetOrder(rows[i].target) < targetOrder(rows[j].target) })
+	return rows
+}
+
+// targetOrder lists the plain proxy first, then memory, then Redis.
+func targetOrder(name string) int {
+	switch {
+	case strings.HasPrefix(name, "plain"):
+		return 0
+	case strings.Contains(name, "memory"):
+		return 1
+	}
+	return 2
+}
+
+// attack offers rate requests per second for dur, open loop: requests are
+// sent on schedule whether or not earlier ones have answered, so a slow
+// server cannot hide its latency by slowing the load (no coordinated
+// omission).
+func attack(name, u string, rate int, dur time.Duration) gatewayRow {
+	atk := vegeta.NewAttacker(vegeta.KeepAlive(true), vegeta.Workers(64), vegeta.MaxWorkers(4096), vegeta.Timeout(10*time.Second))
+	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: "GET", URL: u})
+	var lats latencies
+	part := lats.part(rate * int(dur.Seconds()+1))
+	row := gatewayRow{target: name, offered: rate}
+	start := time.Now()
+	ok := 0
+	for res := range atk.Attack(tr, vegeta.Rate{Freq: rate, Per: time.Second}, dur, name) {
+		if res.Code == http.StatusOK {
+			ok++
+			part = append(part, res.Latency)
+		} else {
+			if row.errors == 0 {
+				row.firstErr = fmt.Sprintf("%d %s", res.Code, res.Error)
+			}
+			row.errors++
+		}
+	}
+	lats.add(part)
+	row.achieved = float64(ok) / time.Since(start).Seconds()
+	row.lat = lats.summary()
+	return row
+}
+
+func listen() net.Listener {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fatal(err)
+	}
+	return l
+}
+
+func serve(h http.Handler) string {
+	l := listen()
+	go (&http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}).Serve(l)
+	return "http://" + l.Addr().String()
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+type report struct {
+	started   time.Time
+	duration  time.Duration
+	redisAddr string
+	cpu       string
+	redis     string
+	store     []storeRow
+	memory    []memoryRow
+	gateway   []gatewayRow
+}
+
+func (r *report) machine() {
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				r.cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	if out, err := exec.Command("redis-server", "--version").Output(); err == nil {
+		r.redis = strings.TrimSpace(string(out))
+	}
+}
+
+func fmtFloat(f float64, prec int) string { return strconv.FormatFloat(f, 'f', prec, 64) }
+
+func (r *report) markdown(png string) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("# Benchmarks\n\n")
+	w("Every figure below was measured in one run of `tollgate-bench` on one machine,\n")
+	w("peers and baselines side by side, so read the ratios rather than the absolutes.\n\n")
+	w("- when: %s\n- machine: %d cores (%s), GOMAXPROCS %d\n- %s\n- %s\n", r.started.UTC().Format(time.RFC3339),
+		runtime.NumCPU(), r.cpu, runtime.GOMAXPROCS(0), runtime.Version(), r.redis)
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			switch d.Path {
+			case "github.com/redis/rueidis", "github.com/go-redis/redis_rate/v10", "github.com/redis/go-redis/v9", "github.com/tsenart/vegeta/v12":
+				w("- %s %s\n", d.Path, d.Version)
+			}
+		}
+	}
+	w("- each cell runs %v after a warm-up; the load generator, the gateway, the upstream and Redis share the machine\n", r.duration)
+	w("- reproduce: `make bench` (or `cd bench && go run ./cmd/tollgate-bench -out ../BENCHMARKS.md -png ../docs/latency.png`)\n\n")
+
+	if len(r.store) > 0 {
+		w("## 1. Redis store: decisions per second\n\n")
+		w("Each caller loops: decide, record the latency, repeat. Limits are generous (1,000,000/s) so every decision takes\n")
+		w("the write path. Redis CPU is the `usec` of `EVALSHA`/`EVAL` in `INFO commandstats` divided by the decisions made.\n\n")
+		w("| implementation | callers | keys | decisions/s | p50 ms | p99 ms | p99.9 ms | Redis CPU µs/decision | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, x := range r.store {
+			w("| %s | %d | %d | %s | %s | %s | %s | %s | %d |\n", x.impl, x.callers, x.keys, fmtFloat(x.perSec, 0),
+				ms(x.lat.p50), ms(x.lat.p99), ms(x.lat.p999), fmtFloat(x.usecPerDec, 2), x.errors)
+		}
+		w("\n")
+		r.storeTargets(w)
+	}
+	if len(r.memory) > 0 {
+		w("## 2. In-memory store\n\n")
+		w("GOMAXPROCS goroutines deciding for %v on keys created beforehand.\n\n", r.duration)
+		w("| implementation | keys | decisions/s | allocs/decision |\n|---|---:|---:|---:|\n")
+		for _, x := range r.memory {
+			w("| %s | %d | %s | %s |\n", x.impl, x.keys, fmtFloat(x.perSec, 0), fmtFloat(x.allocsPer, 1))
+		}
+		w("\n")
+		for _, k := range []int{1, 100_000} {
+			tg, xr := r.memoryAt("tollgate", k), r.memoryAt("x/time/rate", k)
+			if tg != nil && xr != nil {
+				w("- %d key(s): Tollgate / x/time/rate = **%sx** (target on 100,000 keys: at least 2x, 0 allocs)\n", k, fmtFloat(tg.perSec/xr.perSec, 2))
+			}
+		}
+		w("\n")
+	}
+	if len(r.gateway) > 0 {
+		w("## 3. Gateway\n\n")
+		w("Open-loop constant-rate load (vegeta) against each target for %v per rate; latency is per request as sent on\n", r.duration)
+		w("schedule, so a saturated server shows its queueing. The upstream answers `ok` at once.\n\n")
+		w("| target | offered/s | achieved/s | p50 ms | p99 ms | p99.9 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, x := range r.gateway {
+			w("| %s | %d | %s | %s | %s | %s | %d |\n", x.target, x.offered, fmtFloat(x.achieved, 0), ms(x.lat.p50), ms(x.lat.p99), ms(x.lat.p999), x.errors)
+		}
+		w("\n")
+		r.gatewayTargets(w)
+		if png != "" {
+			w("![p99 latency against offered rate](%s)\n\n", filepath.ToSlash(relTo(png)))
+		}
+	}
+	return b.String()
+}
+
+func relTo(p string) string {
+	if strings.HasPrefix(p, "../") {
+		return strings.TrimPrefix(p, "../")
+	}
+	return p
+}
+
+func (r *report) storeAt(prefix string, callers, keys int) []storeRow {
+	var out []storeRow
+	for _, x := range r.store {
+		if strings.HasPrefix(x.impl, prefix) && x.callers == callers && x.keys == keys {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (r *report) storeTargets(w func(string, ...any)) {
+	w("Against redis_rate at 64 callers (targets: at least 2.5x its decisions/s, a p99 no worse, at most 40%% of its Redis CPU per decision):\n\n")
+	w("| keys | Tollgate algorithm | decisions/s ratio | p99 Tollgate / redis_rate | Redis CPU ratio |\n|---:|---|---:|---:|---:|\n")
+	for _, k := range []int{1, 100_000} {
+		peer := r.storeAt("redis_rate", 64, k)
+		if len(peer) == 0 {
+			continue
+		}
+		for _, t := range r.storeAt("tollgate", 64, k) {
+			w("| %d | %s | %sx | %s / %s ms | %s%% |\n", k, strings.TrimPrefix(t.impl, "tollgate "),
+				fmtFloat(t.perSec/peer[0].perSec, 2), ms(t.lat.p99), ms(peer[0].lat.p99), fmtFloat(100*t.usecPerDec/peer[0].usecPerDec, 0))
+		}
+	}
+	w("\n")
+}
+
+func (r *report) memoryAt(prefix string, keys int) *memoryRow {
+	for i, x := range r.memory {
+		if strings.Contains(x.impl, prefix) && x.keys == keys {
+			return &r.memory[i]
+		}
+	}
+	return nil
+}
+
+func (r *report) gatewayTargets(w func(string, ...any)) {
+	series := map[string][]gatewayRow{}
+	var names []string
+	for _, x := range r.gateway {
+		if _, ok := series[x.target]; !ok {
+			names = append(names, x.target)
+		}
+		series[x.target] = append(series[x.target], x)
+	}
+	peak := func(rows []gatewayRow) float64 {
+		m := 0.0
+		for _, x := range rows {
+			m = max(m, x.achieved)
+		}
+		return m
+	}
+	plain := series[names[0]]
+	sat := peak(plain)
+	half := 0
+	for _, x := range plain { // the highest offered rate at or below half the plain proxy's saturation
+		if float64(x.offered) <= sat/2 {
+			half = x.offered
+		}
+	}
+	w("Plain proxy saturation: %s/s. Targets: throughput at least 90%% of the plain proxy's; added p99 under 1 ms at half its saturation (%d/s offered):\n\n", fmtFloat(sat, 0), half)
+	w("| target | peak achieved/s | vs plain | p99 at %d/s | added p99 |\n|---|---:|---:|---:|---:|\n", half)
+	var plainHalf time.Duration
+	for _, x := range plain {
+		if x.offered == half {
+			plainHalf = x.lat.p99
+		}
+	}
+	for _, n := range names {
+		var p99 time.Duration
+		for _, x := range series[n] {
+			if x.offered == half {
+				p99 = x.lat.p99
+			}
+		}
+		w("| %s | %s | %s%% | %s ms | %s ms |\n", n, fmtFloat(peak(series[n]), 0), fmtFloat(100*peak(series[n])/sat, 0), ms(p99), ms(p99-plainHalf))
+	}
+	w("\n")
+}
+
+// chart draws p99 latency against offered rate for each gateway target.
+func (r *report) chart(path string) error {
+	p := plot.New()
+	p.Title.Text = "Gateway p99 latency against offered rate"
+	p.X.Label.Text = "offered requests/s"
+	p.Y.Label.Text = "p99 latency (ms)"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	series := map[string]plotter.XYs{}
+	var names []string
+	for _, x := range r.gateway {
+		if _, ok := series[x.target]; !ok {
+			names = append(names, x.target)
+		}
+		series[x.target] = append(series[x.target], plotter.XY{X: float64(x.offered), Y: max(0.01, float64(x.lat.p99.Microseconds())/1000)})
+	}
+	for i, n := range names {
+		l, pts, err := plotter.NewLinePoints(series[n])
+		if err != nil {
+			return err
+		}
+		l.Color = plotutil.Color(i)
+		pts.Color = plotutil.Color(i)
+		pts.Shape = plotutil.Shape(i)
+		p.Add(l, pts)
+		p.Legend.Add(n, l, pts)
+	}
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.BackgroundColor = color.White
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"sort"
+	"time"
+)
+
+// latencies collects samples from many goroutines: each gets its own
+// slice, merged at the end.
+type latencies struct{ parts [][]time.Duration }
+
+func (l *latencies) part(n int) []time.Duration { return make([]time.Duration, 0, n) }
+
+func (l *latencies) add(p []time.Duration) { l.parts = append(l.parts, p) }
+
+// summary is what a cell reports.
+type summary struct {
+	n              int
+	p50, p99, p999 time.Duration
+}
+
+func (l *latencies) summary() summary {
+	var all []time.Duration
+	for _, p := range l.parts {
+		all = append(all, p...)
+	}
+	if len(all) == 0 {
+		return summary{}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	q := func(f float64) time.Duration { return all[min(len(all)-1, int(f*float64(len(all))))] }
+	return summary{n: len(all), p50: q(0.50), p99: q(0.99), p999: q(0.999)}
+}
+
+func ms(d time.Duration) string {
+	return fmtFloat(float64(d.Microseconds())/1000, 2)
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/redistest"
+	rstore "github.com/tollgate/tollgate/store/redis"
+)
+
+// plainTokenBucket is the token-bucket script of the design notes (seed
+// 000 section 7): HMGET, HSET and PEXPIRE on a hash, time from the client.
+const plainTokenBucket = `
+local key = KEYS[1]
+local capacity = tonumber(ARGV[1])
+local refill_rate = tonumber(ARGV[2])
+local now_ms = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+local values = redis.call('HMGET', key, 'tokens', 'updated_at')
+local tokens = tonumber(values[1]) or capacity
+local updated_at = tonumber(values[2]) or now_ms
+local elapsed = math.max(0, now_ms - updated_at) / 1000
+tokens = math.min(capacity, tokens + elapsed * refill_rate)
+local allowed = 0
+if tokens >= cost then
+  tokens = tokens - cost
+  allowed = 1
+end
+redis.call('HSET', key, 'tokens', tokens, 'updated_at', now_ms)
+redis.call('PEXPIRE', key, math.ceil((capacity / refill_rate) * 2000))
+return { allowed, math.floor(tokens) }
+`
+
+// decider makes one decision for a key.
+type decider func(ctx context.Context, key string) error
+
+type storeImpl struct {
+	name string
+	open func(callers int) (decider, func(), error)
+}
+
+// storeRow is one cell of the store table.
+type storeRow struct {
+	impl          string
+	callers, keys int
+	perSec        float64
+	lat           summary
+	usecPerDec    float64
+	errors        int64
+}
+
+const benchRate = 1_000_000 // per second: generous, so decisions take the write path
+
+func storeImpls(addr string) []storeImpl {
+	rueidisClient := func() (rueidis.Client, error) {
+		return rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	}
+	var impls []storeImpl
+	for _, a := range []algo.Algorithm{algo.GCRA, algo.TokenBucket, algo.SlidingWindowCounter} {
+		l := algo.Limit{Algorithm: a, Rate: benchRate, Period: time.Second}
+		impls = append(impls, storeImpl{name: "tollgate " + a.String(), open: func(int) (decider, func(), error) {
+			c, err := rueidisClient()
+			if err != nil {
+				return nil, nil, err
+			}
+			s, err := rstore.New(c, rstore.Options{})
+			if err != nil {
+				return nil, nil, err
+			}
+			return func(ctx context.Context, key string) error {
+				_, err := s.Allow(ctx, algo.Request{Policy: "bench", Subject: key, Limit: l, Cost: 1})
+				return err
+			}, c.Close, nil
+		}})
+	}
+	impls = append(impls, storeImpl{name: "redis_rate v10 (go-redis)", open: func(callers int) (decider, func(), error) {
+		rdb := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: callers})
+		lim := redis_rate.NewLimiter(rdb)
+		l := redis_rate.Limit{Rate: benchRate, Burst: benchRate, Period: time.Second}
+		return func(ctx context.Context, key string) error {
+			_, err := lim.Allow(ctx, key, l)
+			return err
+		}, func() { rdb.Close() }, nil
+	}})
+	impls = append(impls, storeImpl{name: "plain token-bucket Lua (rueidis)", open: func(int) (decider, func(), error) {
+		c, err := rueidisClient()
+		if err != nil {
+			return nil, nil, err
+		}
+		script := rueidis.NewLuaScript(plainTokenBucket)
+		capacity, refill := strconv.Itoa(benchRate), strconv.Itoa(benchRate)
+		return func(ctx context.Context, key string) error {
+			now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+			return script.Exec(ctx, c, []string{"plain:" + key}, []string{capacity, refill, now, "1"}).Error()
+		}, c.Close, nil
+	}})
+	return impls
+}
+
+func runStoreSuite(srv *redistest.Server, dur time.Duration) []storeRow {
+	admin, err := srv.Client()
+	if err != nil {
+		fatal(err)
+	}
+	defer admin.Close()
+	keySets := map[int][]string{1: {"hot"}, 100_000: makeKeys(100_000)}
+	var rows []storeRow
+	for _, impl := range storeImpls(srv.Addr) {
+		for _, callers := range []int{64, 512} {
+			for _, nkeys := range []int{1, 100_000} {
+				d, closeFn, err := impl.open(callers)
+				if err != nil {
+					fatal(err)
+				}
+				ctx := context.Background()
+				admin.Do(ctx, admin.B().Flushall().Build())
+				runCallers(callers, keySets[nkeys], d, dur/5) // warm up: connections, scripts, keys
+				admin.Do(ctx, admin.B().ConfigResetstat().Build())
+				n, errs, lat, elapsed := runCallers(callers, keySets[nkeys], d, dur)
+				usec := scriptUsec(ctx, admin)
+				closeFn()
+				row := storeRow{impl: impl.name, callers: callers, keys: nkeys, perSec: float64(n) / elapsed.Seconds(),
+					lat: lat, usecPerDec: usec / float64(n), errors: errs}
+				fmt.Fprintf(os.Stderr, "store: %-34s callers %3d keys %6d: %8.0f/s p99 %s ms, %.2f µs Redis CPU/decision, %d errors\n",
+					row.impl, callers, nkeys, row.perSec, ms(lat.p99), row.usecPerDec, errs)
+				rows = append(rows, row)
+			}
+		}
+	}
+	return rows
+}
+
+// runCallers runs callers goroutines deciding for dur; it returns the
+// decisions made, the errors, the latencies and the time taken.
+func runCallers(callers int, keys []string, d decider, dur time.Duration) (int64, int64, summary, time.Duration) {
+	var n, errs atomic.Int64
+	var lats latencies
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(dur)
+	for g := 0; g < callers; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			part := lats.part(4096)
+			ctx := context.Background()
+			i := g * 7919
+			for time.Now().Before(deadline) {
+				i++
+				t0 := time.Now()
+				if err := d(ctx, keys[i%len(keys)]); err != nil {
+					errs.Add(1)
+					continue
+				}
+				part = append(part, time.Since(t0))
+			}
+			n.Add(int64(len(part)))
+			mu.Lock()
+			lats.add(part)
+			mu.Unlock()
+		}(g)
+	}
+	wg.Wait()
+	return n.Load(), errs.Load(), lats.summary(), time.Since(start)
+}
+
+// scriptUsec sums the microseconds Redis spent in script calls since the
+// last CONFIG RESETSTAT (INFO commandstats).
+func scriptUsec(ctx context.Context, c rueidis.Client) float64 {
+	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, f := range strings.Split(line[strings.Index(line, ":")+1:], ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				u, _ := strconv.ParseFloat(v, 64)
+				total += u
+			}
+		}
+	}
+	return total
+}
+
+func makeKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "subject-" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
+}
