@@ -1,12 +1,20 @@
 // Package redis is Tollgate's shared store: rate-limit state in Redis, so
 // that many gateway instances spend one budget.
 //
-// Every decision is one atomic Lua script call (one script per algorithm,
-// embedded in the binary, run with EVALSHA and reloaded on NOSCRIPT). The
-// scripts read the time from Redis itself (TIME), so all instances share one
-// clock, and give every key its TTL in the same call that writes it. They
-// mirror package algo operation for operation on integers below 2^53, so
-// the Redis store and the in-memory store reach identical decisions.
+// Every decision is made atomically by a Lua script (one script per
+// algorithm, embedded in the binary, run with EVALSHA and reloaded on
+// NOSCRIPT). The scripts read the time from Redis itself (TIME), so all
+// instances share one clock, and give every key its TTL in the same call
+// that writes it. They mirror package algo operation for operation on
+// integers below 2^53, so the Redis store and the in-memory store reach
+// identical decisions.
+//
+// Under concurrency the store coalesces decisions: requests on Redis'
+// clock that arrive while earlier calls are still running are decided
+// together by one script call (see [Options.MaxBatch]), each in turn and
+// each on its own, as separate calls would decide them. This cuts Redis'
+// CPU per decision without delaying any request: a request that finds
+// Redis idle is sent at once, alone.
 //
 // Keys look like rl:v1:{<subject>}:<policy>:<algorithm>; the hash tag keeps
 // all of one subject's keys in one Redis Cluster slot. A subject that is
@@ -101,7 +109,14 @@ func concat(names ...string) (string, error) {
 }
 
 // Options configures a [Store]. The zero value is the default.
-type Options struct{}
+type Options struct {
+	// MaxBatch is the most requests one script call decides when the
+	// store coalesces concurrent requests; zero means 64, and 1 turns
+	// coalescing off (every request is its own call). Only requests with
+	// a zero Now (on Redis' clock) are coalesced, and on Redis Cluster only
+	// requests whose keys share a hash slot.
+	MaxBatch int
+}
 
 // Store is the Redis [tollgate.Store]. It is safe for concurrent use.
 type Store struct {
@@ -114,6 +129,7 @@ type Store struct {
 	stop    chan struct{} // ends Open's connect loop
 	done    chan struct{}
 	once    sync.Once
+	batch   batcher
 }
 
 // ErrNotConnected is returned by a store from [Open] that has not yet
@@ -122,8 +138,8 @@ var ErrNotConnected = errors.New("not connected to redis yet")
 
 // New returns a Store that decides through client. The caller keeps
 // ownership of client and closes it.
-func New(client rueidis.Client, _ Options) (*Store, error) {
-	s, err := newStore()
+func New(client rueidis.Client, opts Options) (*Store, error) {
+	s, err := newStore(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +148,10 @@ func New(client rueidis.Client, _ Options) (*Store, error) {
 	return s, nil
 }
 
-func newStore() (*Store, error) {
+func newStore(opts Options) (*Store, error) {
+	if opts.MaxBatch < 0 {
+		return nil, fmt.Errorf("creating redis store: MaxBatch %d is negative", opts.MaxBatch)
+	}
 	s := &Store{scripts: make(map[algo.Algorithm]*rueidis.Lua, len(scriptFiles)), stop: make(chan struct{}), done: make(chan struct{})}
 	for a := range scriptFiles {
 		src, err := Script(a)
@@ -146,6 +165,14 @@ func newStore() (*Store, error) {
 		return nil, fmt.Errorf("creating redis store: %w", err)
 	}
 	s.multi = rueidis.NewLuaScript(src)
+	if src, err = BatchScript(); err != nil {
+		return nil, fmt.Errorf("creating redis store: %w", err)
+	}
+	s.batch.script = rueidis.NewLuaScript(src)
+	s.batch.maxBatch = opts.MaxBatch
+	if s.batch.maxBatch == 0 {
+		s.batch.maxBatch = defaultMaxBatch
+	}
 	for _, x := range []struct {
 		dst  **rueidis.Lua
 		file string
@@ -233,7 +260,7 @@ func (s *Store) leaseOp(ctx context.Context, req algo.LeaseRequest, op int) (int
 // so a gateway can start, and serve by its failure policy, before Redis is
 // up. Close stops the attempts and closes the client.
 func Open(opt rueidis.ClientOption, retry time.Duration) (*Store, error) {
-	s, err := newStore()
+	s, err := newStore(Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -258,20 +285,27 @@ func Open(opt rueidis.ClientOption, retry time.Duration) (*Store, error) {
 	return s, nil
 }
 
-// Close stops connecting and, for a store from Open, closes its client.
+// Close stops connecting and coalescing, waits for the batches under way,
+// and, for a store from Open, closes its client (first, so that those
+// batches end at once). A store from New stays usable after Close, with
+// every request its own call.
 func (s *Store) Close() {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
 	if c := s.client.Load(); c != nil && s.owned {
 		(*c).Close()
 	}
+	s.batch.close()
 }
 
 // Connected reports whether the store has a client (a store from Open may
 // not yet).
 func (s *Store) Connected() bool { return s.client.Load() != nil }
 
-// Allow implements [tollgate.Store]. Each call is one EVALSHA.
+// Allow implements [tollgate.Store]. A request with an explicit Now is one
+// EVALSHA; one on Redis' clock may share its call with concurrent ones (see
+// [Options.MaxBatch]). If ctx ends first, Allow returns its error; the
+// request may still be decided, as with any call that times out.
 func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
 	l := req.Limit
 	if err := l.Validate(); err != nil {
@@ -284,33 +318,23 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	if err != nil {
 		return algo.Decision{}, err
 	}
-	off := l.ZoneOffset(zoneTime(req.Now))
-	capacity := l.Capacity()
-	args := []string{
-		now,
-		slack,
-		strconv.FormatInt(l.Rate, 10),
-		strconv.FormatInt(l.Period.Milliseconds(), 10),
-		strconv.FormatInt(capacity, 10),
-		strconv.FormatInt(req.Cost, 10),
-		strconv.FormatInt(l.MaxDelay.Milliseconds(), 10),
-		strconv.Itoa(int(l.Calendar)),
-		strconv.FormatInt(off, 10),
-	}
 	c := s.client.Load()
 	if c == nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", ErrNotConnected)
 	}
-	vals, err := s.scripts[l.Algorithm].Exec(ctx, *c, []string{KeyFor(req)}, args).AsIntSlice()
+	key, args := KeyFor(req), requestArgs(req, now, slack)
+	var vals []int64
+	if req.Now.IsZero() && s.batch.maxBatch > 1 {
+		vals, err = s.coalesced(ctx, *c, l.Algorithm, key, args)
+	} else {
+		vals, err = s.single(ctx, *c, l.Algorithm, key, args)
+	}
 	if err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
 	}
-	if len(vals) != 5 {
-		return algo.Decision{}, fmt.Errorf("deciding in redis: script returned %d values, want 5", len(vals))
-	}
 	return algo.Result{
 		Allowed:    vals[0] == 1,
-		Limit:      capacity,
+		Limit:      l.Capacity(),
 		Remaining:  vals[1],
 		ResetAfter: vals[2],
 		RetryAfter: vals[3],
@@ -357,16 +381,8 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	args = append(args, now, slack, strconv.Itoa(len(reqs)))
 	for i, r := range reqs {
 		keys[i] = KeyFor(r)
-		l := r.Limit
-		args = append(args,
-			strconv.Itoa(int(l.Algorithm)),
-			strconv.FormatInt(l.Rate, 10),
-			strconv.FormatInt(l.Period.Milliseconds(), 10),
-			strconv.FormatInt(l.Capacity(), 10),
-			strconv.FormatInt(r.Cost, 10),
-			strconv.FormatInt(l.MaxDelay.Milliseconds(), 10),
-			strconv.Itoa(int(l.Calendar)),
-			strconv.FormatInt(l.ZoneOffset(zoneTime(r.Now)), 10))
+		ra := requestArgs(r, now, slack)
+		args = append(append(args, ra[0]), ra[3:]...)
 	}
 	c := s.client.Load()
 	if c == nil {
