@@ -92,6 +92,7 @@ func (s *Server) launch() error {
 	cmd := exec.Command(s.bin, args...)
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
+	detach(cmd)
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return fmt.Errorf("running %s: %w", s.bin, err)

@@ -293,6 +293,7 @@ sentinel failover-timeout %s 5000
 	}
 	cmd := exec.Command(bin, conf, "--sentinel")
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	detach(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("running %s --sentinel: %w", bin, err)
 	}
