@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -43,7 +44,7 @@ routes:
 `
 
 // gatewayRates are the offered loads, up to past saturation on 2 cores.
-var gatewayRates = []int{1000, 2500, 5000, 7500, 10000, 12500, 15000}
+var gatewayRates = []int{1000, 2000, 3000, 4000, 5000, 6000, 8000}
 
 func init() {
 	if v := os.Getenv("BENCH_RATES"); v != "" {
@@ -62,7 +63,7 @@ func runGatewaySuite(srv *redistest.Server, dur time.Duration) []gatewayRow {
 	}))
 	target, _ := url.Parse(upstream)
 	plain := serve(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() },
-		Transport: &http.Transport{MaxIdleConnsPerHost: 1024}})
+		Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, ErrorLog: log.New(io.Discard, "", 0)})
 	targets := []struct{ name, url string }{{"plain httputil.ReverseProxy", plain}}
 	for _, store := range []string{"memory", "redis"} {
 		p, err := policy.Parse([]byte(strings.ReplaceAll(gatewayPolicy, "UPSTREAM", upstream)), "bench.yaml")
@@ -113,14 +114,19 @@ func targetOrder(name string) int {
 // server cannot hide its latency by slowing the load (no coordinated
 // omission).
 func attack(name, u string, rate int, dur time.Duration) gatewayRow {
-	atk := vegeta.NewAttacker(vegeta.KeepAlive(true), vegeta.Workers(64), vegeta.MaxWorkers(4096), vegeta.Timeout(10*time.Second))
-	tr := vegeta.NewStaticTargeter(vegeta.Target{Method: "GET", URL: u})
+	// A client of its own per cell, closed after it, so an overloaded cell
+	// cannot leave its connections (and file descriptors) to the next.
+	tr := &http.Transport{MaxIdleConnsPerHost: 1024, IdleConnTimeout: 5 * time.Second}
+	defer tr.CloseIdleConnections()
+	atk := vegeta.NewAttacker(vegeta.Client(&http.Client{Transport: tr, Timeout: 10 * time.Second}),
+		vegeta.Workers(64), vegeta.MaxWorkers(1024))
+	targeter := vegeta.NewStaticTargeter(vegeta.Target{Method: "GET", URL: u})
 	var lats latencies
 	part := lats.part(rate * int(dur.Seconds()+1))
 	row := gatewayRow{target: name, offered: rate}
 	start := time.Now()
 	ok := 0
-	for res := range atk.Attack(tr, vegeta.Rate{Freq: rate, Per: time.Second}, dur, name) {
+	for res := range atk.Attack(targeter, vegeta.Rate{Freq: rate, Per: time.Second}, dur, name) {
 		if res.Code == http.StatusOK {
 			ok++
 			part = append(part, res.Latency)
@@ -134,6 +140,7 @@ func attack(name, u string, rate int, dur time.Duration) gatewayRow {
 	lats.add(part)
 	row.achieved = float64(ok) / time.Since(start).Seconds()
 	row.lat = lats.summary()
+	time.Sleep(time.Second) // let the servers drop the cell's connections
 	return row
 }
 
@@ -147,6 +154,7 @@ func listen() net.Listener {
 
 func serve(h http.Handler) string {
 	l := listen()
-	go (&http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}).Serve(l)
+	go (&http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Second,
+		ErrorLog: log.New(io.Discard, "", 0)}).Serve(l)
 	return "http://" + l.Addr().String()
 }
