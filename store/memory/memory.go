@@ -21,6 +21,7 @@ package memory
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -63,17 +64,27 @@ type Options struct {
 	SweepInterval time.Duration
 }
 
-type mapKey struct {
-	policy, tag, subject string
-	alg                  algo.Algorithm
+// A key is the algorithm, then the policy, the tag and the subject, the
+// first two length-prefixed so that no two different keys share bytes.
+// Shards map string(key) to entries: one string to hash and compare, and
+// lookups through m[string(b)] do not allocate; only a new key's string
+// is allocated, once.
+func appendKey(b []byte, policy, tag, subject string, alg algo.Algorithm) []byte {
+	b = append(b, byte(alg))
+	b = binary.AppendUvarint(b, uint64(len(policy)))
+	b = append(b, policy...)
+	b = binary.AppendUvarint(b, uint64(len(tag)))
+	b = append(b, tag...)
+	return append(b, subject...)
 }
 
-func keyOf(r algo.Request) mapKey {
-	k := mapKey{policy: r.Policy, subject: r.Subject, alg: r.Limit.Algorithm}
-	if r.Tag != r.Subject {
-		k.tag = r.Tag
+// keyOf appends the key of a rate-limit request to b.
+func keyOf(b []byte, r algo.Request) []byte {
+	tag := r.Tag
+	if tag == r.Subject {
+		tag = ""
 	}
-	return k
+	return appendKey(b, r.Policy, tag, r.Subject, r.Limit.Algorithm)
 }
 
 func (s *Store) shardOf(r algo.Request) *shard {
@@ -95,7 +106,7 @@ const (
 
 type shard struct {
 	mu sync.Mutex
-	m  map[mapKey]*entry
+	m  map[string]*entry
 	_  [40]byte // keep shards on separate cache lines
 }
 
@@ -152,7 +163,7 @@ func New(opts Options) *Store {
 		s.maxKeys = DefaultMaxKeys
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[mapKey]*entry)
+		s.shards[i].m = make(map[string]*entry)
 	}
 	interval := opts.SweepInterval
 	if interval == 0 {
@@ -206,11 +217,12 @@ func (s *Store) allow(ctx context.Context, req algo.Request) (algo.Decision, err
 		now = s.now()
 	}
 	ms := now.UnixMilli()
-	k := keyOf(req)
+	var buf [96]byte
+	k := keyOf(buf[:0], req)
 	sh := s.shardOf(req)
 
 	sh.mu.Lock()
-	e := sh.m[k]
+	e := sh.m[string(k)]
 	var st algo.State
 	if e != nil && e.expire > ms {
 		st = e.st
@@ -228,7 +240,7 @@ func (s *Store) allow(ctx context.Context, req algo.Request) (algo.Decision, err
 		case e != nil:
 			e.st, e.expire = st, ms+ttl
 		case s.reserve(sh, ms):
-			sh.m[k] = &entry{st: st, expire: ms + ttl}
+			sh.m[string(k)] = &entry{st: st, expire: ms + ttl}
 		default:
 			sh.mu.Unlock()
 			return algo.Decision{}, fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
@@ -274,7 +286,7 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	ttls := make([]int64, n)
 	all := true
 	for i, r := range reqs {
-		e := sh.m[keyOf(r)]
+		e := sh.m[string(keyOf(nil, r))]
 		entries[i] = e
 		if e != nil && e.expire > ms {
 			states[i] = e.st
@@ -310,7 +322,7 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			continue
 		}
 		if e := entries[i]; e != nil && e.expire <= ms {
-			delete(sh.m, keyOf(r))
+			delete(sh.m, string(keyOf(nil, r)))
 			s.keys.Add(-1)
 			s.expired.Add(1)
 			entries[i] = nil
@@ -330,7 +342,7 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			if e := entries[i]; e != nil {
 				e.st, e.expire = states[i], ms+ttls[i]
 			} else {
-				sh.m[keyOf(r)] = &entry{st: states[i], expire: ms + ttls[i]}
+				sh.m[string(keyOf(nil, r))] = &entry{st: states[i], expire: ms + ttls[i]}
 			}
 		}
 		ds[i] = res[i].Decision()
@@ -347,7 +359,7 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 		return algo.LockoutResult{}, fmt.Errorf("guarding login in memory: %w", err)
 	}
 	ms := s.msOf(req.Now)
-	k := mapKey{policy: req.Policy, subject: req.Subject, alg: lockoutKind}
+	k := string(appendKey(nil, req.Policy, "", req.Subject, lockoutKind))
 	sh := &s.shards[maphash.String(s.seed, req.Subject)&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -382,7 +394,7 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 		return false, fmt.Errorf("acquiring a lease in memory: %w", err)
 	}
 	ms := s.msOf(req.Now)
-	k := mapKey{policy: req.Policy, subject: req.Subject, alg: leaseKind}
+	k := string(appendKey(nil, req.Policy, "", req.Subject, leaseKind))
 	sh := &s.shards[maphash.String(s.seed, req.Subject)&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -411,7 +423,7 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 
 // Release implements [tollgate.Leaser].
 func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
-	k := mapKey{policy: req.Policy, subject: req.Subject, alg: leaseKind}
+	k := string(appendKey(nil, req.Policy, "", req.Subject, leaseKind))
 	sh := &s.shards[maphash.String(s.seed, req.Subject)&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
