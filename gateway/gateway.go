@@ -5,6 +5,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -193,7 +195,20 @@ func (g *Gateway) adminHandler() http.Handler {
 		json.NewEncoder(w).Encode(map[string]string{"status": status, "detail": detail, "policy_version": g.pol.Version})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
-	return mux
+	if g.pol.AdminToken == "" {
+		return mux
+	}
+	want := sha256.Sum256([]byte("Bearer " + g.pol.AdminToken))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:admin-unauthorized", Status: http.StatusUnauthorized,
+				Detail: "the admin endpoints need the admin bearer token"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // upstreams returns the handler that sends an admitted request to its

@@ -553,3 +553,37 @@ func rawStatus(t *testing.T, addr, req string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// TestAdminToken: with a token configured, every admin endpoint refuses
+// requests without it.
+func TestAdminToken(t *testing.T) {
+	t.Setenv("TOLLGATE_TEST_ADMIN_TOKEN", "s3cret-admin-token-0123")
+	up := newUpstream(t)
+	b, err := os.ReadFile("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(strings.ReplaceAll(string(b), "builtin:echo", up.URL),
+		"  admin: 127.0.0.1:9090\n", "  admin: 0.0.0.0:9090\n  admin_token_env: TOLLGATE_TEST_ADMIN_TOKEN\n", 1)
+	p, err := policy.Parse([]byte(src), "admin.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		if resp := get(t, g.admin+path); resp.StatusCode != 401 {
+			t.Errorf("%s without the token: %d", path, resp.StatusCode)
+		}
+		if resp := get(t, g.admin+path, "Authorization", "Bearer wrong-token-wrong-token"); resp.StatusCode != 401 {
+			t.Errorf("%s with a wrong token: %d", path, resp.StatusCode)
+		}
+		if resp := get(t, g.admin+path, "Authorization", "Bearer s3cret-admin-token-0123"); resp.StatusCode != 200 {
+			t.Errorf("%s with the token: %d", path, resp.StatusCode)
+		}
+	}
+	// Off loopback without a token, the policy does not load.
+	bad := strings.Replace(string(b), "  admin: 127.0.0.1:9090\n", "  admin: 0.0.0.0:9090\n", 1)
+	if _, err := policy.Parse([]byte(bad), "admin.yaml"); err == nil || !strings.Contains(err.Error(), "admin_token_env") {
+		t.Fatalf("exposed admin listener without a token: %v", err)
+	}
+}

@@ -69,7 +69,13 @@ type RegionSpec struct {
 // ListenerSpec gives the two listen addresses; they must differ.
 type ListenerSpec struct {
 	Public string `yaml:"public"`
-	Admin  string `yaml:"admin"`
+	// Admin serves /healthz, /readyz and /metrics; default
+	// 127.0.0.1:9090. Off loopback it needs a token.
+	Admin string `yaml:"admin"`
+	// AdminTokenEnv names the environment variable holding the bearer
+	// token every admin request must present (Authorization: Bearer).
+	// Required when Admin is not a loopback address.
+	AdminTokenEnv string `yaml:"admin_token_env"`
 }
 
 // StoreSpec chooses where state lives.

@@ -30,7 +30,10 @@ type Policy struct {
 	Version       string
 	Source        string // the file it was loaded from
 	Public, Admin string // listen addresses
-	Store         StoreSpec
+	// AdminToken, when set, is required as a bearer token on every admin
+	// request.
+	AdminToken string
+	Store      StoreSpec
 	// Secret keys the identity HMAC. When the file sets none (memory store
 	// only) it is random per process and SecretGenerated is true.
 	Secret          []byte
@@ -357,6 +360,17 @@ func (c *compiler) compile(f *File) *Policy {
 
 	// Listeners.
 	p.Public, p.Admin = f.Listeners.Public, f.Listeners.Admin
+	if p.Admin == "" {
+		p.Admin = "127.0.0.1:9090"
+	}
+	if env := f.Listeners.AdminTokenEnv; env != "" {
+		if p.AdminToken = os.Getenv(env); len(p.AdminToken) < 16 {
+			c.addf("listeners.admin_token_env", "environment variable %s must hold a token of at least 16 bytes", env)
+		}
+	}
+	if host, _, err := net.SplitHostPort(p.Admin); err == nil && !loopback(host) && p.AdminToken == "" {
+		c.addf("listeners.admin", "the admin listener on %s is not loopback: set admin_token_env so it requires a token", p.Admin)
+	}
 	for _, l := range []struct{ path, addr string }{{"listeners.public", p.Public}, {"listeners.admin", p.Admin}} {
 		if _, port, err := net.SplitHostPort(l.addr); err != nil || port == "" {
 			c.addf(l.path, "want host:port, got %q", l.addr)
@@ -889,6 +903,15 @@ func parsePrefix(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("not an address or CIDR: %q", s)
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// loopback reports whether host names only this machine.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }
 
 // CheckRedisURL reports whether u is a Redis URL the store can use.
