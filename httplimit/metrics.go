@@ -21,6 +21,9 @@ type Metrics struct {
 	// Fallbacks counts decisions taken without the store, by policy and
 	// mode (fail_open: decided by the local fallback; fail_closed: refused).
 	Fallbacks *prometheus.CounterVec
+	// Shadow counts shadow decisions by policy, route group and outcome
+	// (allowed, or refused: what the policy would have refused).
+	Shadow *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -44,9 +47,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tollgate_fallback_decisions_total",
 			Help: "Decisions taken while the store was unavailable, by policy and mode.",
 		}, []string{"policy", "mode"}),
+		Shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_shadow_decisions_total",
+			Help: "Decisions of shadow policies (never enforced) by policy, route group and outcome.",
+		}, []string{"policy", "route_group", "outcome"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors, m.Fallbacks} {
+		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors, m.Fallbacks, m.Shadow} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("registering metrics: %w", err)
 			}

@@ -167,6 +167,24 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	budgets, reqs := requests(plan, sub, cost)
+	budgets, reqs, shadowB, shadowR := splitShadow(budgets, reqs)
+	if route != nil && route.Candidate != nil {
+		c := route.Candidate
+		shadowB = append(shadowB, c)
+		shadowR = append(shadowR, tollgate.Request{Policy: c.StoreName, Subject: sub.ID, Limit: c.Limit, Cost: cost})
+	}
+	if route != nil && route.Global != nil && route.Global.Shadow {
+		g := route.Global
+		shadowB = append(shadowB, g)
+		shadowR = append(shadowR, tollgate.Request{Policy: g.StoreName, Subject: "route", Limit: g.Limit, Cost: cost})
+	}
+	m.shadow(r.Context(), shadowB, shadowR, group)
+	if len(reqs) == 0 {
+		// Every limit here is in shadow: the request passes untouched.
+		m.count("-", group, sub.Plan.Name, "allowed")
+		m.pass(w, r, route, sub, tollgate.Decision{Allowed: true}, clean)
+		return
+	}
 	ds, err := m.decideAll(r.Context(), reqs)
 	if err != nil {
 		var ok bool
@@ -176,7 +194,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The route's global budget lives in another slot: charged second,
 	// only for requests the subject's own limits admitted.
-	if route != nil && route.Global != nil && tollgate.Admitted(ds) {
+	if route != nil && route.Global != nil && !route.Global.Shadow && tollgate.Admitted(ds) {
 		g := route.Global
 		greq := []tollgate.Request{{Policy: g.StoreName, Subject: "route", Limit: g.Limit, Cost: cost}}
 		gds, err := m.decideAll(r.Context(), greq)
@@ -249,6 +267,39 @@ func requests(plan *policy.Plan, sub Subject, cost int64) ([]*policy.Budget, []t
 		reqs = append(reqs, tollgate.Request{Policy: plan.Tenant.StoreName, Subject: tag, Tag: tag, Limit: plan.Tenant.Limit, Cost: cost})
 	}
 	return budgets, reqs
+}
+
+// splitShadow separates the shadow budgets (and their requests) from the
+// enforced ones.
+func splitShadow(budgets []*policy.Budget, reqs []tollgate.Request) (eb []*policy.Budget, er []tollgate.Request, sb []*policy.Budget, sr []tollgate.Request) {
+	for i, b := range budgets {
+		if b.Shadow {
+			sb, sr = append(sb, b), append(sr, reqs[i])
+		} else {
+			eb, er = append(eb, b), append(er, reqs[i])
+		}
+	}
+	return eb, er, sb, sr
+}
+
+// shadow evaluates shadow budgets exactly as if they were enforced (each
+// charged when it would admit) and counts what they would have refused; it
+// never touches the response.
+func (m *middleware) shadow(ctx context.Context, budgets []*policy.Budget, reqs []tollgate.Request, group string) {
+	for i, req := range reqs {
+		ds, err := m.decideAll(ctx, []tollgate.Request{req})
+		if err != nil {
+			m.log.LogAttrs(ctx, slog.LevelWarn, "shadow decision failed", slog.String("policy", budgets[i].Name), slog.String("error", err.Error()))
+			continue
+		}
+		outcome := "allowed"
+		if !ds[0].Allowed {
+			outcome = "refused"
+		}
+		if mt := m.opts.Metrics; mt != nil {
+			mt.Shadow.WithLabelValues(budgets[i].Name, group, outcome).Inc()
+		}
+	}
 }
 
 // mostRestrictive picks the decision to report in RateLimit: among

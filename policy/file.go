@@ -36,6 +36,8 @@ type File struct {
 	// TimeZone is the IANA zone of calendar quotas that name none
 	// (default UTC).
 	TimeZone string `yaml:"time_zone"`
+	// Shadow puts every limit of the file in shadow: nothing is refused.
+	Shadow bool `yaml:"shadow"`
 }
 
 // PlanSpec is a plan: one limit written inline (rate, period, ...), or
@@ -144,6 +146,10 @@ type LimitSpec struct {
 	// fixed_window.
 	Calendar string `yaml:"calendar"`
 	TimeZone string `yaml:"time_zone"`
+	// Shadow evaluates and counts this limit exactly as if enforced, but
+	// it never refuses a request or changes a response: for trying a limit
+	// on live traffic before enforcing it.
+	Shadow bool `yaml:"shadow"`
 }
 
 // KeySpec is one API key. The key itself is never stored: Digest is
@@ -176,6 +182,9 @@ type RouteSpec struct {
 	// Global, if set, is one budget for the whole route, shared by every
 	// subject, charged after the subject's own limits (see Route.Global).
 	Global *LimitSpec `yaml:"global"`
+	// ShadowLimit is a candidate limit per subject evaluated in shadow
+	// beside the enforced one: counted, never enforced.
+	ShadowLimit *LimitSpec `yaml:"shadow_limit"`
 	// OnStoreFailure is "fail_open" (default) or "fail_closed".
 	OnStoreFailure string `yaml:"on_store_failure"`
 	// Login marks a login route and guards it against password guessing.

@@ -62,6 +62,8 @@ type Budget struct {
 	Name      string
 	Limit     tollgate.Limit
 	StoreName string
+	// Shadow budgets are evaluated and counted but never enforced.
+	Shadow bool
 }
 
 // Plan is what a subject is entitled to.
@@ -96,7 +98,10 @@ type Route struct {
 	// charge stands (it is not refunded). So nothing is ever admitted past
 	// any limit; a subject can lose at most the requests the global budget
 	// refused.
-	Global     *Budget
+	Global *Budget
+	// Candidate, when non-nil, is a shadow budget per subject evaluated
+	// beside the enforced limits.
+	Candidate  *Budget
 	FailClosed bool
 	// Login, when non-nil, guards this route against password guessing.
 	Login *Login
@@ -567,15 +572,20 @@ func (c *compiler) compile(f *File) *Policy {
 		}
 		if rs.Limit != nil {
 			if l, ok := c.limit(path+".limit", *rs.Limit); ok {
-				r.Limit = &Plan{Name: r.Group, Limits: []*Budget{{Name: r.Group, Limit: l, StoreName: p.Version + ":route:" + r.Group}}}
+				r.Limit = &Plan{Name: r.Group, Limits: []*Budget{{Name: r.Group, Limit: l, StoreName: p.Version + ":route:" + r.Group, Shadow: rs.Limit.Shadow}}}
 			}
 		}
 		if rs.Global != nil {
 			if l, ok := c.limit(path+".global", *rs.Global); ok {
-				r.Global = &Budget{Name: "global." + r.Group, Limit: l, StoreName: p.Version + ":global:" + r.Group}
+				r.Global = &Budget{Name: "global." + r.Group, Limit: l, StoreName: p.Version + ":global:" + r.Group, Shadow: rs.Global.Shadow}
 				if r.Cost > l.Capacity() {
 					c.addf(path+".cost", "cost %d exceeds the global budget's capacity %d: no request could pass", r.Cost, l.Capacity())
 				}
+			}
+		}
+		if rs.ShadowLimit != nil {
+			if l, ok := c.limit(path+".shadow_limit", *rs.ShadowLimit); ok {
+				r.Candidate = &Budget{Name: "candidate." + r.Group, Limit: l, StoreName: p.Version + ":candidate:" + r.Group, Shadow: true}
 			}
 		}
 		if rs.Login != nil {
@@ -599,6 +609,24 @@ func (c *compiler) compile(f *File) *Policy {
 
 	if f.Region != nil {
 		c.region(p, f.Region)
+	}
+	if f.Shadow {
+		for _, pl := range p.Plans {
+			for _, b := range pl.Limits {
+				b.Shadow = true
+			}
+			if pl.Tenant != nil {
+				pl.Tenant.Shadow = true
+			}
+		}
+		for _, rt := range p.Routes {
+			if rt.Limit != nil {
+				rt.Limit.Limits[0].Shadow = true
+			}
+			if rt.Global != nil {
+				rt.Global.Shadow = true
+			}
+		}
 	}
 	if p.UpstreamTimeout == 0 {
 		p.UpstreamTimeout = 30 * time.Second
@@ -645,7 +673,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec, version string) *Plan 
 		return nil
 	case inline:
 		if l, ok := c.limit(path, spec.LimitSpec); ok {
-			pl.Limits = []*Budget{{Name: name, Limit: l, StoreName: version + ":plan:" + name}}
+			pl.Limits = []*Budget{{Name: name, Limit: l, StoreName: version + ":plan:" + name, Shadow: spec.Shadow}}
 		}
 	case len(spec.Limits) > 0:
 		if len(spec.Limits) > 8 {
@@ -663,7 +691,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec, version string) *Plan 
 			}
 			seen[ln] = true
 			if l, ok := c.limit(lp, ls.LimitSpec); ok {
-				pl.Limits = append(pl.Limits, &Budget{Name: name + "." + ln, Limit: l, StoreName: version + ":plan:" + name + ":" + ln})
+				pl.Limits = append(pl.Limits, &Budget{Name: name + "." + ln, Limit: l, StoreName: version + ":plan:" + name + ":" + ln, Shadow: ls.Shadow})
 			}
 		}
 	default:
@@ -672,7 +700,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec, version string) *Plan 
 	}
 	if spec.Tenant != nil {
 		if l, ok := c.limit(path+".tenant", *spec.Tenant); ok {
-			pl.Tenant = &Budget{Name: name + ".tenant", Limit: l, StoreName: version + ":tenant:" + name}
+			pl.Tenant = &Budget{Name: name + ".tenant", Limit: l, StoreName: version + ":tenant:" + name, Shadow: spec.Tenant.Shadow}
 		}
 	}
 	if len(pl.Limits) == 0 {

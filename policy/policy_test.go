@@ -232,3 +232,21 @@ func TestScaledInvalid(t *testing.T) {
 		}
 	}
 }
+
+func TestShadow(t *testing.T) {
+	p, err := policy.Parse([]byte(scaled+"shadow: true\n"), "s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := p.Plans["team"]
+	if !pl.Limits[0].Shadow || !pl.Limits[1].Shadow || !pl.Tenant.Shadow || !p.Routes[0].Global.Shadow {
+		t.Fatal("a file-wide shadow left a budget enforced")
+	}
+	p, err = policy.Parse([]byte(strings.Replace(scaled, "{name: second, rate: 10, period: 1s}", "{name: second, rate: 10, period: 1s, shadow: true}", 1)), "s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl := p.Plans["team"]; !pl.Limits[0].Shadow || pl.Limits[1].Shadow {
+		t.Fatal("per-limit shadow")
+	}
+}

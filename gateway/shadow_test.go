@@ -1,0 +1,81 @@
+package gateway_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/policy"
+)
+
+const shadowPolicy = `version: shadow-1
+listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
+identity: {secret: shadow-test-secret-0123456789, anonymous_plan: trial}
+plans:
+  trial: {algorithm: sliding_log, rate: 5, period: 1m, shadow: true}
+  free: {algorithm: sliding_log, rate: 100, period: 1m}
+api_keys:
+  - {id: free-demo, digest: "sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb", plan: free}
+routes:
+  - {name: api, path: /api/, upstream: UPSTREAM}
+  - {name: cand, path: /cand, upstream: UPSTREAM, shadow_limit: {algorithm: sliding_log, rate: 3, period: 1m}}
+`
+
+// TestShadowPolicy: a shadow limit of 5 lets 20 requests through, counts 15
+// would-be refusals, and leaves every response byte-identical to one
+// through a plain reverse proxy.
+func TestShadowPolicy(t *testing.T) {
+	up := newUpstream(t)
+	p, err := policy.Parse([]byte(strings.ReplaceAll(shadowPolicy, "UPSTREAM", up.URL)), "shadow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	target, _ := url.Parse(up.URL)
+	plain := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() }})
+	defer plain.Close()
+	for i := 0; i < 20; i++ {
+		resp, body := getBody(t, g.public+"/api/x")
+		want, wantBody := getBody(t, plain.URL+"/api/x")
+		if resp.StatusCode != 200 || string(body) != string(wantBody) || resp.StatusCode != want.StatusCode {
+			t.Fatalf("request %d: %d %q, plain proxy %d %q", i, resp.StatusCode, body, want.StatusCode, wantBody)
+		}
+		got, exp := resp.Header.Clone(), want.Header.Clone()
+		got.Del("Date")
+		exp.Del("Date")
+		if !reflect.DeepEqual(got, exp) {
+			t.Fatalf("request %d: headers %v, plain proxy %v", i, got, exp)
+		}
+	}
+	refused := metric(t, g, `tollgate_shadow_decisions_total{outcome="refused",policy="trial",route_group="api"}`)
+	allowed := metric(t, g, `tollgate_shadow_decisions_total{outcome="allowed",policy="trial",route_group="api"}`)
+	if refused != 15 || allowed != 5 {
+		t.Fatalf("shadow counted %v refused and %v allowed, want 15 and 5", refused, allowed)
+	}
+}
+
+// TestShadowCandidate: a candidate limit runs in shadow beside the enforced
+// plan: the enforced headers and outcomes are unchanged, the candidate's
+// would-be refusals are counted.
+func TestShadowCandidate(t *testing.T) {
+	up := newUpstream(t)
+	p, err := policy.Parse([]byte(strings.ReplaceAll(shadowPolicy, "UPSTREAM", up.URL)), "shadow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	for i := 0; i < 10; i++ {
+		resp := get(t, g.public+"/cand", "X-API-Key", freeKey)
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"free";r=`) ||
+			strings.Contains(resp.Header.Get("RateLimit-Policy"), "candidate") {
+			t.Fatalf("request %d: %d %v", i, resp.StatusCode, resp.Header)
+		}
+	}
+	if n := metric(t, g, `tollgate_shadow_decisions_total{outcome="refused",policy="candidate.cand",route_group="cand"}`); n != 7 {
+		t.Fatalf("the candidate would have refused %v, want 7", n)
+	}
+}
