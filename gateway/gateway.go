@@ -15,9 +15,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -50,16 +53,32 @@ type Options struct {
 	Clock func() time.Time
 }
 
-// Gateway serves one policy. Create it with New and run it with Serve.
+// Gateway serves a policy, and can swap in a new one while it runs (see
+// Reload). Create it with New and run it with Serve.
 type Gateway struct {
 	opts     Options
-	pol      *policy.Policy
+	pol      *policy.Policy // the policy it started with: store, listeners, admin token
 	store    tollgate.Store
 	closers  []func()
 	registry *prometheus.Registry
+	metrics  *httplimit.Metrics
 	public   http.Handler
 	admin    http.Handler
 	log      *slog.Logger
+
+	mu       sync.Mutex // serialises reloads
+	active   atomic.Pointer[served]
+	previous atomic.Pointer[served]
+
+	reloads *prometheus.CounterVec
+	info    *prometheus.GaugeVec
+}
+
+// served is one policy ready to serve: its middleware and proxies.
+type served struct {
+	pol     *policy.Policy
+	handler http.Handler
+	loaded  time.Time
 }
 
 // pinger is a store that can tell whether it is reachable.
@@ -87,21 +106,147 @@ func New(opts Options) (*Gateway, error) {
 		g.Close()
 		return nil, fmt.Errorf("creating gateway: %w", err)
 	}
-	mw, err := httplimit.Middleware(httplimit.Options{
-		Policy: g.pol, Store: g.store, Logger: g.log, Metrics: metrics, RequireRoute: true, Now: g.opts.Clock,
-	})
-	if err != nil {
-		g.Close()
-		return nil, fmt.Errorf("creating gateway: %w", err)
-	}
-	up, err := g.upstreams()
+	g.metrics = metrics
+	g.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_policy_reloads_total",
+		Help: "Policy reloads by result (ok, invalid, refused, rollback).",
+	}, []string{"result"})
+	g.info = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_policy_info",
+		Help: "The active policy (1) by version.",
+	}, []string{"version"})
+	g.registry.MustRegister(g.reloads, g.info)
+	sv, err := g.build(g.pol)
 	if err != nil {
 		g.Close()
 		return nil, err
 	}
-	g.public = mw(up)
+	g.activate(sv)
+	g.public = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A request runs to the end under the policy it started with.
+		g.active.Load().handler.ServeHTTP(w, r)
+	})
 	g.admin = g.adminHandler()
 	return g, nil
+}
+
+// build makes the handler that serves p.
+func (g *Gateway) build(p *policy.Policy) (*served, error) {
+	mw, err := httplimit.Middleware(httplimit.Options{
+		Policy: p, Store: g.store, Logger: g.log, Metrics: g.metrics, RequireRoute: true, Now: g.opts.Clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building policy %s: %w", p.Version, err)
+	}
+	up, err := g.upstreams(p)
+	if err != nil {
+		return nil, err
+	}
+	return &served{pol: p, handler: mw(up), loaded: time.Now()}, nil
+}
+
+func (g *Gateway) activate(sv *served) {
+	if old := g.active.Swap(sv); old != nil {
+		g.previous.Store(old)
+		g.info.DeleteLabelValues(old.pol.Version)
+	}
+	g.info.WithLabelValues(sv.pol.Version).Set(1)
+}
+
+// Policy returns the active policy.
+func (g *Gateway) Policy() *policy.Policy { return g.active.Load().pol }
+
+// Reload validates p completely and swaps it in atomically: requests in
+// flight finish under the old policy, new ones get p. Settings that need a
+// restart (listeners, store, admin token) must not change. On error the
+// active policy stays, and the failure is logged and counted.
+func (g *Gateway) Reload(p *policy.Policy) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cur := g.pol
+	if p.Public != cur.Public || p.Admin != cur.Admin || p.AdminToken != cur.AdminToken ||
+		p.Store.Type != cur.Store.Type || p.Store.URL != cur.Store.URL || p.Store.Mode != cur.Store.Mode {
+		g.reloads.WithLabelValues("refused").Inc()
+		err := errors.New("reloading policy: listeners, store and admin token need a restart to change")
+		g.log.Error("policy reload refused", slog.String("version", p.Version), slog.String("error", err.Error()))
+		return err
+	}
+	sv, err := g.build(p)
+	if err != nil {
+		g.reloads.WithLabelValues("invalid").Inc()
+		g.log.Error("policy reload failed", slog.String("error", err.Error()))
+		return err
+	}
+	g.activate(sv)
+	g.reloads.WithLabelValues("ok").Inc()
+	g.log.Info("policy reloaded", slog.String("version", p.Version), slog.String("hash", p.Hash))
+	return nil
+}
+
+// ReloadFile loads the policy file at path and reloads it. An invalid file
+// is refused (logged and counted) and the active policy keeps serving.
+func (g *Gateway) ReloadFile(path string) error {
+	p, err := policy.Load(path)
+	if err != nil {
+		g.reloads.WithLabelValues("invalid").Inc()
+		g.log.Error("policy file refused, keeping the active policy", slog.String("file", path),
+			slog.String("active_version", g.Policy().Version), slog.String("error", err.Error()))
+		return err
+	}
+	return g.Reload(p)
+}
+
+// Rollback restores the policy that was active before the last reload.
+func (g *Gateway) Rollback() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	prev := g.previous.Load()
+	if prev == nil {
+		return errors.New("rolling back: no previous policy")
+	}
+	g.activate(prev)
+	g.reloads.WithLabelValues("rollback").Inc()
+	g.log.Info("policy rolled back", slog.String("version", prev.pol.Version), slog.String("hash", prev.pol.Hash))
+	return nil
+}
+
+// Watch reloads the policy file at path whenever it changes (it watches the
+// directory, so editors that replace the file are seen), until ctx ends.
+func (g *Gateway) Watch(ctx context.Context, path string) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching policy: %w", err)
+	}
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		w.Close()
+		return fmt.Errorf("watching policy: %w", err)
+	}
+	go func() {
+		defer w.Close()
+		var debounce <-chan time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if filepath.Clean(ev.Name) == filepath.Clean(path) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
+					debounce = time.After(100 * time.Millisecond)
+				}
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				g.log.Warn("watching policy", slog.String("error", err.Error()))
+			case <-debounce:
+				debounce = nil
+				g.ReloadFile(path)
+			}
+		}
+	}()
+	return nil
 }
 
 func (g *Gateway) openStore() error {
@@ -192,7 +337,24 @@ func (g *Gateway) adminHandler() http.Handler {
 			status, detail = "degraded", "store circuit breaker not closed"
 		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]string{"status": status, "detail": detail, "policy_version": g.pol.Version})
+		json.NewEncoder(w).Encode(map[string]string{"status": status, "detail": detail, "policy_version": g.Policy().Version})
+	})
+	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, r *http.Request) {
+		a := g.active.Load()
+		out := map[string]any{"version": a.pol.Version, "hash": a.pol.Hash, "source": a.pol.Source, "loaded_at": a.loaded.UTC()}
+		if p := g.previous.Load(); p != nil {
+			out["previous"] = map[string]any{"version": p.pol.Version, "hash": p.pol.Hash}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
+	})
+	mux.HandleFunc("POST /policy/rollback", func(w http.ResponseWriter, r *http.Request) {
+		if err := g.Rollback(); err != nil {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:no-previous-policy", Status: http.StatusConflict, Detail: err.Error()})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]string{"version": g.Policy().Version, "hash": g.Policy().Hash})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
 	if g.pol.AdminToken == "" {
@@ -213,12 +375,12 @@ func (g *Gateway) adminHandler() http.Handler {
 
 // upstreams returns the handler that sends an admitted request to its
 // route's upstream.
-func (g *Gateway) upstreams() (http.Handler, error) {
-	tp := g.pol.Trusted
+func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
+	tp := p.Trusted
 	transport := &http.Transport{
 		Proxy:                 nil,
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ResponseHeaderTimeout: g.pol.UpstreamTimeout,
+		ResponseHeaderTimeout: p.UpstreamTimeout,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       90 * time.Second,
@@ -227,7 +389,7 @@ func (g *Gateway) upstreams() (http.Handler, error) {
 	g.closers = append(g.closers, transport.CloseIdleConnections)
 	echo := Echo()
 	proxies := map[string]http.Handler{}
-	for _, r := range g.pol.Routes {
+	for _, r := range p.Routes {
 		if r.Upstream == policy.BuiltinEcho || proxies[r.Upstream] != nil {
 			continue
 		}
@@ -307,7 +469,7 @@ func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 		}(servers[i], l)
 	}
 	g.log.Info("serving", slog.String("public", pub.Addr().String()), slog.String("admin", adm.Addr().String()),
-		slog.String("policy_version", g.pol.Version))
+		slog.String("policy_version", g.Policy().Version))
 	var err error
 	select {
 	case <-ctx.Done():

@@ -3,6 +3,8 @@ package policy
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -27,8 +29,11 @@ import (
 
 // Policy is a validated, compiled policy file. It is immutable.
 type Policy struct {
-	Version       string
-	Source        string // the file it was loaded from
+	Version string
+	Source  string // the file it was loaded from
+	// Hash is the hex SHA-256 of the file (and its keys file): what is
+	// running, exactly.
+	Hash          string
 	Public, Admin string // listen addresses
 	// AdminToken, when set, is required as a bearer token on every admin
 	// request.
@@ -208,6 +213,18 @@ func Parse(data []byte, name string) (*Policy, error) {
 		return nil, c.err()
 	}
 	p.Source = name
+	h := sha256.New()
+	h.Write(data)
+	if f.KeysFile != "" {
+		kp := f.KeysFile
+		if !filepath.IsAbs(kp) {
+			kp = filepath.Join(filepath.Dir(name), kp)
+		}
+		if kd, err := os.ReadFile(kp); err == nil {
+			h.Write(kd)
+		}
+	}
+	p.Hash = hex.EncodeToString(h.Sum(nil))
 	return p, nil
 }
 

@@ -1,6 +1,7 @@
 // Command tollgate runs and checks Tollgate gateways.
 //
-//	tollgate serve --config FILE [--redis URL]   run the gateway (env TOLLGATE_REDIS_URL works too)
+//	tollgate serve --config FILE [--redis URL]   run the gateway (env TOLLGATE_REDIS_URL works too);
+//	                                             the policy reloads on file change and SIGHUP
 //	tollgate check FILE                          validate a policy and print what it enforces
 //	tollgate hash-key KEY                        print the digest to list an API key under
 package main
@@ -119,6 +120,19 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The policy reloads when its file changes and on SIGHUP; an invalid
+	// file is refused and the active policy keeps serving.
+	if err := g.Watch(ctx, *config); err != nil {
+		log.Warn("not watching the policy file; SIGHUP still reloads", slog.String("error", err.Error()))
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			g.ReloadFile(*config)
+		}
+	}()
 	if err := g.Serve(ctx, pub, adm); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("gateway stopped", slog.String("error", err.Error()))
 		return 1

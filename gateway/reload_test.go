@@ -1,0 +1,149 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/gateway"
+	"github.com/tollgate/tollgate/policy"
+)
+
+const reloadPolicy = `version: VERSION
+listeners: {public: "127.0.0.1:8080", admin: "127.0.0.1:9090"}
+identity: {secret: reload-test-secret-0123456789, anonymous_plan: open}
+plans:
+  open: {algorithm: fixed_window, rate: LIMIT, period: 1h}
+routes:
+  - {name: api, path: /api/, upstream: UPSTREAM}
+`
+
+// TestReloadUnderLoad sends requests while the policy file changes: no
+// request fails, the new limit applies within a second, an invalid file
+// leaves the active policy serving and is reported, and one call rolls
+// back to the previous version.
+func TestReloadUnderLoad(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	write := func(version, limit string) {
+		src := strings.NewReplacer("VERSION", version, "LIMIT", limit, "UPSTREAM", up.URL).Replace(reloadPolicy)
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil { // as editors and config tools do
+			t.Fatal(err)
+		}
+	}
+	write("v1", "5")
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	g, err := gateway.New(gateway.Options{Policy: p, Logger: slog.New(slog.NewJSONHandler(logs, nil)), ShutdownTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	pub, _ := net.Listen("tcp", "127.0.0.1:0")
+	adm, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, pub, adm) }()
+	defer func() { cancel(); <-done }()
+	if err := g.Watch(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	base, admin := "http://"+pub.Addr().String(), "http://"+adm.Addr().String()
+
+	// Load throughout: every answer must be 200 or 429, never an error.
+	stop := make(chan struct{})
+	var bad atomic.Int64
+	var badWhat atomic.Value
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := client.Get(base + "/api/x")
+				if err != nil {
+					bad.Add(1)
+					badWhat.Store(err.Error())
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 && resp.StatusCode != 429 {
+					bad.Add(1)
+					badWhat.Store(resp.Status)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	version := func() string {
+		_, body := getBody(t, admin+"/policy")
+		var v struct{ Version, Hash string }
+		json.Unmarshal(body, &v)
+		return v.Version
+	}
+	waitFor(t, "v1 exhausted", 5*time.Second, func() bool { return get(t, base+"/api/x").StatusCode == 429 })
+
+	write("v2", "1000000")
+	took := waitFor(t, "v2 active and admitting", 5*time.Second, func() bool {
+		return version() == "v2" && get(t, base+"/api/x").StatusCode == 200
+	})
+	t.Logf("new policy applied %v after the file changed", took)
+	if took > time.Second {
+		t.Errorf("the new policy took %v to apply, want under a second", took)
+	}
+
+	// An invalid file is refused; v2 keeps serving.
+	if err := os.WriteFile(path, []byte("version: v3\nplans: [not, a, map\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the invalid file reported", 5*time.Second, func() bool {
+		return metric(t, &running{admin: admin}, `tollgate_policy_reloads_total{result="invalid"}`) >= 1
+	})
+	if v := version(); v != "v2" || get(t, base+"/api/x").StatusCode != 200 {
+		t.Fatalf("after an invalid file the active policy is %q", v)
+	}
+	if !strings.Contains(logs.String(), "policy file refused") {
+		t.Error("no log line for the refused file")
+	}
+
+	// One call restores the previous version.
+	resp, err := client.Post(admin+"/policy/rollback", "", nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("rollback: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if v := version(); v != "v1" {
+		t.Fatalf("after the rollback: %q", v)
+	}
+	if code := get(t, base+"/api/x").StatusCode; code != 429 {
+		t.Fatalf("v1's spent budget after the rollback: %d", code)
+	}
+	close(stop)
+	wg.Wait()
+	if bad.Load() != 0 {
+		t.Fatalf("%d requests failed during reloads, e.g. %v", bad.Load(), badWhat.Load())
+	}
+}
