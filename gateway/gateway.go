@@ -210,8 +210,10 @@ func (g *Gateway) Rollback() error {
 	return nil
 }
 
-// Watch reloads the policy file at path whenever it changes (it watches the
-// directory, so editors that replace the file are seen), until ctx ends.
+// Watch reloads the policy file at path whenever it, or the keys file it
+// names, changes (it watches their directories, so editors that replace a
+// file are seen), until ctx ends. API keys and their plans thus change
+// without a restart.
 func (g *Gateway) Watch(ctx context.Context, path string) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -220,6 +222,19 @@ func (g *Gateway) Watch(ctx context.Context, path string) error {
 	if err := w.Add(filepath.Dir(path)); err != nil {
 		w.Close()
 		return fmt.Errorf("watching policy: %w", err)
+	}
+	watched := func(name string) bool {
+		name = filepath.Clean(name)
+		if name == filepath.Clean(path) {
+			return true
+		}
+		kp := g.Policy().KeysPath
+		return kp != "" && name == filepath.Clean(kp)
+	}
+	if kp := g.Policy().KeysPath; kp != "" && filepath.Dir(kp) != filepath.Dir(path) {
+		if err := w.Add(filepath.Dir(kp)); err != nil {
+			g.log.Warn("not watching the keys file; SIGHUP still reloads it", slog.String("error", err.Error()))
+		}
 	}
 	go func() {
 		defer w.Close()
@@ -232,7 +247,7 @@ func (g *Gateway) Watch(ctx context.Context, path string) error {
 				if !ok {
 					return
 				}
-				if filepath.Clean(ev.Name) == filepath.Clean(path) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
+				if watched(ev.Name) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
 					debounce = time.After(100 * time.Millisecond)
 				}
 			case err, ok := <-w.Errors:

@@ -147,3 +147,47 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Fatalf("%d requests failed during reloads, e.g. %v", bad.Load(), badWhat.Load())
 	}
 }
+
+// TestKeysFileReload: adding a key to the keys file gives it its plan
+// within a second, without a restart.
+func TestKeysFileReload(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	keys := filepath.Join(dir, "keys.yaml")
+	src := strings.NewReplacer("VERSION", "k1", "LIMIT", "1000", "UPSTREAM", up.URL).Replace(reloadPolicy) +
+		"keys_file: keys.yaml\n"
+	src = strings.Replace(src, "plans:\n", "plans:\n  gold: {algorithm: fixed_window, rate: 7, period: 1h}\n", 1)
+	os.WriteFile(path, []byte(src), 0o600)
+	os.WriteFile(keys, []byte("api_keys: []\n"), 0o600)
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(gateway.Options{Policy: p, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	pub, _ := net.Listen("tcp", "127.0.0.1:0")
+	adm, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, pub, adm) }()
+	defer func() { cancel(); <-done }()
+	if err := g.Watch(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + pub.Addr().String()
+	if code := get(t, base+"/api/x", "X-API-Key", freeKey).StatusCode; code != 401 {
+		t.Fatalf("an unknown key: %d", code)
+	}
+	os.WriteFile(keys, []byte(`api_keys:
+  - {id: gold-1, digest: "sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb", tenant: t1, plan: gold}
+`), 0o600)
+	took := waitFor(t, "the new key admitted", 5*time.Second, func() bool {
+		resp := get(t, base+"/api/x", "X-API-Key", freeKey)
+		return resp.StatusCode == 200 && strings.HasPrefix(resp.Header.Get("RateLimit-Policy"), `"gold";q=7`)
+	})
+	t.Logf("a key added to the keys file worked %v later", took)
+}

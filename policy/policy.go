@@ -33,7 +33,9 @@ type Policy struct {
 	Source  string // the file it was loaded from
 	// Hash is the hex SHA-256 of the file (and its keys file): what is
 	// running, exactly.
-	Hash          string
+	Hash string
+	// KeysPath is the keys file's path ("" when the keys are inline).
+	KeysPath      string
 	Public, Admin string // listen addresses
 	// AdminToken, when set, is required as a bearer token on every admin
 	// request.
@@ -223,6 +225,7 @@ func Parse(data []byte, name string) (*Policy, error) {
 		if kd, err := os.ReadFile(kp); err == nil {
 			h.Write(kd)
 		}
+		p.KeysPath = kp
 	}
 	p.Hash = hex.EncodeToString(h.Sum(nil))
 	return p, nil
