@@ -25,9 +25,14 @@ lint:
 fuzz: redis-server
 	$(GO) test -run '^$$' -fuzz FuzzDifferential -fuzztime 2m ./store/redis
 
-# The tests run a real redis-server; install Debian's when it is missing.
+# The tests run a real redis-server and drive headless Chromium; install
+# Debian's when they are missing.
 redis-server:
-	@command -v redis-server >/dev/null || { \
-		echo "installing redis-server (the tests run a real Redis)"; \
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing (the tests run a real Redis and a headless browser)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi

@@ -354,6 +354,8 @@ func (g *Gateway) adminHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]string{"status": status, "detail": detail, "policy_version": g.Policy().Version})
 	})
+	mux.HandleFunc("GET /dashboard", g.dashboardPage)
+	mux.HandleFunc("GET /dashboard/data", g.dashboardData)
 	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, r *http.Request) {
 		a := g.active.Load()
 		out := map[string]any{"version": a.pol.Version, "hash": a.pol.Hash, "source": a.pol.Source, "loaded_at": a.loaded.UTC()}

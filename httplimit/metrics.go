@@ -24,6 +24,9 @@ type Metrics struct {
 	// Shadow counts shadow decisions by policy, route group and outcome
 	// (allowed, or refused: what the policy would have refused).
 	Shadow *prometheus.CounterVec
+	// TopRefused tracks the most refused subjects (pseudonyms) for the
+	// dashboard; it is not a Prometheus metric, so it adds no series.
+	TopRefused *TopRefused
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not
@@ -51,6 +54,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tollgate_shadow_decisions_total",
 			Help: "Decisions of shadow policies (never enforced) by policy, route group and outcome.",
 		}, []string{"policy", "route_group", "outcome"}),
+		TopRefused: NewTopRefused(512),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors, m.Fallbacks, m.Shadow} {

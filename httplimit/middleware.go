@@ -211,6 +211,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	setHeaders(w.Header(), budgets, b, d, p.LegacyHeaders)
 	if !tollgate.Admitted(ds) {
 		m.count(b.Name, group, sub.Plan.Name, "refused")
+		if mt := m.opts.Metrics; mt != nil {
+			mt.TopRefused.Add(sub.ID)
+		}
 		retry := max(1, ceilSeconds(d.RetryAfter))
 		m.logSampled(r.Context(), slog.LevelInfo, "refused", sub, b.Name, group, slog.Int64("retry_after_s", retry))
 		WriteProblem(w, Problem{Type: ProblemRateLimited, Status: http.StatusTooManyRequests, RetryAfter: retry,

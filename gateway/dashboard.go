@@ -1,0 +1,121 @@
+package gateway
+
+import (
+	"embed"
+	"encoding/json"
+	"math"
+	"net/http"
+	"sort"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+//go:embed dashboard/index.html
+var dashboardFS embed.FS
+
+// dashboardData is what /dashboard/data returns: cumulative counters (the
+// page turns them into rates) and current states.
+type dashboardData struct {
+	Time       time.Time          `json:"time"`
+	Version    string             `json:"version"`
+	Hash       string             `json:"hash"`
+	Breaker    string             `json:"breaker"` // closed, half-open, open, or "" without a shared store
+	Decisions  []labelled         `json:"decisions"`
+	Shadow     []labelled         `json:"shadow"`
+	Fallbacks  []labelled         `json:"fallbacks"`
+	StoreCalls uint64             `json:"store_calls"`
+	StoreP50   float64            `json:"store_p50_ms"`
+	StoreP99   float64            `json:"store_p99_ms"`
+	TopRefused []topRefusedEntry  `json:"top_refused"`
+	Totals     map[string]float64 `json:"totals"`
+}
+
+type labelled struct {
+	Labels map[string]string `json:"labels"`
+	Value  float64           `json:"value"`
+}
+
+type topRefusedEntry struct {
+	Subject string `json:"subject"`
+	Count   int64  `json:"count"`
+}
+
+func (g *Gateway) dashboardPage(w http.ResponseWriter, r *http.Request) {
+	b, _ := dashboardFS.ReadFile("dashboard/index.html")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline' 'self'; style-src 'unsafe-inline'")
+	w.Write(b)
+}
+
+func (g *Gateway) dashboardData(w http.ResponseWriter, r *http.Request) {
+	a := g.active.Load()
+	d := dashboardData{Time: time.Now().UTC(), Version: a.pol.Version, Hash: a.pol.Hash, Totals: map[string]float64{}}
+	if b, ok := g.store.(interface{ State() string }); ok {
+		d.Breaker = b.State()
+	}
+	mfs, _ := g.registry.Gather()
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "tollgate_decisions_total":
+			d.Decisions = counters(mf)
+			for _, c := range d.Decisions {
+				d.Totals[c.Labels["outcome"]] += c.Value
+			}
+		case "tollgate_shadow_decisions_total":
+			d.Shadow = counters(mf)
+		case "tollgate_fallback_decisions_total":
+			d.Fallbacks = counters(mf)
+		case "tollgate_store_calls_total":
+			if m := mf.GetMetric(); len(m) > 0 {
+				d.StoreCalls = uint64(m[0].GetCounter().GetValue())
+			}
+		case "tollgate_store_duration_seconds":
+			if m := mf.GetMetric(); len(m) > 0 {
+				h := m[0].GetHistogram()
+				d.StoreP50, d.StoreP99 = quantile(h, 0.5)*1000, quantile(h, 0.99)*1000
+			}
+		}
+	}
+	for _, t := range g.metrics.TopRefused.Top(10) {
+		d.TopRefused = append(d.TopRefused, topRefusedEntry{t.Subject, t.Count})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(d)
+}
+
+func counters(mf *dto.MetricFamily) []labelled {
+	var out []labelled
+	for _, m := range mf.GetMetric() {
+		l := labelled{Labels: map[string]string{}, Value: m.GetCounter().GetValue()}
+		for _, lp := range m.GetLabel() {
+			l.Labels[lp.GetName()] = lp.GetValue()
+		}
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Value > out[j].Value })
+	return out
+}
+
+// quantile estimates a quantile from histogram buckets (the upper bound of
+// the bucket it falls in), 0 without observations.
+func quantile(h *dto.Histogram, q float64) float64 {
+	n := float64(h.GetSampleCount())
+	if n == 0 {
+		return 0
+	}
+	for _, b := range h.GetBucket() {
+		if float64(b.GetCumulativeCount()) >= q*n {
+			if math.IsInf(b.GetUpperBound(), 1) {
+				break
+			}
+			return b.GetUpperBound()
+		}
+	}
+	bs := h.GetBucket()
+	if len(bs) > 0 {
+		return bs[len(bs)-1].GetUpperBound()
+	}
+	return 0
+}
