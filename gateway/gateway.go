@@ -66,9 +66,10 @@ type Gateway struct {
 	admin    http.Handler
 	log      *slog.Logger
 
-	mu       sync.Mutex // serialises reloads
-	active   atomic.Pointer[served]
-	previous atomic.Pointer[served]
+	mu        sync.Mutex // serialises reloads and overrides
+	overrides policy.Overrides
+	active    atomic.Pointer[served]
+	previous  atomic.Pointer[served]
 
 	reloads *prometheus.CounterVec
 	info    *prometheus.GaugeVec
@@ -76,7 +77,8 @@ type Gateway struct {
 
 // served is one policy ready to serve: its middleware and proxies.
 type served struct {
-	pol     *policy.Policy
+	base    *policy.Policy // as loaded from the file
+	pol     *policy.Policy // with the runtime overrides laid over it
 	handler http.Handler
 	loaded  time.Time
 }
@@ -130,8 +132,12 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// build makes the handler that serves p.
-func (g *Gateway) build(p *policy.Policy) (*served, error) {
+// build makes the handler that serves base with the runtime overrides.
+func (g *Gateway) build(base *policy.Policy) (*served, error) {
+	p, err := base.Override(g.overrides)
+	if err != nil {
+		return nil, err
+	}
 	mw, err := httplimit.Middleware(httplimit.Options{
 		Policy: p, Store: g.store, Logger: g.log, Metrics: g.metrics, RequireRoute: true, Now: g.opts.Clock,
 	})
@@ -142,7 +148,38 @@ func (g *Gateway) build(p *policy.Policy) (*served, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &served{pol: p, handler: mw(up), loaded: time.Now()}, nil
+	return &served{base: base, pol: p, handler: mw(up), loaded: time.Now()}, nil
+}
+
+// Override applies a runtime change (API keys, tenant plans) over the
+// active policy file, atomically; it persists across reloads of the file.
+// An override that does not fit the policy is refused and changes nothing.
+func (g *Gateway) Override(change policy.Overrides) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	next := policy.Overrides{Keys: map[string]*policy.KeySpec{}, Tenants: map[string]string{}}
+	for k, v := range g.overrides.Keys {
+		next.Keys[k] = v
+	}
+	for k, v := range g.overrides.Tenants {
+		next.Tenants[k] = v
+	}
+	for k, v := range change.Keys {
+		next.Keys[k] = v
+	}
+	for k, v := range change.Tenants {
+		next.Tenants[k] = v
+	}
+	old := g.overrides
+	g.overrides = next
+	sv, err := g.build(g.active.Load().base)
+	if err != nil {
+		g.overrides = old
+		return err
+	}
+	g.active.Store(sv) // the same version: no rollback point
+	g.log.Info("runtime override applied", slog.Int("keys", len(change.Keys)), slog.Int("tenants", len(change.Tenants)))
+	return nil
 }
 
 func (g *Gateway) activate(sv *served) {
@@ -364,6 +401,42 @@ func (g *Gateway) adminHandler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(out)
+	})
+	override := func(w http.ResponseWriter, change policy.Overrides) {
+		if err := g.Override(change); err != nil {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusUnprocessableEntity, Detail: err.Error()})
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+	mux.HandleFunc("GET /overrides", func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		out := g.overrides
+		g.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
+	})
+	mux.HandleFunc("PUT /keys/{id}", func(w http.ResponseWriter, r *http.Request) {
+		var k policy.KeySpec
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&k); err != nil {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusBadRequest, Detail: "want a JSON key: digest, tenant, user, plan"})
+			return
+		}
+		override(w, policy.Overrides{Keys: map[string]*policy.KeySpec{r.PathValue("id"): &k}})
+	})
+	mux.HandleFunc("DELETE /keys/{id}", func(w http.ResponseWriter, r *http.Request) {
+		override(w, policy.Overrides{Keys: map[string]*policy.KeySpec{r.PathValue("id"): nil}})
+	})
+	mux.HandleFunc("PUT /tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) {
+		var t struct{ Plan string }
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&t); err != nil || t.Plan == "" {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusBadRequest, Detail: `want {"plan": "<name>"}`})
+			return
+		}
+		override(w, policy.Overrides{Tenants: map[string]string{r.PathValue("tenant"): t.Plan}})
+	})
+	mux.HandleFunc("DELETE /tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) {
+		override(w, policy.Overrides{Tenants: map[string]string{r.PathValue("tenant"): ""}})
 	})
 	mux.HandleFunc("POST /policy/rollback", func(w http.ResponseWriter, r *http.Request) {
 		if err := g.Rollback(); err != nil {

@@ -82,6 +82,7 @@ func newUpstream(t *testing.T) *upstream {
 
 // running is a gateway serving on loopback.
 type running struct {
+	g             *gateway.Gateway
 	public, admin string
 	logs          *syncBuffer
 	cancel        context.CancelFunc
@@ -132,7 +133,7 @@ func startClock(t *testing.T, p *policy.Policy, redisURL string, clock func() ti
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{public: "http://" + pub.Addr().String(), admin: "http://" + adm.Addr().String(), logs: logs, cancel: cancel, done: make(chan error, 1)}
+	r := &running{g: g, public: "http://" + pub.Addr().String(), admin: "http://" + adm.Addr().String(), logs: logs, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- g.Serve(ctx, pub, adm) }()
 	t.Cleanup(func() {
 		cancel()

@@ -38,6 +38,14 @@ type File struct {
 	TimeZone string `yaml:"time_zone"`
 	// Shadow puts every limit of the file in shadow: nothing is refused.
 	Shadow bool `yaml:"shadow"`
+	// Tenants overrides, per tenant, the plan of every API key of that
+	// tenant (e.g. acme: {plan: pro}).
+	Tenants map[string]TenantSpec `yaml:"tenants"`
+}
+
+// TenantSpec overrides a tenant's plan.
+type TenantSpec struct {
+	Plan string `yaml:"plan"`
 }
 
 // PlanSpec is a plan: one limit written inline (rate, period, ...), or

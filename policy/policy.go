@@ -53,7 +53,9 @@ type Policy struct {
 	AnonymousPlan *Plan
 	UserPlan      *Plan
 	// Keys maps an API key digest ("sha256:<hex>") to the key.
-	Keys            map[string]*APIKey
+	Keys map[string]*APIKey
+	// TenantPlans overrides the plan of every key of a tenant.
+	TenantPlans     map[string]*Plan
 	InvalidKey      *Budget // the per-IP limit on invalid API keys
 	Routes          []*Route
 	LegacyHeaders   bool
@@ -86,7 +88,10 @@ type Plan struct {
 // APIKey is one configured key.
 type APIKey struct {
 	ID, Tenant, User string
-	Plan             *Plan
+	// Plan is the plan in force: the tenant's override, else OwnPlan.
+	Plan *Plan
+	// OwnPlan is the plan the key itself names.
+	OwnPlan *Plan
 }
 
 // Route is one compiled route.
@@ -533,6 +538,16 @@ func (c *compiler) compile(f *File) *Policy {
 		p.UserPlan = p.AnonymousPlan
 	}
 
+	// Tenant overrides.
+	p.TenantPlans = map[string]*Plan{}
+	for t, ts := range f.Tenants {
+		if pl := planRef("tenants."+t+".plan", ts.Plan); pl != nil {
+			p.TenantPlans[t] = pl
+		} else if ts.Plan == "" {
+			c.addf("tenants."+t, "name the tenant's plan")
+		}
+	}
+
 	// Invalid-key limit.
 	ik := LimitSpec{Algorithm: "fixed_window", Rate: 10, Period: time.Minute}
 	if f.InvalidKeyLimit != nil {
@@ -679,8 +694,79 @@ func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, 
 			c.add(lines, file, path+".plan", "no plan named %q", k.Plan)
 			continue
 		}
-		p.Keys[k.Digest] = &APIKey{ID: k.ID, Tenant: k.Tenant, User: k.User, Plan: pl}
+		inForce := pl
+		if tp := p.TenantPlans[k.Tenant]; tp != nil && k.Tenant != "" {
+			inForce = tp
+		}
+		p.Keys[k.Digest] = &APIKey{ID: k.ID, Tenant: k.Tenant, User: k.User, Plan: inForce, OwnPlan: pl}
 	}
+}
+
+// Overrides are runtime changes laid over a policy file: API keys added or
+// replaced (by id) or removed, and tenant plan overrides. They survive
+// reloads of the file.
+type Overrides struct {
+	// Keys maps a key id to its replacement; a nil value removes the key.
+	Keys map[string]*KeySpec `json:"keys"`
+	// Tenants maps a tenant to the plan its keys get; "" removes the
+	// override.
+	Tenants map[string]string `json:"tenants"`
+}
+
+// Override returns a copy of p with o applied, or an error naming what in
+// o does not fit p (an unknown plan, a malformed digest). p is unchanged.
+func (p *Policy) Override(o Overrides) (*Policy, error) {
+	q := *p
+	q.TenantPlans = make(map[string]*Plan, len(p.TenantPlans)+len(o.Tenants))
+	for t, pl := range p.TenantPlans {
+		q.TenantPlans[t] = pl
+	}
+	for t, name := range o.Tenants {
+		if name == "" {
+			delete(q.TenantPlans, t)
+			continue
+		}
+		pl, ok := p.Plans[name]
+		if !ok {
+			return nil, fmt.Errorf("overriding tenant %q: no plan named %q", t, name)
+		}
+		q.TenantPlans[t] = pl
+	}
+	q.Keys = make(map[string]*APIKey, len(p.Keys)+len(o.Keys))
+	for d, k := range p.Keys {
+		if _, replaced := o.Keys[k.ID]; replaced {
+			continue
+		}
+		q.Keys[d] = k
+	}
+	for id, ks := range o.Keys {
+		if ks == nil {
+			continue
+		}
+		if !namePattern.MatchString(id) || !digestPattern.MatchString(ks.Digest) {
+			return nil, fmt.Errorf("overriding key %q: want an id of letters, digits, '.', '_' or '-' and a sha256:<hex> digest", id)
+		}
+		pl, ok := p.Plans[ks.Plan]
+		if !ok {
+			return nil, fmt.Errorf("overriding key %q: no plan named %q", id, ks.Plan)
+		}
+		if _, dup := q.Keys[ks.Digest]; dup {
+			return nil, fmt.Errorf("overriding key %q: that key is already listed", id)
+		}
+		q.Keys[ks.Digest] = &APIKey{ID: id, Tenant: ks.Tenant, User: ks.User, Plan: pl, OwnPlan: pl}
+	}
+	for d, k := range q.Keys {
+		want := k.OwnPlan
+		if tp := q.TenantPlans[k.Tenant]; tp != nil && k.Tenant != "" {
+			want = tp
+		}
+		if k.Plan != want {
+			c := *k
+			c.Plan = want
+			q.Keys[d] = &c
+		}
+	}
+	return &q, nil
 }
 
 // plan compiles one plan.

@@ -250,3 +250,29 @@ func TestShadow(t *testing.T) {
 		t.Fatal("per-limit shadow")
 	}
 }
+
+func TestTenantOverride(t *testing.T) {
+	src := valid + "tenants:\n  acme: {plan: pro}\n"
+	src = strings.Replace(src, "plan: free}", "tenant: acme, plan: free}", 1)
+	p, err := policy.Parse([]byte(src), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range p.Keys {
+		if k.Plan.Name != "pro" || k.OwnPlan.Name != "free" {
+			t.Fatalf("key of tenant acme: plan %s (own %s), want pro (own free)", k.Plan.Name, k.OwnPlan.Name)
+		}
+	}
+	q, err := p.Override(policy.Overrides{Tenants: map[string]string{"acme": ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range q.Keys {
+		if k.Plan.Name != "free" {
+			t.Fatalf("after removing the override: %s", k.Plan.Name)
+		}
+	}
+	if _, err := policy.Parse([]byte(valid+"tenants:\n  acme: {plan: gold}\n"), "p.yaml"); err == nil || !strings.Contains(err.Error(), `no plan named "gold"`) {
+		t.Fatalf("unknown tenant plan: %v", err)
+	}
+}

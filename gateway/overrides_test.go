@@ -1,0 +1,87 @@
+package gateway_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func adminDo(t *testing.T, method, url, body string) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestRuntimeOverrides changes API keys and a tenant's plan through the
+// admin API, without a restart; the changes survive a reload of the file,
+// and one that does not fit the policy is refused and changes nothing.
+func TestRuntimeOverrides(t *testing.T) {
+	up := newUpstream(t)
+	p := config(t, up.URL, "[]")
+	g := start(t, p, "")
+	plan := func(key string) string {
+		resp := get(t, g.public+"/api/items", "X-API-Key", key)
+		if resp.StatusCode != 200 {
+			return resp.Status
+		}
+		return strings.SplitN(resp.Header.Get("RateLimit-Policy"), ";", 2)[0]
+	}
+	if got := plan(freeKey); got != `"free.minute"` {
+		t.Fatalf("before: %s", got)
+	}
+	// Tenant demo (the free key's) moves to pro.
+	if code := adminDo(t, "PUT", g.admin+"/tenants/demo", `{"plan":"pro"}`); code != 204 {
+		t.Fatalf("PUT tenant: %d", code)
+	}
+	if got := plan(freeKey); got != `"pro"` {
+		t.Fatalf("after the tenant override: %s", got)
+	}
+	// A new key, added at runtime.
+	const digest = "sha256:c232a2ef101127466f5296e1fd375b61c363b57a4f329d62d4780b04f343812b" // u1-key
+	if got := plan("u1-key"); !strings.HasPrefix(got, "401") {
+		t.Fatalf("unknown key: %s", got)
+	}
+	if code := adminDo(t, "PUT", g.admin+"/keys/u1", `{"digest":"`+digest+`","tenant":"t9","plan":"free"}`); code != 204 {
+		t.Fatalf("PUT key: %d", code)
+	}
+	if got := plan("u1-key"); got != `"free.minute"` {
+		t.Fatalf("the added key: %s", got)
+	}
+	// Overrides survive a reload of the file.
+	if err := g.g.Reload(p); err != nil {
+		t.Fatal(err)
+	}
+	if plan("u1-key") != `"free.minute"` || plan(freeKey) != `"pro"` {
+		t.Fatal("overrides lost in a reload")
+	}
+	// A bad override is refused whole.
+	if code := adminDo(t, "PUT", g.admin+"/tenants/demo", `{"plan":"platinum"}`); code != 422 {
+		t.Fatalf("unknown plan: %d", code)
+	}
+	if code := adminDo(t, "PUT", g.admin+"/keys/u2", `{"digest":"not-a-digest","plan":"free"}`); code != 422 {
+		t.Fatalf("bad digest: %d", code)
+	}
+	if plan(freeKey) != `"pro"` {
+		t.Fatal("a refused override changed the policy")
+	}
+	// Removing them restores the file's keys and plans.
+	adminDo(t, "DELETE", g.admin+"/keys/u1", "")
+	adminDo(t, "DELETE", g.admin+"/tenants/demo", "")
+	if got := plan("u1-key"); !strings.HasPrefix(got, "401") {
+		t.Fatalf("removed key: %s", got)
+	}
+	if got := plan(freeKey); got != `"free.minute"` {
+		t.Fatalf("removed tenant override: %s", got)
+	}
+	// No per-tenant metric series appeared.
+	_, metrics := getBody(t, g.admin+"/metrics")
+	if strings.Contains(string(metrics), "demo") || strings.Contains(string(metrics), "t9") {
+		t.Fatal("a tenant name reached the metrics")
+	}
+}
