@@ -167,6 +167,13 @@ var (
 	ErrNegativeCost = errors.New("negative cost")
 )
 
+// IsInvalid reports whether err says the request itself was invalid (a bad
+// limit, a cost above the capacity or below zero), as opposed to a store
+// that could not answer: retrying or failing over will not help.
+func IsInvalid(err error) bool {
+	return errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrCostExceedsBurst) || errors.Is(err, ErrNegativeCost)
+}
+
 // maxUnits bounds every product the algorithms form (capacity × period), so
 // that sums of two such values stay exact in a Lua double (< 2^53).
 const maxUnits = 1 << 50

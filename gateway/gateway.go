@@ -66,10 +66,11 @@ type Gateway struct {
 	admin    http.Handler
 	log      *slog.Logger
 
-	mu        sync.Mutex // serialises reloads and overrides
-	overrides policy.Overrides
-	active    atomic.Pointer[served]
-	previous  atomic.Pointer[served]
+	mu         sync.Mutex // serialises reloads, overrides and so builds
+	transports map[time.Duration]*http.Transport
+	overrides  policy.Overrides
+	active     atomic.Pointer[served]
+	previous   atomic.Pointer[served]
 
 	reloads *prometheus.CounterVec
 	info    *prometheus.GaugeVec
@@ -463,20 +464,34 @@ func (g *Gateway) adminHandler() http.Handler {
 	})
 }
 
-// upstreams returns the handler that sends an admitted request to its
-// route's upstream.
-func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
-	tp := p.Trusted
-	transport := &http.Transport{
-		Proxy:                 nil,
+// transport returns the upstream transport for a response-header timeout,
+// made once and shared by every policy (and reload) that uses the timeout,
+// so reloads reuse its connection pool. Builds run one at a time.
+func (g *Gateway) transport(timeout time.Duration) *http.Transport {
+	if t, ok := g.transports[timeout]; ok {
+		return t
+	}
+	t := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ResponseHeaderTimeout: p.UpstreamTimeout,
+		ResponseHeaderTimeout: timeout,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       90 * time.Second,
 		ForceAttemptHTTP2:     true,
 	}
-	g.closers = append(g.closers, transport.CloseIdleConnections)
+	if g.transports == nil {
+		g.transports = map[time.Duration]*http.Transport{}
+	}
+	g.transports[timeout] = t
+	g.closers = append(g.closers, t.CloseIdleConnections)
+	return t
+}
+
+// upstreams returns the handler that sends an admitted request to its
+// route's upstream.
+func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
+	tp := p.Trusted
+	transport := g.transport(p.UpstreamTimeout)
 	echo := Echo()
 	proxies := map[string]http.Handler{}
 	for _, r := range p.Routes {

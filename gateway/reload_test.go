@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/gateway"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -50,22 +47,9 @@ func TestReloadUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
-	g, err := gateway.New(gateway.Options{Policy: p, Logger: slog.New(slog.NewJSONHandler(logs, nil)), ShutdownTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	pub, _ := net.Listen("tcp", "127.0.0.1:0")
-	adm, _ := net.Listen("tcp", "127.0.0.1:0")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, pub, adm) }()
-	defer func() { cancel(); <-done }()
-	if err := g.Watch(ctx, path); err != nil {
-		t.Fatal(err)
-	}
-	base, admin := "http://"+pub.Addr().String(), "http://"+adm.Addr().String()
+	g := start(t, p, "")
+	watch(t, g, path)
+	base, admin, logs := g.public, g.admin, g.logs
 
 	// Load throughout: every answer must be 200 or 429, never an error.
 	stop := make(chan struct{})
@@ -164,21 +148,9 @@ func TestKeysFileReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(gateway.Options{Policy: p, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	pub, _ := net.Listen("tcp", "127.0.0.1:0")
-	adm, _ := net.Listen("tcp", "127.0.0.1:0")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, pub, adm) }()
-	defer func() { cancel(); <-done }()
-	if err := g.Watch(ctx, path); err != nil {
-		t.Fatal(err)
-	}
-	base := "http://" + pub.Addr().String()
+	g := start(t, p, "")
+	watch(t, g, path)
+	base := g.public
 	if code := get(t, base+"/api/x", "X-API-Key", freeKey).StatusCode; code != 401 {
 		t.Fatalf("an unknown key: %d", code)
 	}
@@ -190,4 +162,15 @@ func TestKeysFileReload(t *testing.T) {
 		return resp.StatusCode == 200 && strings.HasPrefix(resp.Header.Get("RateLimit-Policy"), `"gold";q=7`)
 	})
 	t.Logf("a key added to the keys file worked %v later", took)
+}
+
+// watch makes a running gateway reload the policy file at path on change,
+// until the test ends.
+func watch(t *testing.T, g *running, path string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := g.g.Watch(ctx, path); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/policy"
 	"github.com/tollgate/tollgate/resilience"
@@ -273,8 +275,12 @@ func requests(plan *policy.Plan, sub Subject, cost int64) ([]*policy.Budget, []t
 }
 
 // splitShadow separates the shadow budgets (and their requests) from the
-// enforced ones.
+// enforced ones. Without shadow budgets, the usual case, it returns its
+// arguments as they are.
 func splitShadow(budgets []*policy.Budget, reqs []tollgate.Request) (eb []*policy.Budget, er []tollgate.Request, sb []*policy.Budget, sr []tollgate.Request) {
+	if !slices.ContainsFunc(budgets, func(b *policy.Budget) bool { return b.Shadow }) {
+		return budgets, reqs, nil, nil
+	}
 	for i, b := range budgets {
 		if b.Shadow {
 			sb, sr = append(sb, b), append(sr, reqs[i])
@@ -366,7 +372,7 @@ type Fallbacker interface {
 // answered the request itself.
 func (m *middleware) storeFailed(w http.ResponseWriter, r *http.Request, err error, route *policy.Route, sub Subject, budgets []*policy.Budget, group string, reqs []tollgate.Request) ([]tollgate.Decision, bool) {
 	name := budgets[0].Name
-	if errors.Is(err, tollgate.ErrCostExceedsBurst) || errors.Is(err, tollgate.ErrInvalidLimit) || errors.Is(err, tollgate.ErrNegativeCost) {
+	if algo.IsInvalid(err) {
 		// The policy compiler rules these out; never let one through.
 		m.log.LogAttrs(r.Context(), slog.LevelError, "invalid rate-limit request", slog.String("policy", name), slog.String("error", err.Error()))
 		WriteProblem(w, Problem{Type: ProblemUnavailable, Status: http.StatusInternalServerError, Detail: "the rate limit for this route is misconfigured"})

@@ -80,7 +80,7 @@ type Options struct {
 type Store struct {
 	primary tollgate.Store
 	opts    Options
-	cb      *gobreaker.CircuitBreaker[algo.Decision]
+	cb      *gobreaker.CircuitBreaker[struct{}]
 	local   *memory.Store
 	deny    *denyCache
 	log     *slog.Logger
@@ -128,7 +128,7 @@ func New(primary tollgate.Store, opts Options) *Store {
 	if opts.DenyCacheSize > 0 {
 		s.deny = newDenyCache(opts.DenyCacheSize)
 	}
-	s.cb = gobreaker.NewCircuitBreaker[algo.Decision](gobreaker.Settings{
+	s.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "store",
 		MaxRequests: 1,
 		Timeout:     opts.OpenFor,
@@ -138,7 +138,7 @@ func New(primary tollgate.Store, opts Options) *Store {
 		IsExcluded: func(err error) bool {
 			// The caller giving up, or asking something invalid, says
 			// nothing about the store's health.
-			return errors.Is(err, context.Canceled) || invalid(err)
+			return errors.Is(err, context.Canceled) || algo.IsInvalid(err)
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			level := slog.LevelWarn
@@ -155,10 +155,6 @@ func New(primary tollgate.Store, opts Options) *Store {
 // Close releases the local fallback store.
 func (s *Store) Close() error { return s.local.Close() }
 
-func invalid(err error) bool {
-	return errors.Is(err, algo.ErrInvalidLimit) || errors.Is(err, algo.ErrCostExceedsBurst) || errors.Is(err, algo.ErrNegativeCost)
-}
-
 // Allow implements [tollgate.Store]: the deny cache first, then the store
 // behind the breaker and the deadline.
 func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
@@ -172,17 +168,12 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 			return d, nil
 		}
 	}
-	d, err := s.cb.Execute(func() (algo.Decision, error) {
-		s.calls.Add(1)
-		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		defer cancel()
-		return s.primary.Allow(cctx, req)
-	})
-	if err != nil {
-		if invalid(err) || ctx.Err() != nil {
-			return d, err
-		}
-		return d, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	var d algo.Decision
+	if err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		d, err = s.primary.Allow(ctx, req)
+		return err
+	}); err != nil {
+		return d, err
 	}
 	if !d.Allowed && d.RetryAfter > 0 && s.deny != nil && (req.Cost == 1 || req.Limit.Algorithm == algo.FixedWindow) {
 		s.deny.put(req, d, now)
@@ -223,19 +214,11 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		}
 	}
 	var ds []algo.Decision
-	_, err := s.cb.Execute(func() (algo.Decision, error) {
-		s.calls.Add(1)
-		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		defer cancel()
-		var err error
-		ds, err = ms.AllowAll(cctx, reqs)
-		return algo.Decision{}, err
-	})
-	if err != nil {
-		if invalid(err) || ctx.Err() != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		ds, err = ms.AllowAll(ctx, reqs)
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	if s.deny != nil && !tollgate.Admitted(ds) {
 		worst := -1
@@ -293,22 +276,26 @@ func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
 }
 
 // guarded runs f against the store behind the breaker and the deadline,
-// wrapping unavailability in ErrUnavailable.
+// wrapping unavailability in ErrUnavailable; invalid requests and the
+// caller's own cancellation are returned as they are. Every store call of
+// the wrapper goes through it.
 func (s *Store) guarded(ctx context.Context, f func(context.Context) error) error {
-	_, err := s.cb.Execute(func() (algo.Decision, error) {
+	_, err := s.cb.Execute(func() (struct{}, error) {
 		s.calls.Add(1)
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
-		return algo.Decision{}, f(cctx)
+		return struct{}{}, f(cctx)
 	})
-	if err != nil && ctx.Err() == nil && !invalid(err) {
+	if err != nil && ctx.Err() == nil && !algo.IsInvalid(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
 }
 
-// FallbackAll is Fallback for a group: decided all or nothing in memory
-// with this instance's share of each limit.
+// FallbackAll decides a group in memory, all or nothing, with this
+// instance's share of each limit. A cost larger than a share is refused
+// for a period rather than reported as an error, so a fail-open route
+// stays available for cheaper requests.
 func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
 	s.fallbacks.Add(1)
 	local := make([]algo.Request, len(reqs))
@@ -317,7 +304,7 @@ func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.De
 		if r.Cost > r.Limit.Capacity() {
 			ds := make([]algo.Decision, len(reqs))
 			for j := range ds {
-				ds[j] = algo.Decision{Allowed: j != i, Limit: r.Limit.Capacity()}
+				ds[j] = algo.Decision{Allowed: j != i, Limit: Share(reqs[j].Limit, s.opts.Instances).Capacity()}
 			}
 			ds[i].RetryAfter, ds[i].ResetAfter = r.Limit.Period, r.Limit.Period
 			return ds, nil
@@ -330,16 +317,11 @@ func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.De
 // Fallback decides req in memory with this instance's share of its limit.
 // It is for fail-open policies while Allow reports [ErrUnavailable].
 func (s *Store) Fallback(ctx context.Context, req algo.Request) (algo.Decision, error) {
-	s.fallbacks.Add(1)
-	l := Share(req.Limit, s.opts.Instances)
-	if req.Cost > l.Capacity() {
-		// The share is too small for this cost: refuse for a period
-		// rather than error, so a fail-open route stays available for
-		// cheaper requests.
-		return algo.Decision{Allowed: false, Limit: l.Capacity(), RetryAfter: l.Period, ResetAfter: l.Period}, nil
+	ds, err := s.FallbackAll(ctx, []algo.Request{req})
+	if err != nil {
+		return algo.Decision{}, err
 	}
-	req.Limit = l
-	return s.local.Allow(ctx, req)
+	return ds[0], nil
 }
 
 // Share returns the part of l one of n instances enforces alone: Rate and

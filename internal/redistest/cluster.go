@@ -234,13 +234,7 @@ func (c *Cluster) Client() (rueidis.Client, error) {
 
 // NewClient returns a new rueidis cluster client, closed when the test ends.
 func (c *Cluster) NewClient(tb testing.TB) rueidis.Client {
-	tb.Helper()
-	cl, err := c.Client()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(cl.Close)
-	return cl
+	return closedAtEnd(tb)(c.Client())
 }
 
 // LogTail returns the last n lines of a node's log file.

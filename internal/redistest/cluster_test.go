@@ -189,7 +189,7 @@ func TestCluster(t *testing.T) {
 	if err := killed.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	n, err = retry(15*time.Second, func() error {
+	_, err = retry(15*time.Second, func() error {
 		info, err := direct(t, killed).Do(ctx, client.B().Info().Section("replication").Build()).ToString()
 		if err != nil {
 			return err

@@ -180,13 +180,7 @@ func Start(tb testing.TB, extra ...string) *Server {
 // NewClient returns a new rueidis client (own connections, no client-side
 // cache) for the server, closed when the test ends.
 func (s *Server) NewClient(tb testing.TB) rueidis.Client {
-	tb.Helper()
-	c, err := s.Client()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(c.Close)
-	return c
+	return closedAtEnd(tb)(s.Client())
 }
 
 // Client returns a new rueidis client for the server; the caller closes it.
@@ -252,4 +246,18 @@ func Main(m *testing.M, srv **Server, pattern string) int {
 		return 1
 	}
 	return code
+}
+
+// closedAtEnd returns a function that takes a client (or its error), fails
+// tb on the error, and closes the client when the test ends.
+func closedAtEnd(tb testing.TB) func(rueidis.Client, error) rueidis.Client {
+	tb.Helper()
+	return func(c rueidis.Client, err error) rueidis.Client {
+		tb.Helper()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(c.Close)
+		return c
+	}
 }

@@ -217,13 +217,7 @@ func (s *Sentinel) Client() (rueidis.Client, error) {
 
 // NewClient returns a new rueidis sentinel client, closed when the test ends.
 func (s *Sentinel) NewClient(tb testing.TB) rueidis.Client {
-	tb.Helper()
-	c, err := s.Client()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(c.Close)
-	return c
+	return closedAtEnd(tb)(s.Client())
 }
 
 // Close kills the sentinels (first, so they start no failover), the

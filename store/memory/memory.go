@@ -359,8 +359,7 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 		return algo.LockoutResult{}, fmt.Errorf("guarding login in memory: %w", err)
 	}
 	ms := s.msOf(req.Now)
-	k := string(appendKey(nil, req.Policy, "", req.Subject, lockoutKind))
-	sh := &s.shards[maphash.String(s.seed, req.Subject)&s.mask]
+	sh, k := s.slot(req.Policy, req.Subject, lockoutKind)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.m[k]
@@ -394,8 +393,7 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 		return false, fmt.Errorf("acquiring a lease in memory: %w", err)
 	}
 	ms := s.msOf(req.Now)
-	k := string(appendKey(nil, req.Policy, "", req.Subject, leaseKind))
-	sh := &s.shards[maphash.String(s.seed, req.Subject)&s.mask]
+	sh, k := s.slot(req.Policy, req.Subject, leaseKind)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.m[k]
@@ -423,14 +421,19 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 
 // Release implements [tollgate.Leaser].
 func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
-	k := string(appendKey(nil, req.Policy, "", req.Subject, leaseKind))
-	sh := &s.shards[maphash.String(s.seed, req.Subject)&s.mask]
+	sh, k := s.slot(req.Policy, req.Subject, leaseKind)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.m[k]; e != nil {
 		delete(e.leases, req.ID)
 	}
 	return nil
+}
+
+// slot returns the shard and key of the login guard's or a lease set's
+// state for subject under policy.
+func (s *Store) slot(policy, subject string, kind algo.Algorithm) (*shard, string) {
+	return &s.shards[maphash.String(s.seed, subject)&s.mask], string(appendKey(nil, policy, "", subject, kind))
 }
 
 func (s *Store) msOf(t time.Time) int64 {

@@ -195,14 +195,14 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 	if err != nil {
 		return algo.LockoutResult{}, err
 	}
-	c := s.client.Load()
-	if c == nil {
-		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: %w", ErrNotConnected)
+	c, err := s.conn()
+	if err != nil {
+		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: %w", err)
 	}
 	r := req.Rule
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-	key := KeyPrefix + "{" + safeTag(req.Subject) + "}:" + req.Policy + ":lock"
-	vals, err := s.lockout.Exec(ctx, *c, []string{key}, []string{now, slack, strconv.Itoa(int(req.Op)),
+	key := plainKey(req.Policy, req.Subject, ":lock")
+	vals, err := s.lockout.Exec(ctx, c, []string{key}, []string{now, slack, strconv.Itoa(int(req.Op)),
 		strconv.FormatInt(r.Threshold, 10), ms(r.Lock), ms(r.MaxLock), ms(r.Window), ms(r.Memory)}).AsIntSlice()
 	if err != nil {
 		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: %w", err)
@@ -238,12 +238,12 @@ func (s *Store) leaseOp(ctx context.Context, req algo.LeaseRequest, op int) (int
 	if err != nil {
 		return 0, err
 	}
-	c := s.client.Load()
-	if c == nil {
-		return 0, ErrNotConnected
+	c, err := s.conn()
+	if err != nil {
+		return 0, err
 	}
-	key := KeyPrefix + "{" + safeTag(req.Subject) + "}:" + req.Policy + ":lease"
-	vals, err := s.lease.Exec(ctx, *c, []string{key}, []string{now, slack, strconv.Itoa(op),
+	key := plainKey(req.Policy, req.Subject, ":lease")
+	vals, err := s.lease.Exec(ctx, c, []string{key}, []string{now, slack, strconv.Itoa(op),
 		strconv.FormatInt(req.Limit, 10), strconv.FormatInt(req.TTL.Milliseconds(), 10), req.ID}).AsIntSlice()
 	if err != nil {
 		return 0, err
@@ -318,16 +318,16 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	if err != nil {
 		return algo.Decision{}, err
 	}
-	c := s.client.Load()
-	if c == nil {
-		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", ErrNotConnected)
+	c, err := s.conn()
+	if err != nil {
+		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
 	}
 	key, args := KeyFor(req), requestArgs(req, now, slack)
 	var vals []int64
 	if req.Now.IsZero() && s.batch.maxBatch > 1 {
-		vals, err = s.coalesced(ctx, *c, l.Algorithm, key, args)
+		vals, err = s.coalesced(ctx, c, l.Algorithm, key, args)
 	} else {
-		vals, err = s.single(ctx, *c, l.Algorithm, key, args)
+		vals, err = s.single(ctx, c, l.Algorithm, key, args)
 	}
 	if err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
@@ -384,11 +384,11 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		ra := requestArgs(r, now, slack)
 		args = append(append(args, ra[0]), ra[3:]...)
 	}
-	c := s.client.Load()
-	if c == nil {
-		return nil, fmt.Errorf("deciding in redis: %w", ErrNotConnected)
+	c, err := s.conn()
+	if err != nil {
+		return nil, fmt.Errorf("deciding in redis: %w", err)
 	}
-	vals, err := s.multi.Exec(ctx, *c, keys, args).AsIntSlice()
+	vals, err := s.multi.Exec(ctx, c, keys, args).AsIntSlice()
 	if err != nil {
 		return nil, fmt.Errorf("deciding in redis: %w", err)
 	}
@@ -401,6 +401,21 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		ds[i] = algo.Result{Allowed: v[0] == 1, Limit: r.Limit.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3], Delay: v[4]}.Decision()
 	}
 	return ds, nil
+}
+
+// conn returns the client, or ErrNotConnected for a store from Open that
+// has not reached Redis yet.
+func (s *Store) conn() (rueidis.Client, error) {
+	c := s.client.Load()
+	if c == nil {
+		return nil, ErrNotConnected
+	}
+	return *c, nil
+}
+
+// plainKey is rl:v1:{<subject>}:<policy><suffix>.
+func plainKey(policy, subject, suffix string) string {
+	return KeyPrefix + "{" + safeTag(subject) + "}:" + policy + suffix
 }
 
 // Key returns the Redis key holding the state of subject under policy,
@@ -452,11 +467,11 @@ func safeTag(subject string) string {
 
 // Ping checks that Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
-	c := s.client.Load()
-	if c == nil {
-		return fmt.Errorf("pinging redis: %w", ErrNotConnected)
+	c, err := s.conn()
+	if err != nil {
+		return fmt.Errorf("pinging redis: %w", err)
 	}
-	if err := (*c).Do(ctx, (*c).B().Ping().Build()).Error(); err != nil {
+	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		return fmt.Errorf("pinging redis: %w", err)
 	}
 	return nil
