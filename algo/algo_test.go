@@ -53,6 +53,43 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestPrepared checks that a prepared limit decides as Decide does, with
+// the same errors, and that the zero Prepared refuses to decide.
+func TestPrepared(t *testing.T) {
+	vectors.Run(t, func(t *testing.T) vectors.DecideFunc {
+		var s algo.State
+		return func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error) {
+			p, err := l.Prepare()
+			if err != nil {
+				return algo.Decision{}, err
+			}
+			r, _, err := p.Decide(&s, now.UnixMilli(), cost)
+			return r.Decision(), err
+		}
+	})
+	l := algo.Limit{Rate: 5, Period: time.Second}
+	p, err := l.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cost := range []int64{-1, 6} {
+		var s1, s2 algo.State
+		_, _, want := algo.Decide(l, &s1, 1, cost)
+		_, _, got := p.Decide(&s2, 1, cost)
+		if want == nil || got == nil || got.Error() != want.Error() {
+			t.Errorf("cost %d: prepared error %v, Decide error %v", cost, got, want)
+		}
+	}
+	if _, err := (algo.Limit{}).Prepare(); !errors.Is(err, algo.ErrInvalidLimit) {
+		t.Errorf("Prepare of the zero Limit: %v, want ErrInvalidLimit", err)
+	}
+	var zero algo.Prepared
+	var s algo.State
+	if _, _, err := zero.Decide(&s, 1, 1); !errors.Is(err, algo.ErrInvalidLimit) {
+		t.Errorf("zero Prepared decided: %v, want ErrInvalidLimit", err)
+	}
+}
+
 func TestParseAlgorithm(t *testing.T) {
 	for _, a := range algo.Algorithms() {
 		got, err := algo.ParseAlgorithm(a.String())

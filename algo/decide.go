@@ -47,14 +47,35 @@ func (r Result) Decision() Decision {
 }
 
 // CheckCost validates cost against the limit's capacity.
-func (l Limit) CheckCost(cost int64) error {
+func (l Limit) CheckCost(cost int64) error { return checkCost(cost, l.Capacity()) }
+
+func checkCost(cost, capacity int64) error {
 	if cost < 0 {
 		return fmt.Errorf("%w: %d", ErrNegativeCost, cost)
 	}
-	if c := l.Capacity(); cost > c {
-		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsBurst, cost, c)
+	if cost > capacity {
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsBurst, cost, capacity)
 	}
 	return nil
+}
+
+// Prepared is a [Limit] already validated and converted to the integer
+// units the algorithms work in, so that deciding many requests under one
+// limit does not repeat that work. Get one from [Limit.Prepare]; the zero
+// Prepared is not a valid limit and every decision with it fails with
+// [ErrInvalidLimit].
+type Prepared struct {
+	p params
+}
+
+// Prepare validates l, as [Limit.Validate] does, and returns it ready for
+// [Prepared.Decide].
+func (l Limit) Prepare() (Prepared, error) {
+	p, err := l.params()
+	if err != nil {
+		return Prepared{}, err
+	}
+	return Prepared{p: p}, nil
 }
 
 // Decide applies one request of the given cost at time nowMS (milliseconds
@@ -68,11 +89,21 @@ func (l Limit) CheckCost(cost int64) error {
 // earliest time its state could have been written), and the durations in
 // the result are still measured from nowMS.
 func Decide(l Limit, s *State, nowMS, cost int64) (r Result, ttl int64, err error) {
-	p, err := l.params()
+	p, err := l.Prepare()
 	if err != nil {
 		return r, 0, err
 	}
-	if err := l.CheckCost(cost); err != nil {
+	return p.Decide(s, nowMS, cost)
+}
+
+// Decide is [Decide] under the prepared limit: the same results, state
+// changes and errors, without validating the limit again.
+func (pl *Prepared) Decide(s *State, nowMS, cost int64) (r Result, ttl int64, err error) {
+	p := &pl.p
+	if p.n < 1 {
+		return r, 0, fmt.Errorf("%w: the limit was not prepared", ErrInvalidLimit)
+	}
+	if err := checkCost(cost, p.cap); err != nil {
 		return r, 0, err
 	}
 	if nowMS < 0 {
@@ -81,17 +112,17 @@ func Decide(l Limit, s *State, nowMS, cost int64) (r Result, ttl int64, err erro
 	var eff int64
 	switch p.alg {
 	case GCRA:
-		r, eff = gcra(p, s, nowMS, cost)
+		r, eff = gcra(*p, s, nowMS, cost)
 	case TokenBucket:
-		r, eff = tokenBucket(p, s, nowMS, cost)
+		r, eff = tokenBucket(*p, s, nowMS, cost)
 	case LeakyBucket:
-		r, eff = leakyBucket(p, s, nowMS, cost)
+		r, eff = leakyBucket(*p, s, nowMS, cost)
 	case FixedWindow:
-		r, eff = fixedWindow(p, s, nowMS, cost)
+		r, eff = fixedWindow(*p, s, nowMS, cost)
 	case SlidingWindowLog:
-		r, eff = slidingLog(p, s, nowMS, cost)
+		r, eff = slidingLog(*p, s, nowMS, cost)
 	case SlidingWindowCounter:
-		r, eff = slidingCounter(p, s, nowMS, cost)
+		r, eff = slidingCounter(*p, s, nowMS, cost)
 	}
 	// The algorithm decided at eff >= nowMS; report durations from nowMS.
 	if off := eff - nowMS; off > 0 {
