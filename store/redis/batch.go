@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,17 +18,18 @@ import (
 // whole server on a standalone or Sentinel deployment, one hash slot on a
 // Cluster (one script call may only touch one slot). A lane lets at most
 // maxCalls script calls run at once. A request that finds a call free makes
-// its own call, through its algorithm's script, exactly as without
-// batching: at low load nothing waits and nothing changes. A request that
-// finds every call busy joins the lane's queue; when a call finishes and
-// the queue is not empty, that call's turn passes to a flusher goroutine,
-// which sends whatever is queued (up to MaxBatch requests) as one call of
-// batch.lua, and again until the queue is empty, then exits. So batches
-// form only while Redis is busy, as large as the concurrency makes them,
-// and no timer ever holds a request back. A request in a batch that fails
-// fails alone (batch.lua catches its error); a batch that Redis refuses
-// with TRYAGAIN (its slot is migrating, with keys on both nodes) is decided
-// request by request.
+// its own call of decide.lua, exactly as without batching: at low load
+// nothing waits and nothing changes. A request that finds every call busy
+// joins the lane's queue; when a call finishes and the queue is not empty,
+// that call's turn passes to a flusher goroutine, which sends whatever is
+// queued (up to MaxBatch requests) as one call of decide.lua, and again
+// until the queue is empty, then exits. So batches form only while Redis
+// is busy, as large as the concurrency makes them, and no timer ever holds
+// a request back. decide.lua reads each key once and writes each key once
+// per call, so a hot key's batch costs Redis one GET and one SET. A request
+// in a batch that fails fails alone (decide.lua catches its error); a batch
+// that Redis refuses with TRYAGAIN (its slot is migrating, with keys on
+// both nodes) is decided request by request.
 
 // defaultMaxBatch is the largest batch when Options.MaxBatch is zero.
 const defaultMaxBatch = 64
@@ -45,17 +45,43 @@ var maxCalls = min(max(2, runtime.GOMAXPROCS(0)), 4)
 
 // pending is a request waiting in a lane's queue.
 type pending struct {
-	ctx  context.Context
-	alg  algo.Algorithm
-	key  string
-	args []string     // see requestArgs
-	res  chan outcome // buffered: the flusher never waits for the caller
+	ctx    context.Context
+	key    string
+	packed [reqSize]byte // see appendRequest
+	res    chan outcome  // buffered: the flusher never waits for the caller
 }
 
-// outcome is a script's answer to one request: the five values of finish.
+// outcome is a script's answer to one request: the five values of finish,
+// or the request's own error.
 type outcome struct {
-	vals []int64
+	vals [5]int64
 	err  error
+}
+
+// decision returns the decision o reports for a request under l.
+func (o outcome) decision(l algo.Limit) algo.Decision {
+	v := o.vals
+	return algo.Result{Allowed: v[0] == 1, Limit: l.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3], Delay: v[4]}.Decision()
+}
+
+// outcomes splits a script's reply into k requests' outcomes. A request
+// the script failed has an error reply in its first slot.
+func outcomes(msgs []rueidis.RedisMessage, k int) ([]outcome, error) {
+	if len(msgs) != 5*k {
+		return nil, fmt.Errorf("script returned %d values, want %d", len(msgs), 5*k)
+	}
+	outs := make([]outcome, k)
+	for i := range outs {
+		for j := range 5 {
+			v, err := msgs[5*i+j].AsInt64()
+			if err != nil {
+				outs[i] = outcome{err: err}
+				break
+			}
+			outs[i].vals[j] = v
+		}
+	}
+	return outs, nil
 }
 
 // lane is one coalescing domain: its queue and the calls running for it.
@@ -67,82 +93,52 @@ type lane struct {
 
 // batcher is the coalescing state of a [Store].
 type batcher struct {
-	maxBatch  int          // 1: no batching
-	script    *rueidis.Lua // batch.lua
-	whole     lane         // standalone and Sentinel
-	slotsOnce sync.Once    // allocates slots on first use on a Cluster
+	maxBatch  int       // 1: no batching
+	whole     lane      // standalone and Sentinel
+	slotsOnce sync.Once // allocates slots on first use on a Cluster
 	slots     *[clusterSlots]atomic.Pointer[lane]
 	mu        sync.Mutex // orders closed against flushers.Add
 	closed    atomic.Bool
 	flushers  sync.WaitGroup
 }
 
-// BatchScript returns the source of the script that decides several
-// independent requests, in order, in one call.
-func BatchScript() (string, error) {
-	files := []string{"prelude.lua"}
-	for _, a := range algo.Algorithms() {
-		files = append(files, scriptFiles[a])
-	}
-	return concat(append(files, "batch.lua")...)
-}
-
-// requestArgs encodes a request for either script: the algorithm, then the
-// nine arguments of its single script (now, slack, rate, period, capacity,
-// cost, max delay, calendar, zone offset). The single script takes
-// args[1:]; batch.lua takes args[0] and args[3:] per request.
-func requestArgs(r algo.Request, now, slack string) []string {
-	l := r.Limit
-	return []string{
-		strconv.Itoa(int(l.Algorithm)),
-		now,
-		slack,
-		strconv.FormatInt(l.Rate, 10),
-		strconv.FormatInt(l.Period.Milliseconds(), 10),
-		strconv.FormatInt(l.Capacity(), 10),
-		strconv.FormatInt(r.Cost, 10),
-		strconv.FormatInt(l.MaxDelay.Milliseconds(), 10),
-		strconv.Itoa(int(l.Calendar)),
-		strconv.FormatInt(l.ZoneOffset(zoneTime(r.Now)), 10),
-	}
-}
-
-// single decides one request with its algorithm's script.
-func (s *Store) single(ctx context.Context, c rueidis.Client, a algo.Algorithm, key string, args []string) ([]int64, error) {
-	vals, err := s.scripts[a].Exec(ctx, c, []string{key}, args[1:]).AsIntSlice()
+// single decides one request with its own call of decide.lua.
+func (s *Store) single(ctx context.Context, c rueidis.Client, key, now, slack string, packed []byte) outcome {
+	msgs, err := s.decide.Exec(ctx, c, []string{key}, []string{now, slack, string(packed)}).ToArray()
 	if err != nil {
-		return nil, err
+		return outcome{err: err}
 	}
-	if len(vals) != 5 {
-		return nil, fmt.Errorf("script returned %d values, want 5", len(vals))
+	outs, err := outcomes(msgs, 1)
+	if err != nil {
+		return outcome{err: err}
 	}
-	return vals, nil
+	return outs[0]
 }
 
 // coalesced decides a request on Redis' clock, alone if a call is free in
 // its lane, else in the lane's next batch.
-func (s *Store) coalesced(ctx context.Context, c rueidis.Client, a algo.Algorithm, key string, args []string) ([]int64, error) {
+func (s *Store) coalesced(ctx context.Context, c rueidis.Client, key string, packed *[reqSize]byte) outcome {
 	b := &s.batch
 	if b.closed.Load() {
-		return s.single(ctx, c, a, key, args)
+		return s.single(ctx, c, key, "", "0", packed[:])
 	}
 	ln := b.laneFor(c, key)
 	ln.mu.Lock()
 	if ln.busy < maxCalls { // then the queue is empty: see release
 		ln.busy++
 		ln.mu.Unlock()
-		vals, err := s.single(ctx, c, a, key, args)
+		o := s.single(ctx, c, key, "", "0", packed[:])
 		s.release(ln)
-		return vals, err
+		return o
 	}
-	p := &pending{ctx: ctx, alg: a, key: key, args: args, res: make(chan outcome, 1)}
+	p := &pending{ctx: ctx, key: key, packed: *packed, res: make(chan outcome, 1)}
 	ln.queue = append(ln.queue, p)
 	ln.mu.Unlock()
 	select {
 	case o := <-p.res:
-		return o.vals, o.err
+		return o
 	case <-ctx.Done():
-		return nil, ctx.Err() // the request may yet be decided, as after a timeout
+		return outcome{err: ctx.Err()} // the request may yet be decided, as after a timeout
 	}
 }
 
@@ -211,54 +207,39 @@ func (s *Store) send(batch []*pending) {
 		return
 	case 1:
 		p := live[0]
-		vals, err := s.single(p.ctx, c, p.alg, p.key, p.args)
-		p.res <- outcome{vals, err}
+		p.res <- s.single(p.ctx, c, p.key, "", "0", p.packed[:])
 		return
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	keys := make([]string, len(live))
-	args := make([]string, 0, 3+8*len(live))
-	args = append(args, "", "0", strconv.Itoa(len(live)))
+	packed := make([]byte, 0, reqSize*len(live))
 	for i, p := range live {
 		keys[i] = p.key
-		args = append(args, p.args[0])
-		args = append(args, p.args[3:]...)
+		packed = append(packed, p.packed[:]...)
 	}
-	msgs, err := s.batch.script.Exec(ctx, c, keys, args).ToArray()
+	msgs, err := s.decide.Exec(ctx, c, keys, []string{"", "0", string(packed)}).ToArray()
 	if re, ok := rueidis.IsRedisErr(err); ok && re.IsTryAgain() {
 		// A Cluster slot in migration has some of the keys on each node,
 		// and Redis ran nothing: decide the requests one by one, each
 		// following its own redirection.
 		var wg sync.WaitGroup
 		for _, p := range live {
-			wg.Go(func() {
-				vals, err := s.single(p.ctx, c, p.alg, p.key, p.args)
-				p.res <- outcome{vals, err}
-			})
+			wg.Go(func() { p.res <- s.single(p.ctx, c, p.key, "", "0", p.packed[:]) })
 		}
 		wg.Wait()
 		return
 	}
-	if err == nil && len(msgs) != 5*len(live) {
-		err = fmt.Errorf("batch script returned %d values, want %d", len(msgs), 5*len(live))
+	var outs []outcome
+	if err == nil {
+		outs, err = outcomes(msgs, len(live))
 	}
-	if err != nil {
-		for _, p := range live {
-			p.res <- outcome{err: err}
-		}
-		return
-	}
-	vals := make([]int64, len(msgs))
 	for i, p := range live {
-		o := outcome{vals: vals[5*i : 5*i+5 : 5*i+5]}
-		for j := range 5 {
-			if o.vals[j], err = msgs[5*i+j].AsInt64(); err != nil {
-				o = outcome{err: err}
-				break
-			}
+		if err != nil {
+			p.res <- outcome{err: err}
+		} else {
+			p.res <- outs[i]
 		}
-		p.res <- o
 	}
 }
 

@@ -120,17 +120,17 @@ func TestCoalescing(t *testing.T) {
 	}
 }
 
-// TestBatchScriptMatchesSingle drives random batches through batch.lua
+// TestBatchScriptMatchesSingle drives random batches through decide.lua
 // directly, at explicit times, several requests per key per batch, and
-// requires every result to equal what the single scripts decide for the
-// same requests made one after another.
+// requires every result to equal what the store decides for the same
+// requests made one call after another.
 func TestBatchScriptMatchesSingle(t *testing.T) {
 	c := srv.NewClient(t)
 	s, err := rstore.New(c, rstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := rstore.BatchScript()
+	src, err := rstore.DecideScript()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,19 +158,16 @@ func TestBatchScriptMatchesSingle(t *testing.T) {
 			k := 1 + int(next(6))
 			want := make([]algo.Decision, k)
 			keys := make([]string, k)
-			args := []string{strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt((10 * time.Minute).Milliseconds(), 10), strconv.Itoa(k)}
+			reqs := make([]algo.Request, k)
 			for i := range k {
 				req := algo.Request{Policy: pa, Subject: []string{"x", "y"}[next(2)], Limit: l, Cost: next(l.Capacity() + 1), Now: now}
 				if want[i], err = s.Allow(ctx, req); err != nil {
 					t.Fatal(err)
 				}
 				req.Policy = pb
-				keys[i] = rstore.KeyFor(req)
-				args = append(args, strconv.Itoa(int(l.Algorithm)), strconv.FormatInt(l.Rate, 10),
-					strconv.FormatInt(l.Period.Milliseconds(), 10), strconv.FormatInt(l.Capacity(), 10),
-					strconv.FormatInt(req.Cost, 10), strconv.FormatInt(l.MaxDelay.Milliseconds(), 10),
-					strconv.Itoa(int(l.Calendar)), strconv.FormatInt(l.ZoneOffset(now.UnixMilli()), 10))
+				keys[i], reqs[i] = rstore.KeyFor(req), req
 			}
+			args := []string{strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt((10 * time.Minute).Milliseconds(), 10), rstore.Pack(reqs...)}
 			vals, err := batch.Exec(ctx, c, keys, args).AsIntSlice()
 			if err != nil {
 				t.Fatal(err)
@@ -182,8 +179,8 @@ func TestBatchScriptMatchesSingle(t *testing.T) {
 				v := vals[5*i:]
 				got := algo.Result{Allowed: v[0] == 1, Limit: l.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3], Delay: v[4]}.Decision()
 				if got != want[i] {
-					t.Fatalf("%v step %d request %d of %d (%s, cost %s):\nsingle %+v\n batch %+v",
-						l, step, i+1, k, keys[i], args[3+8*i+5-1], want[i], got)
+					t.Fatalf("%v step %d request %d of %d (%s, cost %d):\nsingle %+v\n batch %+v",
+						l, step, i+1, k, keys[i], reqs[i].Cost, want[i], got)
 				}
 			}
 		}
@@ -191,35 +188,54 @@ func TestBatchScriptMatchesSingle(t *testing.T) {
 }
 
 // TestBatchScriptIsolatesErrors: a request that fails inside a batch gets
-// its own error, and the others are decided.
+// its own error, and the others are decided, for every algorithm; state
+// the scripts cannot read counts as none.
 func TestBatchScriptIsolatesErrors(t *testing.T) {
 	c := srv.NewClient(t)
-	src, err := rstore.BatchScript()
+	src, err := rstore.DecideScript()
 	if err != nil {
 		t.Fatal(err)
 	}
+	script := rueidis.NewLuaScript(src)
 	ctx := context.Background()
-	p := unique("bs-err")
-	bad := rstore.Key(p, "bad", algo.SlidingWindowLog)
-	if err := c.Do(ctx, c.B().Set().Key(bad).Value("x").Px(time.Minute).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	good := rstore.Key(p, "good", algo.SlidingWindowLog)
-	req := []string{strconv.Itoa(int(algo.SlidingWindowLog)), "5", "1000", "5", "1", "0", "0", "0"}
-	args := append(append(append([]string{"", "0", "3"}, req...), req...), req...)
-	msgs, err := rueidis.NewLuaScript(src).Exec(ctx, c, []string{good, bad, good}, args).ToArray()
-	if err != nil || len(msgs) != 15 {
-		t.Fatalf("%d values, %v", len(msgs), err)
-	}
-	if _, err := msgs[5].AsInt64(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-		t.Errorf("request on a key of the wrong type: %v, want WRONGTYPE", err)
-	}
-	for i, wantRem := range map[int]int64{0: 4, 2: 3} {
-		if a, _ := msgs[5*i].AsInt64(); a != 1 {
-			t.Errorf("request %d refused", i)
+	for _, a := range algo.Algorithms() {
+		p := unique("bs-err")
+		bad, good := rstore.Key(p, "bad", a), rstore.Key(p, "good", a)
+		// A string where the log keeps a sorted set, a list where the
+		// others keep a string.
+		wrong := c.B().Lpush().Key(bad).Element("x").Build()
+		if a == algo.SlidingWindowLog {
+			wrong = c.B().Set().Key(bad).Value("x").Px(time.Minute).Build()
 		}
-		if r, _ := msgs[5*i+1].AsInt64(); r != wantRem {
-			t.Errorf("request %d: remaining %d, want %d", i, r, wantRem)
+		if err := c.Do(ctx, wrong).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Do(ctx, c.B().Pexpire().Key(bad).Milliseconds(time.Minute.Milliseconds()).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		req := algo.Request{Limit: algo.Limit{Algorithm: a, Rate: 5, Period: time.Hour}, Cost: 1}
+		keys := []string{rstore.Key(p, "other", a), bad, good}
+		if a != algo.SlidingWindowLog {
+			junk := rstore.Key(p, "junk", a)
+			if err := c.Do(ctx, c.B().Set().Key(junk).Value("not state").Px(time.Minute).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			keys[0] = junk
+		}
+		msgs, err := script.Exec(ctx, c, keys, []string{"", "0", rstore.Pack(req, req, req)}).ToArray()
+		if err != nil || len(msgs) != 15 {
+			t.Fatalf("%v: %d values, %v", a, len(msgs), err)
+		}
+		if _, err := msgs[5].AsInt64(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("%v: request on a key of the wrong type: %v, want WRONGTYPE", a, err)
+		}
+		for _, i := range []int{0, 2} {
+			if v, _ := msgs[5*i].AsInt64(); v != 1 {
+				t.Errorf("%v: request %d refused", a, i)
+			}
+			if r, _ := msgs[5*i+1].AsInt64(); r != 4 {
+				t.Errorf("%v: request %d: remaining %d, want 4 (a fresh key charged once)", a, i, r)
+			}
 		}
 	}
 }
@@ -349,7 +365,7 @@ func TestKeySlot(t *testing.T) {
 		{"{user1000}.followers", "user1000"},
 		{"foo{bar}{zap}", "bar"},
 		{"foo{{bar}}zap", "{bar"},
-		{"rl:v1:{alice}:api:gcra", "alice"},
+		{"rl:v2:{alice}:api:gcra", "alice"},
 	}
 	for _, c := range same {
 		if rstore.KeySlot(c[0]) != rstore.KeySlot(c[1]) {

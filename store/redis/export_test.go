@@ -26,16 +26,25 @@ func (s *Store) Busy() int {
 func (s *Store) DecideBatch(ctx context.Context, reqs []algo.Request) ([]algo.Decision, []error) {
 	batch := make([]*pending, len(reqs))
 	for i, r := range reqs {
-		batch[i] = &pending{ctx: ctx, alg: r.Limit.Algorithm, key: KeyFor(r), args: requestArgs(r, "", "0"), res: make(chan outcome, 1)}
+		batch[i] = &pending{ctx: ctx, key: KeyFor(r), res: make(chan outcome, 1)}
+		appendRequest(batch[i].packed[:0], r)
 	}
 	s.send(batch)
 	ds, errs := make([]algo.Decision, len(reqs)), make([]error, len(reqs))
 	for i, p := range batch {
 		o := <-p.res
 		if errs[i] = o.err; o.err == nil {
-			v := o.vals
-			ds[i] = algo.Result{Allowed: v[0] == 1, Limit: reqs[i].Limit.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3], Delay: v[4]}.Decision()
+			ds[i] = o.decision(reqs[i].Limit)
 		}
 	}
 	return ds, errs
+}
+
+// Pack returns reqs packed as the scripts' third argument.
+func Pack(reqs ...algo.Request) string {
+	var b []byte
+	for _, r := range reqs {
+		b = appendRequest(b, r)
+	}
+	return string(b)
 }

@@ -55,11 +55,11 @@ func TestConcurrencyFourClients(t *testing.T) {
 
 func TestKeyLayout(t *testing.T) {
 	cases := []struct{ policy, subject, want string }{
-		{"api", "user-42", "rl:v1:{user-42}:api:gcra"},
-		{"api", "a}b", "rl:v1:{h:"},
-		{"api", "", "rl:v1:{h:"},
-		{"api", "h:deadbeef", "rl:v1:{h:"},
-		{"api", strings.Repeat("x", 65), "rl:v1:{h:"},
+		{"api", "user-42", "rl:v2:{user-42}:api:gcra"},
+		{"api", "a}b", "rl:v2:{h:"},
+		{"api", "", "rl:v2:{h:"},
+		{"api", "h:deadbeef", "rl:v2:{h:"},
+		{"api", strings.Repeat("x", 65), "rl:v2:{h:"},
 	}
 	for _, c := range cases {
 		got := rstore.Key(c.policy, c.subject, algo.GCRA)

@@ -3,7 +3,9 @@
 -- counts on from the members already at that millisecond. Members that have
 -- left the window are removed only when a request is charged, so a refusal
 -- or a query writes nothing. See algo.slidingLog.
-algs[4] = function(key, n, period, cap, cost, write, md)
+-- It reads and writes Redis itself: log(key, n, period, cost, write)
+-- returns the first five values of an algorithm (write false: change nothing).
+local function log(key, n, period, cost, write)
   local now = NOW
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
   if newest then
@@ -35,7 +37,7 @@ algs[4] = function(key, n, period, cap, cost, write, md)
       end
       used = used + cost
       newest = now
-      redis.call('PEXPIRE', key, px(now, period))
+      redis.call('PEXPIRE', key, period + (now - NOW) + slack)
     end
   else
     local need = used + cost - n
@@ -45,5 +47,5 @@ algs[4] = function(key, n, period, cap, cost, write, md)
   local rem, reset = 0, 0
   if n > used then rem = n - used end
   if used > 0 then reset = newest + period - now end
-  return finish(now, allowed, rem, reset, retry)
+  return finish(now, allowed, rem, reset, retry, 0)
 end

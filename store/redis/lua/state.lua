@@ -1,0 +1,82 @@
+-- Requests come packed in ARGV[3], 64 bytes each: eight little-endian
+-- doubles, algorithm, rate n, period (ms), capacity, cost, max delay (ms),
+-- calendar (0 none, 1 day, 2 month), zone offset (ms); KEYS[i] is request
+-- i's key. A call reads each key's state once into cache and writes each
+-- key it charged once, at the end (flush), so requests on one key see each
+-- other's effect in order, exactly as separate calls would.
+local REQS = ARGV[3]
+-- The cache: slot[key] is the key's index j in the parallel arrays KEY,
+-- S1, S2, S3 (its state; S1[j] false when there is none), ALG (its
+-- algorithm) and TTL (the TTL to write, false while nothing is charged);
+-- DIRTY lists the charged keys' indexes in order. Arrays rather than a
+-- table per key: fewer allocations for Redis' Lua to make and collect.
+local slot, KEY, S1, S2, S3, ALG, TTL, DIRTY = {}, {}, {}, {}, {}, {}, {}, {}
+local SIZE = { ['<dd'] = 16, ['<ddd'] = 24 }
+-- whole is true for an integer in [0, 2^53): the only values state holds.
+local function whole(x) return x >= 0 and x < 9007199254740992 and x == floor(x) end
+-- load returns the cache index of key's state, read first if need be, or
+-- nil and the error reply if it cannot be read (a key of another type).
+-- State that is absent or unreadable reads as none.
+local function load(key, a)
+  local j = slot[key]
+  if j then return j end
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then return nil, v end
+  j = #ALG + 1
+  slot[key], KEY[j], S1[j], S2[j], S3[j], ALG[j], TTL[j] = j, key, false, false, false, a, false
+  local f = STATE[a]
+  if v and #v == SIZE[f] then
+    local x, y, z = unpack_(f, v)
+    if f == '<dd' then z = 0 end
+    if whole(x) and whole(y) and whole(z) then
+      S1[j], S2[j] = x, y
+      if f == '<ddd' then S3[j] = z end
+    end
+  end
+  return j
+end
+-- decide decides request i (at cost 0 if zero) and returns its five
+-- values, or false and the error reply; with write it records the new
+-- state for flush.
+local function decide(i, write, zero)
+  local a, n, period, cap, cost, md, cal, off = unpack_('<dddddddd', REQS, i * 64 - 63)
+  if zero then cost = 0 end
+  local key = KEYS[i]
+  if a == 4 then
+    local ok, r1, r2, r3, r4, r5 = pcall(log, key, n, period, cost, write)
+    if not ok then return false, r1 end
+    return r1, r2, r3, r4, r5
+  end
+  local j, err = load(key, a)
+  if not j then return false, err end
+  local x = S1[j]
+  local allowed, rem, reset, retry, delay, w1, w2, w3, ttl
+  if x then
+    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, S2[j], S3[j], n, period, cap, cost, md, cal, off)
+  else
+    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](nil, nil, nil, n, period, cap, cost, md, cal, off)
+  end
+  if write and w1 then
+    if not TTL[j] then DIRTY[#DIRTY + 1] = j end
+    S1[j], S2[j], S3[j], TTL[j] = w1, w2, w3 or false, ttl
+  end
+  return allowed, rem, reset, retry, delay
+end
+-- flush writes every charged key's state with its TTL. It returns the
+-- keys whose write failed, with the errors.
+local function flush()
+  local failed
+  for _, j in ipairs(DIRTY) do
+    local ok, err = pcall(redis.call, 'SET', KEY[j], pack(STATE[ALG[j]], S1[j], S2[j], S3[j]), 'PX', TTL[j] + slack)
+    if not ok then
+      failed = failed or {}
+      failed[KEY[j]] = err
+    end
+  end
+  return failed
+end
+-- errmsg returns the text of a Lua or Redis error.
+local function errmsg(e)
+  if type(e) == 'table' and e.err then return e.err end
+  return tostring(e)
+end
