@@ -2,10 +2,12 @@
 // process, decided by the same algorithms as the Redis store (package algo),
 // so the two cannot disagree.
 //
-// The store is sharded by subject, each shard behind its own mutex, so
-// decisions for different subjects proceed in parallel. Every key expires
-// when its state becomes equivalent to a fresh key (a full bucket, an
-// elapsed window); expired keys are dropped on access and by a background
+// Each key's state has its own lock, so decisions for different keys
+// proceed in parallel; a decision for a key already held takes no other
+// lock. Keys are sharded by group (the subject, or the tag), and a shard's
+// lock serializes adding and dropping keys. Every key expires when its
+// state becomes equivalent to a fresh key (a full bucket, an elapsed
+// window); expired keys are dropped on access and by a background
 // sweep, so memory is bounded by the keys active within their window.
 //
 // # Key cap
@@ -25,6 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,9 +70,8 @@ type Options struct {
 
 // A key is the algorithm, then the policy, the tag and the subject, the
 // first two length-prefixed so that no two different keys share bytes.
-// Shards map string(key) to entries: one string to hash and compare, and
-// lookups through m[string(b)] do not allocate; only a new key's string
-// is allocated, once.
+// Keys are built in a buffer on the stack, hashed with the store's seed,
+// and compared with the copy held in the entry.
 func appendKey(b []byte, policy, tag, subject string, alg algo.Algorithm) []byte {
 	b = append(b, byte(alg))
 	b = binary.AppendUvarint(b, uint64(len(policy)))
@@ -79,7 +82,7 @@ func appendKey(b []byte, policy, tag, subject string, alg algo.Algorithm) []byte
 }
 
 // keyOf appends the key of a rate-limit request to b.
-func keyOf(b []byte, r algo.Request) []byte {
+func keyOf(b []byte, r *algo.Request) []byte {
 	tag := r.Tag
 	if tag == r.Subject {
 		tag = ""
@@ -87,27 +90,307 @@ func keyOf(b []byte, r algo.Request) []byte {
 	return appendKey(b, r.Policy, tag, r.Subject, r.Limit.Algorithm)
 }
 
-func (s *Store) shardOf(r algo.Request) *shard {
-	return &s.shards[maphash.String(s.seed, r.Group())&s.mask]
+// hashKey returns the hash of key k.
+func (s *Store) hashKey(k []byte) uint64 { return maphash.Bytes(s.seed, k) }
+
+// shardOf returns the shard of a group. The requests of one group share a
+// shard so that [Store.AllowAll] can decide them under one lock.
+func (s *Store) shardOf(group string) *shard {
+	return &s.shards[maphash.String(s.seed, group)&s.mask]
 }
 
+// inlineKey is how many bytes of its key an entry holds in place; longer
+// keys live in the entry's ext, and longKey in klen marks them.
+const (
+	inlineKey = 42
+	longKey   = 0xff
+)
+
+// An entry is one key's state: 128 bytes, the key included, so that a
+// decision reads one block of memory besides the table. Its mutex guards
+// every field but idx. Entries are found without the shard lock (see
+// [shard]), so whoever locks an entry must check that it is still live and
+// still holds the key looked for.
 type entry struct {
+	mu     sync.Mutex
+	hash   uint64
+	expire int64 // ms; the state is fresh from then on
 	st     algo.State
-	expire int64            // ms; the state is fresh from then on
+	ext    *entryExt
+	idx    uint32 // index in the shard's slab; set once
+	live   bool   // in its shard's table; false once deleted
+	klen   uint8
+	kin    [inlineKey]byte
+}
+
+// entryExt holds an entry's rarely used parts.
+type entryExt struct {
+	key    string           // the key, when longer than inlineKey
 	leases map[string]int64 // concurrency leases: id -> expiry (ms)
 }
 
+// hasKey reports whether e holds key k.
+func (e *entry) hasKey(k []byte) bool {
+	if len(k) <= inlineKey {
+		return int(e.klen) == len(k) && string(e.kin[:len(k)]) == string(k)
+	}
+	return e.klen == longKey && e.ext.key == string(k)
+}
+
+// reset makes e a fresh entry for key k with hash h.
+func (e *entry) reset(h uint64, k []byte) {
+	e.hash, e.expire, e.st, e.ext = h, 0, algo.State{}, nil
+	if len(k) <= inlineKey {
+		e.klen = uint8(len(k))
+		copy(e.kin[:], k)
+	} else {
+		e.klen = longKey
+		e.ext = &entryExt{key: string(k)}
+	}
+}
+
 // Pseudo-algorithms that keep the login guard's and the leases' state in
-// the same sharded map.
+// the same shards.
 const (
 	lockoutKind algo.Algorithm = 250
 	leaseKind   algo.Algorithm = 251
 )
 
+// A table is an open-addressing hash table, probed linearly, of references
+// to a shard's entries. A slot is 8 bytes so that the tables, the one part
+// of a decision read in no particular order, stay small enough to be
+// cached: slotEmpty, slotDeleted, or the high 32 bits of the key's hash
+// and the entry's slab index plus 2. Tables are read without locks, so
+// slots are atomic; they are written under the shard lock, and a table is
+// replaced, never resized in place.
+type table struct {
+	slots []atomic.Uint64
+	mask  uint64
+}
+
+const (
+	slotEmpty   = 0
+	slotDeleted = 1
+	minSlots    = 8
+)
+
+func newTable(size int) *table {
+	return &table{slots: make([]atomic.Uint64, size), mask: uint64(size - 1)}
+}
+
+// slotOf returns the slot value of the entry with index idx and hash h.
+func slotOf(h uint64, idx uint32) uint64 { return h>>32<<32 | uint64(idx+2) }
+
+// full reports whether a table of size slots with n of them in use is too
+// full to take one more: at most 13/16, which keeps probes within a cache
+// line or two.
+func full(n, size int) bool { return 16*(n+1) > 13*size }
+
+// A slab is the store's entries, in chunks that never move, so that an
+// entry's address stays valid for readers without the shard lock.
+type slab struct {
+	chunks []*[chunkSize]entry
+}
+
+const chunkSize = 256
+
+// at returns the entry with index idx, or nil if the slab has none.
+func (sl *slab) at(idx uint32) *entry {
+	if c := int(idx / chunkSize); c < len(sl.chunks) {
+		return &sl.chunks[c][idx%chunkSize]
+	}
+	return nil
+}
+
+// A shard holds the keys of the groups that hash to it. A decision for a
+// key the shard already holds takes only that entry's lock: the table is
+// probed without the shard lock and the entry then checked under its own.
+// The shard lock serializes changes (new keys, the sweep, the table's
+// growth) and decisions over several keys at once. Whoever holds both
+// locks took the shard lock first.
 type shard struct {
-	mu sync.Mutex
-	m  map[string]*entry
-	_  [40]byte // keep shards on separate cache lines
+	mu   sync.Mutex
+	tab  atomic.Pointer[table]
+	live int      // entries in the table
+	used int      // slots not empty: entries and deleted slots
+	_    [96]byte // keep shards on separate cache lines
+}
+
+// entrySlab hands out the entries of all shards from one slab, lowest free
+// index first, so that the live entries stay packed at its bottom (and in
+// the order they were added), and the sweep can let go of empty chunks at
+// its top. Its lock is taken after any shard or entry lock.
+type entrySlab struct {
+	dir  atomic.Pointer[slab]
+	mu   sync.Mutex
+	n    int      // entry indexes handed out so far
+	free []uint64 // bitmap of the free indexes below n
+	low  int      // no word of free below low has a bit set
+	_    [64]byte // keep the counters that follow off this cache line
+}
+
+// find returns the live entry for key k with hash h, locked, or nil.
+// Without sh.mu it may miss a key being added or moved; under sh.mu it
+// finds every key.
+func (s *Store) find(sh *shard, h uint64, k []byte) *entry {
+	t := sh.tab.Load()
+	tag := h >> 32
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		v := t.slots[i].Load()
+		if v == slotEmpty {
+			return nil
+		}
+		if v>>32 != tag || v == slotDeleted {
+			continue
+		}
+		if e := s.ents.dir.Load().at(uint32(v) - 2); e != nil {
+			e.mu.Lock()
+			if e.live && e.hash == h && e.hasKey(k) {
+				return e
+			}
+			e.mu.Unlock()
+		}
+	}
+}
+
+// insert adds an entry for key k with hash h, which sh does not hold, and
+// returns it locked. The caller holds sh.mu and has reserved the key.
+func (s *Store) insert(sh *shard, h uint64, k []byte) *entry {
+	t := sh.tab.Load()
+	switch {
+	case full(sh.live, len(t.slots)):
+		t = s.rehash(sh, 2*len(t.slots))
+	case full(sh.used, len(t.slots)):
+		// Mostly deleted slots: clean up, and shrink if nearly empty.
+		size := len(t.slots)
+		for size > minSlots && 16*(sh.live+1) <= size {
+			size /= 2
+		}
+		t = s.rehash(sh, size)
+	}
+	e := s.ents.alloc()
+	e.mu.Lock()
+	e.reset(h, k)
+	e.live = true
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		if v := t.slots[i].Load(); v == slotEmpty || v == slotDeleted {
+			if v == slotEmpty {
+				sh.used++
+			}
+			sh.live++
+			t.slots[i].Store(slotOf(h, e.idx))
+			return e
+		}
+	}
+}
+
+// alloc returns an unused entry, the one with the lowest free index.
+func (es *entrySlab) alloc() *entry {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	for w := es.low; w < len(es.free); w++ {
+		if b := es.free[w]; b != 0 {
+			es.low = w
+			i := bits.TrailingZeros64(b)
+			es.free[w] &^= 1 << i
+			return es.dir.Load().at(uint32(w*64 + i))
+		}
+	}
+	es.low = len(es.free)
+	idx := es.n
+	es.n++
+	if idx/64 == len(es.free) {
+		es.free = append(es.free, 0)
+	}
+	sl := es.dir.Load()
+	if idx/chunkSize == len(sl.chunks) {
+		c := new([chunkSize]entry)
+		for i := range c {
+			c[i].idx = uint32(idx + i)
+		}
+		sl = &slab{chunks: append(sl.chunks[:len(sl.chunks):len(sl.chunks)], c)}
+		es.dir.Store(sl)
+	}
+	return sl.at(uint32(idx))
+}
+
+// release makes the deleted entry e free for reuse. The caller holds e.mu.
+func (es *entrySlab) release(e *entry) {
+	e.reset(0, nil) // let go of what it points to
+	w := int(e.idx / 64)
+	es.mu.Lock()
+	es.free[w] |= 1 << (e.idx % 64)
+	es.low = min(es.low, w)
+	es.mu.Unlock()
+}
+
+// trim lets go of the chunk at the top of the slab while its entries are
+// all free.
+func (es *entrySlab) trim() {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	for es.n > 0 {
+		base := (es.n - 1) / chunkSize * chunkSize
+		for i := base; i < es.n; i++ {
+			if es.free[i/64]&(1<<(i%64)) == 0 {
+				return
+			}
+		}
+		clear(es.free[base/64:])
+		es.free = es.free[:base/64]
+		es.n = base
+		es.low = min(es.low, len(es.free))
+		sl := es.dir.Load()
+		es.dir.Store(&slab{chunks: sl.chunks[: len(sl.chunks)-1 : len(sl.chunks)-1]})
+	}
+}
+
+// rehash replaces sh's table by one of size slots without deleted slots
+// and returns it. The caller holds sh.mu.
+func (s *Store) rehash(sh *shard, size int) *table {
+	old, t := sh.tab.Load(), newTable(size)
+	for i := range old.slots {
+		v := old.slots[i].Load()
+		if v == slotEmpty || v == slotDeleted {
+			continue
+		}
+		e := s.ents.dir.Load().at(uint32(v) - 2)
+		for j := e.hash & t.mask; ; j = (j + 1) & t.mask {
+			if t.slots[j].Load() == slotEmpty {
+				t.slots[j].Store(v)
+				break
+			}
+		}
+	}
+	sh.used = sh.live
+	sh.tab.Store(t)
+	return t
+}
+
+// remove takes the live entry e out of sh's table; the caller then
+// releases it, or keeps it to release later. The caller holds sh.mu and
+// e.mu.
+func (sh *shard) remove(e *entry) {
+	t := sh.tab.Load()
+	v := slotOf(e.hash, e.idx)
+	for i := e.hash & t.mask; ; i = (i + 1) & t.mask {
+		if t.slots[i].Load() == v {
+			sh.removeAt(t, i, e)
+			return
+		}
+	}
+}
+
+func (sh *shard) removeAt(t *table, i uint64, e *entry) {
+	if t.slots[(i+1)&t.mask].Load() == slotEmpty {
+		// No probe goes past an empty slot, so this one can be empty too.
+		t.slots[i].Store(slotEmpty)
+		sh.used--
+	} else {
+		t.slots[i].Store(slotDeleted)
+	}
+	e.live = false
+	sh.live--
 }
 
 // Store is the in-memory [tollgate.Store]. It is safe for concurrent use.
@@ -118,6 +401,9 @@ type Store struct {
 	seed    maphash.Seed
 	now     func() time.Time
 	maxKeys int64
+
+	ents   entrySlab
+	limits [limitCache]atomic.Pointer[prepared]
 
 	keys      atomic.Int64
 	overflows atomic.Uint64
@@ -163,8 +449,9 @@ func New(opts Options) *Store {
 		s.maxKeys = DefaultMaxKeys
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*entry)
+		s.shards[i].tab.Store(newTable(minSlots))
 	}
+	s.ents.dir.Store(&slab{})
 	interval := opts.SweepInterval
 	if interval == 0 {
 		interval = DefaultSweepInterval
@@ -186,12 +473,14 @@ func (s *Store) Close() error {
 
 // Allow implements [tollgate.Store].
 func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
-	d, err := s.allow(ctx, req)
-	if errors.Is(err, ErrFull) && s.sweepIfDue() {
-		d, err = s.allow(ctx, req) // the sweep may have made room
-	}
-	if errors.Is(err, ErrFull) {
-		s.overflows.Add(1)
+	d, err := s.allow(ctx, &req)
+	if err != nil && errors.Is(err, ErrFull) {
+		if s.sweepIfDue() {
+			d, err = s.allow(ctx, &req) // the sweep may have made room
+		}
+		if errors.Is(err, ErrFull) {
+			s.overflows.Add(1)
+		}
 	}
 	return d, err
 }
@@ -208,51 +497,112 @@ func (s *Store) sweepIfDue() bool {
 	return true
 }
 
-func (s *Store) allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
+func (s *Store) allow(ctx context.Context, req *algo.Request) (algo.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
 	}
-	now := req.Now
-	if now.IsZero() {
-		now = s.now()
+	var tmp algo.Prepared
+	pl, err := s.prepare(&req.Limit, &tmp)
+	if err != nil {
+		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
 	}
-	ms := now.UnixMilli()
+	ms := s.msOf(req.Now)
 	var buf [96]byte
 	k := keyOf(buf[:0], req)
-	sh := s.shardOf(req)
-
-	sh.mu.Lock()
-	e := sh.m[string(k)]
+	h := s.hashKey(k)
+	sh := s.shardOf(req.Group())
+	e := s.find(sh, h, k)
+	if e == nil {
+		sh.mu.Lock()
+		if e = s.find(sh, h, k); e == nil {
+			d, err := s.allowNew(sh, h, k, pl, ms, req.Cost)
+			sh.mu.Unlock()
+			return d, err
+		}
+		sh.mu.Unlock()
+	}
 	var st algo.State
-	if e != nil && e.expire > ms {
+	if e.expire > ms {
 		st = e.st
 	}
-	r, ttl, err := algo.Decide(req.Limit, &st, ms, req.Cost)
+	r, ttl, err := pl.Decide(&st, ms, req.Cost)
 	if err != nil {
-		sh.mu.Unlock()
+		e.mu.Unlock()
 		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
 	}
 	// Like a Redis script, write only when a request was charged; a query
 	// or a refusal leaves the stored state and its expiry alone. Only the
 	// sweep deletes, so a clock that steps back finds the state it left.
 	if r.Allowed && req.Cost > 0 {
-		switch {
-		case e != nil:
-			e.st, e.expire = st, ms+ttl
-		case s.reserve(sh, ms):
-			sh.m[string(k)] = &entry{st: st, expire: ms + ttl}
-		default:
-			sh.mu.Unlock()
-			return algo.Decision{}, fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
+		e.st, e.expire = st, ms+ttl
+	}
+	e.mu.Unlock()
+	return r.Decision(), nil
+}
+
+// limitCache is how many prepared limits a store keeps.
+const (
+	limitBits  = 6
+	limitCache = 1 << limitBits
+)
+
+// prepared is a limit and its prepared form.
+type prepared struct {
+	l  algo.Limit
+	pl algo.Prepared
+}
+
+// prepare returns l prepared, from a cache of the limits in use (a store
+// usually sees few distinct limits, and preparing one costs as much as
+// deciding), or else prepared into tmp. The cache takes a limit only into
+// a free place of two, and the sweep empties it, so that it follows the
+// limits in use without ever allocating on each decision.
+func (s *Store) prepare(l *algo.Limit, tmp *algo.Prepared) (*algo.Prepared, error) {
+	h := uint64(l.Rate) ^ uint64(l.Period)<<3 ^ uint64(l.Burst)<<17 ^ uint64(l.MaxDelay)<<29 ^ uint64(l.Algorithm)<<59
+	i := h * 0x9e3779b97f4a7c15 >> (64 - limitBits)
+	for _, j := range [2]uint64{i, (i + 1) % limitCache} {
+		c := s.limits[j].Load()
+		if c == nil {
+			pl, err := l.Prepare()
+			if err != nil {
+				return nil, err
+			}
+			c = &prepared{l: *l, pl: pl}
+			s.limits[j].CompareAndSwap(nil, c)
+			return &c.pl, nil
+		}
+		if c.l == *l {
+			return &c.pl, nil
 		}
 	}
-	sh.mu.Unlock()
+	var err error
+	*tmp, err = l.Prepare()
+	return tmp, err
+}
+
+// allowNew decides a request for key k, which sh does not hold, and adds
+// the key if the request is charged. The caller holds sh.mu.
+func (s *Store) allowNew(sh *shard, h uint64, k []byte, pl *algo.Prepared, ms, cost int64) (algo.Decision, error) {
+	var st algo.State
+	r, ttl, err := pl.Decide(&st, ms, cost)
+	if err != nil {
+		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
+	}
+	if r.Allowed && cost > 0 {
+		if !s.reserve(sh, ms, nil) {
+			return algo.Decision{}, fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
+		}
+		e := s.insert(sh, h, k)
+		e.st, e.expire = st, ms+ttl
+		e.mu.Unlock()
+	}
 	return r.Decision(), nil
 }
 
 // AllowAll implements [tollgate.MultiStore]: the requests, which share a
-// group and so a shard, are decided under one lock on copies of their
-// state, and written back only if all are allowed.
+// group and so a shard, are decided under the shard lock and their
+// entries' locks on copies of their state, and written back only if all
+// are allowed.
 func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
 	ds, err := s.allowAll(ctx, reqs)
 	if errors.Is(err, ErrFull) && s.sweepIfDue() {
@@ -268,29 +618,38 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("deciding in memory: %w", err)
 	}
+	// CheckGroup also rules out two requests with one key, whose entry
+	// would be locked twice.
 	if err := algo.CheckGroup(reqs); err != nil {
 		return nil, fmt.Errorf("deciding in memory: %w", err)
 	}
-	now := reqs[0].Now
-	if now.IsZero() {
-		now = s.now()
+	ms := s.msOf(reqs[0].Now)
+	n := len(reqs)
+	keys := make([][]byte, n)
+	hashes := make([]uint64, n)
+	for i := range reqs {
+		keys[i] = keyOf(nil, &reqs[i])
+		hashes[i] = s.hashKey(keys[i])
 	}
-	ms := now.UnixMilli()
-	sh := s.shardOf(reqs[0])
+	sh := s.shardOf(reqs[0].Group())
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	n := len(reqs)
+	b := &batch{held: make([]*entry, 0, n)}
+	defer b.done(&s.ents)
 	entries := make([]*entry, n)
 	states := make([]algo.State, n)
 	res := make([]algo.Result, n)
 	ttls := make([]int64, n)
 	all := true
 	for i, r := range reqs {
-		e := sh.m[string(keyOf(nil, r))]
+		e := s.find(sh, hashes[i], keys[i])
 		entries[i] = e
-		if e != nil && e.expire > ms {
-			states[i] = e.st
-			states[i].Log = e.st.Log.Clone()
+		if e != nil {
+			b.held = append(b.held, e)
+			if e.expire > ms {
+				states[i] = e.st
+				states[i].Log = e.st.Log.Clone()
+			}
 		}
 		var err error
 		if res[i], ttls[i], err = algo.Decide(r.Limit, &states[i], ms, r.Cost); err != nil {
@@ -314,15 +673,16 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		}
 		return ds, nil
 	}
-	// Expired entries about to be rewritten are dropped first, so that a
-	// sweep made room for new keys cannot delete them under us.
+	// Expired entries about to be rewritten are dropped first, so that the
+	// count of keys to reserve is exact.
 	fresh := 0
 	for i, r := range reqs {
 		if r.Cost == 0 {
 			continue
 		}
 		if e := entries[i]; e != nil && e.expire <= ms {
-			delete(sh.m, string(keyOf(nil, r)))
+			sh.remove(e)
+			b.dropped = append(b.dropped, e)
 			s.keys.Add(-1)
 			s.expired.Add(1)
 			entries[i] = nil
@@ -332,22 +692,41 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		}
 	}
 	for j := 0; j < fresh; j++ {
-		if !s.reserve(sh, ms) {
+		if !s.reserve(sh, ms, b) {
 			s.keys.Add(-int64(j))
 			return nil, fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
 		}
 	}
 	for i, r := range reqs {
 		if r.Cost > 0 {
-			if e := entries[i]; e != nil {
-				e.st, e.expire = states[i], ms+ttls[i]
-			} else {
-				sh.m[string(keyOf(nil, r))] = &entry{st: states[i], expire: ms + ttls[i]}
+			e := entries[i]
+			if e == nil {
+				e = s.insert(sh, hashes[i], keys[i])
+				b.held = append(b.held, e)
 			}
+			e.st, e.expire = states[i], ms+ttls[i]
 		}
 		ds[i] = res[i].Decision()
 	}
 	return ds, nil
+}
+
+// A batch is the entries that [Store.AllowAll] holds locked.
+type batch struct {
+	held    []*entry // locked
+	dropped []*entry // held, and deleted: to release once unlocked
+}
+
+// done unlocks the entries held and releases those dropped to es.
+func (b *batch) done(es *entrySlab) {
+	for _, e := range b.held {
+		e.mu.Unlock()
+	}
+	for _, e := range b.dropped {
+		e.mu.Lock()
+		es.release(e)
+		e.mu.Unlock()
+	}
 }
 
 // Lockout implements [tollgate.Guard].
@@ -359,10 +738,16 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 		return algo.LockoutResult{}, fmt.Errorf("guarding login in memory: %w", err)
 	}
 	ms := s.msOf(req.Now)
-	sh, k := s.slot(req.Policy, req.Subject, lockoutKind)
+	var buf [96]byte
+	k := appendKey(buf[:0], req.Policy, "", req.Subject, lockoutKind)
+	h := s.hashKey(k)
+	sh := s.shardOf(req.Subject)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[k]
+	e := s.find(sh, h, k)
+	if e != nil {
+		defer e.mu.Unlock()
+	}
 	var st algo.State
 	if e != nil && e.expire > ms {
 		st = e.st
@@ -375,11 +760,13 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 	case e != nil:
 		e.st, e.expire = st, ms+ttl
 	case ttl > 0:
-		if !s.reserve(sh, ms) {
+		if !s.reserve(sh, ms, nil) {
 			s.overflows.Add(1)
 			return res, fmt.Errorf("guarding login in memory: %w", ErrFull)
 		}
-		sh.m[k] = &entry{st: st, expire: ms + ttl}
+		e = s.insert(sh, h, k)
+		e.st, e.expire = st, ms+ttl
+		e.mu.Unlock()
 	}
 	return res, nil
 }
@@ -393,47 +780,57 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 		return false, fmt.Errorf("acquiring a lease in memory: %w", err)
 	}
 	ms := s.msOf(req.Now)
-	sh, k := s.slot(req.Policy, req.Subject, leaseKind)
+	var buf [96]byte
+	k := appendKey(buf[:0], req.Policy, "", req.Subject, leaseKind)
+	h := s.hashKey(k)
+	sh := s.shardOf(req.Subject)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[k]
+	e := s.find(sh, h, k)
 	if e == nil {
-		if !s.reserve(sh, ms) {
+		if !s.reserve(sh, ms, nil) {
 			s.overflows.Add(1)
 			return false, fmt.Errorf("acquiring a lease in memory: %w", ErrFull)
 		}
-		e = &entry{leases: map[string]int64{}}
-		sh.m[k] = e
+		e = s.insert(sh, h, k)
 	}
-	for id, exp := range e.leases {
+	defer e.mu.Unlock()
+	if e.ext == nil {
+		e.ext = &entryExt{}
+	}
+	if e.ext.leases == nil {
+		e.ext.leases = map[string]int64{}
+	}
+	leases := e.ext.leases
+	for id, exp := range leases {
 		if exp <= ms {
-			delete(e.leases, id)
+			delete(leases, id)
 		}
 	}
-	if int64(len(e.leases)) >= req.Limit {
+	if int64(len(leases)) >= req.Limit {
 		return false, nil
 	}
 	exp := ms + req.TTL.Milliseconds()
-	e.leases[req.ID] = exp
+	leases[req.ID] = exp
 	e.expire = max(e.expire, exp)
 	return true, nil
 }
 
 // Release implements [tollgate.Leaser].
 func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
-	sh, k := s.slot(req.Policy, req.Subject, leaseKind)
+	var buf [96]byte
+	k := appendKey(buf[:0], req.Policy, "", req.Subject, leaseKind)
+	h := s.hashKey(k)
+	sh := s.shardOf(req.Subject)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[k]; e != nil {
-		delete(e.leases, req.ID)
+	if e := s.find(sh, h, k); e != nil {
+		if e.ext != nil {
+			delete(e.ext.leases, req.ID)
+		}
+		e.mu.Unlock()
 	}
 	return nil
-}
-
-// slot returns the shard and key of the login guard's or a lease set's
-// state for subject under policy.
-func (s *Store) slot(policy, subject string, kind algo.Algorithm) (*shard, string) {
-	return &s.shards[maphash.String(s.seed, subject)&s.mask], string(appendKey(nil, policy, "", subject, kind))
 }
 
 func (s *Store) msOf(t time.Time) int64 {
@@ -445,8 +842,9 @@ func (s *Store) msOf(t time.Time) int64 {
 
 // reserve counts one more key, sweeping sh if the store is full (Allow
 // sweeps the other shards, outside any shard lock, if that is not enough).
-// The caller holds sh.mu.
-func (s *Store) reserve(sh *shard, ms int64) bool {
+// The caller holds sh.mu and, if b is not nil, the locks of the entries in
+// b.held.
+func (s *Store) reserve(sh *shard, ms int64, b *batch) bool {
 	if s.maxKeys < 0 {
 		s.keys.Add(1)
 		return true
@@ -454,7 +852,7 @@ func (s *Store) reserve(sh *shard, ms int64) bool {
 	if s.keys.Add(1) <= s.maxKeys {
 		return true
 	}
-	s.sweepShard(sh, ms)
+	s.sweepShard(sh, ms, b)
 	if s.keys.Load() <= s.maxKeys {
 		return true
 	}
@@ -462,12 +860,34 @@ func (s *Store) reserve(sh *shard, ms int64) bool {
 	return false
 }
 
-func (s *Store) sweepShard(sh *shard, ms int64) {
+// sweepShard deletes sh's expired entries. The caller holds sh.mu and,
+// if b is not nil, the locks of the entries in b.held; those it deletes
+// are added to b.dropped, to be released once unlocked.
+func (s *Store) sweepShard(sh *shard, ms int64, b *batch) {
 	var n int64
-	for k, e := range sh.m {
+	t := sh.tab.Load()
+	sl := s.ents.dir.Load()
+	for i := range t.slots {
+		v := t.slots[i].Load()
+		if v == slotEmpty || v == slotDeleted {
+			continue
+		}
+		e := sl.at(uint32(v) - 2)
+		mine := b != nil && slices.Contains(b.held, e)
+		if !mine {
+			e.mu.Lock()
+		}
 		if e.expire <= ms {
-			delete(sh.m, k)
+			sh.removeAt(t, uint64(i), e)
 			n++
+			if mine {
+				b.dropped = append(b.dropped, e)
+			} else {
+				s.ents.release(e)
+			}
+		}
+		if !mine {
+			e.mu.Unlock()
 		}
 	}
 	if n > 0 {
@@ -482,8 +902,12 @@ func (s *Store) Sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		s.sweepShard(sh, ms)
+		s.sweepShard(sh, ms, nil)
 		sh.mu.Unlock()
+	}
+	s.ents.trim()
+	for i := range s.limits {
+		s.limits[i].Store(nil)
 	}
 }
 
