@@ -51,6 +51,11 @@ type pending struct {
 	res    chan outcome  // buffered: the flusher never waits for the caller
 }
 
+// pendings recycles the pendings (and their channels) of answered
+// requests; one whose caller gave up is left to the collector, since a
+// flusher may still answer it.
+var pendings = sync.Pool{New: func() any { return &pending{res: make(chan outcome, 1)} }}
+
 // outcome is a script's answer to one request: the five values of finish,
 // or the request's own error.
 type outcome struct {
@@ -131,11 +136,14 @@ func (s *Store) coalesced(ctx context.Context, c rueidis.Client, key string, pac
 		s.release(ln)
 		return o
 	}
-	p := &pending{ctx: ctx, key: key, packed: *packed, res: make(chan outcome, 1)}
+	p := pendings.Get().(*pending)
+	p.ctx, p.key, p.packed = ctx, key, *packed
 	ln.queue = append(ln.queue, p)
 	ln.mu.Unlock()
 	select {
 	case o := <-p.res:
+		p.ctx, p.key = nil, ""
+		pendings.Put(p) // answered: nothing refers to it any more
 		return o
 	case <-ctx.Done():
 		return outcome{err: ctx.Err()} // the request may yet be decided, as after a timeout
