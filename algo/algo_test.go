@@ -2,6 +2,7 @@ package algo_test
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -312,5 +313,70 @@ func TestLockout(t *testing.T) {
 	}
 	if (algo.LockoutRule{Threshold: 0}).Validate() == nil {
 		t.Fatal("threshold 0 accepted")
+	}
+}
+
+// refGCRA is GCRA as first written, before its divisions were shared, to
+// check that the faster form decides exactly alike.
+func refGCRA(l algo.Limit, s *algo.State, now, cost int64) (algo.Result, int64) {
+	ceilDiv := func(a, b int64) int64 { return (a + b - 1) / b }
+	n, period, capacity := l.Rate, l.Period.Milliseconds(), l.Capacity()
+	capU := capacity * period
+	if lo := s.A - ceilDiv(capU, n); now < lo {
+		now = lo
+	}
+	var d int64
+	if s.A > now || (s.A == now && s.B > 0) {
+		d = (s.A-now)*n + s.B
+	}
+	r := algo.Result{Limit: capacity}
+	nd := d + cost*period
+	if nd <= capU {
+		r.Allowed = true
+		if cost > 0 {
+			s.A = now + nd/n
+			s.B = nd % n
+		}
+		d = nd
+	} else {
+		r.RetryAfter = ceilDiv(nd-capU, n)
+	}
+	r.Remaining = max(0, (capU-d)/period)
+	r.ResetAfter = ceilDiv(d, n)
+	return r, now
+}
+
+func TestGCRAMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		l := algo.Limit{Rate: 1 + rng.Int64N(2_000_000), Period: time.Duration(1+rng.Int64N(100_000)) * time.Millisecond}
+		if rng.IntN(2) == 0 {
+			l.Burst = 1 + rng.Int64N(3*l.Rate)
+		}
+		if l.Validate() != nil {
+			continue
+		}
+		var got, want algo.State
+		now := int64(1_800_000_000_000)
+		for range 50 {
+			now += rng.Int64N(2*l.Period.Milliseconds()) - l.Period.Milliseconds()/4
+			cost := rng.Int64N(l.Capacity() + 1)
+			r, ttl, err := algo.Decide(l, &got, now, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wr, eff := refGCRA(l, &want, now, cost)
+			if off := eff - now; off > 0 {
+				if wr.ResetAfter > 0 {
+					wr.ResetAfter += off
+				}
+				if !wr.Allowed {
+					wr.RetryAfter += off
+				}
+			}
+			if r != wr || ttl != wr.ResetAfter || got != want {
+				t.Fatalf("%v at %d cost %d: got %+v ttl %d state %+v, want %+v state %+v", l, now, cost, r, ttl, got, wr, want)
+			}
+		}
 	}
 }

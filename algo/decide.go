@@ -75,6 +75,10 @@ func (l Limit) Prepare() (Prepared, error) {
 	if err != nil {
 		return Prepared{}, err
 	}
+	p.capU = p.cap * p.period
+	if p.alg == GCRA {
+		p.reach = ceilDiv(p.capU, p.n)
+	}
 	return Prepared{p: p}, nil
 }
 
@@ -112,7 +116,7 @@ func (pl *Prepared) Decide(s *State, nowMS, cost int64) (r Result, ttl int64, er
 	var eff int64
 	switch p.alg {
 	case GCRA:
-		r, eff = gcra(*p, s, nowMS, cost)
+		r, eff = gcra(p, s, nowMS, cost)
 	case TokenBucket:
 		r, eff = tokenBucket(*p, s, nowMS, cost)
 	case LeakyBucket:
@@ -143,9 +147,9 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // moves it by period/n ms; a request is allowed when the new TAT is at most
 // cap×period/n ms ahead of now. Internally it works on the debt d = TAT-now
 // in 1/n ms, which is at most cap×period.
-func gcra(p params, s *State, now, cost int64) (Result, int64) {
-	capU := p.cap * p.period
-	if lo := s.A - ceilDiv(capU, p.n); now < lo {
+func gcra(p *params, s *State, now, cost int64) (Result, int64) {
+	capU := p.capU
+	if lo := s.A - p.reach; now < lo {
 		now = lo // the state was written no earlier than lo
 	}
 	var d int64
@@ -156,16 +160,25 @@ func gcra(p params, s *State, now, cost int64) (Result, int64) {
 	nd := d + cost*p.period
 	if nd <= capU {
 		r.Allowed = true
+		q, rem := nd/p.n, nd%p.n
 		if cost > 0 {
-			s.A = now + nd/p.n
-			s.B = nd % p.n
+			s.A = now + q
+			s.B = rem
 		}
 		d = nd
+		if d >= 0 { // ⌈d/n⌉ from the division already done
+			r.ResetAfter = q
+			if rem > 0 {
+				r.ResetAfter++
+			}
+		} else {
+			r.ResetAfter = ceilDiv(d, p.n)
+		}
 	} else {
 		r.RetryAfter = ceilDiv(nd-capU, p.n)
+		r.ResetAfter = ceilDiv(d, p.n)
 	}
 	r.Remaining = max(0, (capU-d)/p.period)
-	r.ResetAfter = ceilDiv(d, p.n)
 	return r, now
 }
 

@@ -202,6 +202,10 @@ type params struct {
 	delay  int64 // MaxDelay in milliseconds
 	cal    Calendar
 	zone   *time.Location
+
+	// Set by Prepare.
+	capU  int64 // cap × period
+	reach int64 // GCRA: ⌈capU/n⌉, how far ahead of now the TAT can be
 }
 
 func (l Limit) params() (params, error) {
