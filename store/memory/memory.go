@@ -400,6 +400,7 @@ type Store struct {
 	mask    uint64
 	seed    maphash.Seed
 	now     func() time.Time
+	wall    bool // now is time.Now: read it with wallMS
 	maxKeys int64
 
 	ents   entrySlab
@@ -443,7 +444,7 @@ func New(opts Options) *Store {
 			"Keys dropped from the in-memory store after they expired.", nil, nil),
 	}
 	if s.now == nil {
-		s.now = time.Now
+		s.now, s.wall = time.Now, true
 	}
 	if s.maxKeys == 0 {
 		s.maxKeys = DefaultMaxKeys
@@ -833,11 +834,15 @@ func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
 	return nil
 }
 
+// msOf returns t, or the store's time if t is zero, in ms since the epoch.
 func (s *Store) msOf(t time.Time) int64 {
-	if t.IsZero() {
-		t = s.now()
+	if !t.IsZero() {
+		return t.UnixMilli()
 	}
-	return t.UnixMilli()
+	if s.wall {
+		return wallMS()
+	}
+	return s.now().UnixMilli()
 }
 
 // reserve counts one more key, sweeping sh if the store is full (Allow
