@@ -116,7 +116,17 @@ func (pl *Prepared) Decide(s *State, nowMS, cost int64) (r Result, ttl int64, er
 	var eff int64
 	switch p.alg {
 	case GCRA:
-		r, eff = gcra(p, s, nowMS, cost)
+		// Assembled here from scalars, which stay in registers.
+		ok, remaining, reset, retry, eff := gcra(p, s, nowMS, cost)
+		if off := eff - nowMS; off > 0 {
+			if reset > 0 {
+				reset += off
+			}
+			if !ok {
+				retry += off
+			}
+		}
+		return Result{Allowed: ok, Limit: p.cap, Remaining: remaining, ResetAfter: reset, RetryAfter: retry}, reset, nil
 	case TokenBucket:
 		r, eff = tokenBucket(*p, s, nowMS, cost)
 	case LeakyBucket:
@@ -147,7 +157,7 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // moves it by period/n ms; a request is allowed when the new TAT is at most
 // cap×period/n ms ahead of now. Internally it works on the debt d = TAT-now
 // in 1/n ms, which is at most cap×period.
-func gcra(p *params, s *State, now, cost int64) (Result, int64) {
+func gcra(p *params, s *State, now, cost int64) (allowed bool, remaining, resetAfter, retryAfter, eff int64) {
 	capU := p.capU
 	if lo := s.A - p.reach; now < lo {
 		now = lo // the state was written no earlier than lo
@@ -156,10 +166,9 @@ func gcra(p *params, s *State, now, cost int64) (Result, int64) {
 	if s.A > now || (s.A == now && s.B > 0) {
 		d = (s.A-now)*p.n + s.B
 	}
-	r := Result{Limit: p.cap}
 	nd := d + cost*p.period
 	if nd <= capU {
-		r.Allowed = true
+		allowed = true
 		q, rem := nd/p.n, nd%p.n
 		if cost > 0 {
 			s.A = now + q
@@ -167,19 +176,19 @@ func gcra(p *params, s *State, now, cost int64) (Result, int64) {
 		}
 		d = nd
 		if d >= 0 { // ⌈d/n⌉ from the division already done
-			r.ResetAfter = q
+			resetAfter = q
 			if rem > 0 {
-				r.ResetAfter++
+				resetAfter++
 			}
 		} else {
-			r.ResetAfter = ceilDiv(d, p.n)
+			resetAfter = ceilDiv(d, p.n)
 		}
 	} else {
-		r.RetryAfter = ceilDiv(nd-capU, p.n)
-		r.ResetAfter = ceilDiv(d, p.n)
+		retryAfter = ceilDiv(nd-capU, p.n)
+		resetAfter = ceilDiv(d, p.n)
 	}
-	r.Remaining = max(0, (capU-d)/p.period)
-	return r, now
+	remaining = max(0, (capU-d)/p.period)
+	return allowed, remaining, resetAfter, retryAfter, now
 }
 
 // tokenBucket keeps tokens in 1/period units (a token is period units) and
