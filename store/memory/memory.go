@@ -522,20 +522,27 @@ func (s *Store) allow(ctx context.Context, req *algo.Request) (algo.Decision, er
 		}
 		sh.mu.Unlock()
 	}
-	var st algo.State
+	// Like a Redis script, write only when a request was charged; a query
+	// or a refusal leaves the stored state and its expiry alone. Only the
+	// sweep deletes, so a clock that steps back finds the state it left.
+	// Decide changes the state it is given only when it charges, so a live
+	// state is decided in place.
+	var r algo.Result
+	var ttl int64
 	if e.expire > ms {
-		st = e.st
+		r, ttl, err = pl.Decide(&e.st, ms, req.Cost)
+	} else {
+		var st algo.State
+		if r, ttl, err = pl.Decide(&st, ms, req.Cost); err == nil && r.Allowed && req.Cost > 0 {
+			e.st = st
+		}
 	}
-	r, ttl, err := pl.Decide(&st, ms, req.Cost)
 	if err != nil {
 		e.mu.Unlock()
 		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
 	}
-	// Like a Redis script, write only when a request was charged; a query
-	// or a refusal leaves the stored state and its expiry alone. Only the
-	// sweep deletes, so a clock that steps back finds the state it left.
 	if r.Allowed && req.Cost > 0 {
-		e.st, e.expire = st, ms+ttl
+		e.expire = ms + ttl
 	}
 	e.mu.Unlock()
 	return r.Decision(), nil
