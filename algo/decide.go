@@ -103,20 +103,30 @@ func Decide(l Limit, s *State, nowMS, cost int64) (r Result, ttl int64, err erro
 // Decide is [Decide] under the prepared limit: the same results, state
 // changes and errors, without validating the limit again.
 func (pl *Prepared) Decide(s *State, nowMS, cost int64) (r Result, ttl int64, err error) {
+	ttl, err = pl.DecideInto(&r, s, nowMS, cost)
+	return r, ttl, err
+}
+
+// DecideInto is [Prepared.Decide] with the result written to *r, field by
+// field, for callers on a hot path: a Result returned by value is copied
+// on through memory, which stalls right after it was written.
+func (pl *Prepared) DecideInto(r *Result, s *State, nowMS, cost int64) (ttl int64, err error) {
 	p := &pl.p
 	if p.n < 1 {
-		return r, 0, fmt.Errorf("%w: the limit was not prepared", ErrInvalidLimit)
+		*r = Result{}
+		return 0, fmt.Errorf("%w: the limit was not prepared", ErrInvalidLimit)
 	}
 	if err := checkCost(cost, p.cap); err != nil {
-		return r, 0, err
+		*r = Result{}
+		return 0, err
 	}
 	if nowMS < 0 {
-		return r, 0, fmt.Errorf("deciding: time %d ms is before the Unix epoch", nowMS)
+		*r = Result{}
+		return 0, fmt.Errorf("deciding: time %d ms is before the Unix epoch", nowMS)
 	}
 	var eff int64
 	switch p.alg {
 	case GCRA:
-		// Assembled here from scalars, which stay in registers.
 		ok, remaining, reset, retry, eff := gcra(p, s, nowMS, cost)
 		if off := eff - nowMS; off > 0 {
 			if reset > 0 {
@@ -126,17 +136,18 @@ func (pl *Prepared) Decide(s *State, nowMS, cost int64) (r Result, ttl int64, er
 				retry += off
 			}
 		}
-		return Result{Allowed: ok, Limit: p.cap, Remaining: remaining, ResetAfter: reset, RetryAfter: retry}, reset, nil
+		r.Allowed, r.Limit, r.Remaining, r.ResetAfter, r.RetryAfter, r.Delay = ok, p.cap, remaining, reset, retry, 0
+		return reset, nil
 	case TokenBucket:
-		r, eff = tokenBucket(*p, s, nowMS, cost)
+		*r, eff = tokenBucket(*p, s, nowMS, cost)
 	case LeakyBucket:
-		r, eff = leakyBucket(*p, s, nowMS, cost)
+		*r, eff = leakyBucket(*p, s, nowMS, cost)
 	case FixedWindow:
-		r, eff = fixedWindow(*p, s, nowMS, cost)
+		*r, eff = fixedWindow(*p, s, nowMS, cost)
 	case SlidingWindowLog:
-		r, eff = slidingLog(*p, s, nowMS, cost)
+		*r, eff = slidingLog(*p, s, nowMS, cost)
 	case SlidingWindowCounter:
-		r, eff = slidingCounter(*p, s, nowMS, cost)
+		*r, eff = slidingCounter(*p, s, nowMS, cost)
 	}
 	// The algorithm decided at eff >= nowMS; report durations from nowMS.
 	if off := eff - nowMS; off > 0 {
@@ -147,7 +158,7 @@ func (pl *Prepared) Decide(s *State, nowMS, cost int64) (r Result, ttl int64, er
 			r.RetryAfter += off
 		}
 	}
-	return r, r.ResetAfter, nil
+	return r.ResetAfter, nil
 }
 
 // ceilDiv returns ⌈a/b⌉ for a >= 0, b > 0.
