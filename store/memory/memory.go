@@ -68,35 +68,68 @@ type Options struct {
 	SweepInterval time.Duration
 }
 
-// A key is the algorithm, then the policy, the tag and the subject, the
-// first two length-prefixed so that no two different keys share bytes.
-// Keys are built in a buffer on the stack, hashed with the store's seed,
-// and compared with the copy held in the entry.
-func appendKey(b []byte, policy, tag, subject string, alg algo.Algorithm) []byte {
+// A key names one state: an algorithm (or pseudo-algorithm), a policy, a
+// tag (empty when it is the subject) and a subject. Its bytes are the
+// algorithm, then the policy and the tag, each length-prefixed so that no
+// two different keys share bytes, then the subject. Entries hold the bytes,
+// built on the stack for lookups.
+type key struct {
+	alg                  algo.Algorithm
+	policy, tag, subject string
+}
+
+// keyOf returns the key of a rate-limit request.
+func keyOf(r *algo.Request) key {
+	k := key{alg: r.Limit.Algorithm, policy: r.Policy, tag: r.Tag, subject: r.Subject}
+	if k.tag == k.subject {
+		k.tag = ""
+	}
+	return k
+}
+
+// group returns the key's group: its tag, or its subject.
+func (k *key) group() string {
+	if k.tag != "" {
+		return k.tag
+	}
+	return k.subject
+}
+
+// appendPrefix appends the bytes of a key up to the tag.
+func appendPrefix(b []byte, alg algo.Algorithm, policy string) []byte {
 	b = append(b, byte(alg))
 	b = binary.AppendUvarint(b, uint64(len(policy)))
-	b = append(b, policy...)
-	b = binary.AppendUvarint(b, uint64(len(tag)))
-	b = append(b, tag...)
-	return append(b, subject...)
+	return append(b, policy...)
 }
 
-// keyOf appends the key of a rate-limit request to b.
-func keyOf(b []byte, r *algo.Request) []byte {
-	tag := r.Tag
-	if tag == r.Subject {
-		tag = ""
+// appendTo appends the key's bytes to b.
+func (k *key) appendTo(b []byte) []byte {
+	b = appendPrefix(b, k.alg, k.policy)
+	b = binary.AppendUvarint(b, uint64(len(k.tag)))
+	b = append(b, k.tag...)
+	return append(b, k.subject...)
+}
+
+// hashes returns the hash of key k and the shard of its group. The
+// requests of one group share a shard so that [Store.AllowAll] can decide
+// them under one lock. A key without a tag hashes as its subject's hash
+// (which also picks the shard, by its top bits) xor the hash of its prefix,
+// which c, if not nil, holds.
+func (s *Store) hashes(k *key, c *policyEntry) (uint64, *shard) {
+	if k.tag == "" {
+		hg := maphash.String(s.seed, k.subject)
+		var ph uint64
+		if c != nil {
+			ph = c.ph
+		} else {
+			var buf [64]byte
+			ph = maphash.Bytes(s.seed, appendPrefix(buf[:0], k.alg, k.policy))
+		}
+		return hg ^ ph, &s.shards[hg>>s.shift]
 	}
-	return appendKey(b, r.Policy, tag, r.Subject, r.Limit.Algorithm)
-}
-
-// hashKey returns the hash of key k.
-func (s *Store) hashKey(k []byte) uint64 { return maphash.Bytes(s.seed, k) }
-
-// shardOf returns the shard of a group. The requests of one group share a
-// shard so that [Store.AllowAll] can decide them under one lock.
-func (s *Store) shardOf(group string) *shard {
-	return &s.shards[maphash.String(s.seed, group)&s.mask]
+	var buf [96]byte
+	h := maphash.Bytes(s.seed, k.appendTo(buf[:0]))
+	return h, &s.shards[maphash.String(s.seed, k.tag)>>s.shift]
 }
 
 // inlineKey is how many bytes of its key an entry holds in place; longer
@@ -129,23 +162,22 @@ type entryExt struct {
 	leases map[string]int64 // concurrency leases: id -> expiry (ms)
 }
 
-// hasKey reports whether e holds key k.
-func (e *entry) hasKey(k []byte) bool {
-	if len(k) <= inlineKey {
-		return int(e.klen) == len(k) && string(e.kin[:len(k)]) == string(k)
+// is reports whether e holds the key with bytes kb.
+func (e *entry) is(kb []byte) bool {
+	if len(kb) <= inlineKey {
+		return int(e.klen) == len(kb) && string(e.kin[:len(kb)]) == string(kb)
 	}
-	return e.klen == longKey && e.ext.key == string(k)
+	return e.klen == longKey && e.ext.key == string(kb)
 }
 
-// reset makes e a fresh entry for key k with hash h.
-func (e *entry) reset(h uint64, k []byte) {
+// reset makes e a fresh entry for the key with bytes kb, with hash h.
+func (e *entry) reset(h uint64, kb []byte) {
 	e.hash, e.expire, e.st, e.ext = h, 0, algo.State{}, nil
-	if len(k) <= inlineKey {
-		e.klen = uint8(len(k))
-		copy(e.kin[:], k)
+	if len(kb) <= inlineKey {
+		e.klen = uint8(copy(e.kin[:], kb))
 	} else {
 		e.klen = longKey
-		e.ext = &entryExt{key: string(k)}
+		e.ext = &entryExt{key: string(kb)}
 	}
 }
 
@@ -245,7 +277,7 @@ func (s *Store) find(sh *shard, h uint64, k []byte) *entry {
 		}
 		if e := s.ents.dir.Load().at(uint32(v) - 2); e != nil {
 			e.mu.Lock()
-			if e.live && e.hash == h && e.hasKey(k) {
+			if e.live && e.hash == h && e.is(k) {
 				return e
 			}
 			e.mu.Unlock()
@@ -397,14 +429,15 @@ func (sh *shard) removeAt(t *table, i uint64, e *entry) {
 // Call Close to stop its background sweep.
 type Store struct {
 	shards  []shard
-	mask    uint64
+	shift   uint8 // a group's shard is the top bits of its hash
 	seed    maphash.Seed
 	now     func() time.Time
 	wall    bool // now is time.Now: read it with wallMS
 	maxKeys int64
 
-	ents   entrySlab
-	limits [limitCache]atomic.Pointer[prepared]
+	ents     entrySlab
+	limits   [limitCache]atomic.Pointer[prepared]
+	policies [limitCache]atomic.Pointer[policyEntry]
 
 	keys      atomic.Int64
 	overflows atomic.Uint64
@@ -430,7 +463,7 @@ func New(opts Options) *Store {
 	}
 	s := &Store{
 		shards:  make([]shard, size),
-		mask:    uint64(size - 1),
+		shift:   uint8(64 - bits.TrailingZeros(uint(size))),
 		seed:    maphash.MakeSeed(),
 		now:     opts.Now,
 		maxKeys: int64(opts.MaxKeys),
@@ -473,11 +506,12 @@ func (s *Store) Close() error {
 }
 
 // Allow implements [tollgate.Store].
-func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
-	d, err := s.allow(ctx, &req)
+func (s *Store) Allow(ctx context.Context, req algo.Request) (d algo.Decision, err error) {
+	// The decision is written to d field by field; see decision.
+	err = s.allow(ctx, &req, &d)
 	if err != nil && errors.Is(err, ErrFull) {
 		if s.sweepIfDue() {
-			d, err = s.allow(ctx, &req) // the sweep may have made room
+			err = s.allow(ctx, &req, &d) // the sweep may have made room
 		}
 		if errors.Is(err, ErrFull) {
 			s.overflows.Add(1)
@@ -498,27 +532,47 @@ func (s *Store) sweepIfDue() bool {
 	return true
 }
 
-func (s *Store) allow(ctx context.Context, req *algo.Request) (algo.Decision, error) {
+// allow decides req into d, which it leaves alone on error.
+func (s *Store) allow(ctx context.Context, req *algo.Request, d *algo.Decision) error {
 	if err := ctx.Err(); err != nil {
-		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
+		return fmt.Errorf("deciding in memory: %w", err)
+	}
+	k := keyOf(req)
+	c := s.policy(&k)
+	if c != nil && c.limit == req.Limit {
+		return s.decide(req, &k, c, &c.pl, d)
 	}
 	var tmp algo.Prepared
 	pl, err := s.prepare(&req.Limit, &tmp)
 	if err != nil {
-		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
+		return fmt.Errorf("deciding in memory: %w", err)
 	}
+	if c == nil && k.tag == "" {
+		s.cachePolicy(&k, &req.Limit)
+	}
+	return s.decide(req, &k, c, pl, d)
+}
+
+// decide decides req, whose key is k, under pl into d; c is the cached
+// policy of k, if any.
+func (s *Store) decide(req *algo.Request, k *key, c *policyEntry, pl *algo.Prepared, d *algo.Decision) error {
 	ms := s.msOf(req.Now)
-	var buf [96]byte
-	k := keyOf(buf[:0], req)
-	h := s.hashKey(k)
-	sh := s.shardOf(req.Group())
-	e := s.find(sh, h, k)
+	h, sh := s.hashes(k, c)
+	var buf [64]byte
+	var kb []byte
+	if c != nil && len(c.prefix)+len(k.subject) <= len(buf) {
+		n := copy(buf[:], c.prefix)
+		kb = buf[:n+copy(buf[n:], k.subject)]
+	} else {
+		kb = k.appendTo(nil)
+	}
+	e := s.find(sh, h, kb)
 	if e == nil {
 		sh.mu.Lock()
-		if e = s.find(sh, h, k); e == nil {
-			d, err := s.allowNew(sh, h, k, pl, ms, req.Cost)
+		if e = s.find(sh, h, kb); e == nil {
+			err := s.allowNew(sh, h, kb, pl, ms, req.Cost, d)
 			sh.mu.Unlock()
-			return d, err
+			return err
 		}
 		sh.mu.Unlock()
 	}
@@ -527,28 +581,43 @@ func (s *Store) allow(ctx context.Context, req *algo.Request) (algo.Decision, er
 	// sweep deletes, so a clock that steps back finds the state it left.
 	// Decide changes the state it is given only when it charges, so a live
 	// state is decided in place.
-	var r algo.Result
-	var ttl int64
-	if e.expire > ms {
-		r, ttl, err = pl.Decide(&e.st, ms, req.Cost)
-	} else {
-		var st algo.State
-		if r, ttl, err = pl.Decide(&st, ms, req.Cost); err == nil && r.Allowed && req.Cost > 0 {
-			e.st = st
-		}
+	st, live := &e.st, e.expire > ms
+	var fresh algo.State
+	if !live {
+		st = &fresh
 	}
+	var r algo.Result
+	ttl, err := pl.DecideInto(&r, st, ms, req.Cost)
 	if err != nil {
 		e.mu.Unlock()
-		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
+		return fmt.Errorf("deciding in memory: %w", err)
 	}
 	if r.Allowed && req.Cost > 0 {
+		if !live {
+			e.st = fresh
+		}
 		e.expire = ms + ttl
 	}
 	e.mu.Unlock()
-	return r.Decision(), nil
+	decision(d, &r)
+	return nil
 }
 
-// limitCache is how many prepared limits a store keeps.
+// decision sets d to r, field by field. Decisions and results are passed
+// by pointer on the hot path: the compiler copies a six-field struct
+// returned by value through memory, with wide loads that stall right
+// after the struct was written field by field.
+func decision(d *algo.Decision, r *algo.Result) {
+	d.Allowed = r.Allowed
+	d.Limit = r.Limit
+	d.Remaining = r.Remaining
+	d.ResetAfter = time.Duration(r.ResetAfter) * time.Millisecond
+	d.RetryAfter = time.Duration(r.RetryAfter) * time.Millisecond
+	d.Delay = time.Duration(r.Delay) * time.Millisecond
+}
+
+// limitCache is how many prepared limits, and how many policies, a store
+// keeps.
 const (
 	limitBits  = 6
 	limitCache = 1 << limitBits
@@ -588,23 +657,87 @@ func (s *Store) prepare(l *algo.Limit, tmp *algo.Prepared) (*algo.Prepared, erro
 	return tmp, err
 }
 
-// allowNew decides a request for key k, which sh does not hold, and adds
-// the key if the request is charged. The caller holds sh.mu.
-func (s *Store) allowNew(sh *shard, h uint64, k []byte, pl *algo.Prepared, ms, cost int64) (algo.Decision, error) {
-	var st algo.State
-	r, ttl, err := pl.Decide(&st, ms, cost)
+// A policyEntry caches, for a policy and algorithm, the hash of the keys'
+// prefix and the limit last prepared for them.
+type policyEntry struct {
+	policy string
+	alg    algo.Algorithm
+	ph     uint64 // hash of the prefix of keys without a tag
+	prefix string // their bytes but the subject
+	limit  algo.Limit
+	pl     algo.Prepared
+}
+
+// policy returns the cache entry of k's policy and algorithm, filling a
+// free place of two for them with the request's limit if it has none;
+// nil if there is no place or k has a tag. Like the limits, the policies
+// are emptied by the sweep.
+func (s *Store) policy(k *key) *policyEntry {
+	if k.tag != "" {
+		return nil
+	}
+	h := uint64(len(k.policy)) ^ uint64(k.alg)<<8
+	if len(k.policy) > 0 {
+		h ^= uint64(k.policy[0])<<16 ^ uint64(k.policy[len(k.policy)-1])<<24
+	}
+	i := h * 0x9e3779b97f4a7c15 >> (64 - limitBits)
+	for _, j := range [2]uint64{i, (i + 1) % limitCache} {
+		c := s.policies[j].Load()
+		if c == nil {
+			return nil
+		}
+		if c.alg == k.alg && c.policy == k.policy {
+			return c
+		}
+	}
+	return nil
+}
+
+// cachePolicy adds k's policy and algorithm, with limit l, to the cache if
+// it has a free place for them. k has no tag.
+func (s *Store) cachePolicy(k *key, l *algo.Limit) {
+	h := uint64(len(k.policy)) ^ uint64(k.alg)<<8
+	if len(k.policy) > 0 {
+		h ^= uint64(k.policy[0])<<16 ^ uint64(k.policy[len(k.policy)-1])<<24
+	}
+	i := h * 0x9e3779b97f4a7c15 >> (64 - limitBits)
+	if s.policies[i].Load() != nil && s.policies[(i+1)%limitCache].Load() != nil {
+		return // no place: do not allocate
+	}
+	pl, err := l.Prepare()
 	if err != nil {
-		return algo.Decision{}, fmt.Errorf("deciding in memory: %w", err)
+		return
+	}
+	var buf [64]byte
+	pre := append(appendPrefix(buf[:0], k.alg, k.policy), 0) // no tag
+	c := &policyEntry{policy: k.policy, alg: k.alg, limit: *l, pl: pl,
+		prefix: string(pre), ph: maphash.Bytes(s.seed, pre[:len(pre)-1])}
+	for _, j := range [2]uint64{i, (i + 1) % limitCache} {
+		if s.policies[j].CompareAndSwap(nil, c) {
+			return
+		}
+	}
+}
+
+// allowNew decides a request for key k, which sh does not hold, into d,
+// and adds the key if the request is charged. The caller holds sh.mu.
+func (s *Store) allowNew(sh *shard, h uint64, k []byte, pl *algo.Prepared, ms, cost int64, d *algo.Decision) error {
+	var st algo.State
+	var r algo.Result
+	ttl, err := pl.DecideInto(&r, &st, ms, cost)
+	if err != nil {
+		return fmt.Errorf("deciding in memory: %w", err)
 	}
 	if r.Allowed && cost > 0 {
 		if !s.reserve(sh, ms, nil) {
-			return algo.Decision{}, fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
+			return fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
 		}
 		e := s.insert(sh, h, k)
 		e.st, e.expire = st, ms+ttl
 		e.mu.Unlock()
 	}
-	return r.Decision(), nil
+	decision(d, &r)
+	return nil
 }
 
 // AllowAll implements [tollgate.MultiStore]: the requests, which share a
@@ -635,11 +768,12 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	n := len(reqs)
 	keys := make([][]byte, n)
 	hashes := make([]uint64, n)
+	var sh *shard
 	for i := range reqs {
-		keys[i] = keyOf(nil, &reqs[i])
-		hashes[i] = s.hashKey(keys[i])
+		k := keyOf(&reqs[i])
+		keys[i] = k.appendTo(nil)
+		hashes[i], sh = s.hashes(&k, nil) // one group: one shard
 	}
-	sh := s.shardOf(reqs[0].Group())
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	b := &batch{held: make([]*entry, 0, n)}
@@ -746,13 +880,13 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 		return algo.LockoutResult{}, fmt.Errorf("guarding login in memory: %w", err)
 	}
 	ms := s.msOf(req.Now)
+	k := &key{alg: lockoutKind, policy: req.Policy, subject: req.Subject}
+	h, sh := s.hashes(k, nil)
 	var buf [96]byte
-	k := appendKey(buf[:0], req.Policy, "", req.Subject, lockoutKind)
-	h := s.hashKey(k)
-	sh := s.shardOf(req.Subject)
+	kb := k.appendTo(buf[:0])
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.find(sh, h, k)
+	e := s.find(sh, h, kb)
 	if e != nil {
 		defer e.mu.Unlock()
 	}
@@ -772,7 +906,7 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 			s.overflows.Add(1)
 			return res, fmt.Errorf("guarding login in memory: %w", ErrFull)
 		}
-		e = s.insert(sh, h, k)
+		e = s.insert(sh, h, kb)
 		e.st, e.expire = st, ms+ttl
 		e.mu.Unlock()
 	}
@@ -788,19 +922,19 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 		return false, fmt.Errorf("acquiring a lease in memory: %w", err)
 	}
 	ms := s.msOf(req.Now)
+	k := &key{alg: leaseKind, policy: req.Policy, subject: req.Subject}
+	h, sh := s.hashes(k, nil)
 	var buf [96]byte
-	k := appendKey(buf[:0], req.Policy, "", req.Subject, leaseKind)
-	h := s.hashKey(k)
-	sh := s.shardOf(req.Subject)
+	kb := k.appendTo(buf[:0])
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.find(sh, h, k)
+	e := s.find(sh, h, kb)
 	if e == nil {
 		if !s.reserve(sh, ms, nil) {
 			s.overflows.Add(1)
 			return false, fmt.Errorf("acquiring a lease in memory: %w", ErrFull)
 		}
-		e = s.insert(sh, h, k)
+		e = s.insert(sh, h, kb)
 	}
 	defer e.mu.Unlock()
 	if e.ext == nil {
@@ -826,13 +960,13 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 
 // Release implements [tollgate.Leaser].
 func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
+	k := &key{alg: leaseKind, policy: req.Policy, subject: req.Subject}
+	h, sh := s.hashes(k, nil)
 	var buf [96]byte
-	k := appendKey(buf[:0], req.Policy, "", req.Subject, leaseKind)
-	h := s.hashKey(k)
-	sh := s.shardOf(req.Subject)
+	kb := k.appendTo(buf[:0])
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := s.find(sh, h, k); e != nil {
+	if e := s.find(sh, h, kb); e != nil {
 		if e.ext != nil {
 			delete(e.ext.leases, req.ID)
 		}
@@ -920,6 +1054,7 @@ func (s *Store) Sweep() {
 	s.ents.trim()
 	for i := range s.limits {
 		s.limits[i].Store(nil)
+		s.policies[i].Store(nil)
 	}
 }
 
