@@ -241,11 +241,12 @@ func (sl *slab) at(idx uint32) *entry {
 // growth) and decisions over several keys at once. Whoever holds both
 // locks took the shard lock first.
 type shard struct {
-	mu   sync.Mutex
 	tab  atomic.Pointer[table]
+	_    [56]byte // keep tab, read by every decision, off the lock's cache line
+	mu   sync.Mutex
 	live int      // entries in the table
 	used int      // slots not empty: entries and deleted slots
-	_    [96]byte // keep shards on separate cache lines
+	_    [40]byte // keep shards on separate cache lines
 }
 
 // entrySlab hands out the entries of all shards from one slab, lowest free
@@ -254,6 +255,7 @@ type shard struct {
 // its top. Its lock is taken after any shard or entry lock.
 type entrySlab struct {
 	dir  atomic.Pointer[slab]
+	_    [56]byte // keep dir, read by every decision, off the lock's cache line
 	mu   sync.Mutex
 	n    int      // entry indexes handed out so far
 	free []uint64 // bitmap of the free indexes below n
