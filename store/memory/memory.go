@@ -260,6 +260,7 @@ type entrySlab struct {
 	n    int      // entry indexes handed out so far
 	free []uint64 // bitmap of the free indexes below n
 	low  int      // no word of free below low has a bit set
+	used []bool   // by chunk: whether an entry was handed out since the last trim
 	_    [64]byte // keep the counters that follow off this cache line
 }
 
@@ -268,23 +269,25 @@ type entrySlab struct {
 // finds every key.
 func (s *Store) find(sh *shard, h uint64, k []byte) *entry {
 	t := sh.tab.Load()
+	return s.findIn(t, t.slots[h&t.mask].Load(), h, k)
+}
+
+// findIn is find in table t, whose first slot for h was read as v.
+func (s *Store) findIn(t *table, v, h uint64, k []byte) *entry {
 	tag := h >> 32
-	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		v := t.slots[i].Load()
-		if v == slotEmpty {
-			return nil
-		}
-		if v>>32 != tag || v == slotDeleted {
-			continue
-		}
-		if e := s.ents.dir.Load().at(uint32(v) - 2); e != nil {
-			e.mu.Lock()
-			if e.live && e.hash == h && e.is(k) {
-				return e
+	for i := h & t.mask; v != slotEmpty; i = (i + 1) & t.mask {
+		if v>>32 == tag && v != slotDeleted {
+			if e := s.ents.dir.Load().at(uint32(v) - 2); e != nil {
+				e.mu.Lock()
+				if e.live && e.hash == h && e.is(k) {
+					return e
+				}
+				e.mu.Unlock()
 			}
-			e.mu.Unlock()
 		}
+		v = t.slots[(i+1)&t.mask].Load()
 	}
+	return nil
 }
 
 // insert adds an entry for key k with hash h, which sh does not hold, and
@@ -325,9 +328,10 @@ func (es *entrySlab) alloc() *entry {
 	for w := es.low; w < len(es.free); w++ {
 		if b := es.free[w]; b != 0 {
 			es.low = w
-			i := bits.TrailingZeros64(b)
-			es.free[w] &^= 1 << i
-			return es.dir.Load().at(uint32(w*64 + i))
+			idx := w*64 + bits.TrailingZeros64(b)
+			es.free[w] &^= 1 << (idx % 64)
+			es.used[idx/chunkSize] = true
+			return es.dir.Load().at(uint32(idx))
 		}
 	}
 	es.low = len(es.free)
@@ -344,7 +348,9 @@ func (es *entrySlab) alloc() *entry {
 		}
 		sl = &slab{chunks: append(sl.chunks[:len(sl.chunks):len(sl.chunks)], c)}
 		es.dir.Store(sl)
+		es.used = append(es.used, false)
 	}
+	es.used[idx/chunkSize] = true
 	return sl.at(uint32(idx))
 }
 
@@ -359,11 +365,13 @@ func (es *entrySlab) release(e *entry) {
 }
 
 // trim lets go of the chunk at the top of the slab while its entries are
-// all free.
+// all free and none was handed out since the last trim: keys that expire
+// and come back within a sweep interval reuse their chunks.
 func (es *entrySlab) trim() {
 	es.mu.Lock()
 	defer es.mu.Unlock()
-	for es.n > 0 {
+	defer clear(es.used)
+	for es.n > 0 && !es.used[len(es.used)-1] {
 		base := (es.n - 1) / chunkSize * chunkSize
 		for i := base; i < es.n; i++ {
 			if es.free[i/64]&(1<<(i%64)) == 0 {
@@ -374,6 +382,7 @@ func (es *entrySlab) trim() {
 		es.free = es.free[:base/64]
 		es.n = base
 		es.low = min(es.low, len(es.free))
+		es.used = es.used[:len(es.used)-1]
 		sl := es.dir.Load()
 		es.dir.Store(&slab{chunks: sl.chunks[: len(sl.chunks)-1 : len(sl.chunks)-1]})
 	}
@@ -558,17 +567,21 @@ func (s *Store) allow(ctx context.Context, req *algo.Request, d *algo.Decision) 
 // decide decides req, whose key is k, under pl into d; c is the cached
 // policy of k, if any.
 func (s *Store) decide(req *algo.Request, k *key, c *policyEntry, pl *algo.Prepared, d *algo.Decision) error {
-	ms := s.msOf(req.Now)
 	h, sh := s.hashes(k, c)
-	var buf [64]byte
+	// The table is the one thing read in no particular order: start
+	// reading the key's first slot, then build the key meanwhile.
+	t := sh.tab.Load()
+	v := t.slots[h&t.mask].Load()
+	var buf [96]byte
 	var kb []byte
 	if c != nil && len(c.prefix)+len(k.subject) <= len(buf) {
 		n := copy(buf[:], c.prefix)
 		kb = buf[:n+copy(buf[n:], k.subject)]
 	} else {
-		kb = k.appendTo(nil)
+		kb = k.appendTo(buf[:0])
 	}
-	e := s.find(sh, h, kb)
+	ms := s.msOf(req.Now)
+	e := s.findIn(t, v, h, kb)
 	if e == nil {
 		sh.mu.Lock()
 		if e = s.find(sh, h, kb); e == nil {
