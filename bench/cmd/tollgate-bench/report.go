@@ -95,7 +95,8 @@ func (r *report) markdown(png string) string {
 	if len(r.gateway) > 0 {
 		w("## 3. Gateway\n\n")
 		w("Open-loop constant-rate load (vegeta) against each target for %v per rate; latency is per request as sent on\n", r.duration)
-		w("schedule, so a saturated server shows its queueing. The upstream answers `ok` at once.\n\n")
+		w("schedule, so a saturated server shows its queueing. The upstream answers `ok` at once. Each cell ran %d times,\n", gatewayRepeats)
+		w("the targets in turn; every figure is the median of its runs (errors are summed).\n\n")
 		w("| target | offered/s | achieved/s | p50 ms | p99 ms | p99.9 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, x := range r.gateway {
 			w("| %s | %d | %s | %s | %s | %s | %d |\n", x.target, x.offered, fmtFloat(x.achieved, 0), ms(x.lat.p50), ms(x.lat.p99), ms(x.lat.p999), x.errors)

@@ -1,0 +1,53 @@
+package gateway_test
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/tollgate/tollgate/gateway"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// BenchmarkServe measures what the gateway adds to a request: the same
+// in-process upstream (builtin:echo) served bare and behind the gateway on
+// the memory store, one anonymous client under a generous plan.
+func BenchmarkServe(b *testing.B) {
+	p, err := policy.Parse([]byte(`version: bench
+listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
+identity: {secret: bench-secret-0123456789abcdef, anonymous_plan: open}
+plans:
+  open: {rate: 1000000000, period: 1s}
+routes:
+  - {name: all, path: /, upstream: "builtin:echo"}
+`), "bench.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := gateway.New(gateway.Options{Policy: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	for _, c := range []struct {
+		name string
+		h    http.Handler
+	}{{"echo", gateway.Echo()}, {"gateway", g.Handler()}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r := httptest.NewRequest(http.MethodGet, "/bench", nil)
+					r.RemoteAddr = "192.0.2.7:40000"
+					w := httptest.NewRecorder()
+					c.h.ServeHTTP(w, r)
+					if w.Code != http.StatusOK {
+						b.Fatalf("status %d", w.Code)
+					}
+				}
+			})
+		})
+	}
+}
