@@ -550,7 +550,7 @@ func (s *Store) allow(ctx context.Context, req *algo.Request, d *algo.Decision) 
 	}
 	k := keyOf(req)
 	c := s.policy(&k)
-	if c != nil && c.limit == req.Limit {
+	if c != nil && sameLimit(&c.limit, &req.Limit) {
 		return s.decide(req, &k, c, &c.pl, d)
 	}
 	var tmp algo.Prepared
@@ -596,26 +596,35 @@ func (s *Store) decide(req *algo.Request, k *key, c *policyEntry, pl *algo.Prepa
 	// sweep deletes, so a clock that steps back finds the state it left.
 	// Decide changes the state it is given only when it charges, so a live
 	// state is decided in place.
-	st, live := &e.st, e.expire > ms
-	var fresh algo.State
-	if !live {
-		st = &fresh
-	}
 	var r algo.Result
-	ttl, err := pl.DecideInto(&r, st, ms, req.Cost)
+	var ttl int64
+	var err error
+	if e.expire > ms {
+		ttl, err = pl.DecideInto(&r, &e.st, ms, req.Cost)
+	} else {
+		ttl, err = decideFresh(pl, &r, &e.st, ms, req.Cost)
+	}
 	if err != nil {
 		e.mu.Unlock()
 		return fmt.Errorf("deciding in memory: %w", err)
 	}
 	if r.Allowed && req.Cost > 0 {
-		if !live {
-			e.st = fresh
-		}
 		e.expire = ms + ttl
 	}
 	e.mu.Unlock()
 	decision(d, &r)
 	return nil
+}
+
+// decideFresh decides on a fresh state, as that of an expired entry is,
+// and stores it in *st if the request was charged.
+func decideFresh(pl *algo.Prepared, r *algo.Result, st *algo.State, ms, cost int64) (int64, error) {
+	var fresh algo.State
+	ttl, err := pl.DecideInto(r, &fresh, ms, cost)
+	if err == nil && r.Allowed && cost > 0 {
+		*st = fresh
+	}
+	return ttl, err
 }
 
 // decision sets d to r, field by field. Decisions and results are passed
@@ -670,6 +679,12 @@ func (s *Store) prepare(l *algo.Limit, tmp *algo.Prepared) (*algo.Prepared, erro
 	var err error
 	*tmp, err = l.Prepare()
 	return tmp, err
+}
+
+// sameLimit reports whether *a == *b, without a call.
+func sameLimit(a, b *algo.Limit) bool {
+	return a.Rate == b.Rate && a.Period == b.Period && a.Algorithm == b.Algorithm && a.Burst == b.Burst &&
+		a.MaxDelay == b.MaxDelay && a.Calendar == b.Calendar && a.Zone == b.Zone
 }
 
 // A policyEntry caches, for a policy and algorithm, the hash of the keys'
