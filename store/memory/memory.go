@@ -616,13 +616,14 @@ func (s *Store) decide(req *algo.Request, k *key, c *policyEntry, pl *algo.Prepa
 	return nil
 }
 
-// decideFresh decides on a fresh state, as that of an expired entry is,
-// and stores it in *st if the request was charged.
+// decideFresh decides on a fresh state, as an expired entry's is, in *st,
+// and puts the old state back unless the request was charged.
 func decideFresh(pl *algo.Prepared, r *algo.Result, st *algo.State, ms, cost int64) (int64, error) {
-	var fresh algo.State
-	ttl, err := pl.DecideInto(r, &fresh, ms, cost)
-	if err == nil && r.Allowed && cost > 0 {
-		*st = fresh
+	old := *st
+	*st = algo.State{}
+	ttl, err := pl.DecideInto(r, st, ms, cost)
+	if err != nil || !r.Allowed || cost == 0 {
+		*st = old
 	}
 	return ttl, err
 }
