@@ -1,0 +1,195 @@
+package memory
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+)
+
+func newTestStore(t *testing.T, now *int64) *Store {
+	s := New(Options{Now: func() time.Time { return time.UnixMilli(*now) }, SweepInterval: -1, Shards: 4})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestHashCollision checks that two keys with one hash keep apart: the
+// table verifies whole keys, never merging two subjects' budgets.
+func TestHashCollision(t *testing.T) {
+	now := int64(1_800_000_000_000)
+	s := newTestStore(t, &now)
+	sh := &s.shards[0]
+	const h = 0xdead_beef_0000_0042
+	sh.mu.Lock()
+	s.keys.Add(2)
+	a := s.insert(sh, h, []byte("key a"))
+	a.st.A = 1
+	a.mu.Unlock()
+	b := s.insert(sh, h, []byte("key b"))
+	b.st.A = 2
+	b.mu.Unlock()
+	sh.mu.Unlock()
+	for _, tc := range []struct {
+		key  string
+		want int64
+	}{{"key a", 1}, {"key b", 2}} {
+		e := s.find(sh, h, []byte(tc.key))
+		if e == nil || e.st.A != tc.want {
+			t.Fatalf("find(%q) = %v", tc.key, e)
+		}
+		e.mu.Unlock()
+	}
+	if e := s.find(sh, h, []byte("key c")); e != nil {
+		e.mu.Unlock()
+		t.Fatal("found a key never added")
+	}
+}
+
+// TestKeys decides under keys that are long, tagged, or differ only in
+// their parts, and checks that each has its own budget.
+func TestKeys(t *testing.T) {
+	now := int64(1_800_000_000_000)
+	s := newTestStore(t, &now)
+	l := algo.Limit{Rate: 1, Period: time.Hour}
+	long := strings.Repeat("x", 200)
+	reqs := []algo.Request{
+		{Policy: "p", Subject: "s"},
+		{Policy: "p", Subject: "s", Tag: "t"},
+		{Policy: "p", Subject: "t", Tag: "s"},
+		{Policy: "ps", Subject: ""},
+		{Policy: "", Subject: "ps"},
+		{Policy: "p", Subject: long},
+		{Policy: long, Subject: "s"},
+		{Policy: "p", Subject: "s", Tag: long},
+		{Policy: "p", Subject: "s" + long},
+	}
+	for i := range reqs {
+		reqs[i].Limit, reqs[i].Cost = l, 1
+		if d, err := s.Allow(context.Background(), reqs[i]); err != nil || !d.Allowed {
+			t.Fatalf("%d: first request: %+v, %v", i, d, err)
+		}
+	}
+	for i := range reqs {
+		if d, err := s.Allow(context.Background(), reqs[i]); err != nil || d.Allowed {
+			t.Fatalf("%d: second request: %+v, %v (budget shared with another key?)", i, d, err)
+		}
+	}
+	if k := s.Stats().Keys; k != int64(len(reqs)) {
+		t.Fatalf("keys = %d, want %d", k, len(reqs))
+	}
+}
+
+// TestEntriesReused checks that keys that expire and come back reuse
+// their entries without allocating, and that the slab lets go of chunks
+// unused for a whole sweep interval.
+func TestEntriesReused(t *testing.T) {
+	now := int64(1_800_000_000_000)
+	s := newTestStore(t, &now)
+	ctx := context.Background()
+	l := algo.Limit{Rate: 1000, Period: time.Second}
+	subjects := make([]string, 3*chunkSize)
+	for i := range subjects {
+		subjects[i] = "s" + strconv.Itoa(i)
+	}
+	allowAll := func() {
+		for _, sub := range subjects {
+			if _, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: sub, Limit: l, Cost: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	allowAll()
+	chunks := len(s.ents.dir.Load().chunks)
+	now += 10
+	s.Sweep()
+	if k := s.Stats().Keys; k != 0 {
+		t.Fatalf("keys = %d after expiry, want 0", k)
+	}
+	if allocs := testing.AllocsPerRun(1, allowAll); allocs != 0 {
+		t.Errorf("keys coming back allocated %v times", allocs)
+	}
+	if n := len(s.ents.dir.Load().chunks); n != chunks {
+		t.Errorf("slab has %d chunks, want %d", n, chunks)
+	}
+	now += 10
+	s.Sweep() // the chunks were used in this interval: kept
+	if n := len(s.ents.dir.Load().chunks); n != chunks {
+		t.Errorf("after one sweep the slab has %d chunks, want %d", n, chunks)
+	}
+	s.Sweep() // unused for a whole interval: let go
+	if n := len(s.ents.dir.Load().chunks); n != 0 {
+		t.Errorf("after two sweeps the slab has %d chunks, want 0", n)
+	}
+	allowAll()
+	if k := s.Stats().Keys; k != int64(len(subjects)) {
+		t.Fatalf("keys = %d, want %d", k, len(subjects))
+	}
+}
+
+// TestManyPolicies checks that policies and limits past the caches' size
+// are decided correctly and without allocating.
+func TestManyPolicies(t *testing.T) {
+	now := int64(1_800_000_000_000)
+	s := newTestStore(t, &now)
+	ctx := context.Background()
+	const n = 4 * limitCache
+	reqs := make([]algo.Request, n)
+	for i := range reqs {
+		reqs[i] = algo.Request{Policy: "policy-" + strconv.Itoa(i), Subject: "s", Limit: algo.Limit{Rate: int64(i + 1), Period: time.Hour}, Cost: 1}
+	}
+	run := func() {
+		for i := range reqs {
+			if _, err := s.Allow(ctx, reqs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run()
+	if allocs := testing.AllocsPerRun(1, run); allocs != 0 {
+		t.Errorf("deciding under %d policies allocated %v times", n, allocs)
+	}
+	for i := range reqs { // three requests each so far
+		d, err := s.Allow(ctx, reqs[i])
+		if err != nil || d.Limit != int64(i+1) || d.Remaining != max(0, int64(i+1)-4) || d.Allowed != (i+1 >= 4) {
+			t.Fatalf("policy %d, fourth request: %+v, %v", i, d, err)
+		}
+	}
+}
+
+// TestAllowAllFullStore makes AllowAll sweep a full store while it holds
+// the entries of its group, one of them expired: the sweep must delete
+// that one without locking it again, and leave the store consistent.
+func TestAllowAllFullStore(t *testing.T) {
+	now := int64(1_800_000_000_000)
+	s := New(Options{Now: func() time.Time { return time.UnixMilli(now) }, SweepInterval: -1, Shards: 1, MaxKeys: 2})
+	defer s.Close()
+	ctx := context.Background()
+	l := algo.Limit{Rate: 10, Period: time.Second}
+	req := func(policy string, cost int64) algo.Request {
+		return algo.Request{Policy: policy, Subject: "s", Tag: "g", Limit: l, Cost: cost}
+	}
+	if _, err := s.AllowAll(ctx, []algo.Request{req("p1", 1), req("p2", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	now += 1000 // both expired
+	ds, err := s.AllowAll(ctx, []algo.Request{req("p1", 1), req("p2", 0), req("p3", 1)})
+	if err != nil || len(ds) != 3 || !ds[0].Allowed || !ds[1].Allowed || !ds[2].Allowed {
+		t.Fatalf("AllowAll = %+v, %v", ds, err)
+	}
+	if st := s.Stats(); st.Keys != 2 || st.Expired != 2 {
+		t.Fatalf("stats = %+v, want 2 keys, 2 expired", st)
+	}
+	for _, p := range []string{"p1", "p2", "p3"} {
+		d, err := s.Allow(ctx, req(p, 0))
+		want := int64(10)
+		if p != "p2" {
+			want = 9
+		}
+		if err != nil || d.Remaining != want {
+			t.Fatalf("%s: %+v, %v; want %d remaining", p, d, err, want)
+		}
+	}
+}
