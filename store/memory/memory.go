@@ -29,6 +29,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -673,7 +674,7 @@ func (s *Store) prepare(l *algo.Limit, tmp *algo.Prepared) (*algo.Prepared, erro
 			s.limits[j].CompareAndSwap(nil, c)
 			return &c.pl, nil
 		}
-		if c.l == *l {
+		if sameLimit(&c.l, l) {
 			return &c.pl, nil
 		}
 	}
@@ -699,19 +700,24 @@ type policyEntry struct {
 	pl     algo.Prepared
 }
 
-// policy returns the cache entry of k's policy and algorithm, filling a
-// free place of two for them with the request's limit if it has none;
-// nil if there is no place or k has a tag. Like the limits, the policies
-// are emptied by the sweep.
-func (s *Store) policy(k *key) *policyEntry {
-	if k.tag != "" {
-		return nil
-	}
+// policySlot returns the first of the two places in the policy cache
+// where k's policy and algorithm may be.
+func policySlot(k *key) uint64 {
 	h := uint64(len(k.policy)) ^ uint64(k.alg)<<8
 	if len(k.policy) > 0 {
 		h ^= uint64(k.policy[0])<<16 ^ uint64(k.policy[len(k.policy)-1])<<24
 	}
-	i := h * 0x9e3779b97f4a7c15 >> (64 - limitBits)
+	return h * 0x9e3779b97f4a7c15 >> (64 - limitBits)
+}
+
+// policy returns the cache entry of k's policy and algorithm, or nil if
+// there is none or k has a tag. Like the limits, the policies are emptied
+// by the sweep.
+func (s *Store) policy(k *key) *policyEntry {
+	if k.tag != "" {
+		return nil
+	}
+	i := policySlot(k)
 	for _, j := range [2]uint64{i, (i + 1) % limitCache} {
 		c := s.policies[j].Load()
 		if c == nil {
@@ -727,11 +733,7 @@ func (s *Store) policy(k *key) *policyEntry {
 // cachePolicy adds k's policy and algorithm, with limit l, to the cache if
 // it has a free place for them. k has no tag.
 func (s *Store) cachePolicy(k *key, l *algo.Limit) {
-	h := uint64(len(k.policy)) ^ uint64(k.alg)<<8
-	if len(k.policy) > 0 {
-		h ^= uint64(k.policy[0])<<16 ^ uint64(k.policy[len(k.policy)-1])<<24
-	}
-	i := h * 0x9e3779b97f4a7c15 >> (64 - limitBits)
+	i := policySlot(k)
 	if s.policies[i].Load() != nil && s.policies[(i+1)%limitCache].Load() != nil {
 		return // no place: do not allocate
 	}
@@ -741,7 +743,7 @@ func (s *Store) cachePolicy(k *key, l *algo.Limit) {
 	}
 	var buf [64]byte
 	pre := append(appendPrefix(buf[:0], k.alg, k.policy), 0) // no tag
-	c := &policyEntry{policy: k.policy, alg: k.alg, limit: *l, pl: pl,
+	c := &policyEntry{policy: strings.Clone(k.policy), alg: k.alg, limit: *l, pl: pl,
 		prefix: string(pre), ph: maphash.Bytes(s.seed, pre[:len(pre)-1])}
 	for _, j := range [2]uint64{i, (i + 1) % limitCache} {
 		if s.policies[j].CompareAndSwap(nil, c) {
