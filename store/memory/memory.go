@@ -568,7 +568,14 @@ func (s *Store) allow(ctx context.Context, req *algo.Request, d *algo.Decision) 
 // decide decides req, whose key is k, under pl into d; c is the cached
 // policy of k, if any.
 func (s *Store) decide(req *algo.Request, k *key, c *policyEntry, pl *algo.Prepared, d *algo.Decision) error {
-	h, sh := s.hashes(k, c)
+	var h uint64
+	var sh *shard
+	if c != nil { // hashes, inline
+		hg := maphash.String(s.seed, k.subject)
+		h, sh = hg^c.ph, &s.shards[hg>>s.shift]
+	} else {
+		h, sh = s.hashes(k, c)
+	}
 	// The table is the one thing read in no particular order: start
 	// reading the key's first slot, then build the key meanwhile.
 	t := sh.tab.Load()
@@ -581,7 +588,12 @@ func (s *Store) decide(req *algo.Request, k *key, c *policyEntry, pl *algo.Prepa
 	} else {
 		kb = k.appendTo(buf[:0])
 	}
-	ms := s.msOf(req.Now)
+	var ms int64
+	if s.wall && req.Now.IsZero() { // msOf, inline
+		ms = wallMS()
+	} else {
+		ms = s.msOf(req.Now)
+	}
 	e := s.findIn(t, v, h, kb)
 	if e == nil {
 		sh.mu.Lock()
@@ -718,14 +730,16 @@ func (s *Store) policy(k *key) *policyEntry {
 		return nil
 	}
 	i := policySlot(k)
-	for _, j := range [2]uint64{i, (i + 1) % limitCache} {
-		c := s.policies[j].Load()
-		if c == nil {
-			return nil
-		}
-		if c.alg == k.alg && c.policy == k.policy {
-			return c
-		}
+	if c := s.policies[i].Load(); c == nil || c.alg == k.alg && c.policy == k.policy {
+		return c
+	}
+	return s.policyAt((i+1)%limitCache, k)
+}
+
+// policyAt returns the policy cache entry at i if it is k's.
+func (s *Store) policyAt(i uint64, k *key) *policyEntry {
+	if c := s.policies[i].Load(); c != nil && c.alg == k.alg && c.policy == k.policy {
+		return c
 	}
 	return nil
 }
