@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,5 +193,135 @@ func TestAllowAllFullStore(t *testing.T) {
 		if err != nil || d.Remaining != want {
 			t.Fatalf("%s: %+v, %v; want %d remaining", p, d, err, want)
 		}
+	}
+}
+
+// TestGhosts checks that a swept key stays gone until a request is
+// charged for it, whichever way it comes back, and that the sweep after
+// the next deletes the ghosts left.
+func TestGhosts(t *testing.T) {
+	now := int64(1_800_000_000_000)
+	s := newTestStore(t, &now)
+	ctx := context.Background()
+	l := algo.Limit{Rate: 2, Period: time.Second}
+	rule := algo.LockoutRule{Threshold: 2, Lock: time.Second, MaxLock: time.Minute, Window: time.Second, Memory: time.Second}
+	lease := algo.LeaseRequest{Policy: "l", Subject: "s", ID: "a", Limit: 1, TTL: time.Second}
+	fill := func() {
+		if _, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "s", Limit: l, Cost: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "g", Subject: "s", Rule: rule, Op: algo.LockFail}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.Acquire(ctx, lease); err != nil || !ok {
+			t.Fatalf("Acquire = %v, %v", ok, err)
+		}
+	}
+	fill()
+	if k := s.Stats().Keys; k != 3 {
+		t.Fatalf("keys = %d, want 3", k)
+	}
+	now += 60_000
+	s.Sweep()
+	if st := s.Stats(); st.Keys != 0 || st.Expired != 3 {
+		t.Fatalf("after the sweep: %+v, want no keys, 3 expired", st)
+	}
+	// Queries find nothing and add nothing.
+	if d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "s", Limit: l}); err != nil || d.Remaining != 2 {
+		t.Fatalf("query of a swept key: %+v, %v", d, err)
+	}
+	if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "g", Subject: "s", Rule: rule, Op: algo.LockCheck}); err != nil || r.Locked {
+		t.Fatalf("check of a swept account: %+v, %v", r, err)
+	}
+	if err := s.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	if k := s.Stats().Keys; k != 0 {
+		t.Fatalf("keys = %d after queries, want 0", k)
+	}
+	// Charged requests bring the keys back, fresh.
+	fill()
+	if k := s.Stats().Keys; k != 3 {
+		t.Fatalf("keys = %d, want 3", k)
+	}
+	if d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "s", Limit: l}); err != nil || d.Remaining != 0 {
+		t.Fatalf("query after the key came back: %+v, %v", d, err)
+	}
+	if ok, err := s.Acquire(ctx, algo.LeaseRequest{Policy: "l", Subject: "s", ID: "b", Limit: 1, TTL: time.Second}); err != nil || ok {
+		t.Fatalf("second lease = %v, %v, want refused", ok, err)
+	}
+	// Two sweeps without the keys: the ghosts are deleted.
+	now += 60_000
+	s.Sweep()
+	s.Sweep()
+	live := 0
+	for i := range s.shards {
+		live += s.shards[i].live
+	}
+	if live != 0 {
+		t.Fatalf("%d entries left in the tables, want 0", live)
+	}
+}
+
+// TestSweepRace decides while the clock moves and sweeps run, so that keys
+// expire, turn into ghosts and come back under contention, and checks that
+// no key ever admits more than its limit and the key count stays exact.
+func TestSweepRace(t *testing.T) {
+	var now atomic.Int64
+	now.Store(1_800_000_000_000)
+	start := now.Load()
+	s := New(Options{Now: func() time.Time { return time.UnixMilli(now.Load()) }, SweepInterval: -1, Shards: 2})
+	defer s.Close()
+	ctx := context.Background()
+	l := algo.Limit{Rate: 1, Period: 10 * time.Millisecond}
+	const keys = 8
+	var allowed [keys]atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := i % keys
+				d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: strconv.Itoa(k), Limit: l, Cost: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					allowed[k].Add(1)
+				}
+			}
+		}()
+	}
+	for range 300 {
+		time.Sleep(100 * time.Microsecond) // let the deciders run
+		now.Add(3)
+		s.Sweep()
+		if k := s.Stats().Keys; k < 0 || k > keys {
+			t.Fatalf("keys = %d", k)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	elapsed := now.Load() - start
+	for k := range keys {
+		if n := allowed[k].Load(); n > elapsed/10+1 {
+			t.Errorf("key %d admitted %d in %d ms, limit %d", k, n, elapsed, elapsed/10+1)
+		}
+	}
+	if n := allowed[0].Load(); n < 10 {
+		t.Errorf("key 0 admitted only %d in %d ms: the test did not race", n, elapsed)
+	}
+	now.Add(1000)
+	s.Sweep()
+	if k := s.Stats().Keys; k != 0 {
+		t.Fatalf("keys = %d after everything expired, want 0", k)
 	}
 }

@@ -136,7 +136,7 @@ func (s *Store) hashes(k *key, c *policyEntry) (uint64, *shard) {
 // inlineKey is how many bytes of its key an entry holds in place; longer
 // keys live in the entry's ext, and longKey in klen marks them.
 const (
-	inlineKey = 42
+	inlineKey = 41
 	longKey   = 0xff
 )
 
@@ -153,6 +153,7 @@ type entry struct {
 	ext    *entryExt
 	idx    uint32 // index in the shard's slab; set once
 	live   bool   // in its shard's table; false once deleted
+	ghost  bool   // swept: not a key any more (see Store.ghost), but still in the table
 	klen   uint8
 	kin    [inlineKey]byte
 }
@@ -173,7 +174,7 @@ func (e *entry) is(kb []byte) bool {
 
 // reset makes e a fresh entry for the key with bytes kb, with hash h.
 func (e *entry) reset(h uint64, kb []byte) {
-	e.hash, e.expire, e.st, e.ext = h, 0, algo.State{}, nil
+	e.hash, e.expire, e.st, e.ext, e.ghost = h, 0, algo.State{}, nil, false
 	if len(kb) <= inlineKey {
 		e.klen = uint8(copy(e.kin[:], kb))
 	} else {
@@ -596,14 +597,77 @@ func (s *Store) decide(req *algo.Request, k *key, c *policyEntry, pl *algo.Prepa
 	}
 	e := s.findIn(t, v, h, kb)
 	if e == nil {
-		sh.mu.Lock()
-		if e = s.find(sh, h, kb); e == nil {
-			err := s.allowNew(sh, h, kb, pl, ms, req.Cost, d)
-			sh.mu.Unlock()
-			return err
-		}
-		sh.mu.Unlock()
+		return s.allowLocked(sh, h, kb, pl, ms, req.Cost, d)
 	}
+	if e.ghost {
+		return s.revive(sh, h, kb, e, pl, ms, req.Cost, d)
+	}
+	return decideIn(e, pl, ms, req.Cost, d)
+}
+
+// allowLocked decides a request for key kb under the shard lock. It is
+// the way to add a key.
+func (s *Store) allowLocked(sh *shard, h uint64, kb []byte, pl *algo.Prepared, ms, cost int64, d *algo.Decision) error {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := s.find(sh, h, kb)
+	switch {
+	case e == nil:
+		return s.allowNew(sh, h, kb, pl, ms, cost, d)
+	case e.ghost:
+		return s.reviveLocked(sh, e, pl, ms, cost, d)
+	}
+	return decideIn(e, pl, ms, cost, d)
+}
+
+// revive decides a request for the ghost e, which the caller has locked,
+// as one for a new key, and makes e the key's entry again if the request
+// is charged and the store has room; if it has not, it leaves the
+// decision to allowLocked.
+func (s *Store) revive(sh *shard, h uint64, kb []byte, e *entry, pl *algo.Prepared, ms, cost int64, d *algo.Decision) error {
+	var st algo.State
+	var r algo.Result
+	ttl, err := pl.DecideInto(&r, &st, ms, cost)
+	if err != nil {
+		e.mu.Unlock()
+		return fmt.Errorf("deciding in memory: %w", err)
+	}
+	if r.Allowed && cost > 0 {
+		if !s.tryReserve() {
+			e.mu.Unlock()
+			return s.allowLocked(sh, h, kb, pl, ms, cost, d)
+		}
+		e.ghost = false
+		e.st, e.expire = st, ms+ttl
+	}
+	e.mu.Unlock()
+	decision(d, &r)
+	return nil
+}
+
+// reviveLocked is revive under the shard lock, which can make room.
+func (s *Store) reviveLocked(sh *shard, e *entry, pl *algo.Prepared, ms, cost int64, d *algo.Decision) error {
+	defer e.mu.Unlock()
+	var st algo.State
+	var r algo.Result
+	ttl, err := pl.DecideInto(&r, &st, ms, cost)
+	if err != nil {
+		return fmt.Errorf("deciding in memory: %w", err)
+	}
+	if r.Allowed && cost > 0 {
+		if !s.reserve(sh, ms, []*entry{e}) {
+			return fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
+		}
+		e.ghost = false
+		e.st, e.expire = st, ms+ttl
+	}
+	decision(d, &r)
+	return nil
+}
+
+// decideIn decides a request in the live entry e, which the caller has
+// locked, and unlocks it.
+func decideIn(e *entry, pl *algo.Prepared, ms, cost int64, d *algo.Decision) error {
 	// Like a Redis script, write only when a request was charged; a query
 	// or a refusal leaves the stored state and its expiry alone. Only the
 	// sweep deletes, so a clock that steps back finds the state it left.
@@ -613,15 +677,15 @@ func (s *Store) decide(req *algo.Request, k *key, c *policyEntry, pl *algo.Prepa
 	var ttl int64
 	var err error
 	if e.expire > ms {
-		ttl, err = pl.DecideInto(&r, &e.st, ms, req.Cost)
+		ttl, err = pl.DecideInto(&r, &e.st, ms, cost)
 	} else {
-		ttl, err = decideFresh(pl, &r, &e.st, ms, req.Cost)
+		ttl, err = decideFresh(pl, &r, &e.st, ms, cost)
 	}
 	if err != nil {
 		e.mu.Unlock()
 		return fmt.Errorf("deciding in memory: %w", err)
 	}
-	if r.Allowed && req.Cost > 0 {
+	if r.Allowed && cost > 0 {
 		e.expire = ms + ttl
 	}
 	e.mu.Unlock()
@@ -823,18 +887,28 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	b := &batch{held: make([]*entry, 0, n)}
-	defer b.done(&s.ents)
-	entries := make([]*entry, n)
+	held := make([]*entry, 0, n) // locked, to unlock when done
+	defer func() {
+		for _, e := range held {
+			e.mu.Unlock()
+		}
+	}()
+	entries := make([]*entry, n) // nil for a ghost
+	ghosts := make([]*entry, n)
 	states := make([]algo.State, n)
 	res := make([]algo.Result, n)
 	ttls := make([]int64, n)
 	all := true
 	for i, r := range reqs {
 		e := s.find(sh, hashes[i], keys[i])
+		if e != nil {
+			held = append(held, e)
+			if e.ghost {
+				ghosts[i], e = e, nil
+			}
+		}
 		entries[i] = e
 		if e != nil {
-			b.held = append(b.held, e)
 			if e.expire > ms {
 				states[i] = e.st
 				states[i].Log = e.st.Log.Clone()
@@ -862,7 +936,7 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		}
 		return ds, nil
 	}
-	// Expired entries about to be rewritten are dropped first, so that the
+	// Expired keys about to be rewritten are dropped first, so that the
 	// count of keys to reserve is exact.
 	fresh := 0
 	for i, r := range reqs {
@@ -870,18 +944,15 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			continue
 		}
 		if e := entries[i]; e != nil && e.expire <= ms {
-			sh.remove(e)
-			b.dropped = append(b.dropped, e)
-			s.keys.Add(-1)
-			s.expired.Add(1)
-			entries[i] = nil
+			s.ghost(e)
+			ghosts[i], entries[i] = e, nil
 		}
 		if entries[i] == nil {
 			fresh++
 		}
 	}
 	for j := 0; j < fresh; j++ {
-		if !s.reserve(sh, ms, b) {
+		if !s.reserve(sh, ms, held) {
 			s.keys.Add(-int64(j))
 			return nil, fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
 		}
@@ -889,33 +960,20 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	for i, r := range reqs {
 		if r.Cost > 0 {
 			e := entries[i]
-			if e == nil {
+			switch {
+			case e != nil:
+			case ghosts[i] != nil:
+				e = ghosts[i]
+				e.ghost = false
+			default:
 				e = s.insert(sh, hashes[i], keys[i])
-				b.held = append(b.held, e)
+				held = append(held, e)
 			}
 			e.st, e.expire = states[i], ms+ttls[i]
 		}
 		ds[i] = res[i].Decision()
 	}
 	return ds, nil
-}
-
-// A batch is the entries that [Store.AllowAll] holds locked.
-type batch struct {
-	held    []*entry // locked
-	dropped []*entry // held, and deleted: to release once unlocked
-}
-
-// done unlocks the entries held and releases those dropped to es.
-func (b *batch) done(es *entrySlab) {
-	for _, e := range b.held {
-		e.mu.Unlock()
-	}
-	for _, e := range b.dropped {
-		e.mu.Lock()
-		es.release(e)
-		e.mu.Unlock()
-	}
 }
 
 // Lockout implements [tollgate.Guard].
@@ -934,11 +992,13 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := s.find(sh, h, kb)
+	var held []*entry
 	if e != nil {
 		defer e.mu.Unlock()
+		held = []*entry{e}
 	}
 	var st algo.State
-	if e != nil && e.expire > ms {
+	if e != nil && !e.ghost && e.expire > ms {
 		st = e.st
 	}
 	res, ttl := algo.Lockout(req.Rule, &st, ms, req.Op)
@@ -946,16 +1006,20 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 		return res, nil
 	}
 	switch {
-	case e != nil:
+	case e != nil && !e.ghost:
 		e.st, e.expire = st, ms+ttl
 	case ttl > 0:
-		if !s.reserve(sh, ms, nil) {
+		if !s.reserve(sh, ms, held) {
 			s.overflows.Add(1)
 			return res, fmt.Errorf("guarding login in memory: %w", ErrFull)
 		}
-		e = s.insert(sh, h, kb)
+		if e != nil {
+			e.ghost = false
+		} else {
+			e = s.insert(sh, h, kb)
+			defer e.mu.Unlock()
+		}
 		e.st, e.expire = st, ms+ttl
-		e.mu.Unlock()
 	}
 	return res, nil
 }
@@ -976,12 +1040,23 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := s.find(sh, h, kb)
-	if e == nil {
-		if !s.reserve(sh, ms, nil) {
+	if e == nil || e.ghost {
+		var held []*entry
+		if e != nil {
+			held = []*entry{e}
+		}
+		if !s.reserve(sh, ms, held) {
+			if e != nil {
+				e.mu.Unlock()
+			}
 			s.overflows.Add(1)
 			return false, fmt.Errorf("acquiring a lease in memory: %w", ErrFull)
 		}
-		e = s.insert(sh, h, kb)
+		if e != nil {
+			e.ghost, e.expire = false, 0
+		} else {
+			e = s.insert(sh, h, kb)
+		}
 	}
 	defer e.mu.Unlock()
 	if e.ext == nil {
@@ -1014,7 +1089,7 @@ func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := s.find(sh, h, kb); e != nil {
-		if e.ext != nil {
+		if !e.ghost && e.ext != nil {
 			delete(e.ext.leases, req.ID)
 		}
 		e.mu.Unlock()
@@ -1033,11 +1108,8 @@ func (s *Store) msOf(t time.Time) int64 {
 	return s.now().UnixMilli()
 }
 
-// reserve counts one more key, sweeping sh if the store is full (Allow
-// sweeps the other shards, outside any shard lock, if that is not enough).
-// The caller holds sh.mu and, if b is not nil, the locks of the entries in
-// b.held.
-func (s *Store) reserve(sh *shard, ms int64, b *batch) bool {
+// tryReserve counts one more key if the store has room for it.
+func (s *Store) tryReserve() bool {
 	if s.maxKeys < 0 {
 		s.keys.Add(1)
 		return true
@@ -1045,7 +1117,22 @@ func (s *Store) reserve(sh *shard, ms int64, b *batch) bool {
 	if s.keys.Add(1) <= s.maxKeys {
 		return true
 	}
-	s.sweepShard(sh, ms, b)
+	s.keys.Add(-1)
+	return false
+}
+
+// reserve counts one more key, sweeping sh if the store is full (Allow
+// sweeps the other shards, outside any shard lock, if that is not enough).
+// The caller holds sh.mu and the locks of the entries in held.
+func (s *Store) reserve(sh *shard, ms int64, held []*entry) bool {
+	if s.maxKeys < 0 {
+		s.keys.Add(1)
+		return true
+	}
+	if s.keys.Add(1) <= s.maxKeys {
+		return true
+	}
+	s.sweepShard(sh, ms, held, false)
 	if s.keys.Load() <= s.maxKeys {
 		return true
 	}
@@ -1053,11 +1140,26 @@ func (s *Store) reserve(sh *shard, ms int64, b *batch) bool {
 	return false
 }
 
-// sweepShard deletes sh's expired entries. The caller holds sh.mu and,
-// if b is not nil, the locks of the entries in b.held; those it deletes
-// are added to b.dropped, to be released once unlocked.
-func (s *Store) sweepShard(sh *shard, ms int64, b *batch) {
-	var n int64
+// ghost drops the key of the live entry e, whose lock the caller holds,
+// as deleting it would, but leaves e in the table: if the key comes back
+// before the next sweep, e is revived, without the shard lock, instead of
+// a new entry being added. The sweep after that deletes the ghosts left.
+// A ghost is not a key: it is not counted, its state is gone, and finding
+// it is finding nothing.
+func (s *Store) ghost(e *entry) {
+	e.ghost = true
+	e.st = algo.State{}
+	if e.ext != nil {
+		e.ext.leases = nil
+	}
+	s.keys.Add(-1)
+	s.expired.Add(1)
+}
+
+// sweepShard drops sh's expired keys, and if reclaim is set deletes the
+// ghosts left by the last sweep. The caller holds sh.mu and the locks of
+// the entries in held.
+func (s *Store) sweepShard(sh *shard, ms int64, held []*entry, reclaim bool) {
 	t := sh.tab.Load()
 	sl := s.ents.dir.Load()
 	for i := range t.slots {
@@ -1066,26 +1168,22 @@ func (s *Store) sweepShard(sh *shard, ms int64, b *batch) {
 			continue
 		}
 		e := sl.at(uint32(v) - 2)
-		mine := b != nil && slices.Contains(b.held, e)
+		mine := slices.Contains(held, e)
 		if !mine {
 			e.mu.Lock()
 		}
-		if e.expire <= ms {
-			sh.removeAt(t, uint64(i), e)
-			n++
-			if mine {
-				b.dropped = append(b.dropped, e)
-			} else {
+		switch {
+		case e.ghost:
+			if reclaim && !mine {
+				sh.removeAt(t, uint64(i), e)
 				s.ents.release(e)
 			}
+		case e.expire <= ms:
+			s.ghost(e)
 		}
 		if !mine {
 			e.mu.Unlock()
 		}
-	}
-	if n > 0 {
-		s.keys.Add(-n)
-		s.expired.Add(uint64(n))
 	}
 }
 
@@ -1095,7 +1193,7 @@ func (s *Store) Sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		s.sweepShard(sh, ms, nil)
+		s.sweepShard(sh, ms, nil, true)
 		sh.mu.Unlock()
 	}
 	s.ents.trim()
