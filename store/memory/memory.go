@@ -7,8 +7,10 @@
 // lock. Keys are sharded by group (the subject, or the tag), and a shard's
 // lock serializes adding and dropping keys. Every key expires when its
 // state becomes equivalent to a fresh key (a full bucket, an elapsed
-// window); expired keys are dropped on access and by a background
-// sweep, so memory is bounded by the keys active within their window.
+// window); expired keys are dropped by a background sweep, so memory is
+// bounded by the keys active within their window. A dropped key's memory
+// is kept until the sweep after, to be reused without allocating if the
+// key comes back; a decision for a key the store holds allocates nothing.
 //
 // # Key cap
 //
@@ -29,7 +31,6 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -821,7 +822,9 @@ func (s *Store) cachePolicy(k *key, l *algo.Limit) {
 	}
 	var buf [64]byte
 	pre := append(appendPrefix(buf[:0], k.alg, k.policy), 0) // no tag
-	c := &policyEntry{policy: strings.Clone(k.policy), alg: k.alg, limit: *l, pl: pl,
+	// The entry keeps the caller's string, often the very one later requests
+	// carry, which compares fastest; the sweep lets go of it.
+	c := &policyEntry{policy: k.policy, alg: k.alg, limit: *l, pl: pl,
 		prefix: string(pre), ph: maphash.Bytes(s.seed, pre[:len(pre)-1])}
 	for _, j := range [2]uint64{i, (i + 1) % limitCache} {
 		if s.policies[j].CompareAndSwap(nil, c) {
