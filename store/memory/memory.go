@@ -89,14 +89,6 @@ func keyOf(r *algo.Request) key {
 	return k
 }
 
-// group returns the key's group: its tag, or its subject.
-func (k *key) group() string {
-	if k.tag != "" {
-		return k.tag
-	}
-	return k.subject
-}
-
 // appendPrefix appends the bytes of a key up to the tag.
 func appendPrefix(b []byte, alg algo.Algorithm, policy string) []byte {
 	b = append(b, byte(alg))
@@ -152,7 +144,7 @@ type entry struct {
 	expire int64 // ms; the state is fresh from then on
 	st     algo.State
 	ext    *entryExt
-	idx    uint32 // index in the shard's slab; set once
+	idx    uint32 // index in the store's slab; set once
 	live   bool   // in its shard's table; false once deleted
 	ghost  bool   // swept: not a key any more (see Store.ghost), but still in the table
 	klen   uint8
@@ -413,20 +405,8 @@ func (s *Store) rehash(sh *shard, size int) *table {
 	return t
 }
 
-// remove takes the live entry e out of sh's table; the caller then
-// releases it, or keeps it to release later. The caller holds sh.mu and
-// e.mu.
-func (sh *shard) remove(e *entry) {
-	t := sh.tab.Load()
-	v := slotOf(e.hash, e.idx)
-	for i := e.hash & t.mask; ; i = (i + 1) & t.mask {
-		if t.slots[i].Load() == v {
-			sh.removeAt(t, i, e)
-			return
-		}
-	}
-}
-
+// removeAt takes e, in slot i of t, out of sh's table. The caller holds
+// sh.mu and e.mu.
 func (sh *shard) removeAt(t *table, i uint64, e *entry) {
 	if t.slots[(i+1)&t.mask].Load() == slotEmpty {
 		// No probe goes past an empty slot, so this one can be empty too.
