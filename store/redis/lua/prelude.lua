@@ -6,6 +6,7 @@
 -- matches package algo bit for bit.
 local NOW = tonumber(ARGV[1])
 local slack = tonumber(ARGV[2]) or 0
+local REDIS_CLOCK = not NOW -- NOW is Redis' own time: expiries can be absolute
 if not NOW then
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

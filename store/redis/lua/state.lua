@@ -63,11 +63,15 @@ local function decide(i, write, zero)
   return allowed, rem, reset, retry, delay
 end
 -- flush writes every charged key's state with its TTL. It returns the
--- keys whose write failed, with the errors.
+-- keys whose write failed, with the errors. On Redis' clock the expiry is
+-- given as an absolute time (PXAT), which Redis propagates as it is; a
+-- relative one (PX) it rewrites into an absolute one first.
 local function flush()
   local failed
+  local opt, base = 'PX', slack
+  if REDIS_CLOCK then opt, base = 'PXAT', NOW end
   for _, j in ipairs(DIRTY) do
-    local ok, err = pcall(redis.call, 'SET', KEY[j], pack(STATE[ALG[j]], S1[j], S2[j], S3[j]), 'PX', TTL[j] + slack)
+    local ok, err = pcall(redis.call, 'SET', KEY[j], pack(STATE[ALG[j]], S1[j], S2[j], S3[j]), opt, TTL[j] + base)
     if not ok then
       failed = failed or {}
       failed[KEY[j]] = err
