@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,15 +58,27 @@ func init() {
 	}
 }
 
-func runGatewaySuite(srv *redistest.Server, dur time.Duration) []gatewayRow {
+// target is one server the gateway suite loads.
+type target struct{ name, url string }
+
+// targetsEnv, when set (to the Redis address), makes this program serve
+// the gateway suite's targets instead of measuring: it prints one line per
+// target, name and URL separated by a tab, and serves until its standard
+// input closes. The load generator then runs in another process than the
+// servers it loads, so neither's garbage collector pauses the other.
+const targetsEnv = "TOLLGATE_BENCH_TARGETS"
+
+// serveTargets starts the upstream, the plain proxy and a gateway on each
+// store, all sending to that upstream, and returns them.
+func serveTargets(redisAddr string) []target {
 	upstream := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Write([]byte("ok"))
 	}))
-	target, _ := url.Parse(upstream)
-	plain := serve(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() },
+	u, _ := url.Parse(upstream)
+	plain := serve(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
 		Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, ErrorLog: log.New(io.Discard, "", 0)})
-	targets := []struct{ name, url string }{{"plain httputil.ReverseProxy", plain}}
+	targets := []target{{"plain httputil.ReverseProxy", plain}}
 	for _, store := range []string{"memory", "redis"} {
 		p, err := policy.Parse([]byte(strings.ReplaceAll(gatewayPolicy, "UPSTREAM", upstream)), "bench.yaml")
 		if err != nil {
@@ -72,7 +86,7 @@ func runGatewaySuite(srv *redistest.Server, dur time.Duration) []gatewayRow {
 		}
 		redisURL := ""
 		if store == "redis" {
-			redisURL = "redis://" + srv.Addr + "/0"
+			redisURL = "redis://" + redisAddr + "/0"
 		}
 		g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
@@ -80,9 +94,56 @@ func runGatewaySuite(srv *redistest.Server, dur time.Duration) []gatewayRow {
 		}
 		pub, adm := listen(), listen()
 		go g.Serve(context.Background(), pub, adm)
-		targets = append(targets, struct{ name, url string }{"tollgate (" + store + " store)", "http://" + pub.Addr().String()})
+		targets = append(targets, target{"tollgate (" + store + " store)", "http://" + pub.Addr().String()})
 	}
 	time.Sleep(500 * time.Millisecond) // let the Redis store connect
+	return targets
+}
+
+// runTargets is the program when targetsEnv is set.
+func runTargets(redisAddr string) {
+	for _, t := range serveTargets(redisAddr) {
+		fmt.Printf("%s\t%s\n", t.name, t.url)
+	}
+	io.Copy(io.Discard, os.Stdin)
+}
+
+// startTargets runs this program again as the targets' server and returns
+// the targets and a function that stops it.
+func startTargets(redisAddr string) ([]target, func()) {
+	exe, err := os.Executable()
+	if err != nil {
+		fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), targetsEnv+"="+redisAddr)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		fatal(err)
+	}
+	var targets []target
+	sc := bufio.NewScanner(stdout)
+	for len(targets) < 3 && sc.Scan() {
+		name, u, _ := strings.Cut(sc.Text(), "\t")
+		targets = append(targets, target{name, u})
+	}
+	if len(targets) < 3 {
+		fatal(fmt.Errorf("the targets' server gave %d targets, want 3: %v", len(targets), sc.Err()))
+	}
+	return targets, func() { stdin.Close(); cmd.Wait() }
+}
+
+func runGatewaySuite(srv *redistest.Server, dur time.Duration) []gatewayRow {
+	targets, stop := startTargets(srv.Addr)
+	defer stop()
 	// Rates outer, targets inner, each cell run gatewayRepeats times in
 	// turn: whatever else the machine does during a rate step hits every
 	// target alike, and each figure is the median of its runs.

@@ -21,6 +21,10 @@ func main() {
 	dur := flag.Duration("duration", 3*time.Second, "how long each measured cell runs")
 	suites := flag.String("suites", "store,memory,gateway", "which suites to run")
 	flag.Parse()
+	if addr := os.Getenv(targetsEnv); addr != "" {
+		runTargets(addr)
+		return
+	}
 
 	srv, err := redistest.StartServer()
 	if err != nil {
