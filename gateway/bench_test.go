@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"testing"
 
 	"github.com/tollgate/tollgate/gateway"
@@ -45,6 +47,60 @@ routes:
 					c.h.ServeHTTP(w, r)
 					if w.Code != http.StatusOK {
 						b.Fatalf("status %d", w.Code)
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkProxy measures whole requests over loopback TCP, client to
+// upstream, through a plain httputil.ReverseProxy and through the gateway
+// on the memory store, with the same transport settings.
+func BenchmarkProxy(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	defer up.Close()
+	target, _ := url.Parse(up.URL)
+	plain := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.SetXForwarded() },
+		Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024},
+	})
+	defer plain.Close()
+	p, err := policy.Parse([]byte(`version: bench
+listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
+identity: {secret: bench-secret-0123456789abcdef, anonymous_plan: open}
+plans:
+  open: {rate: 1000000000, period: 1s}
+routes:
+  - {name: all, path: /, upstream: "`+up.URL+`"}
+`), "bench.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := gateway.New(gateway.Options{Policy: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	gw := httptest.NewServer(g.Handler())
+	defer gw.Close()
+	for _, c := range []struct{ name, url string }{{"plain", plain.URL}, {"gateway", gw.URL}} {
+		b.Run(c.name, func(b *testing.B) {
+			client := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024}}
+			b.ReportAllocs()
+			b.SetParallelism(16)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := client.Get(c.url + "/bench")
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Errorf("status %d", resp.StatusCode)
+						return
 					}
 				}
 			})

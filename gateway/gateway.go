@@ -475,7 +475,7 @@ func (g *Gateway) transport(timeout time.Duration) *http.Transport {
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		ResponseHeaderTimeout: timeout,
 		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
+		MaxIdleConnsPerHost:   1024,
 		IdleConnTimeout:       90 * time.Second,
 		ForceAttemptHTTP2:     true,
 	}

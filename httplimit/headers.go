@@ -28,13 +28,19 @@ func ceilSeconds(d time.Duration) int64 {
 // t is the seconds until the full quota is back for an allowed request,
 // and the seconds until this request would be allowed for a refusal, so
 // that Retry-After (set by the caller) is never earlier than t.
-func setHeaders(h http.Header, budgets []*policy.Budget, b *policy.Budget, d tollgate.Decision, legacy bool) {
-	var pol strings.Builder
-	for i, x := range budgets {
-		if i > 0 {
-			pol.WriteString(", ")
+func setHeaders(h http.Header, items policyItems, budgets []*policy.Budget, b *policy.Budget, d tollgate.Decision, legacy bool) {
+	var pol string
+	if len(budgets) == 1 {
+		pol = items.of(budgets[0])
+	} else {
+		var sb strings.Builder
+		for i, x := range budgets {
+			if i > 0 {
+				sb.WriteString(", ")
+			}
+			sb.WriteString(items.of(x))
 		}
-		pol.WriteString(`"` + x.Name + `";q=` + strconv.FormatInt(x.Limit.Rate, 10) + ";w=" + strconv.FormatInt(ceilSeconds(x.Limit.Period), 10))
+		pol = sb.String()
 	}
 	t := ceilSeconds(d.ResetAfter)
 	if !d.Allowed {
@@ -43,13 +49,63 @@ func setHeaders(h http.Header, budgets []*policy.Budget, b *policy.Budget, d tol
 	q := strconv.FormatInt(b.Limit.Rate, 10)
 	r := strconv.FormatInt(d.Remaining, 10)
 	ts := strconv.FormatInt(t, 10)
-	h.Set("RateLimit-Policy", pol.String())
+	h.Set("RateLimit-Policy", pol)
 	h.Set("RateLimit", `"`+b.Name+`";r=`+r+";t="+ts)
 	if legacy {
 		h.Set("X-RateLimit-Limit", q)
 		h.Set("X-RateLimit-Remaining", r)
 		h.Set("X-RateLimit-Reset", ts)
 	}
+}
+
+// policyItems holds each budget of a policy as an item of the
+// RateLimit-Policy field, made once when the middleware is built (the
+// policy is immutable), so a request only looks them up.
+type policyItems map[*policy.Budget]string
+
+// policyItem returns b as one RateLimit-Policy item: "name";q=rate;w=seconds.
+func policyItem(b *policy.Budget) string {
+	return `"` + b.Name + `";q=` + strconv.FormatInt(b.Limit.Rate, 10) + ";w=" + strconv.FormatInt(ceilSeconds(b.Limit.Period), 10)
+}
+
+// newPolicyItems returns the items of every budget p enforces by plan or
+// by route.
+func newPolicyItems(p *policy.Policy) policyItems {
+	items := policyItems{}
+	addPlan := func(pl *policy.Plan) {
+		if pl == nil {
+			return
+		}
+		for _, b := range pl.Limits {
+			items[b] = policyItem(b)
+		}
+		if pl.Tenant != nil {
+			items[pl.Tenant] = policyItem(pl.Tenant)
+		}
+	}
+	for _, pl := range p.Plans {
+		addPlan(pl)
+	}
+	for _, pl := range p.TenantPlans {
+		addPlan(pl)
+	}
+	addPlan(p.AnonymousPlan)
+	addPlan(p.UserPlan)
+	for _, r := range p.Routes {
+		addPlan(r.Limit)
+		if r.Global != nil {
+			items[r.Global] = policyItem(r.Global)
+		}
+	}
+	return items
+}
+
+// of returns b's item, made now if b is not in the table.
+func (items policyItems) of(b *policy.Budget) string {
+	if s, ok := items[b]; ok {
+		return s
+	}
+	return policyItem(b)
 }
 
 // Problem is an RFC 9457 problem details body.

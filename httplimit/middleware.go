@@ -91,6 +91,7 @@ type middleware struct {
 	log     *slog.Logger
 	logRate *rate.Limiter
 	penalty *penaltyBox
+	items   policyItems
 }
 
 // Middleware returns a function wrapping handlers with rate limiting.
@@ -112,6 +113,7 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 		hasher:  identity.NewHasher(opts.Policy.Secret),
 		log:     logger,
 		logRate: rate.NewLimiter(rate.Limit(perSec), 10),
+		items:   newPolicyItems(opts.Policy),
 	}
 	return func(next http.Handler) http.Handler {
 		m := *base
@@ -210,7 +212,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	i := mostRestrictive(ds)
 	b, d := budgets[i], ds[i]
-	setHeaders(w.Header(), budgets, b, d, p.LegacyHeaders)
+	setHeaders(w.Header(), m.items, budgets, b, d, p.LegacyHeaders)
 	if !tollgate.Admitted(ds) {
 		m.count(b.Name, group, sub.Plan.Name, "refused")
 		if mt := m.opts.Metrics; mt != nil {
