@@ -150,7 +150,7 @@ func runGatewaySuite(srv *redistest.Server, dur time.Duration) []gatewayRow {
 	var rows []gatewayRow
 	for _, r := range gatewayRates {
 		runs := make([][]gatewayRow, len(targets))
-		for range gatewayRepeats {
+		for range repeats {
 			for i, t := range targets {
 				row := attack(t.name, t.url+"/bench", r, dur)
 				fmt.Fprintf(os.Stderr, "gateway: %-28s offered %5d/s: achieved %7.0f/s p50 %s p99 %s p99.9 %s ms, %d errors %s\n",
@@ -166,25 +166,14 @@ func runGatewaySuite(srv *redistest.Server, dur time.Duration) []gatewayRow {
 	return rows
 }
 
-// gatewayRepeats is how many times each gateway cell runs.
-const gatewayRepeats = 3
-
-// medianRow combines runs of one cell: the median of each figure, and
-// every run's errors.
+// medianRow combines runs of one gateway cell: the median of each
+// figure, and every run's errors.
 func medianRow(runs []gatewayRow) gatewayRow {
-	med := func(f func(gatewayRow) float64) float64 {
-		v := make([]float64, len(runs))
-		for i, r := range runs {
-			v[i] = f(r)
-		}
-		sort.Float64s(v)
-		return v[len(v)/2]
-	}
 	row := runs[0]
-	row.achieved = med(func(r gatewayRow) float64 { return r.achieved })
-	row.lat.p50 = time.Duration(med(func(r gatewayRow) float64 { return float64(r.lat.p50) }))
-	row.lat.p99 = time.Duration(med(func(r gatewayRow) float64 { return float64(r.lat.p99) }))
-	row.lat.p999 = time.Duration(med(func(r gatewayRow) float64 { return float64(r.lat.p999) }))
+	row.achieved = median(runs, func(r gatewayRow) float64 { return r.achieved })
+	row.lat.p50 = time.Duration(median(runs, func(r gatewayRow) float64 { return float64(r.lat.p50) }))
+	row.lat.p99 = time.Duration(median(runs, func(r gatewayRow) float64 { return float64(r.lat.p99) }))
+	row.lat.p999 = time.Duration(median(runs, func(r gatewayRow) float64 { return float64(r.lat.p999) }))
 	for _, r := range runs[1:] {
 		row.errors += r.errors
 		if row.firstErr == "" {

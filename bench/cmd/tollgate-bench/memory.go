@@ -66,17 +66,30 @@ func runMemorySuite(dur time.Duration) []memoryRow {
 		}
 		x := newXrateMap()
 		xr := func(key string) { x.allow(key) }
-		for _, impl := range []struct {
+		impls := []struct {
 			name string
 			f    func(string)
-		}{{"tollgate memory store (gcra)", tg}, {"sharded map of x/time/rate", xr}} {
+		}{{"tollgate memory store (gcra)", tg}, {"sharded map of x/time/rate", xr}}
+		for _, impl := range impls {
 			for _, k := range keys { // create every key first: measure steady state
 				impl.f(k)
 			}
-			n, elapsed := spin(runtime.GOMAXPROCS(0), keys, impl.f, dur)
-			allocs := testing.AllocsPerRun(10_000, func() { impl.f(keys[len(keys)/2]) })
-			row := memoryRow{impl: impl.name, keys: nkeys, perSec: float64(n) / elapsed.Seconds(), allocsPer: allocs}
-			fmt.Fprintf(os.Stderr, "memory: %-30s keys %6d: %10.0f/s, %.1f allocs/decision\n", row.impl, nkeys, row.perSec, allocs)
+		}
+		// Rounds outer, implementations inner; each figure is the median.
+		runs := make([][]memoryRow, len(impls))
+		for range repeats {
+			for i, impl := range impls {
+				n, elapsed := spin(runtime.GOMAXPROCS(0), keys, impl.f, dur)
+				allocs := testing.AllocsPerRun(10_000, func() { impl.f(keys[len(keys)/2]) })
+				row := memoryRow{impl: impl.name, keys: nkeys, perSec: float64(n) / elapsed.Seconds(), allocsPer: allocs}
+				fmt.Fprintf(os.Stderr, "memory: %-30s keys %6d: %10.0f/s, %.1f allocs/decision\n", row.impl, nkeys, row.perSec, allocs)
+				runs[i] = append(runs[i], row)
+			}
+		}
+		for _, rs := range runs {
+			row := rs[0]
+			row.perSec = median(rs, func(r memoryRow) float64 { return r.perSec })
+			row.allocsPer = median(rs, func(r memoryRow) float64 { return r.allocsPer })
 			rows = append(rows, row)
 		}
 		store.Close()

@@ -67,7 +67,8 @@ func (r *report) markdown(png string) string {
 	if len(r.store) > 0 {
 		w("## 1. Redis store: decisions per second\n\n")
 		w("Each caller loops: decide, record the latency, repeat. Limits are generous (1,000,000/s) so every decision takes\n")
-		w("the write path. Redis CPU is the `usec` of `EVALSHA`/`EVAL` in `INFO commandstats` divided by the decisions made.\n\n")
+		w("the write path. Redis CPU is the `usec` of `EVALSHA`/`EVAL` in `INFO commandstats` divided by the decisions made.\n")
+		w("Each cell ran %d times, the implementations in turn; every figure is the median of its runs.\n\n", repeats)
 		w("| implementation | callers | keys | decisions/s | p50 ms | p99 ms | p99.9 ms | Redis CPU µs/decision | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, x := range r.store {
 			w("| %s | %d | %d | %s | %s | %s | %s | %s | %d |\n", x.impl, x.callers, x.keys, fmtFloat(x.perSec, 0),
@@ -78,7 +79,7 @@ func (r *report) markdown(png string) string {
 	}
 	if len(r.memory) > 0 {
 		w("## 2. In-memory store\n\n")
-		w("GOMAXPROCS goroutines deciding for %v on keys created beforehand.\n\n", r.duration)
+		w("GOMAXPROCS goroutines deciding for %v on keys created beforehand; %d runs, the two in turn, medians reported.\n\n", r.duration, repeats)
 		w("| implementation | keys | decisions/s | allocs/decision |\n|---|---:|---:|---:|\n")
 		for _, x := range r.memory {
 			w("| %s | %d | %s | %s |\n", x.impl, x.keys, fmtFloat(x.perSec, 0), fmtFloat(x.allocsPer, 1))
@@ -95,7 +96,7 @@ func (r *report) markdown(png string) string {
 	if len(r.gateway) > 0 {
 		w("## 3. Gateway\n\n")
 		w("Open-loop constant-rate load (vegeta) against each target for %v per rate; latency is per request as sent on\n", r.duration)
-		w("schedule, so a saturated server shows its queueing. The upstream answers `ok` at once. Each cell ran %d times,\n", gatewayRepeats)
+		w("schedule, so a saturated server shows its queueing. The upstream answers `ok` at once. Each cell ran %d times,\n", repeats)
 		w("the targets in turn; every figure is the median of its runs (errors are summed).\n\n")
 		w("| target | offered/s | achieved/s | p50 ms | p99 ms | p99.9 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, x := range r.gateway {

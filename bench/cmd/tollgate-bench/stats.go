@@ -35,3 +35,17 @@ func (l *latencies) summary() summary {
 func ms(d time.Duration) string {
 	return fmtFloat(float64(d.Microseconds())/1000, 2)
 }
+
+// repeats is how many times each cell of the store, memory and gateway
+// tables runs, the implementations in turn; the tables report medians.
+const repeats = 3
+
+// median returns the median of f over rows.
+func median[T any](rows []T, f func(T) float64) float64 {
+	v := make([]float64, len(rows))
+	for i, r := range rows {
+		v[i] = f(r)
+	}
+	sort.Float64s(v)
+	return v[len(v)/2]
+}

@@ -115,30 +115,64 @@ func runStoreSuite(srv *redistest.Server, dur time.Duration) []storeRow {
 	}
 	defer admin.Close()
 	keySets := map[int][]string{1: {"hot"}, 100_000: makeKeys(100_000)}
-	var rows []storeRow
-	for _, impl := range storeImpls(srv.Addr) {
-		for _, callers := range []int{64, 512} {
-			for _, nkeys := range []int{1, 100_000} {
-				d, closeFn, err := impl.open(callers)
-				if err != nil {
-					fatal(err)
+	impls := storeImpls(srv.Addr)
+	byImpl := make([][]storeRow, len(impls))
+	// Cells outer, then rounds, then implementations: whatever else the
+	// machine does during a cell hits every implementation alike, and each
+	// figure is the median of its rounds.
+	for _, callers := range []int{64, 512} {
+		for _, nkeys := range []int{1, 100_000} {
+			runs := make([][]storeRow, len(impls))
+			for range repeats {
+				for i, impl := range impls {
+					runs[i] = append(runs[i], runStoreCell(admin, impl, callers, keySets[nkeys], dur))
 				}
-				ctx := context.Background()
-				admin.Do(ctx, admin.B().Flushall().Build())
-				runCallers(callers, keySets[nkeys], d, dur/5) // warm up: connections, scripts, keys
-				admin.Do(ctx, admin.B().ConfigResetstat().Build())
-				n, errs, lat, elapsed := runCallers(callers, keySets[nkeys], d, dur)
-				usec := scriptUsec(ctx, admin)
-				closeFn()
-				row := storeRow{impl: impl.name, callers: callers, keys: nkeys, perSec: float64(n) / elapsed.Seconds(),
-					lat: lat, usecPerDec: usec / float64(n), errors: errs}
-				fmt.Fprintf(os.Stderr, "store: %-34s callers %3d keys %6d: %8.0f/s p99 %s ms, %.2f µs Redis CPU/decision, %d errors\n",
-					row.impl, callers, nkeys, row.perSec, ms(lat.p99), row.usecPerDec, errs)
-				rows = append(rows, row)
+			}
+			for i, rs := range runs {
+				byImpl[i] = append(byImpl[i], medianStoreRow(rs))
 			}
 		}
 	}
+	var rows []storeRow
+	for _, rs := range byImpl {
+		rows = append(rows, rs...)
+	}
 	return rows
+}
+
+// runStoreCell measures one implementation with callers on keys.
+func runStoreCell(admin rueidis.Client, impl storeImpl, callers int, keys []string, dur time.Duration) storeRow {
+	d, closeFn, err := impl.open(callers)
+	if err != nil {
+		fatal(err)
+	}
+	ctx := context.Background()
+	admin.Do(ctx, admin.B().Flushall().Build())
+	runCallers(callers, keys, d, dur/5) // warm up: connections, scripts, keys
+	admin.Do(ctx, admin.B().ConfigResetstat().Build())
+	n, errs, lat, elapsed := runCallers(callers, keys, d, dur)
+	usec := scriptUsec(ctx, admin)
+	closeFn()
+	row := storeRow{impl: impl.name, callers: callers, keys: len(keys), perSec: float64(n) / elapsed.Seconds(),
+		lat: lat, usecPerDec: usec / float64(n), errors: errs}
+	fmt.Fprintf(os.Stderr, "store: %-34s callers %3d keys %6d: %8.0f/s p99 %s ms, %.2f µs Redis CPU/decision, %d errors\n",
+		row.impl, callers, len(keys), row.perSec, ms(lat.p99), row.usecPerDec, errs)
+	return row
+}
+
+// medianStoreRow combines rounds of one cell: the median of each figure,
+// and every round's errors.
+func medianStoreRow(runs []storeRow) storeRow {
+	row := runs[0]
+	row.perSec = median(runs, func(r storeRow) float64 { return r.perSec })
+	row.usecPerDec = median(runs, func(r storeRow) float64 { return r.usecPerDec })
+	row.lat.p50 = time.Duration(median(runs, func(r storeRow) float64 { return float64(r.lat.p50) }))
+	row.lat.p99 = time.Duration(median(runs, func(r storeRow) float64 { return float64(r.lat.p99) }))
+	row.lat.p999 = time.Duration(median(runs, func(r storeRow) float64 { return float64(r.lat.p999) }))
+	for _, r := range runs[1:] {
+		row.errors += r.errors
+	}
+	return row
 }
 
 // runCallers runs callers goroutines deciding for dur; it returns the
