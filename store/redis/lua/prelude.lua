@@ -26,6 +26,9 @@ local pack, unpack_ = struct.pack, struct.unpack
 -- from NOW. STATE[a] is the struct format the state is stored in: two or
 -- three little-endian doubles.
 local algs, STATE = {}, {}
+-- log is the sliding log (sliding_log.lua), which reads and writes Redis
+-- itself; nil in a script built without it.
+local log
 -- finish reports a decision made at now (clamped forward from NOW by the
 -- state) with durations from NOW, and the state to write.
 local function finish(now, allowed, rem, reset, retry, delay, w1, w2, w3, ttl)

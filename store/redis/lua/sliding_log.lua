@@ -5,7 +5,7 @@
 -- or a query writes nothing. See algo.slidingLog.
 -- It reads and writes Redis itself: log(key, n, period, cost, write)
 -- returns the first five values of an algorithm (write false: change nothing).
-local function log(key, n, period, cost, write)
+log = function(key, n, period, cost, write)
   local now = NOW
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
   if newest then
