@@ -2,14 +2,15 @@
 // that many gateway instances spend one budget.
 //
 // Every decision is made atomically by a Lua script (decide.lua, embedded
-// in the binary with one file per algorithm, run with EVALSHA and reloaded
-// on NOSCRIPT). The scripts read the time from Redis itself (TIME), so all
-// instances share one clock, and give every key its TTL in the same call
-// that writes it. State is two or three little-endian doubles in one
-// string (16 or 24 bytes), and a request's parameters travel the same way,
-// so Redis spends its time deciding rather than parsing decimal text. They mirror package algo operation for operation on
-// integers below 2^53, so the Redis store and the in-memory store reach
-// identical decisions.
+// in the binary with one file per algorithm and built per algorithm and
+// with all of them, run with EVALSHA and reloaded on NOSCRIPT). The scripts
+// read the time from Redis itself (TIME), so all instances share one
+// clock, and give every key its TTL in the same call that writes it. State
+// is two or three little-endian doubles in one string (16 or 24 bytes),
+// and a request's parameters travel the same way, so Redis spends its time
+// deciding rather than parsing decimal text. The scripts mirror package
+// algo operation for operation on integers below 2^53, so the Redis store
+// and the in-memory store reach identical decisions.
 //
 // Under concurrency the store coalesces decisions: requests on Redis'
 // clock that arrive while earlier calls are still running are decided
