@@ -80,16 +80,27 @@ var keySuffix = map[algo.Algorithm]string{
 // DecideScript returns the source of the script that decides one request,
 // or several independent ones in order, as the store sends it to Redis;
 // with algorithms given, only those are in it.
-func DecideScript(algs ...algo.Algorithm) (string, error) { return script("decide.lua", algs) }
+func DecideScript(algs ...algo.Algorithm) (string, error) {
+	return script("decide.lua", "decide_all", algs)
+}
 
 // MultiScript returns the source of the script that decides several limits
 // of any algorithms all or nothing.
-func MultiScript() (string, error) { return script("multi.lua", nil) }
+func MultiScript() (string, error) { return script("multi.lua", "multi_all", nil) }
 
-// script returns the source of an entry point for rate-limit requests:
-// the prelude, the algorithms (nil: all), the shared state handling, then
-// entry.
-func script(entry string, algs []algo.Algorithm) (string, error) {
+// script returns the source of a script for rate-limit requests: the
+// definitions (see definitions), then a call of entry's function fn.
+func script(entry, fn string, algs []algo.Algorithm) (string, error) {
+	defs, err := definitions(entry, algs)
+	if err != nil {
+		return "", err
+	}
+	return defs + "begin(KEYS, ARGV)\nreset()\nreturn " + fn + "()\n", nil
+}
+
+// definitions returns the prelude, the algorithms (nil: all), the shared
+// state handling and entry, which defines the entry point's function.
+func definitions(entry string, algs []algo.Algorithm) (string, error) {
 	if algs == nil {
 		algs = algo.Algorithms()
 	}

@@ -4,23 +4,25 @@
 -- would decide them. They are not all or nothing: a request that fails
 -- (say, WRONGTYPE on a key written by something else) yields an error
 -- reply in its first slot and leaves the others' decisions standing.
--- Returns the k results flattened, 5 values each.
-local k = #REQS / 64
-local out = {}
-for i = 1, k do
-  local o = i * 5 - 5
-  local r1, r2, r3, r4, r5 = decide(i, true)
-  if r1 then
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = r1, r2, r3, r4, r5
-  else
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = redis.error_reply(errmsg(r2)), 0, 0, 0, 0
-  end
-end
-local failed = flush()
-if failed then
+-- decide_all returns the k results flattened, 5 values each.
+local function decide_all()
+  local k = #REQS / 64
+  local out = {}
   for i = 1, k do
-    local e = failed[KEYS[i]]
-    if e then out[i * 5 - 4] = redis.error_reply(errmsg(e)) end
+    local o = i * 5 - 5
+    local r1, r2, r3, r4, r5 = decide(i, true)
+    if r1 then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = r1, r2, r3, r4, r5
+    else
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = redis.error_reply(errmsg(r2)), 0, 0, 0, 0
+    end
   end
+  local failed = flush()
+  if failed then
+    for i = 1, k do
+      local e = failed[K[i]]
+      if e then out[i * 5 - 4] = redis.error_reply(errmsg(e)) end
+    end
+  end
+  return out
 end
-return out

@@ -2,6 +2,7 @@
 -- expiry on Redis' clock, so a crashed gateway's slots come back by
 -- themselves. KEYS[1]; ARGV[3..6]: op (1 acquire, 2 release), limit,
 -- ttl (ms), lease id. Returns {acquired (0/1), held}.
+begin(KEYS, ARGV)
 local key = KEYS[1]
 local op, limit, ttl, id = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 redis.call('ZREMRANGEBYSCORE', key, '-inf', NOW)

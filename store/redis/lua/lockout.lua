@@ -2,6 +2,7 @@
 -- lock_end:last_lock" (ms). KEYS[1]; ARGV[3..8]: op (0 check, 1 fail,
 -- 2 succeed), threshold, lock, max lock, failure window, offence memory
 -- (ms). Returns {locked, retry_after_ms, failures, level}. See algo.Lockout.
+begin(KEYS, ARGV)
 local key = KEYS[1]
 local op, thr = tonumber(ARGV[3]), tonumber(ARGV[4])
 local lock, maxlock = tonumber(ARGV[5]), tonumber(ARGV[6])

@@ -1,18 +1,29 @@
--- Shared by every Tollgate script (prepended at load time).
--- ARGV[1]: now in ms ("" = Redis TIME); ARGV[2]: ttl slack in ms (added to
--- every TTL; only for tests that pass explicit times). The rest of ARGV
--- and KEYS belong to the entry point (decide.lua, multi.lua, ...).
+-- Shared by every Tollgate script (prepended at load time). Everything
+-- here and in the algorithms' files is definitions: the per-call state
+-- is set by begin (and state.lua's reset), so the same code runs as a
+-- script (EVALSHA: definitions made anew on each call) or as a function
+-- library (FCALL: made once, when the library is loaded).
 -- All values are integers below 2^53, so double arithmetic is exact and
 -- matches package algo bit for bit.
-local NOW = tonumber(ARGV[1])
-local slack = tonumber(ARGV[2]) or 0
-local REDIS_CLOCK = not NOW -- NOW is Redis' own time: expiries can be absolute
-if not NOW then
-  local t = redis.call('TIME')
-  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 local floor, ceil = math.floor, math.ceil
 local pack, unpack_ = struct.pack, struct.unpack
+-- The call: K its keys, A its arguments; NOW its time in ms; slack added
+-- to every TTL (only for tests that pass explicit times); REDIS_CLOCK true
+-- when NOW is Redis' own time, so expiries can be absolute.
+local K, A, NOW, slack, REDIS_CLOCK
+-- begin starts a call with keys k and arguments a. a[1] is now in ms (""
+-- = Redis TIME), a[2] the TTL slack in ms; the rest of a, and k, belong to
+-- the entry point (decide.lua, multi.lua, ...).
+local function begin(k, a)
+  K, A = k, a
+  NOW = tonumber(a[1])
+  slack = tonumber(a[2]) or 0
+  REDIS_CLOCK = not NOW
+  if not NOW then
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+  end
+end
 -- floor(a / b) and ceil(a / b) are exact for integers with |a| + b <= 2^53
 -- and b > 0: a quotient that is not an integer lies at least 1/b from the
 -- nearest one, more than half the spacing of doubles there (|a/b| 2^-53),

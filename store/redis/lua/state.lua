@@ -1,16 +1,20 @@
--- Requests come packed in ARGV[3], 64 bytes each: eight little-endian
--- doubles, algorithm, rate n, period (ms), capacity, cost, max delay (ms),
--- calendar (0 none, 1 day, 2 month), zone offset (ms); KEYS[i] is request
--- i's key. A call reads each key's state once into cache and writes each
+-- Requests come packed in the call's third argument, 64 bytes each: eight
+-- little-endian doubles, algorithm, rate n, period (ms), capacity, cost,
+-- max delay (ms), calendar (0 none, 1 day, 2 month), zone offset (ms); the
+-- call's key i is request i's key. A call reads each key's state once into cache and writes each
 -- key it charged once, at the end (flush), so requests on one key see each
 -- other's effect in order, exactly as separate calls would.
-local REQS = ARGV[3]
 -- The cache: slot[key] is the key's index j in the parallel arrays KEY,
 -- S1, S2, S3 (its state; S1[j] false when there is none), ALG (its
 -- algorithm) and TTL (the TTL to write, false while nothing is charged);
 -- DIRTY lists the charged keys' indexes in order. Arrays rather than a
 -- table per key: fewer allocations for Redis' Lua to make and collect.
-local slot, KEY, S1, S2, S3, ALG, TTL, DIRTY = {}, {}, {}, {}, {}, {}, {}, {}
+local REQS, slot, KEY, S1, S2, S3, ALG, TTL, DIRTY
+-- reset starts the requests of a call, begun: an empty cache.
+local function reset()
+  REQS = A[3]
+  slot, KEY, S1, S2, S3, ALG, TTL, DIRTY = {}, {}, {}, {}, {}, {}, {}, {}
+end
 local SIZE = { ['<dd'] = 16, ['<ddd'] = 24 }
 -- whole is true for an integer in [0, 2^53): the only values state holds.
 local function whole(x) return x >= 0 and x < 9007199254740992 and x == floor(x) end
@@ -41,7 +45,7 @@ end
 local function decide(i, write, zero)
   local a, n, period, cap, cost, md, cal, off = unpack_('<dddddddd', REQS, i * 64 - 63)
   if zero then cost = 0 end
-  local key = KEYS[i]
+  local key = K[i]
   if a == 4 then
     local ok, r1, r2, r3, r4, r5 = pcall(log, key, n, period, cost, write)
     if not ok then return false, r1 end
