@@ -95,11 +95,11 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatal("no request was admitted")
 	}
 	// Shared limiting resumed: the pro user's state is on the promoted master.
-	before, _ := cl.CommandCalls("evalsha", "eval")
+	before, _ := cl.CommandCalls("evalsha", "eval", "fcall")
 	if code := get(t, g.public+"/api/after", "X-API-Key", proKey).StatusCode; code != 200 && code != 429 {
 		t.Fatalf("after the failover: %d", code)
 	}
-	after, _ := cl.CommandCalls("evalsha", "eval")
+	after, _ := cl.CommandCalls("evalsha", "eval", "fcall")
 	if after <= before {
 		t.Fatal("the request after the failover was not decided by the cluster")
 	}

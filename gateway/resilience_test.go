@@ -53,7 +53,8 @@ func metric(t *testing.T, g *running, name string) float64 {
 	return 0
 }
 
-// evalCalls counts script calls Redis has executed (INFO commandstats).
+// evalCalls counts script and function calls Redis has executed (INFO
+// commandstats).
 func evalCalls(t *testing.T, s *redistest.Server) int64 {
 	t.Helper()
 	c, err := s.Client()
@@ -67,7 +68,7 @@ func evalCalls(t *testing.T, s *redistest.Server) int64 {
 	}
 	var n int64
 	for _, line := range strings.Split(info, "\r\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"} {
 			if strings.HasPrefix(line, cmd) {
 				f := strings.TrimPrefix(strings.Split(line, ",")[0], cmd+"calls=")
 				v, _ := strconv.ParseInt(f, 10, 64)

@@ -97,7 +97,7 @@ func TestCluster(t *testing.T) {
 	}
 
 	// Scripts are counted in INFO commandstats of the masters.
-	before, err := c.CommandCalls("evalsha", "eval")
+	before, err := c.CommandCalls("evalsha", "eval", "fcall")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ type batcher struct {
 
 // single decides one request with its own call of decide.lua.
 func (s *Store) single(ctx context.Context, c rueidis.Client, key, now, slack string, packed []byte) outcome {
-	msgs, err := s.decideScript(packed).Exec(ctx, c, []string{key}, []string{now, slack, string(packed)}).ToArray()
+	msgs, err := s.exec(ctx, c, s.decideScript(packed), []string{key}, []string{now, slack, string(packed)}).ToArray()
 	if err != nil {
 		return outcome{err: err}
 	}
@@ -227,7 +227,7 @@ func (s *Store) send(batch []*pending) {
 		keys[i], reqs[i] = p.key, p.packed[:]
 		packed = append(packed, p.packed[:]...)
 	}
-	msgs, err := s.decideScript(reqs...).Exec(ctx, c, keys, []string{"", "0", string(packed)}).ToArray()
+	msgs, err := s.exec(ctx, c, s.decideScript(reqs...), keys, []string{"", "0", string(packed)}).ToArray()
 	if re, ok := rueidis.IsRedisErr(err); ok && re.IsTryAgain() {
 		// A Cluster slot in migration has some of the keys on each node,
 		// and Redis ran nothing: decide the requests one by one, each

@@ -19,8 +19,8 @@ import (
 	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
-// scriptCalls returns the EVALSHA and EVAL calls the server behind c has
-// counted (INFO commandstats).
+// scriptCalls returns the EVALSHA, EVAL and FCALL calls the server behind
+// c has counted (INFO commandstats).
 func scriptCalls(tb testing.TB, c rueidis.Client) int64 {
 	tb.Helper()
 	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
@@ -30,7 +30,7 @@ func scriptCalls(tb testing.TB, c rueidis.Client) int64 {
 	var total int64
 	for _, line := range strings.Split(info, "\n") {
 		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval" && name != "cmdstat_fcall") {
 			continue
 		}
 		for _, kv := range strings.Split(stats, ",") {

@@ -66,7 +66,7 @@ func TestCluster(t *testing.T) {
 		defer s.Close()
 		p := "coalesce-cluster"
 		l := algo.Limit{Rate: 1000, Period: 30 * 24 * time.Hour}
-		before, err := cl.CommandCalls("evalsha", "eval")
+		before, err := cl.CommandCalls("evalsha", "eval", "fcall")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func TestCluster(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		after, err := cl.CommandCalls("evalsha", "eval")
+		after, err := cl.CommandCalls("evalsha", "eval", "fcall")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -48,3 +48,12 @@ func Pack(reqs ...algo.Request) string {
 	}
 	return string(b)
 }
+
+// LibrarySource returns the function library's source.
+func LibrarySource() (string, error) {
+	l, err := newLibrary()
+	if err != nil {
+		return "", err
+	}
+	return l.src, nil
+}

@@ -123,6 +123,17 @@ func algOf(packed []byte) algo.Algorithm {
 	return algo.Algorithm(math.Float64frombits(binary.LittleEndian.Uint64(packed)))
 }
 
+// exec runs decide.lua for keys and args: through the function library
+// when Redis has it, else as the script sc.
+func (s *Store) exec(ctx context.Context, c rueidis.Client, sc *rueidis.Lua, keys, args []string) rueidis.RedisResult {
+	if s.lib != nil {
+		if res, ok := s.lib.call(ctx, c, keys, args); ok {
+			return res
+		}
+	}
+	return sc.Exec(ctx, c, keys, args)
+}
+
 // decideScript returns the script for a batch whose first request is
 // packed[0]: the one built for its algorithm if every request has it, else
 // the one with every algorithm.
@@ -175,6 +186,11 @@ type Options struct {
 	// a zero Now (on Redis' clock) are coalesced, and on Redis Cluster only
 	// requests whose keys share a hash slot.
 	MaxBatch int
+	// NoFunctions makes the store decide with scripts (EVALSHA) only. By
+	// default it loads decide.lua as a function library and calls it with
+	// FCALL, which costs Redis less per call, and falls back to scripts
+	// where Redis refuses to load functions.
+	NoFunctions bool
 }
 
 // Store is the Redis [tollgate.Store]. It is safe for concurrent use.
@@ -186,6 +202,7 @@ type Store struct {
 	// a script defines on each call, so a script with one algorithm costs
 	// it a fifth less to run for a lone request.
 	decideOne map[algo.Algorithm]*rueidis.Lua
+	lib       *library // nil with Options.NoFunctions
 	multi     *rueidis.Lua
 	lockout   *rueidis.Lua
 	lease     *rueidis.Lua
@@ -233,6 +250,13 @@ func newStore(opts Options) (*Store, error) {
 			return nil, fmt.Errorf("creating redis store: %w", err)
 		}
 		*x.dst = rueidis.NewLuaScript(src)
+	}
+	if !opts.NoFunctions {
+		lib, err := newLibrary()
+		if err != nil {
+			return nil, fmt.Errorf("creating redis store: %w", err)
+		}
+		s.lib = lib
 	}
 	s.batch.maxBatch = opts.MaxBatch
 	if s.batch.maxBatch == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -35,6 +36,18 @@ func newStore(t testing.TB) *rstore.Store {
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) tollgate.Store { return newStore(t) })
+}
+
+// TestConformanceScripts runs the conformance suite on the scripts alone,
+// as where Redis will not load a function library.
+func TestConformanceScripts(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) tollgate.Store {
+		s, err := rstore.New(srv.NewClient(t), rstore.Options{NoFunctions: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
 }
 
 // TestConcurrencyFourClients runs the exact-admission check with the
@@ -75,29 +88,53 @@ func TestKeyLayout(t *testing.T) {
 	}
 }
 
-// TestScriptsReloadAfterFlush checks that losing Redis' script cache
-// (SCRIPT FLUSH, as after a restart) is handled transparently.
+// TestScriptsReloadAfterFlush checks that losing Redis' scripts and
+// functions (SCRIPT FLUSH, FUNCTION FLUSH, as after a restart) is handled
+// transparently, and that decisions go through FCALL unless told not to.
 func TestScriptsReloadAfterFlush(t *testing.T) {
 	c := srv.NewClient(t)
-	s, err := rstore.New(c, rstore.Options{})
+	ctx := context.Background()
+	for _, noFn := range []bool{false, true} {
+		s, err := rstore.New(c, rstore.Options{NoFunctions: noFn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range algo.Algorithms() {
+			l := algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}
+			req := algo.Request{Policy: unique("flush"), Subject: "s", Limit: l, Cost: 1}
+			if _, err := s.Allow(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			for _, flush := range []rueidis.Completed{c.B().ScriptFlush().Build(), c.B().FunctionFlush().Build()} {
+				if err := c.Do(ctx, flush).Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := fcalls(t, c)
+			d, err := s.Allow(ctx, req)
+			if err != nil || !d.Allowed || d.Remaining != 8 {
+				t.Fatalf("%v after SCRIPT and FUNCTION FLUSH: %+v, %v", a, d, err)
+			}
+			if used := fcalls(t, c) > before; used == noFn {
+				t.Fatalf("%v, NoFunctions %v: decided through FCALL: %v", a, noFn, used)
+			}
+		}
+	}
+}
+
+// fcalls returns the FCALL calls the server behind c has counted.
+func fcalls(t *testing.T, c rueidis.Client) int64 {
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	for _, a := range algo.Algorithms() {
-		l := algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}
-		req := algo.Request{Policy: unique("flush"), Subject: "s", Limit: l, Cost: 1}
-		if _, err := s.Allow(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-		d, err := s.Allow(ctx, req)
-		if err != nil || !d.Allowed || d.Remaining != 8 {
-			t.Fatalf("%v after SCRIPT FLUSH: %+v, %v", a, d, err)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "cmdstat_fcall:calls="); ok {
+			n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+			return n
 		}
 	}
+	return 0
 }
 
 // TestTTLOnEveryKey checks the TTL each script sets against Redis' own
@@ -175,3 +212,39 @@ var seq atomic.Int64
 
 // unique returns a policy name no other test run against this server used.
 func unique(prefix string) string { return fmt.Sprintf("%s-%d", prefix, seq.Add(1)) }
+
+// TestFunctionsRefused: where Redis will not load the function library
+// (here a user without the FUNCTION command), the store decides with
+// scripts instead, and keeps doing so.
+func TestFunctionsRefused(t *testing.T) {
+	admin := srv.NewClient(t)
+	ctx := context.Background()
+	user := unique("nofn")
+	if err := admin.Do(ctx, admin.B().Arbitrary("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-function").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(ctx, admin.B().Arbitrary("ACL", "DELUSER", user).Build()) })
+	if err := admin.Do(ctx, admin.B().FunctionFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: user, Password: "pw", DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := rstore.New(c, rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := algo.Request{Policy: unique("refused"), Subject: "s", Limit: algo.Limit{Rate: 3, Period: time.Minute}, Cost: 1}
+	before := fcalls(t, admin)
+	for i := range 4 {
+		d, err := s.Allow(ctx, req)
+		if err != nil || d.Allowed != (i < 3) {
+			t.Fatalf("decision %d without functions: %+v, %v", i+1, d, err)
+		}
+	}
+	if n := fcalls(t, admin) - before; n > 1 {
+		t.Fatalf("%d FCALLs: want at most the one that found no function", n)
+	}
+}

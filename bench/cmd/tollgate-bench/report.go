@@ -67,7 +67,7 @@ func (r *report) markdown(png string) string {
 	if len(r.store) > 0 {
 		w("## 1. Redis store: decisions per second\n\n")
 		w("Each caller loops: decide, record the latency, repeat. Limits are generous (1,000,000/s) so every decision takes\n")
-		w("the write path. Redis CPU is the `usec` of `EVALSHA`/`EVAL` in `INFO commandstats` divided by the decisions made.\n")
+		w("the write path. Redis CPU is the `usec` of `EVALSHA`/`EVAL`/`FCALL` in `INFO commandstats` divided by the decisions made.\n")
 		w("Each cell ran %d times, the implementations in turn; every figure is the median of its runs.\n\n", repeats)
 		w("| implementation | callers | keys | decisions/s | p50 ms | p99 ms | p99.9 ms | Redis CPU µs/decision | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, x := range r.store {

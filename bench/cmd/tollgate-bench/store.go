@@ -219,7 +219,7 @@ func scriptUsec(ctx context.Context, c rueidis.Client) float64 {
 	}
 	var total float64
 	for _, line := range strings.Split(info, "\r\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") && !strings.HasPrefix(line, "cmdstat_fcall:") {
 			continue
 		}
 		for _, f := range strings.Split(line[strings.Index(line, ":")+1:], ",") {

@@ -5,8 +5,9 @@
 -- library (FCALL: made once, when the library is loaded).
 -- All values are integers below 2^53, so double arithmetic is exact and
 -- matches package algo bit for bit.
-local floor, ceil = math.floor, math.ceil
-local pack, unpack_ = struct.pack, struct.unpack
+-- floor, ceil, pack and unpack_ are set by the first begin: a function
+-- library may not touch math or struct while it loads.
+local floor, ceil, pack, unpack_
 -- The call: K its keys, A its arguments; NOW its time in ms; slack added
 -- to every TTL (only for tests that pass explicit times); REDIS_CLOCK true
 -- when NOW is Redis' own time, so expiries can be absolute.
@@ -15,6 +16,10 @@ local K, A, NOW, slack, REDIS_CLOCK
 -- = Redis TIME), a[2] the TTL slack in ms; the rest of a, and k, belong to
 -- the entry point (decide.lua, multi.lua, ...).
 local function begin(k, a)
+  if not floor then
+    floor, ceil = math.floor, math.ceil
+    pack, unpack_ = struct.pack, struct.unpack
+  end
   K, A = k, a
   NOW = tonumber(a[1])
   slack = tonumber(a[2]) or 0

@@ -1,19 +1,25 @@
 -- Requests come packed in the call's third argument, 64 bytes each: eight
 -- little-endian doubles, algorithm, rate n, period (ms), capacity, cost,
 -- max delay (ms), calendar (0 none, 1 day, 2 month), zone offset (ms); the
--- call's key i is request i's key. A call reads each key's state once into cache and writes each
--- key it charged once, at the end (flush), so requests on one key see each
--- other's effect in order, exactly as separate calls would.
+-- call's key i is request i's key. A call reads each key's state once
+-- into the cache and writes each key it charged once, at the end (flush),
+-- so requests on one key see each other's effect in order, exactly as
+-- separate calls would.
 -- The cache: slot[key] is the key's index j in the parallel arrays KEY,
 -- S1, S2, S3 (its state; S1[j] false when there is none), ALG (its
 -- algorithm) and TTL (the TTL to write, false while nothing is charged);
--- DIRTY lists the charged keys' indexes in order. Arrays rather than a
--- table per key: fewer allocations for Redis' Lua to make and collect.
-local REQS, slot, KEY, S1, S2, S3, ALG, TTL, DIRTY
+-- the call has NK keys so far, and DIRTY[1..ND] are the charged ones'
+-- indexes in order. Arrays rather than a table per key, reused from call
+-- to call in a function library: nothing for Redis' Lua to allocate and
+-- collect on each decision.
+local REQS
+local slot, KEY, S1, S2, S3, ALG, TTL, DIRTY = {}, {}, {}, {}, {}, {}, {}, {}
+local NK, ND = 0, 0
 -- reset starts the requests of a call, begun: an empty cache.
 local function reset()
   REQS = A[3]
-  slot, KEY, S1, S2, S3, ALG, TTL, DIRTY = {}, {}, {}, {}, {}, {}, {}, {}
+  for j = 1, NK do slot[KEY[j]] = nil end
+  NK, ND = 0, 0
 end
 local SIZE = { ['<dd'] = 16, ['<ddd'] = 24 }
 -- whole is true for an integer in [0, 2^53): the only values state holds.
@@ -26,7 +32,8 @@ local function load(key, a)
   if j then return j end
   local v = redis.pcall('GET', key)
   if type(v) == 'table' then return nil, v end
-  j = #ALG + 1
+  NK = NK + 1
+  j = NK
   slot[key], KEY[j], S1[j], S2[j], S3[j], ALG[j], TTL[j] = j, key, false, false, false, a, false
   local f = STATE[a]
   if v and #v == SIZE[f] then
@@ -61,7 +68,10 @@ local function decide(i, write, zero)
     allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](nil, nil, nil, n, period, cap, cost, md, cal, off)
   end
   if write and w1 then
-    if not TTL[j] then DIRTY[#DIRTY + 1] = j end
+    if not TTL[j] then
+      ND = ND + 1
+      DIRTY[ND] = j
+    end
     S1[j], S2[j], S3[j], TTL[j] = w1, w2, w3 or false, ttl
   end
   return allowed, rem, reset, retry, delay
@@ -74,7 +84,8 @@ local function flush()
   local failed
   local opt, base = 'PX', slack
   if REDIS_CLOCK then opt, base = 'PXAT', NOW end
-  for _, j in ipairs(DIRTY) do
+  for d = 1, ND do
+    local j = DIRTY[d]
     local ok, err = pcall(redis.call, 'SET', KEY[j], pack(STATE[ALG[j]], S1[j], S2[j], S3[j]), opt, TTL[j] + base)
     if not ok then
       failed = failed or {}
