@@ -1,16 +1,18 @@
 // Package redis is Tollgate's shared store: rate-limit state in Redis, so
 // that many gateway instances spend one budget.
 //
-// Every decision is made atomically by a Lua script (decide.lua, embedded
-// in the binary with one file per algorithm and built per algorithm and
-// with all of them, run with EVALSHA and reloaded on NOSCRIPT). The scripts
-// read the time from Redis itself (TIME), so all instances share one
-// clock, and give every key its TTL in the same call that writes it. State
-// is two or three little-endian doubles in one string (16 or 24 bytes),
-// and a request's parameters travel the same way, so Redis spends its time
-// deciding rather than parsing decimal text. The scripts mirror package
-// algo operation for operation on integers below 2^53, so the Redis store
-// and the in-memory store reach identical decisions.
+// Every decision is made atomically by Lua code (decide.lua, embedded in
+// the binary with one file per algorithm), loaded as a function library and
+// called with FCALL, or, where Redis refuses functions, run as scripts
+// (built per algorithm and with all of them) with EVALSHA; both are loaded
+// again when Redis has lost them. The code reads the time from Redis
+// itself (TIME), so all instances share one clock, and gives every key its
+// TTL in the same call that writes it. State is two or three little-endian
+// doubles in one string (16 or 24 bytes), and a request's parameters
+// travel the same way, so Redis spends its time deciding rather than
+// parsing decimal text. The Lua mirrors package algo operation for
+// operation on integers below 2^53, so the Redis store and the in-memory
+// store reach identical decisions.
 //
 // Under concurrency the store coalesces decisions: requests on Redis'
 // clock that arrive while earlier calls are still running are decided
