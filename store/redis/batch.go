@@ -109,7 +109,7 @@ type batcher struct {
 
 // single decides one request with its own call of decide.lua.
 func (s *Store) single(ctx context.Context, c rueidis.Client, key, now, slack string, packed []byte) outcome {
-	msgs, err := s.exec(ctx, c, s.decideScript(packed), []string{key}, []string{now, slack, string(packed)}).ToArray()
+	msgs, err := s.exec(ctx, c, s.decide, []string{key}, []string{now, slack, string(packed)}).ToArray()
 	if err != nil {
 		return outcome{err: err}
 	}
@@ -222,12 +222,11 @@ func (s *Store) send(batch []*pending) {
 	defer cancel()
 	keys := make([]string, len(live))
 	packed := make([]byte, 0, reqSize*len(live))
-	reqs := make([][]byte, len(live))
 	for i, p := range live {
-		keys[i], reqs[i] = p.key, p.packed[:]
+		keys[i] = p.key
 		packed = append(packed, p.packed[:]...)
 	}
-	msgs, err := s.exec(ctx, c, s.decideScript(reqs...), keys, []string{"", "0", string(packed)}).ToArray()
+	msgs, err := s.exec(ctx, c, s.decide, keys, []string{"", "0", string(packed)}).ToArray()
 	if re, ok := rueidis.IsRedisErr(err); ok && re.IsTryAgain() {
 		// A Cluster slot in migration has some of the keys on each node,
 		// and Redis ran nothing: decide the requests one by one, each

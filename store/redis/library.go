@@ -7,11 +7,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/rueidis"
 )
 
-// A library is decide.lua as a Redis function library: its definitions
+// A library is decide.lua and multi.lua as a Redis function library: its definitions
 // made once, when the library is loaded, instead of on every EVALSHA, which
 // is most of what a lone decision costs Redis. Its name holds a hash of its
 // source, so gateways of different versions load libraries side by side.
@@ -20,44 +21,54 @@ import (
 // that cannot load it (no FUNCTION command, no permission) makes the store
 // fall back to scripts for good.
 type library struct {
-	name, fn, src string
+	name, src     string
+	decide, multi string // the functions of decide.lua and multi.lua
 	refused       atomic.Bool
 	mu            sync.Mutex // one load at a time
 }
 
-// newLibrary returns the library of decide.lua with every algorithm.
+// newLibrary returns the library of decide.lua and multi.lua.
 func newLibrary() (*library, error) {
-	defs, err := definitions("decide.lua", nil)
+	defs, err := definitions("decide.lua", "multi.lua")
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256([]byte(defs))
 	tag := hex.EncodeToString(sum[:6])
-	l := &library{name: "tollgate_" + tag, fn: "tollgate_decide_" + tag}
-	l.src = "#!lua name=" + l.name + "\n" + defs +
-		"redis.register_function('" + l.fn + "', function(keys, args) begin(keys, args) reset() return decide_all() end)\n"
+	l := &library{name: "tollgate_" + tag, decide: "tollgate_decide_" + tag, multi: "tollgate_multi_" + tag}
+	register := func(fn, entry string) string {
+		return "redis.register_function('" + fn + "', function(keys, args) begin(keys, args) reset() return " + entry + "() end)\n"
+	}
+	l.src = "#!lua name=" + l.name + "\n" + defs + register(l.decide, "decide_all") + register(l.multi, "multi_all")
 	return l, nil
 }
 
-// call decides through the library with FCALL, loading it if the server
-// lacks it; ok is false if the library cannot be used, and then the caller
-// runs the script instead.
-func (l *library) call(ctx context.Context, c rueidis.Client, keys, args []string) (res rueidis.RedisResult, ok bool) {
+// call calls the library's function fn with FCALL, loading the library if
+// the server lacks it; ok is false if the library cannot be used, and then
+// the caller runs the script instead.
+func (l *library) call(ctx context.Context, c rueidis.Client, fn string, keys, args []string) (res rueidis.RedisResult, ok bool) {
 	if l.refused.Load() {
 		return res, false
 	}
 	cmd := func() rueidis.RedisResult {
-		return c.Do(ctx, c.B().Fcall().Function(l.fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		return c.Do(ctx, c.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
 	res = cmd()
 	if err := res.Error(); err == nil || !strings.Contains(err.Error(), "Function not found") {
 		return res, true
 	}
-	if !l.load(ctx, c) {
+	// A load is a one-off that must not fail for lack of one request's
+	// time: it runs to its own deadline.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), libraryLoadTimeout)
+	defer cancel()
+	if !l.load(lctx, c) {
 		return res, false
 	}
 	return cmd(), true
 }
+
+// libraryLoadTimeout bounds one load of the library.
+const libraryLoadTimeout = 5 * time.Second
 
 // load loads the library into every master c reaches and reports whether
 // it may be used.

@@ -1,16 +1,16 @@
 // Package redis is Tollgate's shared store: rate-limit state in Redis, so
 // that many gateway instances spend one budget.
 //
-// Every decision is made atomically by Lua code (decide.lua, embedded in
-// the binary with one file per algorithm), loaded as a function library and
-// called with FCALL, or, where Redis refuses functions, run as scripts
-// (built per algorithm and with all of them) with EVALSHA; both are loaded
-// again when Redis has lost them. The code reads the time from Redis
-// itself (TIME), so all instances share one clock, and gives every key its
-// TTL in the same call that writes it. State is two or three little-endian
-// doubles in one string (16 or 24 bytes), and a request's parameters
-// travel the same way, so Redis spends its time deciding rather than
-// parsing decimal text. The Lua mirrors package algo operation for
+// Every decision is made atomically by Lua code (decide.lua, and
+// multi.lua for all-or-nothing groups, embedded in the binary with one
+// file per algorithm), loaded as a function library and called with
+// FCALL, or, where Redis refuses functions, run as scripts with EVALSHA;
+// both are loaded again when Redis has lost them. The code reads the time
+// from Redis itself (TIME), so all instances share one clock, and gives
+// every key its TTL in the same call that writes it. State is two or three
+// little-endian doubles in one string (16 or 24 bytes), and a request's
+// parameters travel the same way, so Redis spends its time deciding rather
+// than parsing decimal text. The Lua mirrors package algo operation for
 // operation on integers below 2^53, so the Redis store and the in-memory
 // store reach identical decisions.
 //
@@ -80,76 +80,66 @@ var keySuffix = map[algo.Algorithm]string{
 }
 
 // DecideScript returns the source of the script that decides one request,
-// or several independent ones in order, as the store sends it to Redis;
-// with algorithms given, only those are in it.
-func DecideScript(algs ...algo.Algorithm) (string, error) {
-	return script("decide.lua", "decide_all", algs)
-}
+// or several independent ones in order, as the store sends it to Redis
+// where it cannot use the function library.
+func DecideScript() (string, error) { return script("decide.lua", "decide_all") }
 
 // MultiScript returns the source of the script that decides several limits
 // of any algorithms all or nothing.
-func MultiScript() (string, error) { return script("multi.lua", "multi_all", nil) }
+func MultiScript() (string, error) { return script("multi.lua", "multi_all") }
 
 // script returns the source of a script for rate-limit requests: the
-// definitions (see definitions), then a call of entry's function fn.
-func script(entry, fn string, algs []algo.Algorithm) (string, error) {
-	defs, err := definitions(entry, algs)
+// definitions with entry, then a call of entry's function fn.
+func script(entry, fn string) (string, error) {
+	defs, err := definitions(entry)
 	if err != nil {
 		return "", err
 	}
 	return defs + "begin(KEYS, ARGV)\nreset()\nreturn " + fn + "()\n", nil
 }
 
-// definitions returns the prelude, the algorithms (nil: all), the shared
-// state handling and entry, which defines the entry point's function.
-func definitions(entry string, algs []algo.Algorithm) (string, error) {
-	if algs == nil {
-		algs = algo.Algorithms()
-	}
+// definitions returns the prelude, every algorithm, the shared state
+// handling and the entries, which define the entry points' functions.
+func definitions(entries ...string) (string, error) {
 	files := []string{"prelude.lua"}
-	for _, a := range algs {
-		f, ok := scriptFiles[a]
-		if !ok {
-			return "", fmt.Errorf("loading script: unknown algorithm %v", a)
-		}
-		files = append(files, f)
+	for _, a := range algo.Algorithms() {
+		files = append(files, scriptFiles[a])
 	}
-	return concat(append(files, "state.lua", entry)...)
+	return concat(append(append(files, "state.lua"), entries...)...)
 }
 
 // reqSize is the size of one packed request (see appendRequest).
 const reqSize = 64
 
-// algOf returns the algorithm of a packed request.
-func algOf(packed []byte) algo.Algorithm {
-	return algo.Algorithm(math.Float64frombits(binary.LittleEndian.Uint64(packed)))
+// An entry point is one way into the Lua: a function of the library and
+// the script that stands in for it.
+type entryPoint struct {
+	fn     string
+	script *rueidis.Lua
 }
 
-// exec runs decide.lua for keys and args: through the function library
-// when Redis has it, else as the script sc.
-func (s *Store) exec(ctx context.Context, c rueidis.Client, sc *rueidis.Lua, keys, args []string) rueidis.RedisResult {
+// preload loads the function library through c in the background, so
+// that the first decisions find it rather than wait for it.
+func (s *Store) preload(c rueidis.Client) {
+	if s.lib == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), libraryLoadTimeout)
+		defer cancel()
+		s.lib.load(ctx, c)
+	}()
+}
+
+// exec runs entry point e for keys and args: through the function library
+// when Redis has it, else as its script.
+func (s *Store) exec(ctx context.Context, c rueidis.Client, e entryPoint, keys, args []string) rueidis.RedisResult {
 	if s.lib != nil {
-		if res, ok := s.lib.call(ctx, c, keys, args); ok {
+		if res, ok := s.lib.call(ctx, c, e.fn, keys, args); ok {
 			return res
 		}
 	}
-	return sc.Exec(ctx, c, keys, args)
-}
-
-// decideScript returns the script for a batch whose first request is
-// packed[0]: the one built for its algorithm if every request has it, else
-// the one with every algorithm.
-func (s *Store) decideScript(packed ...[]byte) *rueidis.Lua {
-	a := algOf(packed[0])
-	for _, p := range packed[1:] {
-		if algOf(p) != a {
-			return s.decide
-		}
-	}
-	if sc, ok := s.decideOne[a]; ok {
-		return sc
-	}
-	return s.decide
+	return e.script.Exec(ctx, c, keys, args)
 }
 
 // appendRequest appends r packed as the scripts read it (state.lua): eight
@@ -197,22 +187,17 @@ type Options struct {
 
 // Store is the Redis [tollgate.Store]. It is safe for concurrent use.
 type Store struct {
-	client atomic.Pointer[rueidis.Client]
-	decide *rueidis.Lua // decide.lua: one request, or a batch
-	// decideOne holds decide.lua built with one algorithm, for a request
-	// or a batch of that algorithm alone: Redis re-creates every function
-	// a script defines on each call, so a script with one algorithm costs
-	// it a fifth less to run for a lone request.
-	decideOne map[algo.Algorithm]*rueidis.Lua
-	lib       *library // nil with Options.NoFunctions
-	multi     *rueidis.Lua
-	lockout   *rueidis.Lua
-	lease     *rueidis.Lua
-	owned     bool          // Open made the client; Close closes it
-	stop      chan struct{} // ends Open's connect loop
-	done      chan struct{}
-	once      sync.Once
-	batch     batcher
+	client  atomic.Pointer[rueidis.Client]
+	decide  entryPoint // decide.lua: one request, or a batch
+	multi   entryPoint // multi.lua: several limits, all or nothing
+	lib     *library   // nil with Options.NoFunctions
+	lockout *rueidis.Lua
+	lease   *rueidis.Lua
+	owned   bool          // Open made the client; Close closes it
+	stop    chan struct{} // ends Open's connect loop
+	done    chan struct{}
+	once    sync.Once
+	batch   batcher
 }
 
 // ErrNotConnected is returned by a store from [Open] that has not yet
@@ -227,6 +212,7 @@ func New(client rueidis.Client, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.client.Store(&client)
+	s.preload(client)
 	close(s.done)
 	return s, nil
 }
@@ -235,30 +221,24 @@ func newStore(opts Options) (*Store, error) {
 	if opts.MaxBatch < 0 {
 		return nil, fmt.Errorf("creating redis store: MaxBatch %d is negative", opts.MaxBatch)
 	}
-	s := &Store{stop: make(chan struct{}), done: make(chan struct{}), decideOne: map[algo.Algorithm]*rueidis.Lua{}}
-	for _, a := range algo.Algorithms() {
-		src, err := DecideScript(a)
-		if err != nil {
-			return nil, fmt.Errorf("creating redis store: %w", err)
-		}
-		s.decideOne[a] = rueidis.NewLuaScript(src)
+	s := &Store{stop: make(chan struct{}), done: make(chan struct{})}
+	lib, err := newLibrary()
+	if err != nil {
+		return nil, fmt.Errorf("creating redis store: %w", err)
+	}
+	if !opts.NoFunctions {
+		s.lib = lib
 	}
 	for _, x := range []struct {
-		dst **rueidis.Lua
+		dst *entryPoint
+		fn  string
 		src func() (string, error)
-	}{{&s.decide, func() (string, error) { return DecideScript() }}, {&s.multi, MultiScript}} {
+	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}} {
 		src, err := x.src()
 		if err != nil {
 			return nil, fmt.Errorf("creating redis store: %w", err)
 		}
-		*x.dst = rueidis.NewLuaScript(src)
-	}
-	if !opts.NoFunctions {
-		lib, err := newLibrary()
-		if err != nil {
-			return nil, fmt.Errorf("creating redis store: %w", err)
-		}
-		s.lib = lib
+		*x.dst = entryPoint{fn: x.fn, script: rueidis.NewLuaScript(src)}
 	}
 	s.batch.maxBatch = opts.MaxBatch
 	if s.batch.maxBatch == 0 {
@@ -364,6 +344,7 @@ func Open(opt rueidis.ClientOption, retry time.Duration) (*Store, error) {
 		for {
 			if c, err := rueidis.NewClient(opt); err == nil {
 				s.client.Store(&c)
+				s.preload(c)
 				return
 			}
 			select {
@@ -472,7 +453,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	if err != nil {
 		return nil, fmt.Errorf("deciding in redis: %w", err)
 	}
-	msgs, err := s.multi.Exec(ctx, c, keys, []string{now, slack, string(packed)}).ToArray()
+	msgs, err := s.exec(ctx, c, s.multi, keys, []string{now, slack, string(packed)}).ToArray()
 	if err != nil {
 		return nil, fmt.Errorf("deciding in redis: %w", err)
 	}
