@@ -13,17 +13,16 @@ import (
 	"github.com/tollgate/tollgate/policy"
 )
 
-// BenchmarkServe measures what the gateway adds to a request: the same
-// in-process upstream (builtin:echo) served bare and behind the gateway on
-// the memory store, one anonymous client under a generous plan.
-func BenchmarkServe(b *testing.B) {
+// benchGateway returns a gateway on the memory store that sends every
+// request to upstream, with a plan no benchmark exhausts.
+func benchGateway(b *testing.B, upstream string) *gateway.Gateway {
 	p, err := policy.Parse([]byte(`version: bench
 listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
 identity: {secret: bench-secret-0123456789abcdef, anonymous_plan: open}
 plans:
   open: {rate: 1000000000, period: 1s}
 routes:
-  - {name: all, path: /, upstream: "builtin:echo"}
+  - {name: all, path: /, upstream: "`+upstream+`"}
 `), "bench.yaml")
 	if err != nil {
 		b.Fatal(err)
@@ -32,7 +31,15 @@ routes:
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer g.Close()
+	b.Cleanup(g.Close)
+	return g
+}
+
+// BenchmarkServe measures what the gateway adds to a request: the same
+// in-process upstream (builtin:echo) served bare and behind the gateway on
+// the memory store, one anonymous client under a generous plan.
+func BenchmarkServe(b *testing.B) {
+	g := benchGateway(b, "builtin:echo")
 	for _, c := range []struct {
 		name string
 		h    http.Handler
@@ -66,22 +73,7 @@ func BenchmarkProxy(b *testing.B) {
 		Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024},
 	})
 	defer plain.Close()
-	p, err := policy.Parse([]byte(`version: bench
-listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
-identity: {secret: bench-secret-0123456789abcdef, anonymous_plan: open}
-plans:
-  open: {rate: 1000000000, period: 1s}
-routes:
-  - {name: all, path: /, upstream: "`+up.URL+`"}
-`), "bench.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := gateway.New(gateway.Options{Policy: p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer g.Close()
+	g := benchGateway(b, up.URL)
 	gw := httptest.NewServer(g.Handler())
 	defer gw.Close()
 	for _, c := range []struct{ name, url string }{{"plain", plain.URL}, {"gateway", gw.URL}} {

@@ -171,9 +171,7 @@ func runGatewaySuite(srv *redistest.Server, dur time.Duration) []gatewayRow {
 func medianRow(runs []gatewayRow) gatewayRow {
 	row := runs[0]
 	row.achieved = median(runs, func(r gatewayRow) float64 { return r.achieved })
-	row.lat.p50 = time.Duration(median(runs, func(r gatewayRow) float64 { return float64(r.lat.p50) }))
-	row.lat.p99 = time.Duration(median(runs, func(r gatewayRow) float64 { return float64(r.lat.p99) }))
-	row.lat.p999 = time.Duration(median(runs, func(r gatewayRow) float64 { return float64(r.lat.p999) }))
+	row.lat = medianLatency(runs, func(r gatewayRow) summary { return r.lat })
 	for _, r := range runs[1:] {
 		row.errors += r.errors
 		if row.firstErr == "" {

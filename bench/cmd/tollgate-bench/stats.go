@@ -49,3 +49,12 @@ func median[T any](rows []T, f func(T) float64) float64 {
 	sort.Float64s(v)
 	return v[len(v)/2]
 }
+
+// medianLatency returns the median of each percentile of lat over rows.
+func medianLatency[T any](rows []T, lat func(T) summary) summary {
+	s := lat(rows[0])
+	s.p50 = time.Duration(median(rows, func(r T) float64 { return float64(lat(r).p50) }))
+	s.p99 = time.Duration(median(rows, func(r T) float64 { return float64(lat(r).p99) }))
+	s.p999 = time.Duration(median(rows, func(r T) float64 { return float64(lat(r).p999) }))
+	return s
+}

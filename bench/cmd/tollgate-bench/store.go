@@ -166,9 +166,7 @@ func medianStoreRow(runs []storeRow) storeRow {
 	row := runs[0]
 	row.perSec = median(runs, func(r storeRow) float64 { return r.perSec })
 	row.usecPerDec = median(runs, func(r storeRow) float64 { return r.usecPerDec })
-	row.lat.p50 = time.Duration(median(runs, func(r storeRow) float64 { return float64(r.lat.p50) }))
-	row.lat.p99 = time.Duration(median(runs, func(r storeRow) float64 { return float64(r.lat.p99) }))
-	row.lat.p999 = time.Duration(median(runs, func(r storeRow) float64 { return float64(r.lat.p999) }))
+	row.lat = medianLatency(runs, func(r storeRow) summary { return r.lat })
 	for _, r := range runs[1:] {
 		row.errors += r.errors
 	}
