@@ -91,6 +91,25 @@ type Guard interface {
 	Lockout(ctx context.Context, req algo.LockoutRequest) (algo.LockoutResult, error)
 }
 
+// Hold is an attempt whose outcome is not known yet; see [algo.Hold].
+type Hold = algo.Hold
+
+// Reserver is a store that can hold a request's cost while the outcome
+// that decides whether to charge it is not known (a login whose password
+// is being checked), so that requests made at once get no further than
+// requests made one at a time. Both stores implement it.
+type Reserver interface {
+	// Reserve admits the request only if its limit could take the cost of
+	// every request held under its key and this one, and then holds it
+	// until it is settled or h.TTL passes. It charges nothing: Remaining
+	// counts what is left once every held request is charged.
+	Reserve(ctx context.Context, req Request, h Hold) (Decision, error)
+	// Settle ends the hold h (a no-op if it has expired) and, with charge,
+	// charges the request as Allow would, reporting that decision;
+	// without, it reports the limit's state.
+	Settle(ctx context.Context, req Request, h Hold, charge bool) (Decision, error)
+}
+
 // Leaser is a store that hands out concurrency slots as leases with a
 // TTL. Both stores implement it.
 type Leaser interface {

@@ -264,7 +264,10 @@ func TestLockout(t *testing.T) {
 	var s algo.State
 	now := int64(1_800_000_000_000)
 	min := time.Minute.Milliseconds()
-	fail := func() algo.LockoutResult { res, _ := algo.Lockout(r, &s, now, algo.LockFail); return res }
+	fail := func() algo.LockoutResult {
+		res, _ := algo.Lockout(r, &s, nil, now, algo.LockFail, algo.Hold{})
+		return res
+	}
 	for i := 1; i <= 4; i++ {
 		if res := fail(); res.Locked || res.Failures != int64(i) {
 			t.Fatalf("failure %d: %+v", i, res)
@@ -275,7 +278,7 @@ func TestLockout(t *testing.T) {
 	}
 	// Locked: checks say so and failures while locked change nothing.
 	now += 30_000
-	if res, _ := algo.Lockout(r, &s, now, algo.LockCheck); !res.Locked || res.RetryAfter != 30_000 {
+	if res, _ := algo.Lockout(r, &s, nil, now, algo.LockCheck, algo.Hold{}); !res.Locked || res.RetryAfter != 30_000 {
 		t.Fatalf("check during the lock: %+v", res)
 	}
 	fail()
@@ -285,7 +288,7 @@ func TestLockout(t *testing.T) {
 		for i := 0; i < 5; i++ {
 			fail()
 		}
-		res, _ := algo.Lockout(r, &s, now, algo.LockCheck)
+		res, _ := algo.Lockout(r, &s, nil, now, algo.LockCheck, algo.Hold{})
 		if !res.Locked || res.RetryAfter != want*min {
 			t.Fatalf("offence %d: %+v, want a %d min lock", level+2, res, want)
 		}
@@ -294,11 +297,11 @@ func TestLockout(t *testing.T) {
 	now += 2 * time.Hour.Milliseconds()
 	fail()
 	fail()
-	algo.Lockout(r, &s, now, algo.LockSucceed)
+	algo.Lockout(r, &s, nil, now, algo.LockSucceed, algo.Hold{})
 	for i := 0; i < 4; i++ {
 		fail()
 	}
-	if res, _ := algo.Lockout(r, &s, now, algo.LockCheck); res.Locked || res.Failures != 4 {
+	if res, _ := algo.Lockout(r, &s, nil, now, algo.LockCheck, algo.Hold{}); res.Locked || res.Failures != 4 {
 		t.Fatalf("after a success: %+v", res)
 	}
 	now += 16 * min
@@ -307,7 +310,7 @@ func TestLockout(t *testing.T) {
 	}
 	// The offence memory forgets old locks.
 	var fresh algo.State
-	_, ttl := algo.Lockout(r, &fresh, now, algo.LockCheck)
+	_, ttl := algo.Lockout(r, &fresh, nil, now, algo.LockCheck, algo.Hold{})
 	if ttl != 0 {
 		t.Fatalf("a fresh account needs no state, ttl %d", ttl)
 	}

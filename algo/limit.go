@@ -159,6 +159,9 @@ const (
 var (
 	// ErrInvalidLimit reports a Limit that cannot be enforced.
 	ErrInvalidLimit = errors.New("invalid limit")
+	// ErrInvalidRequest reports a login-guard rule, a lease or a hold that
+	// cannot be used.
+	ErrInvalidRequest = errors.New("invalid request")
 	// ErrCostExceedsBurst reports a cost larger than the limit's capacity
 	// (Burst, or Rate for window algorithms): such a request could never be
 	// allowed, so it is refused as invalid instead of waiting forever.
@@ -171,7 +174,8 @@ var (
 // limit, a cost above the capacity or below zero), as opposed to a store
 // that could not answer: retrying or failing over will not help.
 func IsInvalid(err error) bool {
-	return errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrCostExceedsBurst) || errors.Is(err, ErrNegativeCost)
+	return errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrCostExceedsBurst) || errors.Is(err, ErrNegativeCost) ||
+		errors.Is(err, ErrInvalidRequest)
 }
 
 // maxUnits bounds every product the algorithms form (capacity × period), so

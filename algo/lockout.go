@@ -1,7 +1,6 @@
 package algo
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -22,13 +21,13 @@ type LockoutRule struct {
 func (r LockoutRule) Validate() error {
 	switch {
 	case r.Threshold < 1:
-		return errors.New("invalid lockout rule: the failure threshold must be at least 1")
+		return fmt.Errorf("%w: lockout rule: the failure threshold must be at least 1", ErrInvalidRequest)
 	case r.Lock < time.Millisecond || r.MaxLock < r.Lock:
-		return fmt.Errorf("invalid lockout rule: want 1ms <= lock (%v) <= max lock (%v)", r.Lock, r.MaxLock)
+		return fmt.Errorf("%w: lockout rule: want 1ms <= lock (%v) <= max lock (%v)", ErrInvalidRequest, r.Lock, r.MaxLock)
 	case r.Window < time.Millisecond || r.Memory < time.Millisecond:
-		return errors.New("invalid lockout rule: the failure window and offence memory must be at least 1ms")
+		return fmt.Errorf("%w: lockout rule: the failure window and offence memory must be at least 1ms", ErrInvalidRequest)
 	case r.MaxLock > 365*24*time.Hour || r.Window > 365*24*time.Hour || r.Memory > 365*24*time.Hour:
-		return errors.New("invalid lockout rule: durations are at most a year")
+		return fmt.Errorf("%w: lockout rule: durations are at most a year", ErrInvalidRequest)
 	}
 	return nil
 }
@@ -36,14 +35,26 @@ func (r LockoutRule) Validate() error {
 // LockOp is what happened to an account.
 type LockOp uint8
 
-// Lockout operations.
+// Lockout operations. An attempt is first reserved, before it is sent to
+// the service that checks the password, and then settled by its outcome:
+// a failure, a success, or neither (no answer, an error).
 const (
 	// LockCheck asks whether the account is locked and changes nothing.
 	LockCheck LockOp = iota
-	// LockFail records a failed login.
+	// LockFail records a failed login, settling the attempt the request's
+	// hold reserved, if any.
 	LockFail
-	// LockSucceed records a successful login.
+	// LockSucceed records a successful login, settling its hold, if any.
 	LockSucceed
+	// LockReserve holds a place for an attempt about to be forwarded. It
+	// is refused while the account is locked, and while the failures
+	// counted and the attempts already held add up to the threshold: so
+	// however many attempts arrive at once, no more reach the service than
+	// one at a time would, before the lock.
+	LockReserve
+	// LockRelease gives back an attempt whose outcome says nothing about
+	// the password (the service failed, or never answered).
+	LockRelease
 )
 
 // LockoutResult is the state of an account after an operation.
@@ -52,13 +63,21 @@ type LockoutResult struct {
 	RetryAfter int64 // ms until the lock ends (0 when not locked)
 	Failures   int64 // failures counted towards the next lock
 	Level      int64 // locks so far within the offence memory
+	// Reserved reports, for LockReserve, whether the attempt was held.
+	// An attempt refused while the account is not Locked was refused
+	// because Failures and Held reached the threshold.
+	Reserved bool
+	Held     int64 // attempts held, after the operation
 }
 
 // Lockout applies op at nowMS to an account's state, kept in s as
 // A failures, B last failure (ms), C level, D lock end (ms), E last lock
-// (ms). It returns the result and the ms after nowMS from which the state
-// is equivalent to a fresh one.
-func Lockout(r LockoutRule, s *State, now int64, op LockOp) (LockoutResult, int64) {
+// (ms), and in holds, the attempts reserved and not yet settled (which
+// LockReserve adds h to; the settling operations remove h.ID). holds may
+// be nil for operations other than LockReserve. It returns the result and
+// the ms after nowMS from which the state and the holds are equivalent to
+// none.
+func Lockout(r LockoutRule, s *State, holds Holds, now int64, op LockOp, h Hold) (LockoutResult, int64) {
 	win, mem := r.Window.Milliseconds(), r.Memory.Milliseconds()
 	fails, lastFail, level, until, lastLock := s.A, s.B, s.C, s.D, s.E
 	if now-lastFail >= win {
@@ -67,8 +86,24 @@ func Lockout(r LockoutRule, s *State, now int64, op LockOp) (LockoutResult, int6
 	if now-lastLock >= mem {
 		level = 0
 	}
+	held := holds.Live(now)
+	if op != LockCheck && op != LockReserve && h.ID != "" {
+		if _, ok := holds[h.ID]; ok {
+			delete(holds, h.ID)
+			held--
+		}
+	}
 	locked := now < until
+	res := LockoutResult{}
 	switch {
+	case op == LockReserve:
+		if _, ok := holds[h.ID]; ok {
+			res.Reserved = true // reserved before: a retried call
+		} else if !locked && fails+held < r.Threshold {
+			holds[h.ID] = now + h.TTL.Milliseconds()
+			held++
+			res.Reserved = true
+		}
 	case op == LockFail && !locked:
 		fails++
 		lastFail = now
@@ -84,7 +119,7 @@ func Lockout(r LockoutRule, s *State, now int64, op LockOp) (LockoutResult, int6
 		fails = 0
 		s.A = 0
 	}
-	res := LockoutResult{Locked: locked, Failures: fails, Level: level}
+	res.Locked, res.Failures, res.Level, res.Held = locked, fails, level, held
 	if locked {
 		res.RetryAfter = until - now
 	}
@@ -92,7 +127,7 @@ func Lockout(r LockoutRule, s *State, now int64, op LockOp) (LockoutResult, int6
 	if fails == 0 && level == 0 && !locked {
 		ttl = 0
 	}
-	return res, ttl
+	return res, max(ttl, holds.Until(now))
 }
 
 // lockFor returns the lock length after level earlier locks: Lock doubled
@@ -112,7 +147,26 @@ type LockoutRequest struct {
 	Subject string // the account (a pseudonym)
 	Rule    LockoutRule
 	Op      LockOp
-	Now     time.Time // zero: the store's clock
+	// Hold is the attempt LockReserve holds and the settling operations
+	// end; its zero value is no attempt (then LockReserve is invalid).
+	Hold Hold
+	Now  time.Time // zero: the store's clock
+}
+
+// Validate reports whether the request is usable.
+func (q LockoutRequest) Validate() error {
+	if err := q.Rule.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case q.Op > LockRelease:
+		return fmt.Errorf("%w: unknown lockout operation %d", ErrInvalidRequest, q.Op)
+	case q.Op == LockReserve || q.Hold != (Hold{}):
+		if err := q.Hold.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // LeaseRequest asks a store for, or returns, one of Limit concurrent slots
@@ -131,11 +185,11 @@ type LeaseRequest struct {
 func (r LeaseRequest) Validate() error {
 	switch {
 	case r.Limit < 1:
-		return errors.New("invalid lease: the concurrency limit must be at least 1")
+		return fmt.Errorf("%w: lease: the concurrency limit must be at least 1", ErrInvalidRequest)
 	case r.TTL < time.Millisecond:
-		return errors.New("invalid lease: the lease TTL must be at least 1ms")
+		return fmt.Errorf("%w: lease: the lease TTL must be at least 1ms", ErrInvalidRequest)
 	case r.ID == "" || len(r.ID) > 128:
-		return errors.New("invalid lease: the lease id must be 1 to 128 bytes")
+		return fmt.Errorf("%w: lease: the lease id must be 1 to 128 bytes", ErrInvalidRequest)
 	}
 	return nil
 }

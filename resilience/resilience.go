@@ -250,6 +250,36 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 	return res, err
 }
 
+// Reserve passes a reservation to the store behind the breaker and the
+// deadline. There is no fallback: what holds attempts fails closed.
+func (s *Store) Reserve(ctx context.Context, req algo.Request, h algo.Hold) (algo.Decision, error) {
+	r, ok := s.primary.(tollgate.Reserver)
+	if !ok {
+		return algo.Decision{}, errors.New("reserving: the store cannot")
+	}
+	var d algo.Decision
+	err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		d, err = r.Reserve(ctx, req, h)
+		return err
+	})
+	return d, err
+}
+
+// Settle passes the end of a hold to the store behind the breaker and the
+// deadline.
+func (s *Store) Settle(ctx context.Context, req algo.Request, h algo.Hold, charge bool) (algo.Decision, error) {
+	r, ok := s.primary.(tollgate.Reserver)
+	if !ok {
+		return algo.Decision{}, errors.New("settling: the store cannot")
+	}
+	var d algo.Decision
+	err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		d, err = r.Settle(ctx, req, h, charge)
+		return err
+	})
+	return d, err
+}
+
 // Acquire passes a lease request to the store behind the breaker and the
 // deadline.
 func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error) {

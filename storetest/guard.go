@@ -14,29 +14,37 @@ import (
 
 var lockRule = algo.LockoutRule{Threshold: 5, Lock: time.Minute, MaxLock: time.Hour, Window: 15 * time.Minute, Memory: 24 * time.Hour}
 
-// RunGuard checks a store's login-guard state against the pure
-// algo.Lockout, and that concurrent failures lock an account exactly once.
+// RunGuard checks a store's login-guard state, held attempts included,
+// against the pure algo.Lockout, and that concurrent failures lock an
+// account exactly once and concurrent reservations hold exactly the
+// attempts the account has left.
 func RunGuard(t *testing.T, g tollgate.Guard) {
 	ctx := context.Background()
 	t.Run("MatchesModel", func(t *testing.T) {
 		p := policy(t)
 		var st algo.State
+		holds := algo.Holds{}
 		now := base
 		seed := uint32(99)
-		for step := 0; step < 300; step++ {
+		for step := 0; step < 600; step++ {
 			seed = seed*1664525 + 1013904223
-			op := algo.LockOp(seed >> 8 % 3)
+			op := algo.LockOp(seed >> 8 % 5)
 			if seed>>12%4 == 0 {
 				op = algo.LockFail
 			}
-			now = now.Add(time.Duration(seed>>16%90) * time.Second)
-			want, _ := algo.Lockout(lockRule, &st, now.UnixMilli(), op)
-			got, err := g.Lockout(ctx, algo.LockoutRequest{Policy: p, Subject: "acct", Rule: lockRule, Op: op, Now: now})
+			now = now.Add(time.Duration(seed>>16%60) * time.Second)
+			// Holds of 2 minutes, some settled, some left to expire.
+			h := algo.Hold{ID: fmt.Sprintf("h%d", seed>>20%8), TTL: 2 * time.Minute}
+			if op == algo.LockCheck || seed>>24%3 == 0 && op != algo.LockReserve {
+				h = algo.Hold{}
+			}
+			want, _ := algo.Lockout(lockRule, &st, holds, now.UnixMilli(), op, h)
+			got, err := g.Lockout(ctx, algo.LockoutRequest{Policy: p, Subject: "acct", Rule: lockRule, Op: op, Hold: h, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got != want {
-				t.Fatalf("step %d (op %d): got %+v, want %+v", step, op, got, want)
+				t.Fatalf("step %d (op %d, hold %q): got %+v, want %+v", step, op, h.ID, got, want)
 			}
 		}
 	})
@@ -58,6 +66,137 @@ func RunGuard(t *testing.T, g tollgate.Guard) {
 			t.Fatalf("after 200 concurrent failures: %+v %v, want one 1-minute lock", res, err)
 		}
 	})
+	t.Run("ConcurrentReservations", func(t *testing.T) {
+		p := policy(t)
+		req := func(op algo.LockOp, i int) algo.LockoutRequest {
+			return algo.LockoutRequest{Policy: p, Subject: "acct", Rule: lockRule, Op: op, Now: base,
+				Hold: algo.Hold{ID: fmt.Sprintf("attempt-%d", i), TTL: time.Minute}}
+		}
+		if _, err := g.Lockout(ctx, req(algo.LockFail, -1)); err != nil {
+			t.Fatal(err)
+		}
+		var reserved []int
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := 0; i < 200; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				res, err := g.Lockout(ctx, req(algo.LockReserve, i))
+				if err != nil {
+					t.Error(err)
+				}
+				if res.Reserved {
+					mu.Lock()
+					reserved = append(reserved, i)
+					mu.Unlock()
+				}
+			}(i)
+		}
+		wg.Wait()
+		if len(reserved) != 4 {
+			t.Fatalf("200 concurrent reservations after one failure held %d attempts, want 4", len(reserved))
+		}
+		for _, i := range reserved {
+			if _, err := g.Lockout(ctx, req(algo.LockFail, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := g.Lockout(ctx, req(algo.LockReserve, 1000))
+		if err != nil || res.Reserved || !res.Locked || res.Held != 0 {
+			t.Fatalf("after the held attempts failed: %+v %v, want locked", res, err)
+		}
+		if _, err := g.Lockout(ctx, algo.LockoutRequest{Policy: p, Subject: "acct", Rule: lockRule, Op: algo.LockReserve, Now: base}); !algo.IsInvalid(err) {
+			t.Fatalf("a reservation without a hold: %v, want an invalid-request error", err)
+		}
+	})
+}
+
+// RunReserver checks held attempts on rate limits: on every algorithm,
+// reservations made at once hold exactly what the limit has left, a
+// charge spends and a give-back frees a place, a hold that is never
+// settled expires, and the decisions match algo.Prepared.Reserve.
+func RunReserver(t *testing.T, r tollgate.Reserver) {
+	ctx := context.Background()
+	for _, a := range algo.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			p := policy(t)
+			l := algo.Limit{Algorithm: a, Rate: 20, Period: 10 * time.Minute}
+			req := algo.Request{Policy: p, Subject: "ip", Limit: l, Cost: 1, Now: base}
+			hold := func(i int) algo.Hold { return algo.Hold{ID: fmt.Sprintf("attempt-%d", i), TTL: time.Minute} }
+			// Three charged first: 17 left.
+			for i := 0; i < 3; i++ {
+				if _, err := r.Reserve(ctx, req, hold(-i-1)); err != nil {
+					t.Fatal(err)
+				}
+				if d, err := r.Settle(ctx, req, hold(-i-1), true); err != nil || !d.Allowed {
+					t.Fatalf("charge %d: %+v %v", i, d, err)
+				}
+			}
+			var held []int
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for i := 0; i < 100; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					d, err := r.Reserve(ctx, req, hold(i))
+					if err != nil {
+						t.Error(err)
+					}
+					if d.Allowed {
+						mu.Lock()
+						held = append(held, i)
+						mu.Unlock()
+					}
+				}(i)
+			}
+			wg.Wait()
+			if len(held) != 17 {
+				t.Fatalf("100 concurrent reservations held %d, want the 17 left", len(held))
+			}
+			// Model: the limit's state after three charges.
+			pl, _ := l.Prepare()
+			var st algo.State
+			for i := 0; i < 3; i++ {
+				pl.Decide(&st, base.UnixMilli(), 1)
+			}
+			var want algo.Result
+			pl.Reserve(&want, &st, 17, base.UnixMilli(), 1)
+			if d, err := r.Reserve(ctx, req, hold(1000)); err != nil || d != want.Decision() {
+				t.Fatalf("an 18th reservation: %+v %v, want %+v", d, err, want.Decision())
+			}
+			// Give one back and charge another: one place frees.
+			if _, err := r.Settle(ctx, req, hold(held[0]), false); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := r.Settle(ctx, req, hold(held[1]), true); err != nil || !d.Allowed || d.Remaining != 16 {
+				t.Fatalf("charging a held attempt: %+v %v, want 16 left", d, err)
+			}
+			if d, err := r.Reserve(ctx, req, hold(1001)); err != nil || !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("after a give-back: %+v %v", d, err)
+			}
+			// A retried reservation stays held; settling an unknown or
+			// settled hold changes nothing.
+			if d, err := r.Reserve(ctx, req, hold(1001)); err != nil || !d.Allowed {
+				t.Fatalf("a retried reservation: %+v %v", d, err)
+			}
+			if d, err := r.Settle(ctx, req, hold(held[0]), false); err != nil || d.Remaining != 16 {
+				t.Fatalf("settling twice: %+v %v", d, err)
+			}
+			// Unsettled holds expire after their TTL.
+			later := req
+			later.Now = base.Add(time.Minute)
+			pl.Decide(&st, base.UnixMilli(), 1) // the charged hold
+			pl.Reserve(&want, &st, 0, later.Now.UnixMilli(), 1)
+			if d, err := r.Reserve(ctx, later, hold(2000)); err != nil || d != want.Decision() {
+				t.Fatalf("after the holds expired: %+v %v, want %+v", d, err, want.Decision())
+			}
+			if _, err := r.Reserve(ctx, req, algo.Hold{}); !algo.IsInvalid(err) {
+				t.Fatalf("an empty hold: %v, want an invalid-request error", err)
+			}
+		})
+	}
 }
 
 // RunLeases checks concurrency slots: exactly Limit granted under

@@ -49,6 +49,9 @@ func Run(t *testing.T, newStore NewStore) {
 	if g, ok := newStore(t).(tollgate.Guard); ok {
 		t.Run("Guard", func(t *testing.T) { RunGuard(t, g) })
 	}
+	if r, ok := newStore(t).(tollgate.Reserver); ok {
+		t.Run("Reserver", func(t *testing.T) { RunReserver(t, r) })
+	}
 	if l, ok := newStore(t).(tollgate.Leaser); ok {
 		t.Run("Leases", func(t *testing.T) { RunLeases(t, l) })
 	}

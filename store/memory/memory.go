@@ -959,12 +959,13 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	return ds, nil
 }
 
-// Lockout implements [tollgate.Guard].
+// Lockout implements [tollgate.Guard]. An account's held attempts are
+// kept beside its state, in its entry.
 func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.LockoutResult, error) {
 	if err := ctx.Err(); err != nil {
 		return algo.LockoutResult{}, fmt.Errorf("guarding login in memory: %w", err)
 	}
-	if err := req.Rule.Validate(); err != nil {
+	if err := req.Validate(); err != nil {
 		return algo.LockoutResult{}, fmt.Errorf("guarding login in memory: %w", err)
 	}
 	ms := s.msOf(req.Now)
@@ -981,16 +982,19 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 		held = []*entry{e}
 	}
 	var st algo.State
+	holds := algo.Holds{}
 	if e != nil && !e.ghost && e.expire > ms {
 		st = e.st
+		if e.ext != nil && e.ext.leases != nil {
+			holds = e.ext.leases
+		}
 	}
-	res, ttl := algo.Lockout(req.Rule, &st, ms, req.Op)
+	res, ttl := algo.Lockout(req.Rule, &st, holds, ms, req.Op, req.Hold)
 	if req.Op == algo.LockCheck {
 		return res, nil
 	}
 	switch {
 	case e != nil && !e.ghost:
-		e.st, e.expire = st, ms+ttl
 	case ttl > 0:
 		if !s.reserve(sh, ms, held) {
 			s.overflows.Add(1)
@@ -1002,7 +1006,17 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 			e = s.insert(sh, h, kb)
 			defer e.mu.Unlock()
 		}
-		e.st, e.expire = st, ms+ttl
+	default:
+		return res, nil
+	}
+	e.st, e.expire = st, ms+ttl
+	if len(holds) > 0 {
+		if e.ext == nil {
+			e.ext = &entryExt{}
+		}
+		e.ext.leases = holds
+	} else if e.ext != nil {
+		e.ext.leases = nil
 	}
 	return res, nil
 }

@@ -88,6 +88,10 @@ func DecideScript() (string, error) { return script("decide.lua", "decide_all") 
 // of any algorithms all or nothing.
 func MultiScript() (string, error) { return script("multi.lua", "multi_all") }
 
+// ReserveScript returns the source of the script that holds, charges and
+// gives back attempts on a rate limit (see [Store.Reserve]).
+func ReserveScript() (string, error) { return script("reserve.lua", "reserve_one") }
+
 // script returns the source of a script for rate-limit requests: the
 // definitions with entry, then a call of entry's function fn.
 func script(entry, fn string) (string, error) {
@@ -193,6 +197,7 @@ type Store struct {
 	lib     *library   // nil with Options.NoFunctions
 	lockout *rueidis.Lua
 	lease   *rueidis.Lua
+	reserve *rueidis.Lua  // reserve.lua: attempts held on a rate limit
 	owned   bool          // Open made the client; Close closes it
 	stop    chan struct{} // ends Open's connect loop
 	done    chan struct{}
@@ -240,6 +245,11 @@ func newStore(opts Options) (*Store, error) {
 		}
 		*x.dst = entryPoint{fn: x.fn, script: rueidis.NewLuaScript(src)}
 	}
+	src, err := ReserveScript()
+	if err != nil {
+		return nil, fmt.Errorf("creating redis store: %w", err)
+	}
+	s.reserve = rueidis.NewLuaScript(src)
 	s.batch.maxBatch = opts.MaxBatch
 	if s.batch.maxBatch == 0 {
 		s.batch.maxBatch = defaultMaxBatch
@@ -257,9 +267,10 @@ func newStore(opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Lockout implements [tollgate.Guard] with one script call.
+// Lockout implements [tollgate.Guard] with one script call. The account's
+// state and its held attempts are two keys of one hash slot.
 func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.LockoutResult, error) {
-	if err := req.Rule.Validate(); err != nil {
+	if err := req.Validate(); err != nil {
 		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: %w", err)
 	}
 	now, slack, err := timeArgs(req.Now)
@@ -273,15 +284,80 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 	r := req.Rule
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 	key := plainKey(req.Policy, req.Subject, ":lock")
-	vals, err := s.lockout.Exec(ctx, c, []string{key}, []string{now, slack, strconv.Itoa(int(req.Op)),
-		strconv.FormatInt(r.Threshold, 10), ms(r.Lock), ms(r.MaxLock), ms(r.Window), ms(r.Memory)}).AsIntSlice()
+	vals, err := s.lockout.Exec(ctx, c, []string{key, key + ":held"}, []string{now, slack, strconv.Itoa(int(req.Op)),
+		strconv.FormatInt(r.Threshold, 10), ms(r.Lock), ms(r.MaxLock), ms(r.Window), ms(r.Memory),
+		req.Hold.ID, ms(req.Hold.TTL)}).AsIntSlice()
 	if err != nil {
 		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: %w", err)
 	}
-	if len(vals) != 4 {
-		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: script returned %d values, want 4", len(vals))
+	if len(vals) != 6 {
+		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: script returned %d values, want 6", len(vals))
 	}
-	return algo.LockoutResult{Locked: vals[0] == 1, RetryAfter: vals[1], Failures: vals[2], Level: vals[3]}, nil
+	return algo.LockoutResult{Locked: vals[0] == 1, RetryAfter: vals[1], Failures: vals[2], Level: vals[3],
+		Reserved: vals[4] == 1, Held: vals[5]}, nil
+}
+
+// Reserve implements [tollgate.Reserver] with one script call: it admits
+// the attempt only if the limit could take the cost of every attempt held
+// and this one, and then holds it. The limit's state and its holds are two
+// keys of one hash slot.
+func (s *Store) Reserve(ctx context.Context, req algo.Request, h algo.Hold) (algo.Decision, error) {
+	d, err := s.holdOp(ctx, req, h, 1)
+	if err != nil {
+		return d, fmt.Errorf("reserving in redis: %w", err)
+	}
+	return d, nil
+}
+
+// Settle implements [tollgate.Reserver]: it ends the hold and, with
+// charge, charges the request as [Store.Allow] would, in one script call.
+func (s *Store) Settle(ctx context.Context, req algo.Request, h algo.Hold, charge bool) (algo.Decision, error) {
+	op := 2
+	if charge {
+		op = 3
+	}
+	d, err := s.holdOp(ctx, req, h, op)
+	if err != nil {
+		return d, fmt.Errorf("settling in redis: %w", err)
+	}
+	return d, nil
+}
+
+func (s *Store) holdOp(ctx context.Context, req algo.Request, h algo.Hold, op int) (algo.Decision, error) {
+	l := req.Limit
+	if err := l.Validate(); err != nil {
+		return algo.Decision{}, err
+	}
+	if err := l.CheckCost(req.Cost); err != nil {
+		return algo.Decision{}, err
+	}
+	if err := h.Validate(); err != nil {
+		return algo.Decision{}, err
+	}
+	now, slack, err := timeArgs(req.Now)
+	if err != nil {
+		return algo.Decision{}, err
+	}
+	c, err := s.conn()
+	if err != nil {
+		return algo.Decision{}, err
+	}
+	key := KeyFor(req)
+	var packed [reqSize]byte
+	appendRequest(packed[:0], req)
+	msgs, err := s.reserve.Exec(ctx, c, []string{key, key + ":held"}, []string{now, slack, string(packed[:]),
+		strconv.Itoa(op), h.ID, strconv.FormatInt(h.TTL.Milliseconds(), 10)}).ToArray()
+	if err != nil {
+		return algo.Decision{}, err
+	}
+	outs, err := outcomes(msgs, 1)
+	if err != nil {
+		return algo.Decision{}, err
+	}
+	if outs[0].err != nil {
+		return algo.Decision{}, outs[0].err
+	}
+	return outs[0].decision(l), nil
 }
 
 // Acquire implements [tollgate.Leaser] with one script call.

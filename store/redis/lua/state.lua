@@ -46,12 +46,12 @@ local function load(key, a)
   end
   return j
 end
--- decide decides request i (at cost 0 if zero) and returns its five
--- values, or false and the error reply; with write it records the new
--- state for flush.
-local function decide(i, write, zero)
+-- decide decides request i (at cost 0 if zero, at cost over if that is
+-- set) and returns its five values, or false and the error reply; with
+-- write it records the new state for flush.
+local function decide(i, write, zero, over)
   local a, n, period, cap, cost, md, cal, off = unpack_('<dddddddd', REQS, i * 64 - 63)
-  if zero then cost = 0 end
+  if zero then cost = 0 elseif over then cost = over end
   local key = K[i]
   if a == 4 then
     local ok, r1, r2, r3, r4, r5 = pcall(log, key, n, period, cost, write)
