@@ -48,7 +48,7 @@ func TestClusterFailover(t *testing.T) {
 				default:
 				}
 				if w == 0 && i%5 == 0 {
-					if code, _ := timed(t, "POST", g.public+"/login"); code != 503 && code != 200 && code != 401 && code != 429 {
+					if code, _ := timedLogin(t, g.public+"/login"); code != 503 && code != 200 && code != 401 && code != 429 {
 						other.Add(1)
 					} else if code == 503 {
 						login503.Add(1)

@@ -22,6 +22,20 @@ func timed(t *testing.T, method, url string, header ...string) (int, time.Durati
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Add(header[i], header[i+1])
 	}
+	return timedDo(t, req)
+}
+
+// timedLogin posts one wrong password for an account to a login route
+// and returns the status and latency.
+func timedLogin(t *testing.T, url string) (int, time.Duration) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"username":"probe","password":"wrong"}`))
+	req.Header.Set("Content-Type", "application/json")
+	return timedDo(t, req)
+}
+
+func timedDo(t *testing.T, req *http.Request) (int, time.Duration) {
+	t.Helper()
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
@@ -142,7 +156,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 					other.Add(1)
 				}
 				if i%10 == 0 {
-					if code, _ := timed(t, "POST", g.public+"/login"); code == 503 {
+					if code, _ := timedLogin(t, g.public+"/login"); code == 503 {
 						login503.Add(1)
 					} else {
 						other.Add(1)
@@ -303,7 +317,7 @@ func TestStartsWithoutRedis(t *testing.T) {
 	if code, _ := timed(t, "GET", g2.public+"/api/x", "X-API-Key", proKey); code != 200 {
 		t.Fatalf("fail_open route without Redis: %d", code)
 	}
-	if code, _ := timed(t, "POST", g2.public+"/login"); code != 503 {
+	if code, _ := timedLogin(t, g2.public+"/login"); code != 503 {
 		t.Fatalf("fail_closed route without Redis: %d", code)
 	}
 	if !strings.Contains(readyz(t, g2), "degraded") {
@@ -317,7 +331,7 @@ func TestStartsWithoutRedis(t *testing.T) {
 		return strings.Contains(readyz(t, g2), `"status":"ready"`) && evalCalls(t, rs) > 0
 	})
 	t.Logf("gateway started without Redis; Redis taken back %v after it appeared", gap)
-	if code, _ := timed(t, "POST", g2.public+"/login", "Content-Type", "application/json"); code == 503 {
+	if code, _ := timedLogin(t, g2.public+"/login"); code == 503 {
 		t.Fatal("fail_closed route still refused after Redis came back")
 	}
 }

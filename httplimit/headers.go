@@ -130,6 +130,12 @@ const (
 	ProblemTooManyFailed = "urn:tollgate:problem:too-many-failures"
 	// ProblemTooManyInFlight answers a request over a concurrency limit.
 	ProblemTooManyInFlight = "urn:tollgate:problem:too-many-in-flight"
+	// ProblemBadLogin answers a login request whose account the guard
+	// cannot read exactly as the service behind would.
+	ProblemBadLogin = "urn:tollgate:problem:unreadable-login"
+	// ProblemLoginBusy answers a login attempt for an account whose
+	// failures and attempts in progress already add up to its allowance.
+	ProblemLoginBusy = "urn:tollgate:problem:login-attempts-in-progress"
 )
 
 // WriteProblem writes p as application/problem+json, with Retry-After when

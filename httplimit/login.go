@@ -5,164 +5,177 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
-	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/policy"
 )
 
-// loginAttempt is what the guard knows of a login request before the
-// upstream answers.
+// loginAttempt is a login request on its way to the service behind: the
+// account it names and the places it holds, in the client address's
+// failure budget and in the account's allowance, until its outcome is
+// known.
 type loginAttempt struct {
+	m       *middleware
 	guard   *policy.Login
-	account string // pseudonym; "" when the body named none
-	client  string // client IP pseudonym
+	account string // pseudonym
+	ip      tollgate.Request
+	hold    tollgate.Hold
+	settled bool
 }
 
-// loginCheck reads the account from the body (leaving the body intact for
-// the upstream) and refuses the attempt if the account is locked or the
-// client IP is over its failure budget. It fails closed. On refusal it has
-// answered the request and returns false.
-func (m *middleware) loginCheck(w http.ResponseWriter, r *http.Request, lg *policy.Login, sub Subject) (*loginAttempt, bool) {
-	a := &loginAttempt{guard: lg, client: sub.Client}
-	if acct := readAccount(r, lg); acct != "" {
-		a.account = m.hasher.Hash("acct", acct)
+// loginBegin reads the login body, which it forwards re-encoded in the
+// form it read (see readLoginBody), and holds a place for the attempt:
+// first in the client address's failure budget, then (only if that
+// admits it, so that an address over its budget creates no state for
+// the accounts it names) in the account's allowance before its lock. An
+// attempt that cannot hold both is refused, and so, however many attempts
+// arrive at once, across gateways too, no more reach the service than one
+// at a time would. It fails closed. On refusal it has answered the
+// request and returns false.
+func (m *middleware) loginBegin(w http.ResponseWriter, r *http.Request, lg *policy.Login, sub Subject) (*loginAttempt, bool) {
+	lb, err := readLoginBody(r, lg.AccountField, lg.MaxBody)
+	if err != nil {
+		m.count("login_body", "login", "-", "bad_request")
+		m.logSampled(r.Context(), slog.LevelInfo, "refused: unreadable login request", sub, "login_body", "login", slog.String("reason", err.Error()))
+		WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusBadRequest, Detail: strings.TrimPrefix(err.Error(), errBadLogin.Error()+": ")})
+		return nil, false
 	}
-	now := m.clockTime()
+	r.Body = io.NopCloser(bytes.NewReader(lb.body))
+	r.ContentLength = int64(len(lb.body))
+	r.Header.Set("Content-Length", strconv.Itoa(len(lb.body)))
+	r.Header.Del("Transfer-Encoding")
+	r.TransferEncoding = nil
+	a := &loginAttempt{m: m, guard: lg, account: m.hasher.Hash("acct", accountKey(lb.account)),
+		ip:   tollgate.Request{Policy: lg.IPFailures.StoreName, Subject: sub.Client, Limit: lg.IPFailures.Limit, Cost: 1, Now: m.clockTime()},
+		hold: tollgate.Hold{ID: newAttemptID(), TTL: m.holdTTL}}
 	unavailable := func(err error) (*loginAttempt, bool) {
-		m.log.LogAttrs(r.Context(), slog.LevelError, "login guard unavailable, refusing", slog.String("error", err.Error()))
+		m.logSampled(r.Context(), slog.LevelError, "login guard unavailable, refusing", sub, lg.IPFailures.Name, "login", slog.String("error", err.Error()))
 		m.fallback("login", "fail_closed")
 		WriteProblem(w, Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
 			Detail: "login is unavailable while the rate limiter is"})
 		return nil, false
 	}
-	ipReq := []tollgate.Request{{Policy: lg.IPFailures.StoreName, Subject: a.client, Limit: lg.IPFailures.Limit, Now: now}}
-	ds, err := m.decideAll(r.Context(), ipReq)
+	rs, ok1 := m.opts.Store.(tollgate.Reserver)
+	g, ok2 := m.opts.Store.(tollgate.Guard)
+	if !ok1 || !ok2 {
+		return unavailable(errors.New("the store keeps no login-guard state"))
+	}
+	d, err := rs.Reserve(r.Context(), a.ip, a.hold)
 	if err != nil {
 		return unavailable(err)
 	}
-	if ds[0].Remaining == 0 {
-		retry := max(1, ceilSeconds(ds[0].ResetAfter))
+	if !d.Allowed {
+		retry := max(1, ceilSeconds(d.RetryAfter))
 		m.count(lg.IPFailures.Name, "login", "-", "refused")
 		m.logSampled(r.Context(), slog.LevelWarn, "refused: too many failed logins from this address", sub, lg.IPFailures.Name, "login")
 		WriteProblem(w, Problem{Type: ProblemTooManyFailed, Status: http.StatusTooManyRequests, RetryAfter: retry,
 			Detail: fmt.Sprintf("Too many failed logins from this address; retry after %d s.", retry)})
 		return nil, false
 	}
-	if a.account != "" {
-		g, ok := m.opts.Store.(tollgate.Guard)
-		if !ok {
-			return unavailable(fmt.Errorf("the store keeps no login-guard state"))
-		}
-		res, err := g.Lockout(r.Context(), algo.LockoutRequest{Policy: lg.StoreName, Subject: a.account, Rule: lg.Rule, Op: algo.LockCheck, Now: now})
-		if err != nil {
-			return unavailable(err)
-		}
-		if res.Locked {
-			retry := max(1, ceilSeconds(time.Duration(res.RetryAfter)*time.Millisecond))
-			m.count("login_lock", "login", "-", "refused")
-			m.logSampled(r.Context(), slog.LevelWarn, "refused: account locked", Subject{Kind: "account", ID: a.account}, "login_lock", "login",
-				slog.Int64("retry_after_s", retry), slog.Int64("level", res.Level))
-			WriteProblem(w, Problem{Type: ProblemLoginLocked, Status: http.StatusTooManyRequests, RetryAfter: retry,
-				Detail: fmt.Sprintf("This account is locked after repeated failed logins; retry after %d s.", retry)})
-			return nil, false
-		}
+	res, err := g.Lockout(r.Context(), algo.LockoutRequest{Policy: lg.StoreName, Subject: a.account, Rule: lg.Rule,
+		Op: algo.LockReserve, Hold: a.hold, Now: a.ip.Now})
+	if err != nil || !res.Reserved {
+		a.settleIP(r.Context(), false)
+	}
+	switch {
+	case err != nil:
+		return unavailable(err)
+	case res.Locked:
+		retry := max(1, ceilSeconds(time.Duration(res.RetryAfter)*time.Millisecond))
+		m.count("login_lock", "login", "-", "refused")
+		m.logSampled(r.Context(), slog.LevelWarn, "refused: account locked", Subject{Kind: "account", ID: a.account}, "login_lock", "login",
+			slog.Int64("retry_after_s", retry), slog.Int64("level", res.Level))
+		WriteProblem(w, Problem{Type: ProblemLoginLocked, Status: http.StatusTooManyRequests, RetryAfter: retry,
+			Detail: fmt.Sprintf("This account is locked after repeated failed logins; retry after %d s.", retry)})
+		return nil, false
+	case !res.Reserved:
+		m.count("login_lock", "login", "-", "refused")
+		m.logSampled(r.Context(), slog.LevelWarn, "refused: too many login attempts in progress", Subject{Kind: "account", ID: a.account}, "login_lock", "login",
+			slog.Int64("held", res.Held), slog.Int64("failures", res.Failures))
+		WriteProblem(w, Problem{Type: ProblemLoginBusy, Status: http.StatusTooManyRequests, RetryAfter: 1,
+			Detail: "Too many login attempts for this account are in progress; retry after 1 s."})
+		return nil, false
 	}
 	return a, true
 }
 
-// loginRecord records the upstream's verdict on an attempt.
-func (m *middleware) loginRecord(ctx context.Context, a *loginAttempt, status int) {
+// finish settles the attempt by the service's answer: a failure status
+// charges the address's failure budget and counts towards the account's
+// lock, a success gives back the address's place and clears the
+// account's count, anything else (an error, no answer) gives both back.
+// It runs once, when the service's status is known (before the client
+// sees it), or when the request ends without one.
+func (a *loginAttempt) finish(ctx context.Context, status int) {
+	if a.settled {
+		return
+	}
+	a.settled = true
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	now := m.clockTime()
-	var op algo.LockOp
+	op := algo.LockRelease
 	switch {
 	case a.guard.FailureStatuses[status]:
 		op = algo.LockFail
-		req := []tollgate.Request{{Policy: a.guard.IPFailures.StoreName, Subject: a.client, Limit: a.guard.IPFailures.Limit, Cost: 1, Now: now}}
-		if _, err := m.decideAll(ctx, req); err != nil {
-			m.log.LogAttrs(ctx, slog.LevelError, "recording a failed login", slog.String("error", err.Error()))
-		}
 	case status >= 200 && status < 300:
 		op = algo.LockSucceed
-	default:
-		return
 	}
-	if a.account == "" {
-		return
-	}
-	if g, ok := m.opts.Store.(tollgate.Guard); ok {
-		if _, err := g.Lockout(ctx, algo.LockoutRequest{Policy: a.guard.StoreName, Subject: a.account, Rule: a.guard.Rule, Op: op, Now: now}); err != nil {
-			m.log.LogAttrs(ctx, slog.LevelError, "recording a login outcome", slog.String("error", err.Error()))
-		}
+	a.settleIP(ctx, op == algo.LockFail)
+	g := a.m.opts.Store.(tollgate.Guard) // loginBegin checked
+	if _, err := g.Lockout(ctx, algo.LockoutRequest{Policy: a.guard.StoreName, Subject: a.account, Rule: a.guard.Rule,
+		Op: op, Hold: a.hold, Now: a.m.clockTime()}); err != nil {
+		a.m.logSampled(ctx, slog.LevelError, "recording a login outcome (the attempt's hold expires by itself)", Subject{Kind: "account", ID: a.account},
+			"login_lock", "login", slog.String("error", err.Error()))
 	}
 }
 
-// readAccount returns the normalised account named by the request body's
-// field, reading at most MaxBody bytes and leaving the body whole for the
-// upstream. It returns "" when there is none.
-func readAccount(r *http.Request, lg *policy.Login) string {
-	if r.Body == nil || r.Body == http.NoBody {
-		return ""
+// settleIP ends the attempt's hold on the address's failure budget,
+// charging it for a failure.
+func (a *loginAttempt) settleIP(ctx context.Context, charge bool) {
+	ip := a.ip
+	ip.Now = a.m.clockTime()
+	if _, err := a.m.opts.Store.(tollgate.Reserver).Settle(ctx, ip, a.hold, charge); err != nil {
+		a.m.logSampled(ctx, slog.LevelError, "recording a login outcome for the address (the attempt's hold expires by itself)", Subject{Kind: "ip", ID: ip.Subject},
+			a.guard.IPFailures.Name, "login", slog.String("error", err.Error()))
 	}
-	head, err := io.ReadAll(io.LimitReader(r.Body, lg.MaxBody+1))
-	rest := r.Body
-	r.Body = readCloser{io.MultiReader(bytes.NewReader(head), rest), rest}
-	if err != nil || int64(len(head)) > lg.MaxBody {
-		return ""
-	}
-	var acct string
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct == "application/x-www-form-urlencoded" {
-		if v, err := url.ParseQuery(string(head)); err == nil {
-			acct = v.Get(lg.AccountField)
-		}
-	} else {
-		var body map[string]any
-		if json.Unmarshal(head, &body) == nil {
-			acct, _ = body[lg.AccountField].(string)
-		}
-	}
-	acct = strings.ToLower(strings.TrimSpace(acct))
-	if len(acct) > 256 || !utf8.ValidString(acct) {
-		return ""
-	}
-	return acct
 }
 
-type readCloser struct {
-	io.Reader
-	io.Closer
+// newAttemptID returns an id for a login attempt's holds, unique across
+// gateways sharing a store.
+func newAttemptID() string {
+	return fmt.Sprintf("%s-%d", leasePrefix, leaseSeq.Add(1))
 }
 
-// statusRecorder remembers the status the handler behind wrote.
+// statusRecorder remembers the status the handler behind wrote, and
+// calls onStatus with it before the status goes out.
 type statusRecorder struct {
 	http.ResponseWriter
-	status int
+	status   int
+	onStatus func(int)
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
+	if s.status == 0 && code >= 200 {
 		s.status = code
+		if s.onStatus != nil {
+			s.onStatus(code)
+		}
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {
-		s.status = http.StatusOK
+		s.WriteHeader(http.StatusOK)
 	}
 	return s.ResponseWriter.Write(b)
 }

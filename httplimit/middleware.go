@@ -92,6 +92,9 @@ type middleware struct {
 	logRate *rate.Limiter
 	penalty *penaltyBox
 	items   policyItems
+	// holdTTL is how long a login attempt holds its places if it is never
+	// settled: longer than the service behind may take to answer.
+	holdTTL time.Duration
 }
 
 // Middleware returns a function wrapping handlers with rate limiting.
@@ -114,6 +117,7 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 		log:     logger,
 		logRate: rate.NewLimiter(rate.Limit(perSec), 10),
 		items:   newPolicyItems(opts.Policy),
+		holdTTL: min(algo.MaxHoldTTL, max(opts.Policy.UpstreamTimeout, 30*time.Second)+10*time.Second),
 	}
 	return func(next http.Handler) http.Handler {
 		m := *base
@@ -156,12 +160,6 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sub, ok := m.identify(w, r, group)
 	if !ok {
 		return
-	}
-	var login *loginAttempt
-	if route != nil && route.Login != nil {
-		if login, ok = m.loginCheck(w, r, route.Login, sub); !ok {
-			return
-		}
 	}
 	plan, cost := sub.Plan, int64(1)
 	if route != nil {
@@ -246,11 +244,15 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		defer release()
 	}
-	if login != nil {
-		rec := &statusRecorder{ResponseWriter: w}
-		m.pass(rec, r, route, sub, d, clean)
-		m.loginRecord(r.Context(), login, rec.status)
-		return
+	if route != nil && route.Login != nil {
+		// The guard comes after the route's own limits, which refuse a
+		// flood before its bodies are read.
+		login, ok := m.loginBegin(w, r, route.Login, sub)
+		if !ok {
+			return
+		}
+		defer login.finish(r.Context(), 0)
+		w = &statusRecorder{ResponseWriter: w, onStatus: func(status int) { login.finish(r.Context(), status) }}
 	}
 	m.pass(w, r, route, sub, d, clean)
 }

@@ -1,0 +1,271 @@
+package gateway_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/policy"
+)
+
+// loginUpstream is a login service written the way a typical Go service
+// is: JSON bodies decoded into a struct with encoding/json's Decoder (which
+// matches field names case-insensitively and stops after the first value),
+// forms read with r.FormValue (which merges the query string and reads
+// multipart bodies). The password is "demo" for every account. It records
+// which accounts it let in and how many attempts it saw at once.
+type loginUpstream struct {
+	*httptest.Server
+	delay    time.Duration
+	hits     atomic.Int64
+	inFlight atomic.Int64
+	peak     atomic.Int64
+	mu       sync.Mutex
+	let      map[string]int // account -> successful logins
+	bodies   []string       // the bodies it received, in order
+}
+
+func newLoginUpstream(t *testing.T, delay time.Duration) *loginUpstream {
+	u := &loginUpstream{delay: delay, let: map[string]int{}}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		n := u.inFlight.Add(1)
+		defer u.inFlight.Add(-1)
+		for p := u.peak.Load(); n > p && !u.peak.CompareAndSwap(p, n); p = u.peak.Load() {
+		}
+		raw, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(raw))
+		var acct, pw string
+		switch ct := r.Header.Get("Content-Type"); {
+		case strings.HasPrefix(ct, "application/x-www-form-urlencoded"), strings.HasPrefix(ct, "multipart/form-data"):
+			acct, pw = r.FormValue("username"), r.FormValue("password")
+		default:
+			var body struct{ Username, Password string }
+			json.NewDecoder(r.Body).Decode(&body)
+			acct, pw = body.Username, body.Password
+		}
+		u.mu.Lock()
+		u.bodies = append(u.bodies, string(raw))
+		u.mu.Unlock()
+		if u.delay > 0 {
+			time.Sleep(u.delay) // hashing the password
+		}
+		if pw != "demo" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		u.mu.Lock()
+		u.let[strings.ToLower(acct)]++
+		u.mu.Unlock()
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *loginUpstream) logins(acct string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.let[acct]
+}
+
+func (u *loginUpstream) lastBody() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.bodies) == 0 {
+		return ""
+	}
+	return u.bodies[len(u.bodies)-1]
+}
+
+// onStores runs f on the memory store and on a real Redis.
+func onStores(t *testing.T, f func(t *testing.T, redisURL string)) {
+	t.Run("memory", func(t *testing.T) { f(t, "") })
+	t.Run("redis", func(t *testing.T) {
+		flushShared(t)
+		f(t, "redis://"+srv.Addr+"/0")
+	})
+}
+
+// loginConfig is the quickstart with every address of 127/8 a trusted
+// proxy (so tests choose client addresses with X-Forwarded-For) and the
+// login route's own limit raised out of the way, so that only the guard
+// stands between a guess and the upstream.
+func loginConfig(t *testing.T, upstream string) *policy.Policy {
+	t.Helper()
+	b, err := os.ReadFile("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.ReplaceAll(string(b), "builtin:echo", upstream)
+	s = strings.Replace(s, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]", 1)
+	const routeLimit = "limit: {algorithm: sliding_log, rate: 10, period: 1m}"
+	if !strings.Contains(s, routeLimit) {
+		t.Fatal("the quickstart's login route limit changed; update loginConfig")
+	}
+	s = strings.Replace(s, routeLimit, "limit: {algorithm: fixed_window, rate: 100000, period: 1m}", 1)
+	p, err := policy.Parse([]byte(s), "quickstart-login-test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Store.Timeout = 5 * time.Second // correctness, not resilience, is under test
+	return p
+}
+
+// postLogin sends a login request from client address from and returns
+// the status.
+func postLogin(t *testing.T, g *running, from, path, ctype, body string, header ...string) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", g.public+path, strings.NewReader(body))
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	req.Header.Set("X-Forwarded-For", from)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func multipartLogin(user, password string) (string, string) {
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	mw.WriteField("username", user)
+	mw.WriteField("password", password)
+	mw.Close()
+	return mw.FormDataContentType(), b.String()
+}
+
+// TestLoginParserDifferences: once an account is locked, no spelling of a
+// login request gets its right password to the upstream. Every body the
+// guard cannot read exactly as the upstream would is refused with 400, and
+// a body it can read reaches the upstream as the guard read it.
+func TestLoginParserDifferences(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newLoginUpstream(t, 0)
+		g := start(t, loginConfig(t, up.URL), redisURL)
+		for i := 0; i < 5; i++ {
+			if code := postLogin(t, g, fmt.Sprintf("203.0.113.%d", i), "/login", "application/json", `{"username":"alice","password":"guess"}`); code != 401 {
+				t.Fatalf("wrong password %d: %d", i, code)
+			}
+		}
+		mpType, mpBody := multipartLogin("alice", "demo")
+		pad := strings.Repeat(" ", 70<<10)
+		for _, v := range []struct{ name, path, ctype, body string }{
+			{"a case-variant field", "/login", "application/json", `{"Username":"alice","password":"demo"}`},
+			{"a field that folds to the account field", "/login", "application/json", `{"uſername":"alice","password":"demo"}`},
+			{"an upper-case field", "/login", "application/json", `{"USERNAME":"alice","password":"demo"}`},
+			{"trailing bytes after the JSON", "/login", "application/json", `{"username":"alice","password":"demo"} {"username":"bob"}`},
+			{"trailing garbage after the JSON", "/login", "application/json", `{"username":"alice","password":"demo"}]`},
+			{"a body padded beyond max_body", "/login", "application/json", `{"username":"alice","password":"demo"}` + pad},
+			{"a JSON body padded inside beyond max_body", "/login", "application/json", `{"username":"alice","password":"demo","x":"` + pad + `"}`},
+			{"multipart/form-data", "/login", mpType, mpBody},
+			{"the account in the query string", "/login?username=alice", "application/x-www-form-urlencoded", "password=demo"},
+			{"the account in the query string, JSON body", "/login?username=alice", "application/json", `{"password":"demo"}`},
+			{"a duplicate account field", "/login", "application/json", `{"username":"bob","username":"alice","password":"demo"}`},
+			{"a duplicate form field", "/login", "application/x-www-form-urlencoded", "username=alice&username=bob&password=demo"},
+			{"a form field in another case", "/login", "application/x-www-form-urlencoded", "Username=alice&username=bob&password=demo"},
+			{"no content type", "/login", "", `{"username":"alice","password":"demo"}`},
+			{"text/plain", "/login", "text/plain", `{"username":"alice","password":"demo"}`},
+			{"a UTF-16 charset", "/login", "application/json; charset=utf-16", `{"username":"alice","password":"demo"}`},
+			{"an account that is not a string", "/login", "application/json", `{"username":["alice"],"password":"demo"}`},
+			{"a JSON array", "/login", "application/json", `[{"username":"alice","password":"demo"}]`},
+			{"a compressed body", "/login", "application/json", `{"username":"alice","password":"demo"}`},
+		} {
+			var extra []string
+			if v.name == "a compressed body" {
+				extra = []string{"Content-Encoding", "gzip"}
+			}
+			before := up.hits.Load()
+			code := postLogin(t, g, "198.51.100.7", v.path, v.ctype, v.body, extra...)
+			if code != 400 {
+				t.Errorf("%s: status %d, want 400", v.name, code)
+			}
+			if up.hits.Load() != before {
+				t.Errorf("%s: reached the upstream", v.name)
+			}
+		}
+		if n := up.logins("alice"); n != 0 {
+			t.Fatalf("the locked account was logged into %d times", n)
+		}
+		// What the guard reads exactly still works, for other accounts, and
+		// reaches the upstream in a canonical form the guard read.
+		for _, v := range []struct{ ctype, body, want string }{
+			{"application/json", `{"username": "Bob", "password": "demo"}`, `{"username":"Bob","password":"demo"}`},
+			{"application/json; charset=UTF-8", "{\"username\":\"b\\u006fb\",\"password\":\"demo\",\"n\":1.50}\n", `{"username":"bob","password":"demo","n":1.50}`},
+			{"application/x-www-form-urlencoded", "username=bob&password=demo&next=%2Fhome", "username=bob&password=demo&next=%2Fhome"},
+		} {
+			if code := postLogin(t, g, "198.51.100.8", "/login", v.ctype, v.body); code != 200 {
+				t.Errorf("%s %s: status %d, want 200", v.ctype, v.body, code)
+			}
+			if got := up.lastBody(); got != v.want {
+				t.Errorf("the upstream got %q, want %q", got, v.want)
+			}
+		}
+		if code := postLogin(t, g, "198.51.100.8", "/login", "application/json", `{"username":"alice","password":"demo"}`); code != 429 {
+			t.Fatalf("alice, canonical: %d, want 429 (locked)", code)
+		}
+	})
+}
+
+// TestLoginConcurrentGuesses: guesses sent at once, while the upstream
+// takes 300 ms to hash each password, get no further than guesses sent
+// one at a time: at most the account's remaining allowance (5) reaches the
+// upstream, and at most an address's remaining failure budget (20) -- on
+// one gateway and across two sharing Redis.
+func TestLoginConcurrentGuesses(t *testing.T) {
+	burst := func(gs []*running, n int, from, acct func(i int) string) {
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				body := fmt.Sprintf(`{"username":%q,"password":"guess-%d"}`, acct(i), i)
+				if code := postLogin(t, gs[i%len(gs)], from(i), "/login", "application/json", body); code != 401 && code != 429 {
+					t.Errorf("guess %d: status %d", i, code)
+				}
+			}(i)
+		}
+		wg.Wait()
+	}
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newLoginUpstream(t, 300*time.Millisecond)
+		gs := []*running{start(t, loginConfig(t, up.URL), redisURL)}
+		if redisURL != "" {
+			gs = append(gs, start(t, loginConfig(t, up.URL), redisURL))
+		}
+		// 30 guesses for one account, from 30 addresses.
+		burst(gs, 30, func(i int) string { return fmt.Sprintf("203.0.113.%d", i) }, func(int) string { return "carol" })
+		if n := up.hits.Load(); n != 5 {
+			t.Fatalf("%d guesses for one account reached the upstream, want 5", n)
+		}
+		if code := postLogin(t, gs[0], "203.0.113.200", "/login", "application/json", `{"username":"carol","password":"demo"}`); code != 429 {
+			t.Fatalf("after the burst, the right password: %d, want 429 (locked)", code)
+		}
+		// 30 guesses for 30 accounts, from one address: its failure budget
+		// is 20.
+		up.hits.Store(0)
+		burst(gs, 30, func(int) string { return "198.51.100.66" }, func(i int) string { return fmt.Sprintf("user%d", i) })
+		if n := up.hits.Load(); n != 20 {
+			t.Fatalf("%d guesses from one address reached the upstream, want 20", n)
+		}
+		if code := postLogin(t, gs[0], "198.51.100.66", "/login", "application/json", `{"username":"dave","password":"demo"}`); code != 429 {
+			t.Fatalf("after the burst, from the same address: %d, want 429", code)
+		}
+	})
+}

@@ -1,0 +1,331 @@
+package httplimit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
+)
+
+// A loginBody is a login request's body as the guard read it: the account
+// it names, and the body re-encoded in the canonical form that is
+// forwarded in place of the client's, so the service behind reads the
+// very account the guard charged.
+type loginBody struct {
+	account string // as the body spells it
+	body    []byte // canonical
+}
+
+// errBadLogin is wrapped by every reason readLoginBody refuses a body.
+var errBadLogin = errors.New("unreadable login request")
+
+func badLogin(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errBadLogin, fmt.Sprintf(format, args...))
+}
+
+// maxAccountBytes bounds an account name.
+const maxAccountBytes = 256
+
+// readLoginBody reads a login request whole and returns the account it
+// names in field, or an error wrapping errBadLogin for any request whose
+// account another parser could read differently:
+//
+//   - a body over maxBody bytes, or compressed (Content-Encoding);
+//   - a content type other than application/json or
+//     application/x-www-form-urlencoded, or a charset other than UTF-8;
+//   - JSON that is not one object with nothing after it, or not valid
+//     UTF-8, or whose account is not a string;
+//   - a form with a ';' (a separator to some parsers) or a malformed
+//     escape;
+//   - an account field given twice, or a field that equals it but for case
+//     (encoding/json matches field names case-insensitively, with Unicode
+//     folding: "uſername" is "username" to it), or an array form of it
+//     ("username[]");
+//   - the account field in the query string (which r.FormValue merges
+//     into the form), Basic credentials (an account outside the body), or
+//     no account at all.
+//
+// The body returned is the one to forward: JSON re-encoded token by token
+// (numbers as written, strings as decoded, so an invalid escape reaches
+// the service as the replacement character the guard read), a form
+// re-encoded pair by pair, in order.
+func readLoginBody(r *http.Request, field string, maxBody int64) (*loginBody, error) {
+	if ce := r.Header.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity")) {
+		return nil, badLogin("a compressed login body is not accepted")
+	}
+	if v := r.Header.Get("Authorization"); len(v) >= 6 && strings.EqualFold(v[:6], "basic ") {
+		return nil, badLogin("the account must be in the body, not in Basic credentials")
+	}
+	if err := checkQuery(r.URL.RawQuery, field); err != nil {
+		return nil, err
+	}
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		return nil, badLogin("want Content-Type application/json or application/x-www-form-urlencoded")
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return nil, badLogin("the only Content-Type parameter accepted is charset=utf-8")
+		}
+	}
+	if mt != "application/json" && mt != "application/x-www-form-urlencoded" {
+		return nil, badLogin("want Content-Type application/json or application/x-www-form-urlencoded, not %s", mt)
+	}
+	if r.ContentLength > maxBody {
+		return nil, badLogin("the body is larger than %d bytes", maxBody)
+	}
+	if r.Body == nil {
+		return nil, badLogin("the body must name the account in %q", field)
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the body: %w", errBadLogin, err)
+	}
+	if int64(len(raw)) > maxBody {
+		return nil, badLogin("the body is larger than %d bytes", maxBody)
+	}
+	var lb *loginBody
+	if mt == "application/json" {
+		lb, err = readJSONLogin(raw, field)
+	} else {
+		lb, err = readFormLogin(raw, field)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAccount(lb.account); err != nil {
+		return nil, err
+	}
+	return lb, nil
+}
+
+// checkQuery refuses a query string that names the account field, however
+// it is spelt or escaped: with r.FormValue a service reads the account from
+// there when the body has none.
+func checkQuery(raw, field string) error {
+	for _, part := range strings.FieldsFunc(raw, func(c rune) bool { return c == '&' || c == ';' }) {
+		k, _, _ := strings.Cut(part, "=")
+		name, err := url.QueryUnescape(k)
+		if err != nil {
+			return badLogin("the query string of a login request has a malformed escape")
+		}
+		if isAccountField(name, field) {
+			return badLogin("the account must be in the body, not in the query string")
+		}
+	}
+	return nil
+}
+
+// isAccountField reports whether a field name could be read as the
+// account field by some parser: equal to it under Unicode case folding,
+// or an array form of it.
+func isAccountField(name, field string) bool {
+	if i := strings.IndexByte(name, '['); i >= 0 {
+		name = name[:i]
+	}
+	return strings.EqualFold(name, field)
+}
+
+// readJSONLogin reads a JSON login body: one object, its account field a
+// string given once, nothing after it.
+func readJSONLogin(raw []byte, field string) (*loginBody, error) {
+	if !utf8.Valid(raw) {
+		return nil, badLogin("the body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, badLogin("the body must be a JSON object")
+	}
+	w := &jsonWriter{dec: dec}
+	w.out.WriteByte('{')
+	lb := &loginBody{}
+	found := false
+	for i := 0; dec.More(); i++ {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, badLogin("the body is not valid JSON")
+		}
+		k, _ := tok.(string)
+		switch {
+		case k == field:
+			if found {
+				return nil, badLogin("the account field %q is given twice", field)
+			}
+			found = true
+		case isAccountField(k, field):
+			return nil, badLogin("a field other than %q names the account", field)
+		}
+		if i > 0 {
+			w.out.WriteByte(',')
+		}
+		w.str(k)
+		w.out.WriteByte(':')
+		v, err := dec.Token()
+		if err != nil {
+			return nil, badLogin("the body is not valid JSON")
+		}
+		if k == field {
+			acct, ok := v.(string)
+			if !ok {
+				return nil, badLogin("the account must be a JSON string")
+			}
+			lb.account = acct
+		}
+		if err := w.value(v); err != nil {
+			return nil, err
+		}
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, badLogin("the body is not valid JSON")
+	}
+	w.out.WriteByte('}')
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badLogin("the body holds more than one JSON value")
+	}
+	if !found {
+		return nil, badLogin("the body must name the account in %q", field)
+	}
+	lb.body = w.out.Bytes()
+	return lb, nil
+}
+
+// A jsonWriter re-encodes the values a decoder reads: no spaces, numbers
+// as written, strings as decoded.
+type jsonWriter struct {
+	dec *json.Decoder
+	out bytes.Buffer
+}
+
+// value writes the value that starts with tok, reading the rest of it.
+// The decoder bounds the nesting.
+func (w *jsonWriter) value(tok json.Token) error {
+	switch t := tok.(type) {
+	case json.Delim:
+		end := json.Delim('}')
+		if t == '[' {
+			end = ']'
+		}
+		w.out.WriteByte(byte(t))
+		for i := 0; w.dec.More(); i++ {
+			if i > 0 {
+				w.out.WriteByte(',')
+			}
+			tok, err := w.dec.Token()
+			if err != nil {
+				return badLogin("the body is not valid JSON")
+			}
+			if t == '{' {
+				w.str(tok.(string))
+				w.out.WriteByte(':')
+				if tok, err = w.dec.Token(); err != nil {
+					return badLogin("the body is not valid JSON")
+				}
+			}
+			if err := w.value(tok); err != nil {
+				return err
+			}
+		}
+		if tok, err := w.dec.Token(); err != nil || tok != end {
+			return badLogin("the body is not valid JSON")
+		}
+		w.out.WriteByte(byte(end))
+	case string:
+		w.str(t)
+	case json.Number:
+		w.out.WriteString(string(t))
+	case bool:
+		w.out.WriteString(strconv.FormatBool(t))
+	case nil:
+		w.out.WriteString("null")
+	}
+	return nil
+}
+
+// str writes s as a JSON string.
+func (w *jsonWriter) str(s string) {
+	b, _ := json.Marshal(s) // a string always encodes
+	w.out.Write(b)
+}
+
+// readFormLogin reads a form login body: pairs separated by '&' only,
+// escapes well formed, the account field given once.
+func readFormLogin(raw []byte, field string) (*loginBody, error) {
+	if bytes.IndexByte(raw, ';') >= 0 {
+		return nil, badLogin("a ';' in a form body is a separator to some parsers; escape it as %%3B")
+	}
+	lb := &loginBody{}
+	found := false
+	var out strings.Builder
+	for _, pair := range strings.Split(string(raw), "&") {
+		if pair == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		name, err1 := url.QueryUnescape(k)
+		value, err2 := url.QueryUnescape(v)
+		if err1 != nil || err2 != nil {
+			return nil, badLogin("the form body has a malformed escape")
+		}
+		switch {
+		case name == field:
+			if found {
+				return nil, badLogin("the account field %q is given twice", field)
+			}
+			found = true
+			lb.account = value
+		case isAccountField(name, field):
+			return nil, badLogin("a field other than %q names the account", field)
+		}
+		if out.Len() > 0 {
+			out.WriteByte('&')
+		}
+		out.WriteString(url.QueryEscape(name))
+		out.WriteByte('=')
+		out.WriteString(url.QueryEscape(value))
+	}
+	if !found {
+		return nil, badLogin("the body must name the account in %q", field)
+	}
+	lb.body = []byte(out.String())
+	return lb, nil
+}
+
+// checkAccount refuses an account name no service would take: empty,
+// too long, not UTF-8, or with control characters.
+func checkAccount(acct string) error {
+	switch {
+	case strings.TrimSpace(acct) == "":
+		return badLogin("the account is empty")
+	case len(acct) > maxAccountBytes:
+		return badLogin("the account is longer than %d bytes", maxAccountBytes)
+	case !utf8.ValidString(acct):
+		return badLogin("the account is not valid UTF-8")
+	}
+	for _, c := range acct {
+		if unicode.IsControl(c) {
+			return badLogin("the account holds a control character")
+		}
+	}
+	return nil
+}
+
+// accountKey is the form of an account the guard counts failures under:
+// spaces trimmed, compatibility forms and case folded (NFKC, then Unicode
+// full case folding), so that spellings a service may treat as one account
+// ("Alice", "alice ", "ａｌｉｃｅ") share one count. Accounts that differ
+// only in such ways share a lock; none escapes one.
+func accountKey(acct string) string {
+	return norm.NFKC.String(cases.Fold().String(norm.NFKC.String(strings.TrimSpace(acct))))
+}
