@@ -28,7 +28,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
-	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/policy"
 	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
@@ -490,7 +489,6 @@ func (g *Gateway) transport(timeout time.Duration) *http.Transport {
 // upstreams returns the handler that sends an admitted request to its
 // route's upstream.
 func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
-	tp := p.Trusted
 	transport := g.transport(p.UpstreamTimeout)
 	echo := Echo()
 	proxies := map[string]http.Handler{}
@@ -507,12 +505,11 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 				if info, ok := httplimit.FromContext(pr.In.Context()); ok {
 					pr.Out.URL.Path, pr.Out.URL.RawPath = info.Path, ""
 				}
-				// Keep the forwarding chain only from trusted proxies; then
-				// append the peer.
-				if peer, ok := identity.PeerAddr(pr.In); ok && tp.Contains(peer) {
-					if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
-						pr.Out.Header["X-Forwarded-For"] = v
-					}
+				// The middleware left X-Forwarded-For as the chain it
+				// vouches for (none from an untrusted peer); append the
+				// peer.
+				if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
+					pr.Out.Header["X-Forwarded-For"] = v
 				}
 				pr.SetURL(target)
 				pr.SetXForwarded()

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"path"
 	"slices"
 	"strings"
@@ -65,6 +66,11 @@ type Subject struct {
 	Client string         // client IP group, for the invalid-key limit
 	// Tenant is the pseudonym of the key's tenant ("" if none).
 	Tenant string
+	// Addr is the client address the request was charged to.
+	Addr netip.Addr
+
+	chain       []netip.Addr // the forwarding chain vouched for (identity.ClientChain)
+	trustedPeer bool         // the immediate peer is a trusted proxy
 }
 
 // Info is what the middleware decided, for the handler behind it.
@@ -84,14 +90,15 @@ func FromContext(ctx context.Context) (*Info, bool) {
 }
 
 type middleware struct {
-	opts    Options
-	next    http.Handler
-	trusted identity.TrustedProxies
-	hasher  *identity.Hasher
-	log     *slog.Logger
-	logRate *rate.Limiter
-	penalty *penaltyBox
-	items   policyItems
+	opts      Options
+	next      http.Handler
+	trusted   identity.TrustedProxies
+	hasher    *identity.Hasher
+	log       *slog.Logger
+	logRate   *rate.Limiter
+	penalty   *penaltyBox
+	items     policyItems
+	protected map[string]bool // see forwardHeaders
 	// holdTTL is how long a login attempt holds its places if it is never
 	// settled: longer than the service behind may take to answer.
 	holdTTL time.Duration
@@ -111,13 +118,14 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 		perSec = 1
 	}
 	base := &middleware{
-		opts:    opts,
-		trusted: opts.Policy.Trusted,
-		hasher:  identity.NewHasher(opts.Policy.Secret),
-		log:     logger,
-		logRate: rate.NewLimiter(rate.Limit(perSec), 10),
-		items:   newPolicyItems(opts.Policy),
-		holdTTL: min(algo.MaxHoldTTL, max(opts.Policy.UpstreamTimeout, 30*time.Second)+10*time.Second),
+		opts:      opts,
+		trusted:   opts.Policy.Trusted,
+		hasher:    identity.NewHasher(opts.Policy.Secret),
+		log:       logger,
+		logRate:   rate.NewLimiter(rate.Limit(perSec), 10),
+		items:     newPolicyItems(opts.Policy),
+		protected: protected(opts.Policy.UserHeader),
+		holdTTL:   min(algo.MaxHoldTTL, max(opts.Policy.UpstreamTimeout, 30*time.Second)+10*time.Second),
 	}
 	return func(next http.Handler) http.Handler {
 		m := *base
@@ -422,40 +430,51 @@ func (m *middleware) fallback(policyName, mode string) {
 	}
 }
 
+// pass hands the request on, with the headers forwardHeaders allows.
 func (m *middleware) pass(w http.ResponseWriter, r *http.Request, route *policy.Route, sub Subject, d tollgate.Decision, clean string) {
 	info := &Info{Route: route, Subject: sub, Decision: d, Path: clean}
-	m.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, info)))
+	r2 := r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
+	r2.Header = m.forwardHeaders(r.Header, sub, sub.trustedPeer)
+	m.next.ServeHTTP(w, r2)
 }
 
 // identify resolves the subject; on failure it has answered the request.
 func (m *middleware) identify(w http.ResponseWriter, r *http.Request, group string) (Subject, bool) {
 	p := m.opts.Policy
-	ip, ok := identity.ClientIP(r, m.trusted)
+	ip, chain, ok := identity.ClientChain(r, m.trusted)
 	if !ok {
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the client address cannot be determined"})
 		return Subject{}, false
 	}
-	client := identity.ClientGroup(ip)
-	ipID := m.hasher.Hash("ip", client)
+	ipID := m.hasher.Hash("ip", identity.ClientGroup(ip))
+	trustedPeer := m.peerTrusted(r)
+	// base is what every subject of this request shares: where it comes
+	// from.
+	base := Subject{Client: ipID, Addr: ip, chain: chain, trustedPeer: trustedPeer}
 
 	key, present, kerr := identity.APIKey(r.Header)
 	if present || kerr != nil {
-		return m.identifyKey(w, r, group, key, kerr, ipID)
+		return m.identifyKey(w, r, group, key, kerr, base)
 	}
-	if p.UserHeader != "" && m.peerTrusted(r) {
+	if p.UserHeader != "" && trustedPeer {
 		user, ok, err := identity.UserID(r.Header, p.UserHeader)
 		if err != nil {
 			WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the user id header is malformed"})
 			return Subject{}, false
 		}
 		if ok {
-			return Subject{Kind: "user", ID: m.hasher.Hash("u", user), Plan: p.UserPlan, Client: ipID}, true
+			sub := base
+			sub.Kind, sub.ID, sub.Plan = "user", m.hasher.Hash("u", user), p.UserPlan
+			return sub, true
 		}
 	}
-	return Subject{Kind: "ip", ID: ipID, Plan: p.AnonymousPlan, Client: ipID}, true
+	sub := base
+	sub.Kind, sub.ID, sub.Plan = "ip", ipID, p.AnonymousPlan
+	return sub, true
 }
 
-func (m *middleware) identifyKey(w http.ResponseWriter, r *http.Request, group, key string, kerr error, ipID string) (Subject, bool) {
+func (m *middleware) identifyKey(w http.ResponseWriter, r *http.Request, group, key string, kerr error, base Subject) (Subject, bool) {
+	ipID := base.Client
 	p := m.opts.Policy
 	ik := p.InvalidKey
 	// An IP over its invalid-key budget gets no answer about any key.
@@ -471,7 +490,8 @@ func (m *middleware) identifyKey(w http.ResponseWriter, r *http.Request, group, 
 		k = p.Keys[identity.KeyDigest(key)]
 	}
 	if k != nil {
-		sub := Subject{Kind: "key", ID: m.hasher.Hash("k", k.ID), Plan: k.Plan, Key: k, Client: ipID}
+		sub := base
+		sub.Kind, sub.ID, sub.Plan, sub.Key = "key", m.hasher.Hash("k", k.ID), k.Plan, k
 		if k.User != "" {
 			// A key's user shares one budget with that user's other keys
 			// and with the user id an auth proxy reports.
@@ -482,7 +502,8 @@ func (m *middleware) identifyKey(w http.ResponseWriter, r *http.Request, group, 
 		}
 		return sub, true
 	}
-	sub := Subject{Kind: "ip", ID: ipID, Client: ipID}
+	sub := base
+	sub.Kind, sub.ID = "ip", ipID
 	ds, err := m.decideAll(r.Context(), []tollgate.Request{{Policy: ik.StoreName, Subject: ipID, Limit: ik.Limit, Cost: 1}})
 	if err == nil && !ds[0].Allowed {
 		d := ds[0]

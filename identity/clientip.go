@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -120,6 +121,24 @@ const (
 // Ports ("1.2.3.4:80", "[::1]:80") and zones are stripped, and the result
 // is unmapped (an IPv4-mapped IPv6 address becomes IPv4).
 func ClientIP(r *http.Request, trusted TrustedProxies) (netip.Addr, bool) {
+	return clientIP(r, trusted, nil)
+}
+
+// ClientChain is [ClientIP] that also returns the forwarding chain it
+// vouches for: the client, then each trusted proxy the request passed
+// through after it, in order, up to but not including the peer (nil when
+// the client is the peer). It is what X-Forwarded-For should say once
+// entries the client wrote itself, left of the client, are dropped.
+func ClientChain(r *http.Request, trusted TrustedProxies) (netip.Addr, []netip.Addr, bool) {
+	var seen []netip.Addr
+	a, ok := clientIP(r, trusted, &seen)
+	slices.Reverse(seen)
+	return a, seen, ok
+}
+
+// clientIP is ClientIP; if seen is not nil, the addresses walked are
+// appended to it, right to left, up to the client.
+func clientIP(r *http.Request, trusted TrustedProxies, seen *[]netip.Addr) (netip.Addr, bool) {
 	if r == nil {
 		return netip.Addr{}, false
 	}
@@ -132,10 +151,10 @@ func ClientIP(r *http.Request, trusted TrustedProxies) (netip.Addr, bool) {
 		return peer, true
 	}
 	if lines := r.Header[headerXFF]; len(lines) > 0 {
-		return walk(peer, trusted, lines, false), true
+		return walk(peer, trusted, lines, false, seen), true
 	}
 	if lines := r.Header[headerForwarded]; len(lines) > 0 {
-		return walk(peer, trusted, lines, true), true
+		return walk(peer, trusted, lines, true, seen), true
 	}
 	return peer, true
 }
@@ -143,7 +162,8 @@ func ClientIP(r *http.Request, trusted TrustedProxies) (netip.Addr, bool) {
 // walk walks the comma-separated list in lines from right to left, starting
 // from the trusted peer, as ClientIP describes. forwarded selects the
 // Forwarded syntax (quoted strings, for= parameters) over X-Forwarded-For.
-func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded bool) netip.Addr {
+// If seen is not nil, each address taken is appended to it.
+func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded bool, seen *[]netip.Addr) netip.Addr {
 	client := peer
 	budget := maxForwardedBytes + 1 // the first line has no separator
 	hops := 0
@@ -184,6 +204,9 @@ func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded boo
 					return client
 				}
 				client = a
+				if seen != nil {
+					*seen = append(*seen, a)
+				}
 				if !trusted.Contains(a) {
 					return a
 				}

@@ -36,45 +36,48 @@ const (
 )
 
 // APIKey extracts an API key from "Authorization: Bearer <token>" (the
-// scheme is case-insensitive) or, failing that, from "X-API-Key".
-// Authorization headers with another scheme are ignored.
+// scheme is case-insensitive) or from "X-API-Key". An Authorization
+// header with another scheme is ignored.
 //
 // ok is false, and err nil, when neither header holds a key. err wraps
-// [ErrMalformedKey] when the chosen header is present but its token is
-// empty, longer than [MaxKeyLength], or contains bytes outside visible
-// ASCII (0x21..0x7e), and also when the header is ambiguous: more than one
-// Bearer credential or more than one X-API-Key line. On error key is "" and
-// ok is false. The error never contains the key.
+// [ErrMalformedKey] when a header that holds a key is malformed (empty,
+// longer than [MaxKeyLength], or bytes outside visible ASCII 0x21..0x7e)
+// and when the request is ambiguous, so that a server behind could read
+// another credential than the one charged: more than one Authorization
+// line (servers read the first, or join them), more than one X-API-Key
+// line, or a Bearer token and an X-API-Key that differ. On error key is
+// "" and ok is false. The error never contains the key.
 func APIKey(h http.Header) (key string, ok bool, err error) {
-	var token string
-	bearers := 0
-	for _, v := range h[headerAuthorization] {
-		if t, isBearer := bearerToken(v); isBearer {
-			token = t
-			bearers++
+	auth := h[headerAuthorization]
+	if len(auth) > 1 {
+		return "", false, fmt.Errorf("parsing %s header: %w: more than one Authorization header", headerAuthorization, ErrMalformedKey)
+	}
+	bearer, hasBearer := "", false
+	if len(auth) == 1 {
+		bearer, hasBearer = bearerToken(auth[0])
+		if hasBearer {
+			if err := checkKey(bearer); err != nil {
+				return "", false, fmt.Errorf("parsing %s header: %w", headerAuthorization, err)
+			}
 		}
 	}
+	vals := h[headerAPIKey]
 	switch {
-	case bearers > 1:
-		return "", false, fmt.Errorf("parsing %s header: %w: more than one bearer token", headerAuthorization, ErrMalformedKey)
-	case bearers == 1:
-		if err := checkKey(token); err != nil {
-			return "", false, fmt.Errorf("parsing %s header: %w", headerAuthorization, err)
+	case len(vals) > 1:
+		return "", false, fmt.Errorf("parsing X-API-Key header: %w: more than one value", ErrMalformedKey)
+	case len(vals) == 1:
+		token := trimOWS(vals[0])
+		if hasBearer && token != bearer {
+			return "", false, fmt.Errorf("parsing credentials: %w: a Bearer token and an X-API-Key that differ", ErrMalformedKey)
 		}
-		return token, true, nil
-	}
-	switch vals := h[headerAPIKey]; len(vals) {
-	case 0:
-		return "", false, nil
-	case 1:
-		token = trimOWS(vals[0])
 		if err := checkKey(token); err != nil {
 			return "", false, fmt.Errorf("parsing X-API-Key header: %w", err)
 		}
 		return token, true, nil
-	default:
-		return "", false, fmt.Errorf("parsing X-API-Key header: %w: more than one value", ErrMalformedKey)
+	case hasBearer:
+		return bearer, true, nil
 	}
+	return "", false, nil
 }
 
 // bearerToken returns the token of an Authorization value "Bearer <token>"

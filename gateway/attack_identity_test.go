@@ -1,0 +1,144 @@
+package gateway_test
+
+import (
+	"net/http"
+	"net/textproto"
+	"strings"
+	"testing"
+)
+
+// sendRaw sends a request with exactly the header lines given (names
+// spelt as given, repeated lines kept) and returns the status.
+func sendRaw(t *testing.T, url string, header [][2]string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for _, kv := range header {
+		req.Header[kv[0]] = append(req.Header[kv[0]], kv[1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (u *upstream) lastHeader() http.Header {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.last.Clone()
+}
+
+// TestForwardedIdentityFromUntrustedPeers: a client that is not a trusted
+// proxy cannot hand the upstream an identity: headers the gateway believes
+// only from trusted proxies (the user header, the forwarding headers, and
+// any spelling of them) are removed, and X-Forwarded-For and X-Real-IP
+// name the client the gateway charged.
+func TestForwardedIdentityFromUntrustedPeers(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newUpstream(t)
+		g := start(t, config(t, up.URL, "[]"), redisURL)
+		code := sendRaw(t, g.public+"/api/items", [][2]string{
+			{"X-User-Id", "admin"}, {"X_User_ID", "admin"}, {"x-user-id", "admin"},
+			{"X-Real-Ip", "10.0.0.1"}, {"X-Forwarded-For", "10.0.0.2"}, {"Forwarded", "for=10.0.0.3"},
+			{"X-Client-Ip", "10.0.0.4"}, {"True-Client-Ip", "10.0.0.5"}, {"X_Forwarded_For", "10.0.0.6"},
+		})
+		if code != 200 {
+			t.Fatalf("status %d", code)
+		}
+		h := up.lastHeader()
+		for name := range h {
+			n := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
+			if n == "x-user-id" || n == "forwarded" || n == "x-client-ip" || n == "true-client-ip" {
+				t.Errorf("the upstream got %s: %q from an untrusted peer", name, h[name])
+			}
+		}
+		if got := h.Values("X-Real-Ip"); len(got) != 1 || got[0] != "127.0.0.1" {
+			t.Errorf("X-Real-IP %q, want the peer 127.0.0.1", got)
+		}
+		if got := h.Values("X-Forwarded-For"); len(got) != 1 || got[0] != "127.0.0.1" {
+			t.Errorf("X-Forwarded-For %q, want the peer 127.0.0.1 alone", got)
+		}
+		if got := h.Values("X_Forwarded_For"); len(got) != 0 {
+			t.Errorf("X_Forwarded_For %q reached the upstream", got)
+		}
+	})
+}
+
+// TestForwardedIdentityFromTrustedProxy: from a trusted proxy the user
+// header passes, and the forwarding chain starts at the client the gateway
+// charged: entries further left, which the client wrote, are dropped.
+func TestForwardedIdentityFromTrustedProxy(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[127.0.0.0/8, 10.0.0.0/8]"), "")
+	if code := sendRaw(t, g.public+"/api/items", [][2]string{
+		{"X-User-Id", "alice"}, {"X-Forwarded-For", "6.6.6.6, 203.0.113.5, 10.1.1.1"}, {"X-Real-Ip", "6.6.6.6"},
+	}); code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	h := up.lastHeader()
+	if got := h.Get("X-User-Id"); got != "alice" {
+		t.Errorf("X-User-ID %q, want alice from the trusted proxy", got)
+	}
+	if got := h.Get("X-Real-Ip"); got != "203.0.113.5" {
+		t.Errorf("X-Real-IP %q, want the client 203.0.113.5", got)
+	}
+	if got := h.Values("X-Forwarded-For"); len(got) != 1 || got[0] != "203.0.113.5, 10.1.1.1, 127.0.0.1" {
+		t.Errorf("X-Forwarded-For %q, want 203.0.113.5, 10.1.1.1, 127.0.0.1", got)
+	}
+}
+
+// TestTwoCredentials: the key charged is the key forwarded. Two different
+// keys in one request are a 401; a Connection header cannot strip a
+// credential or identity header the gateway decided on; a credential
+// header spelt with underscores (which CGI-style servers read as the
+// same header) never reaches the upstream.
+func TestTwoCredentials(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newUpstream(t)
+		g := start(t, config(t, up.URL, "[127.0.0.1/32]"), redisURL)
+		for _, c := range []struct {
+			name   string
+			header [][2]string
+		}{
+			{"Bearer and X-API-Key differ", [][2]string{{"Authorization", "Bearer " + freeKey}, {"X-Api-Key", proKey}}},
+			{"and Connection strips the Bearer", [][2]string{{"Authorization", "Bearer " + freeKey}, {"X-Api-Key", proKey}, {"Connection", "Authorization"}}},
+			{"a Basic line before the Bearer", [][2]string{{"Authorization", "Basic YWxpY2U6cHc="}, {"Authorization", "Bearer " + proKey}}},
+		} {
+			before := up.hits.Load()
+			if code := sendRaw(t, g.public+"/api/items", c.header); code != 401 {
+				t.Errorf("%s: status %d, want 401", c.name, code)
+			}
+			if up.hits.Load() != before {
+				t.Errorf("%s: reached the upstream", c.name)
+			}
+		}
+		for _, c := range []struct {
+			name   string
+			header [][2]string
+			want   map[string]string // headers the upstream must see ("" for none)
+		}{
+			{"the same key twice", [][2]string{{"Authorization", "Bearer " + proKey}, {"X-Api-Key", proKey}},
+				map[string]string{"Authorization": "Bearer " + proKey, "X-Api-Key": proKey}},
+			{"Connection names the Bearer", [][2]string{{"Authorization", "Bearer " + proKey}, {"Connection", "Authorization"}},
+				map[string]string{"Authorization": "Bearer " + proKey}},
+			{"Connection names the key", [][2]string{{"X-Api-Key", proKey}, {"Connection", "x-api-key, keep-alive"}},
+				map[string]string{"X-Api-Key": proKey}},
+			{"Connection names the user", [][2]string{{"X-User-Id", "alice"}, {"Connection", "X-User-ID"}},
+				map[string]string{"X-User-Id": "alice"}},
+			{"an underscore spelling of the key", [][2]string{{"X-Api-Key", proKey}, {"X_API_KEY", freeKey}},
+				map[string]string{"X-Api-Key": proKey, textproto.CanonicalMIMEHeaderKey("X_API_KEY"): ""}},
+		} {
+			if code := sendRaw(t, g.public+"/api/items", c.header); code != 200 {
+				t.Errorf("%s: status %d, want 200", c.name, code)
+				continue
+			}
+			h := up.lastHeader()
+			for name, want := range c.want {
+				if got := strings.Join(h[name], ","); got != want {
+					t.Errorf("%s: the upstream got %s %q, want %q", c.name, name, got, want)
+				}
+			}
+		}
+	})
+}

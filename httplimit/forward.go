@@ -1,0 +1,119 @@
+package httplimit
+
+import (
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"strings"
+)
+
+// Headers that name the client's address. The gateway decides the client
+// itself (identity.ClientChain) and replaces them all: X-Forwarded-For
+// with the chain it vouches for, X-Real-IP with the client it charged.
+var addressHeaders = []string{
+	"Forwarded", "X-Forwarded-For", "X-Real-Ip", "X-Client-Ip", "True-Client-Ip",
+	"X-Cluster-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip", "X-Original-Forwarded-For",
+}
+
+// Headers believed only from a trusted proxy, besides the user header:
+// removed from any other peer's request.
+var proxyHeaders = []string{
+	"X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Port", "X-Forwarded-Prefix", "X-Forwarded-Server",
+}
+
+// Headers the middleware decides on besides those above: credentials and
+// how the body reads.
+var decidedHeaders = []string{
+	"Authorization", "X-Api-Key", "Cookie", "Content-Type", "Content-Length", "Content-Encoding",
+}
+
+// protected returns the set of headers a client must not be able to
+// remove (through Connection) or shadow (with another spelling), keyed by
+// lower case with '_' read as '-'.
+func protected(userHeader string) map[string]bool {
+	set := map[string]bool{}
+	for _, list := range [][]string{addressHeaders, proxyHeaders, decidedHeaders} {
+		for _, h := range list {
+			set[headerKey(h)] = true
+		}
+	}
+	if userHeader != "" {
+		set[headerKey(userHeader)] = true
+	}
+	return set
+}
+
+// headerKey is how CGI-style servers and some proxies see a header name:
+// case and '-' versus '_' do not count.
+func headerKey(name string) string {
+	return strings.ToLower(strings.ReplaceAll(name, "_", "-"))
+}
+
+// forwardHeaders returns the headers to pass on for a request from sub,
+// whose peer is or is not a trusted proxy, so that the handler behind (a
+// proxied service) sees the identity the middleware charged and no other:
+//
+//   - headers believed only from trusted proxies (the user header,
+//     X-Forwarded-Host and the like) are removed from other peers'
+//     requests;
+//   - every header naming the client's address is replaced:
+//     X-Forwarded-For by the chain the middleware vouches for (from the
+//     client it charged, dropping what the client wrote further left),
+//     X-Real-IP by that client;
+//   - a header spelt with '_' that such a server would read as one of the
+//     headers above, or as a credential, is removed;
+//   - Connection loses any token naming one of them, so no hop-by-hop
+//     processing downstream can strip a credential or identity the
+//     middleware decided on.
+func (m *middleware) forwardHeaders(h http.Header, sub Subject, trustedPeer bool) http.Header {
+	out := h.Clone()
+	for _, name := range addressHeaders {
+		delete(out, name)
+	}
+	if !trustedPeer {
+		for _, name := range proxyHeaders {
+			delete(out, name)
+		}
+		if m.opts.Policy.UserHeader != "" {
+			delete(out, textproto.CanonicalMIMEHeaderKey(m.opts.Policy.UserHeader))
+		}
+	}
+	for name := range out {
+		if strings.IndexByte(name, '_') >= 0 && m.protected[headerKey(name)] {
+			delete(out, name)
+		}
+	}
+	if conn := out["Connection"]; len(conn) > 0 {
+		var keep []string
+		for _, line := range conn {
+			for _, tok := range strings.Split(line, ",") {
+				if tok = strings.TrimSpace(tok); tok != "" && !m.protected[headerKey(tok)] {
+					keep = append(keep, tok)
+				}
+			}
+		}
+		if len(keep) > 0 {
+			out["Connection"] = []string{strings.Join(keep, ", ")}
+		} else {
+			delete(out, "Connection")
+		}
+	}
+	if sub.Addr.IsValid() {
+		out.Set("X-Real-Ip", sub.Addr.String())
+	}
+	if len(sub.chain) > 0 {
+		out.Set("X-Forwarded-For", joinAddrs(sub.chain))
+	}
+	return out
+}
+
+func joinAddrs(as []netip.Addr) string {
+	var b strings.Builder
+	for i, a := range as {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(a.String())
+	}
+	return b.String()
+}
