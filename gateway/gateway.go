@@ -5,8 +5,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -364,7 +362,10 @@ func (g *Gateway) Close() {
 // Handler returns the public handler (middleware and proxy).
 func (g *Gateway) Handler() http.Handler { return g.public }
 
-// AdminHandler returns the admin handler: /healthz, /readyz, /metrics.
+// AdminHandler returns the admin handler: /healthz, /readyz, /metrics, the
+// policy and override endpoints and the dashboard, behind the checks of
+// guardAdmin (Host without a token, the token, and for state-changing
+// requests same-origin and Content-Type: application/json).
 func (g *Gateway) AdminHandler() http.Handler { return g.admin }
 
 // Registry returns the gateway's Prometheus registry.
@@ -448,20 +449,7 @@ func (g *Gateway) adminHandler() http.Handler {
 		json.NewEncoder(w).Encode(map[string]string{"version": g.Policy().Version, "hash": g.Policy().Hash})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
-	if g.pol.AdminToken == "" {
-		return mux
-	}
-	want := sha256.Sum256([]byte("Bearer " + g.pol.AdminToken))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
-			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:admin-unauthorized", Status: http.StatusUnauthorized,
-				Detail: "the admin endpoints need the admin bearer token"})
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return guardAdmin(mux, g.pol.AdminToken)
 }
 
 // transport returns the upstream transport for a response-header timeout,
