@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -63,6 +64,7 @@ type Gateway struct {
 	public   http.Handler
 	admin    http.Handler
 	log      *slog.Logger
+	proxyLog *log.Logger // ReverseProxy's own errors, into log as JSON
 
 	mu         sync.Mutex // serialises reloads, overrides and so builds
 	transports map[time.Duration]*http.Transport
@@ -94,6 +96,7 @@ func New(opts Options) (*Gateway, error) {
 	if g.log == nil {
 		g.log = slog.Default()
 	}
+	g.proxyLog = slog.NewLogLogger(g.log.Handler().WithAttrs([]slog.Attr{slog.String("logger", "reverseproxy")}), slog.LevelWarn)
 	if g.opts.ShutdownTimeout == 0 {
 		g.opts.ShutdownTimeout = 30 * time.Second
 	}
@@ -507,6 +510,7 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 			},
 			Transport:    transport,
 			ErrorHandler: g.upstreamError,
+			ErrorLog:     g.proxyLog,
 		}
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

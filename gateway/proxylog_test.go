@@ -53,7 +53,8 @@ func TestProxyErrorsLogAsJSON(t *testing.T) {
 		t.Fatalf("the proxy logged as plain text on the standard logger: %s", std.String())
 	}
 	var rec struct{ Level, Msg, Logger string }
-	if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Level != "WARN" || !strings.Contains(rec.Msg, msg) {
+	if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Level != "WARN" || rec.Logger != "reverseproxy" || !strings.Contains(rec.Msg, msg) {
 		t.Fatalf("the proxy's log line is not a JSON warning: %s (%v)", line, err)
 	}
+	t.Logf("logged: %s", line)
 }
