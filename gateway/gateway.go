@@ -5,11 +5,10 @@ package gateway
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -64,6 +63,7 @@ type Gateway struct {
 	public   http.Handler
 	admin    http.Handler
 	log      *slog.Logger
+	proxyLog *log.Logger // ReverseProxy's own errors, into log as JSON
 
 	mu         sync.Mutex // serialises reloads, overrides and so builds
 	transports map[time.Duration]*http.Transport
@@ -95,6 +95,7 @@ func New(opts Options) (*Gateway, error) {
 	if g.log == nil {
 		g.log = slog.Default()
 	}
+	g.proxyLog = slog.NewLogLogger(g.log.Handler().WithAttrs([]slog.Attr{slog.String("logger", "reverseproxy")}), slog.LevelWarn)
 	if g.opts.ShutdownTimeout == 0 {
 		g.opts.ShutdownTimeout = 30 * time.Second
 	}
@@ -363,7 +364,10 @@ func (g *Gateway) Close() {
 // Handler returns the public handler (middleware and proxy).
 func (g *Gateway) Handler() http.Handler { return g.public }
 
-// AdminHandler returns the admin handler: /healthz, /readyz, /metrics.
+// AdminHandler returns the admin handler: /healthz, /readyz, /metrics, the
+// policy and override endpoints and the dashboard, behind the checks of
+// guardAdmin (Host without a token, the token, and for state-changing
+// requests same-origin and Content-Type: application/json).
 func (g *Gateway) AdminHandler() http.Handler { return g.admin }
 
 // Registry returns the gateway's Prometheus registry.
@@ -447,20 +451,7 @@ func (g *Gateway) adminHandler() http.Handler {
 		json.NewEncoder(w).Encode(map[string]string{"version": g.Policy().Version, "hash": g.Policy().Hash})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
-	if g.pol.AdminToken == "" {
-		return mux
-	}
-	want := sha256.Sum256([]byte("Bearer " + g.pol.AdminToken))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
-			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:admin-unauthorized", Status: http.StatusUnauthorized,
-				Detail: "the admin endpoints need the admin bearer token"})
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return guardAdmin(mux, g.pol.AdminToken)
 }
 
 // transport returns the upstream transport for a response-header timeout,
@@ -516,6 +507,7 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 			},
 			Transport:    transport,
 			ErrorHandler: g.upstreamError,
+			ErrorLog:     g.proxyLog,
 		}
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

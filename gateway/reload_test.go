@@ -114,7 +114,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 
 	// One call restores the previous version.
-	resp, err := client.Post(admin+"/policy/rollback", "", nil)
+	resp, err := client.Post(admin+"/policy/rollback", "application/json", nil)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("rollback: %v %v", resp, err)
 	}
