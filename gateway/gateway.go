@@ -27,6 +27,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/logsample"
 	"github.com/tollgate/tollgate/policy"
 	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
@@ -92,9 +93,9 @@ func New(opts Options) (*Gateway, error) {
 		return nil, errors.New("creating gateway: no policy")
 	}
 	g := &Gateway{opts: opts, pol: opts.Policy, log: opts.Logger, registry: prometheus.NewRegistry()}
-	if g.log == nil {
-		g.log = slog.Default()
-	}
+	// Every line is sampled per message: a failure repeated on every
+	// request writes a few lines a second, with a count of the rest.
+	g.log = logsample.Logger(g.log)
 	g.proxyLog = slog.NewLogLogger(g.log.Handler().WithAttrs([]slog.Attr{slog.String("logger", "reverseproxy")}), slog.LevelWarn)
 	if g.opts.ShutdownTimeout == 0 {
 		g.opts.ShutdownTimeout = 30 * time.Second

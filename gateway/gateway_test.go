@@ -136,6 +136,10 @@ func startClock(t *testing.T, p *policy.Policy, redisURL string, clock func() ti
 	r := &running{g: g, public: "http://" + pub.Addr().String(), admin: "http://" + adm.Addr().String(), logs: logs, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- g.Serve(ctx, pub, adm) }()
 	t.Cleanup(func() {
+		// Connections the client dialed but never used count as in
+		// flight for a while (net/http); close them so shutdown need not
+		// wait for them.
+		client.CloseIdleConnections()
 		cancel()
 		<-r.done
 		g.Close()

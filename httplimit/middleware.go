@@ -24,11 +24,10 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/internal/logsample"
 	"github.com/tollgate/tollgate/policy"
 	"github.com/tollgate/tollgate/resilience"
 )
@@ -46,8 +45,10 @@ type Options struct {
 	// RequireRoute answers requests that match no route with 404 instead
 	// of limiting them under the subject's plan at cost 1.
 	RequireRoute bool
-	// LogRefusalsPerSecond bounds refusal log lines (default 1 per second,
-	// bursts of 10); store errors share the budget.
+	// LogRefusalsPerSecond bounds the log lines of each repeated event
+	// (a refusal, a store error; default 1 per second after a burst of 10)
+	// when Logger is not already sampled (see package internal/logsample:
+	// the gateway's is).
 	LogRefusalsPerSecond float64
 	// Now, if set, is the clock every decision is made at (tests walk it);
 	// nil means the store's own clock (Redis TIME for Redis).
@@ -95,7 +96,6 @@ type middleware struct {
 	trusted   identity.TrustedProxies
 	hasher    *identity.Hasher
 	log       *slog.Logger
-	logRate   *rate.Limiter
 	penalty   *penaltyBox
 	items     policyItems
 	protected map[string]bool // see forwardHeaders
@@ -113,16 +113,12 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	perSec := opts.LogRefusalsPerSecond
-	if perSec <= 0 {
-		perSec = 1
-	}
+	logger = slog.New(logsample.New(logger.Handler(), logsample.Options{PerSecond: opts.LogRefusalsPerSecond}))
 	base := &middleware{
 		opts:      opts,
 		trusted:   opts.Policy.Trusted,
 		hasher:    identity.NewHasher(opts.Policy.Secret),
 		log:       logger,
-		logRate:   rate.NewLimiter(rate.Limit(perSec), 10),
 		items:     newPolicyItems(opts.Policy),
 		protected: protected(opts.Policy.UserHeader),
 		holdTTL:   min(algo.MaxHoldTTL, max(opts.Policy.UpstreamTimeout, 30*time.Second)+10*time.Second),
@@ -556,10 +552,9 @@ func (m *middleware) count(policyName, group, plan, outcome string) {
 	}
 }
 
+// logSampled logs an event about sub; like every line of the middleware's
+// logger, it is sampled per message.
 func (m *middleware) logSampled(ctx context.Context, level slog.Level, msg string, sub Subject, policyName, group string, attrs ...slog.Attr) {
-	if !m.logRate.Allow() {
-		return
-	}
 	all := append([]slog.Attr{
 		slog.String("subject", sub.ID),
 		slog.String("subject_kind", sub.Kind),

@@ -37,6 +37,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/logsample"
 	"github.com/tollgate/tollgate/store/memory"
 )
 
@@ -86,6 +87,7 @@ type Store struct {
 	log     *slog.Logger
 
 	calls, denyHits, fallbacks atomic.Uint64
+	lastErr                    atomic.Value // string: the last failure the breaker counted
 
 	descState, descCalls, descDenyHits *prometheus.Desc
 }
@@ -122,9 +124,7 @@ func New(primary tollgate.Store, opts Options) *Store {
 		descDenyHits: prometheus.NewDesc("tollgate_deny_cache_hits_total",
 			"Refusals answered from the local deny cache without a store call.", nil, nil),
 	}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
+	s.log = logsample.Logger(s.log)
 	if opts.DenyCacheSize > 0 {
 		s.deny = newDenyCache(opts.DenyCacheSize)
 	}
@@ -145,8 +145,13 @@ func New(primary tollgate.Store, opts Options) *Store {
 			if to == gobreaker.StateClosed {
 				level = slog.LevelInfo
 			}
-			s.log.LogAttrs(context.Background(), level, "store circuit breaker "+to.String(),
-				slog.String("from", from.String()), slog.String("to", to.String()))
+			attrs := []slog.Attr{slog.String("from", from.String()), slog.String("to", to.String())}
+			if to == gobreaker.StateOpen {
+				if cause, _ := s.lastErr.Load().(string); cause != "" {
+					attrs = append(attrs, slog.String("cause", cause))
+				}
+			}
+			s.log.LogAttrs(context.Background(), level, "store circuit breaker "+to.String(), attrs...)
 		},
 	})
 	return s
@@ -314,7 +319,14 @@ func (s *Store) guarded(ctx context.Context, f func(context.Context) error) erro
 		s.calls.Add(1)
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
-		return struct{}{}, f(cctx)
+		err := f(cctx)
+		if err != nil && ctx.Err() == nil && !algo.IsInvalid(err) {
+			// A failure the breaker counts: say why (sampled), and keep
+			// it as the cause to log if it opens the breaker.
+			s.lastErr.Store(err.Error())
+			s.log.LogAttrs(ctx, slog.LevelWarn, "store call failed", slog.String("error", err.Error()))
+		}
+		return struct{}{}, err
 	})
 	if err != nil && ctx.Err() == nil && !algo.IsInvalid(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)

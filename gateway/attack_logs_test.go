@@ -1,0 +1,55 @@
+package gateway_test
+
+import (
+	"net"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestLogFloodWhileStoreDown: with the store unreachable, every login
+// attempt is refused (fail closed) and every ordinary request decided
+// locally; thousands of them write a handful of log lines, errors
+// included (each line written after others were dropped counts them, see
+// internal/logsample), and the breaker's opening says why.
+func TestLogFloodWhileStoreDown(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close() // nothing listens there now
+	up := newUpstream(t)
+	p := loginConfig(t, up.URL)
+	p.Store.Timeout = 0 // the default 20 ms
+	g := startNoWait(t, p, "redis://"+dead+"/0")
+	const n = 3000
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < n; i += 8 {
+				if i%2 == 0 {
+					if code := postLogin(t, g, "203.0.113.9", "/login", "application/json", `{"username":"alice","password":"x"}`); code != 503 {
+						t.Errorf("login with the store down: %d, want 503", code)
+						return
+					}
+				} else if code := get(t, g.public+"/api/items", "X-API-Key", proKey).StatusCode; code != 200 && code != 429 {
+					t.Errorf("fail_open route with the store down: %d, want a local decision", code)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	logs := g.logs.String()
+	lines := strings.Count(logs, "\n")
+	t.Logf("%d requests with the store down wrote %d log lines", n, lines)
+	if lines > 100 {
+		t.Fatalf("%d requests wrote %d log lines; want them sampled. First lines:\n%.3000s", n, lines, logs)
+	}
+	if !strings.Contains(logs, `"msg":"store circuit breaker open","from":"closed","to":"open","cause":"deciding in redis: not connected`) {
+		t.Errorf("the breaker's opening does not say why:\n%.3000s", logs)
+	}
+}
