@@ -575,8 +575,8 @@ func (c *compiler) compile(f *File) *Policy {
 		if r.Method != "" && !methodPattern.MatchString(r.Method) {
 			c.addf(path+".method", "not an HTTP method: %q (use upper case, or leave empty for any)", r.Method)
 		}
-		if !strings.HasPrefix(r.Path, "/") || strings.ContainsAny(r.Path, "?#* \t") {
-			c.addf(path+".path", "want an absolute path such as /api/ (prefix) or /login (exact), got %q", r.Path)
+		if err := checkRoutePath(r.Path); err != nil {
+			c.addf(path+".path", "%v", err)
 		}
 		r.Prefix = strings.HasSuffix(r.Path, "/")
 		if m := r.Method + " " + r.Path; seenMatch[m] {
@@ -1070,24 +1070,36 @@ func checkUpstream(s string) error {
 	return nil
 }
 
-// Match returns the route for a request, or nil. path should be cleaned.
-// The longest matching path wins; at equal length a route naming the
-// method beats one that matches any method.
+// Match returns the route for a request, or nil. path should be cleaned
+// (CleanPath). A prefix route (/api/) matches its path, the path without
+// the slash (/api) and every path under it; an exact route (/login)
+// matches its path and the path with a trailing slash (/login/), which
+// many upstreams serve alike. The most specific route wins: one whose path
+// is the request's, else the longest match (an exact /api beats the
+// prefix /api/ for /api, which beats the exact /api for /api/); at equal
+// specificity a route naming the method beats one that matches any.
 func (p *Policy) Match(method, path string) *Route {
 	var best *Route
+	bestScore := 0
 	for _, r := range p.Routes {
 		if r.Method != "" && r.Method != method {
 			continue
 		}
-		if r.Prefix {
-			if !strings.HasPrefix(path, r.Path) && path+"/" != r.Path {
-				continue
-			}
-		} else if path != r.Path {
+		var score int // how much of path the route pins down
+		switch {
+		case path == r.Path:
+			score = len(path) + 1
+		case r.Prefix && strings.HasPrefix(path, r.Path):
+			score = len(r.Path)
+		case r.Prefix && path+"/" == r.Path:
+			score = len(path)
+		case !r.Prefix && path == r.Path+"/":
+			score = len(r.Path)
+		default:
 			continue
 		}
-		if best == nil || len(r.Path) > len(best.Path) || (len(r.Path) == len(best.Path) && r.Method != "" && best.Method == "") {
-			best = r
+		if best == nil || score > bestScore || (score == bestScore && r.Method != "" && best.Method == "") {
+			best, bestScore = r, score
 		}
 	}
 	return best
