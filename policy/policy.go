@@ -63,6 +63,10 @@ type Policy struct {
 	// Region is this gateway's region ("" without regions); every budget
 	// below already holds this region's share.
 	Region string
+	// Warnings lists what the file allows that is probably a mistake but
+	// not an error (trusted_proxies covering every address): tollgate
+	// check prints them and tollgate serve logs them.
+	Warnings []Problem
 }
 
 // Budget is one limit as enforced: its header name, the limit, and the
@@ -220,6 +224,7 @@ func Parse(data []byte, name string) (*Policy, error) {
 		return nil, c.err()
 	}
 	p.Source = name
+	p.Warnings = c.warnings
 	h := sha256.New()
 	h.Write(data)
 	if f.KeysFile != "" {
@@ -240,6 +245,7 @@ type compiler struct {
 	file     string
 	lines    map[string]int
 	problems []Problem
+	warnings []Problem
 	zone     string // the file's default time zone
 }
 
@@ -256,6 +262,20 @@ func (c *compiler) err() error {
 
 // add records a problem at a path of the file whose line map is lines.
 func (c *compiler) add(lines map[string]int, file, path, format string, args ...any) {
+	c.problems = append(c.problems, problemAt(lines, file, path, format, args...))
+}
+
+func (c *compiler) addf(path, format string, args ...any) {
+	c.add(c.lines, c.file, path, format, args...)
+}
+
+// warnf records a warning: the policy loads, but check and serve say it.
+func (c *compiler) warnf(path, format string, args ...any) {
+	c.warnings = append(c.warnings, problemAt(c.lines, c.file, path, format, args...))
+}
+
+// problemAt places a message at a path of the file whose line map is lines.
+func problemAt(lines map[string]int, file, path, format string, args ...any) Problem {
 	line := 0
 	for p := path; p != ""; p = parent(p) {
 		if l, ok := lines[p]; ok {
@@ -263,11 +283,7 @@ func (c *compiler) add(lines map[string]int, file, path, format string, args ...
 			break
 		}
 	}
-	c.problems = append(c.problems, Problem{File: file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
-}
-
-func (c *compiler) addf(path, format string, args ...any) {
-	c.add(c.lines, c.file, path, format, args...)
+	return Problem{File: file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
 // parent returns the enclosing path: "routes[2].cost" -> "routes[2]" -> "routes".
@@ -496,6 +512,9 @@ func (c *compiler) compile(f *File) *Policy {
 		var err error
 		if p.Trusted, err = identity.ParseTrustedProxies(cidrs); err != nil {
 			c.addf("identity.trusted_proxies", "%v", err)
+		}
+		for _, w := range TrustWarnings(p.TrustedProxies) {
+			c.warnf("identity.trusted_proxies", "%s", w)
 		}
 	}
 
