@@ -146,7 +146,8 @@ type LimitSpec struct {
 	Burst     int64         `yaml:"burst"`
 	// MaxDelay makes a leaky_bucket limit shape traffic: a request that
 	// does not fit is held up to this long to fit the rate, and refused
-	// only beyond it.
+	// only beyond it. At most 30s, and at most 1,000 requests may wait at
+	// once (max_delay × rate / period), since each holds a connection.
 	MaxDelay time.Duration `yaml:"max_delay"`
 	// Calendar ("day" or "month") makes a quota that resets at local
 	// midnight (or on the 1st) in TimeZone (default: the file's
@@ -234,7 +235,7 @@ type ConcurrencySpec struct {
 	// subjects share Limit).
 	Per string `yaml:"per"`
 	// LeaseTTL bounds how long a slot is held if its gateway dies
-	// (default: the upstream timeout plus 30s).
+	// (default: the upstream timeout plus 30s; at most 1h).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 }
 

@@ -883,6 +883,10 @@ func (c *compiler) login(path string, s *LoginSpec, store string) *Login {
 	return l
 }
 
+// MaxLeaseTTL bounds a concurrency slot's lease: how long a slot whose
+// release was lost stays taken.
+const MaxLeaseTTL = time.Hour
+
 // concurrency compiles a concurrency limit.
 func (c *compiler) concurrency(path string, s *ConcurrencySpec, store string, upstream time.Duration) *Concurrency {
 	k := &Concurrency{Limit: s.Limit, LeaseTTL: s.LeaseTTL, StoreName: store}
@@ -898,8 +902,13 @@ func (c *compiler) concurrency(path string, s *ConcurrencySpec, store string, up
 	}
 	if k.LeaseTTL == 0 {
 		k.LeaseTTL = orDefault(upstream, 30*time.Second) + 30*time.Second
+		if k.LeaseTTL > MaxLeaseTTL {
+			c.addf(path, "the default lease_ttl (upstream.timeout + 30s) is %v, longer than %v: set lease_ttl", k.LeaseTTL, MaxLeaseTTL)
+		}
 	} else if k.LeaseTTL < time.Second {
 		c.addf(path+".lease_ttl", "at least 1s, got %v", k.LeaseTTL)
+	} else if k.LeaseTTL > MaxLeaseTTL {
+		c.addf(path+".lease_ttl", "at most %v, got %v: a slot whose release is lost (a gateway that stopped, a failed store call) stays taken until its lease expires", MaxLeaseTTL, k.LeaseTTL)
 	}
 	return k
 }
@@ -996,8 +1005,32 @@ func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
 		c.addf(path, "%v", err)
 		return l, false
 	}
+	if l.MaxDelay > MaxShapingDelay {
+		c.addf(path+".max_delay", "max_delay %v is longer than %v: each delayed request holds its connection while it waits", l.MaxDelay, MaxShapingDelay)
+		return l, false
+	}
+	// Each waiting request holds at least one unit of the delay × rate that
+	// the bucket may run ahead.
+	if q := l.MaxDelay.Milliseconds() * l.Rate / l.Period.Milliseconds(); q > MaxShapingQueue {
+		c.addf(path+".max_delay", "max_delay %v at %d per %v lets %d requests wait at once under one budget (at most %d): shorten max_delay or lower the rate", l.MaxDelay, l.Rate, l.Period, q, MaxShapingQueue)
+		return l, false
+	}
 	return l, true
 }
+
+// Shaping bounds. A shaping limit (leaky_bucket with max_delay) admits a
+// request on condition that the gateway holds it up to max_delay, and lets
+// up to max_delay × rate / period requests of one budget wait at once; each
+// holds a connection, a goroutine and its buffers meanwhile.
+const (
+	// MaxShapingDelay bounds max_delay: as long as the default
+	// upstream.timeout, and within the 30-60 s after which clients and load
+	// balancers commonly give up on a response.
+	MaxShapingDelay = 30 * time.Second
+	// MaxShapingQueue bounds the requests one budget can hold waiting
+	// (nginx's limit_req burst, which is this queue, is typically 5-100).
+	MaxShapingQueue = 1000
+)
 
 // calendar validates a calendar quota: fixed windows of local days or
 // months.
