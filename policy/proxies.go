@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 )
 
 // Trusting a peer means believing the client address it writes in
@@ -77,7 +78,7 @@ func TrustWarnings(trusted []netip.Prefix) []string {
 		}
 	}
 	const nat = " as NAT64 presents it (64:ff9b::/96)"
-	whole6 := covers(append(v6, mappedIPv4), allIPv6)
+	whole6 := covers(append(slices.Clip(v6), mappedIPv4), allIPv6)
 	var w []string
 	warn := func(set []netip.Prefix, whole bool, nonPublic []netip.Prefix, bits int, family, how string) {
 		if len(set) == 0 {
@@ -130,20 +131,22 @@ func covers(set []netip.Prefix, p netip.Prefix) bool {
 }
 
 // outermost returns the prefixes of set not inside another one: disjoint,
-// with the same union.
+// with the same union. Sorted by address, then widest first, a prefix
+// either lies inside the last one kept or starts a new one.
 func outermost(set []netip.Prefix) []netip.Prefix {
+	sorted := slices.Clone(set)
+	slices.SortFunc(sorted, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
 	var out []netip.Prefix
-	for i, p := range set {
-		inside := false
-		for j, q := range set {
-			if i != j && q.Bits() <= p.Bits() && q.Contains(p.Addr()) && (q.Bits() < p.Bits() || j < i) {
-				inside = true
-				break
-			}
+	for _, p := range sorted {
+		if n := len(out); n > 0 && out[n-1].Contains(p.Addr()) {
+			continue
 		}
-		if !inside {
-			out = append(out, p)
-		}
+		out = append(out, p)
 	}
 	return out
 }
