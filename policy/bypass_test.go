@@ -19,9 +19,11 @@ import (
 )
 
 // bypassPolicy charges the whole hourly budget (10) for /api/export and
-// /api/report, and 1 for anything else under /api/.
+// /api/report, and 1 for anything else under /api/. The store deadline is
+// long so that a loaded test machine does not fail open to local limits.
 const bypassPolicy = `version: VERSION
 listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
+store: {timeout: 5s}
 identity: {secret: 0123456789abcdef0123, anonymous_plan: free}
 plans:
   free: {algorithm: fixed_window, rate: 10, period: 1h}
@@ -79,7 +81,8 @@ func TestExpensiveRouteBypass(t *testing.T) {
 }
 
 // serveGateway runs a gateway for p on loopback until the test ends and
-// returns its public base URL once it is ready.
+// returns its public base URL once it is ready and its store answers (a
+// gateway whose store is not yet up is "degraded" and decides locally).
 func serveGateway(t *testing.T, p *policy.Policy, redisURL string) string {
 	t.Helper()
 	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), ShutdownTimeout: 5 * time.Second})
@@ -106,8 +109,9 @@ func serveGateway(t *testing.T, p *policy.Policy, redisURL string) string {
 	for {
 		resp, err := http.Get("http://" + adm.Addr().String() + "/readyz")
 		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if strings.Contains(string(body), `"status":"ready"`) {
 				return "http://" + pub.Addr().String()
 			}
 		}
