@@ -131,6 +131,8 @@ type IdentitySpec struct {
 	// It is believed only from a trusted proxy.
 	UserHeader string `yaml:"user_header"`
 	// TrustedProxies lists the CIDRs whose forwarding headers are believed.
+	// A list that covers all of IPv4 or IPv6 (however written), or more
+	// public space than a /8 (IPv4) or /24 (IPv6), loads with a warning.
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// AnonymousPlan limits requests identified only by client IP; UserPlan
 	// those identified by user id (default: AnonymousPlan).
@@ -146,7 +148,8 @@ type LimitSpec struct {
 	Burst     int64         `yaml:"burst"`
 	// MaxDelay makes a leaky_bucket limit shape traffic: a request that
 	// does not fit is held up to this long to fit the rate, and refused
-	// only beyond it.
+	// only beyond it. At most 30s, and at most 1,000 requests may wait at
+	// once (max_delay × rate / period), since each holds a connection.
 	MaxDelay time.Duration `yaml:"max_delay"`
 	// Calendar ("day" or "month") makes a quota that resets at local
 	// midnight (or on the 1st) in TimeZone (default: the file's
@@ -175,8 +178,13 @@ type RouteSpec struct {
 	Name string `yaml:"name"`
 	// Method matches one HTTP method; empty matches any.
 	Method string `yaml:"method"`
-	// Path matches exactly, or, when it ends in "/", as a prefix. The most
-	// specific route wins: the longest path, then a method over any.
+	// Path matches exactly (and with a trailing slash), or, when it ends in
+	// "/", as a prefix (and without the slash). The most specific route
+	// wins: the request's own path, then the longest, then a method over
+	// any (see Policy.Match). Requests are matched on their decoded,
+	// cleaned path, so Path must be clean and literal: no . or ..
+	// segments, repeated slashes, percent-encodings, backslashes, control
+	// or invisible characters, '?', '#' or pattern syntax ({id}, :id, *).
 	Path string `yaml:"path"`
 	// Upstream is an http(s) URL, or "builtin:echo" for the demo upstream.
 	Upstream string `yaml:"upstream"`
@@ -234,7 +242,7 @@ type ConcurrencySpec struct {
 	// subjects share Limit).
 	Per string `yaml:"per"`
 	// LeaseTTL bounds how long a slot is held if its gateway dies
-	// (default: the upstream timeout plus 30s).
+	// (default: the upstream timeout plus 30s; at most 1h).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 }
 

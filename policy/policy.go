@@ -63,6 +63,10 @@ type Policy struct {
 	// Region is this gateway's region ("" without regions); every budget
 	// below already holds this region's share.
 	Region string
+	// Warnings lists what the file allows that is probably a mistake but
+	// not an error (trusted_proxies covering every address): tollgate
+	// check prints them and tollgate serve logs them.
+	Warnings []Problem
 }
 
 // Budget is one limit as enforced: its header name, the limit, and the
@@ -220,6 +224,7 @@ func Parse(data []byte, name string) (*Policy, error) {
 		return nil, c.err()
 	}
 	p.Source = name
+	p.Warnings = c.warnings
 	h := sha256.New()
 	h.Write(data)
 	if f.KeysFile != "" {
@@ -240,6 +245,7 @@ type compiler struct {
 	file     string
 	lines    map[string]int
 	problems []Problem
+	warnings []Problem
 	zone     string // the file's default time zone
 }
 
@@ -256,6 +262,20 @@ func (c *compiler) err() error {
 
 // add records a problem at a path of the file whose line map is lines.
 func (c *compiler) add(lines map[string]int, file, path, format string, args ...any) {
+	c.problems = append(c.problems, problemAt(lines, file, path, format, args...))
+}
+
+func (c *compiler) addf(path, format string, args ...any) {
+	c.add(c.lines, c.file, path, format, args...)
+}
+
+// warnf records a warning: the policy loads, but check and serve say it.
+func (c *compiler) warnf(path, format string, args ...any) {
+	c.warnings = append(c.warnings, problemAt(c.lines, c.file, path, format, args...))
+}
+
+// problemAt places a message at a path of the file whose line map is lines.
+func problemAt(lines map[string]int, file, path, format string, args ...any) Problem {
 	line := 0
 	for p := path; p != ""; p = parent(p) {
 		if l, ok := lines[p]; ok {
@@ -263,11 +283,7 @@ func (c *compiler) add(lines map[string]int, file, path, format string, args ...
 			break
 		}
 	}
-	c.problems = append(c.problems, Problem{File: file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
-}
-
-func (c *compiler) addf(path, format string, args ...any) {
-	c.add(c.lines, c.file, path, format, args...)
+	return Problem{File: file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
 // parent returns the enclosing path: "routes[2].cost" -> "routes[2]" -> "routes".
@@ -497,6 +513,9 @@ func (c *compiler) compile(f *File) *Policy {
 		if p.Trusted, err = identity.ParseTrustedProxies(cidrs); err != nil {
 			c.addf("identity.trusted_proxies", "%v", err)
 		}
+		for _, w := range TrustWarnings(p.TrustedProxies) {
+			c.warnf("identity.trusted_proxies", "%s", w)
+		}
 	}
 
 	// Plans.
@@ -575,8 +594,8 @@ func (c *compiler) compile(f *File) *Policy {
 		if r.Method != "" && !methodPattern.MatchString(r.Method) {
 			c.addf(path+".method", "not an HTTP method: %q (use upper case, or leave empty for any)", r.Method)
 		}
-		if !strings.HasPrefix(r.Path, "/") || strings.ContainsAny(r.Path, "?#* \t") {
-			c.addf(path+".path", "want an absolute path such as /api/ (prefix) or /login (exact), got %q", r.Path)
+		if err := checkRoutePath(r.Path); err != nil {
+			c.addf(path+".path", "%v", err)
 		}
 		r.Prefix = strings.HasSuffix(r.Path, "/")
 		if m := r.Method + " " + r.Path; seenMatch[m] {
@@ -864,6 +883,10 @@ func (c *compiler) login(path string, s *LoginSpec, store string) *Login {
 	return l
 }
 
+// MaxLeaseTTL bounds a concurrency slot's lease: how long a slot whose
+// release was lost stays taken.
+const MaxLeaseTTL = time.Hour
+
 // concurrency compiles a concurrency limit.
 func (c *compiler) concurrency(path string, s *ConcurrencySpec, store string, upstream time.Duration) *Concurrency {
 	k := &Concurrency{Limit: s.Limit, LeaseTTL: s.LeaseTTL, StoreName: store}
@@ -879,8 +902,13 @@ func (c *compiler) concurrency(path string, s *ConcurrencySpec, store string, up
 	}
 	if k.LeaseTTL == 0 {
 		k.LeaseTTL = orDefault(upstream, 30*time.Second) + 30*time.Second
+		if k.LeaseTTL > MaxLeaseTTL {
+			c.addf(path, "the default lease_ttl (upstream.timeout + 30s) is %v, longer than %v: set lease_ttl", k.LeaseTTL, MaxLeaseTTL)
+		}
 	} else if k.LeaseTTL < time.Second {
 		c.addf(path+".lease_ttl", "at least 1s, got %v", k.LeaseTTL)
+	} else if k.LeaseTTL > MaxLeaseTTL {
+		c.addf(path+".lease_ttl", "at most %v, got %v: a slot whose release is lost (a gateway that stopped, a failed store call) stays taken until its lease expires", MaxLeaseTTL, k.LeaseTTL)
 	}
 	return k
 }
@@ -977,8 +1005,32 @@ func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
 		c.addf(path, "%v", err)
 		return l, false
 	}
+	if l.MaxDelay > MaxShapingDelay {
+		c.addf(path+".max_delay", "max_delay %v is longer than %v: each delayed request holds its connection while it waits", l.MaxDelay, MaxShapingDelay)
+		return l, false
+	}
+	// Each waiting request holds at least one unit of the delay × rate that
+	// the bucket may run ahead.
+	if q := l.MaxDelay.Milliseconds() * l.Rate / l.Period.Milliseconds(); q > MaxShapingQueue {
+		c.addf(path+".max_delay", "max_delay %v at %d per %v lets %d requests wait at once under one budget (at most %d): shorten max_delay or lower the rate", l.MaxDelay, l.Rate, l.Period, q, MaxShapingQueue)
+		return l, false
+	}
 	return l, true
 }
+
+// Shaping bounds. A shaping limit (leaky_bucket with max_delay) admits a
+// request on condition that the gateway holds it up to max_delay, and lets
+// up to max_delay × rate / period requests of one budget wait at once; each
+// holds a connection, a goroutine and its buffers meanwhile.
+const (
+	// MaxShapingDelay bounds max_delay: as long as the default
+	// upstream.timeout, and within the 30-60 s after which clients and load
+	// balancers commonly give up on a response.
+	MaxShapingDelay = 30 * time.Second
+	// MaxShapingQueue bounds the requests one budget can hold waiting
+	// (nginx's limit_req burst, which is this queue, is typically 5-100).
+	MaxShapingQueue = 1000
+)
 
 // calendar validates a calendar quota: fixed windows of local days or
 // months.
@@ -1070,24 +1122,36 @@ func checkUpstream(s string) error {
 	return nil
 }
 
-// Match returns the route for a request, or nil. path should be cleaned.
-// The longest matching path wins; at equal length a route naming the
-// method beats one that matches any method.
+// Match returns the route for a request, or nil. path should be cleaned
+// (CleanPath). A prefix route (/api/) matches its path, the path without
+// the slash (/api) and every path under it; an exact route (/login)
+// matches its path and the path with a trailing slash (/login/), which
+// many upstreams serve alike. The most specific route wins: one whose path
+// is the request's, else the longest match (an exact /api beats the
+// prefix /api/ for /api, which beats the exact /api for /api/); at equal
+// specificity a route naming the method beats one that matches any.
 func (p *Policy) Match(method, path string) *Route {
 	var best *Route
+	bestScore := 0
 	for _, r := range p.Routes {
 		if r.Method != "" && r.Method != method {
 			continue
 		}
-		if r.Prefix {
-			if !strings.HasPrefix(path, r.Path) && path+"/" != r.Path {
-				continue
-			}
-		} else if path != r.Path {
+		var score int // how much of path the route pins down
+		switch {
+		case path == r.Path:
+			score = len(path) + 1
+		case r.Prefix && strings.HasPrefix(path, r.Path):
+			score = len(r.Path)
+		case r.Prefix && path+"/" == r.Path:
+			score = len(path)
+		case !r.Prefix && path == r.Path+"/":
+			score = len(r.Path)
+		default:
 			continue
 		}
-		if best == nil || len(r.Path) > len(best.Path) || (len(r.Path) == len(best.Path) && r.Method != "" && best.Method == "") {
-			best = r
+		if best == nil || score > bestScore || (score == bestScore && r.Method != "" && best.Method == "") {
+			best, bestScore = r, score
 		}
 	}
 	return best

@@ -53,6 +53,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
+		// Warnings go with errors, to stderr; they do not fail the check.
+		for _, w := range p.Warnings {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
 		describe(stdout, p)
 		return 0
 	case "hash-key":
@@ -98,6 +102,9 @@ func serve(args []string, stderr io.Writer) int {
 			return 1
 		}
 	}
+	for _, w := range p.Warnings {
+		log.Warn("policy warning", slog.String("warning", w.Msg), slog.String("file", w.File), slog.Int("line", w.Line), slog.String("path", w.Path))
+	}
 	if p.SecretGenerated {
 		log.Warn("no identity secret configured: using a random one for this process (fine for one instance on the memory store)")
 	}
@@ -142,7 +149,14 @@ func serve(args []string, stderr io.Writer) int {
 
 // describe prints what a policy enforces.
 func describe(w io.Writer, p *policy.Policy) {
-	fmt.Fprintf(w, "policy %s (%s): OK\n", p.Version, p.Source)
+	switch n := len(p.Warnings); n {
+	case 0:
+		fmt.Fprintf(w, "policy %s (%s): OK\n", p.Version, p.Source)
+	case 1:
+		fmt.Fprintf(w, "policy %s (%s): OK, 1 warning\n", p.Version, p.Source)
+	default:
+		fmt.Fprintf(w, "policy %s (%s): OK, %d warnings\n", p.Version, p.Source, n)
+	}
 	fmt.Fprintf(w, "listeners: public %s, admin %s\n", p.Public, p.Admin)
 	store := p.Store.Type
 	if p.Store.Type == "redis" {

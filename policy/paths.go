@@ -1,0 +1,68 @@
+package policy
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// CleanPath is the form of a request path that routes are matched
+// against: path.Clean of the decoded path (no dot segments, no repeated
+// slashes), keeping a trailing slash; "" is "/".
+func CleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
+// checkRoutePath reports why a route path could never be matched as its
+// author meant, or nil. Requests are matched on their decoded, cleaned
+// path (CleanPath of r.URL.Path), so a route path must be its own clean
+// form and must not spell its characters as the raw request line would
+// (%2F, %2e%2e): such a route matches no request, and the requests it was
+// written for fall silently to another route. The path is literal, so
+// pattern syntax ({id}, :id, *), a query or fragment, backslashes and
+// characters that cannot be seen are refused too.
+func checkRoutePath(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("want an absolute path such as /api/ (prefix) or /login (exact), got %q", p)
+	}
+	for i := 0; i < len(p); {
+		r, size := utf8.DecodeRuneInString(p[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return fmt.Errorf("%q is not valid UTF-8", p)
+		case r == '%':
+			return fmt.Errorf("%q contains a percent-encoding: routes match the decoded request path (a request for /a%%2Fb is matched as /a/b), so write the characters themselves", p)
+		case r == '\\':
+			return fmt.Errorf("%q contains a backslash: the gateway does not treat it as a separator but some upstreams do, so the route would not cover the requests it names", p)
+		case r == '?':
+			return fmt.Errorf("%q contains '?': the query is not part of the path", p)
+		case r == '#':
+			return fmt.Errorf("%q contains '#': the fragment is not part of the path", p)
+		case r == ' ':
+			return fmt.Errorf("%q contains a space", p)
+		case r < 0x20 || r == 0x7f:
+			return fmt.Errorf("%q contains a control character (byte %#02x)", p, r)
+		case !unicode.IsPrint(r):
+			return fmt.Errorf("%q contains an invisible or non-printing character (%U)", p, r)
+		case strings.ContainsRune("*{}<>", r):
+			return fmt.Errorf("%q: route paths are literal, %q is not a wildcard or parameter; a path ending in / matches everything under it", p, r)
+		}
+		i += size
+	}
+	if strings.Contains(p, "/:") {
+		return fmt.Errorf("%q: route paths are literal, a segment starting with ':' is not a parameter; a path ending in / matches everything under it", p)
+	}
+	if c := CleanPath(p); c != p {
+		return fmt.Errorf("%q is not a clean path; requests are matched after cleaning, so write %q (no . or .. segments, no repeated slashes)", p, c)
+	}
+	return nil
+}

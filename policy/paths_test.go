@@ -1,0 +1,147 @@
+package policy_test
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/policy"
+)
+
+// routePolicy is valid with one extra route whose path is PATH.
+func routePolicy(p string) string {
+	return valid + "  - {name: probe, path: " + strconv.Quote(p) + ", upstream: builtin:echo}\n"
+}
+
+// requestPath is what the middleware matches for a request whose target
+// is target: net/http's decoded r.URL.Path, cleaned keeping a trailing
+// slash (httplimit's cleanPath).
+func requestPath(t *testing.T, target string) string {
+	t.Helper()
+	u, err := url.ParseRequestURI(target)
+	if err != nil {
+		t.Fatalf("request target %q: %v", target, err)
+	}
+	c := path.Clean(u.Path)
+	if strings.HasSuffix(u.Path, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
+// TestRoutePathsNoRequestCanMatch: a route path that no cleaned request
+// path can equal leaves its route silently unprotected (its requests fall
+// to another route), so the file is refused at the route's line.
+func TestRoutePathsNoRequestCanMatch(t *testing.T) {
+	refused := []struct{ path, want string }{
+		{"/api/../export", `not a clean path; requests are matched after cleaning, so write "/export"`},
+		{"/api/./x", `write "/api/x"`},
+		{"/api/.", `write "/api"`},
+		{"/api/..", `write "/"`},
+		{"/..", `write "/"`},
+		{"/./", `write "/"`},
+		{"//api", `write "/api"`},
+		{"/api//x", `write "/api/x"`},
+		{"/api/x//", `write "/api/x/"`},
+		{"/api%2Fexport", "percent-encoding"},
+		{"/api%2fexport", "percent-encoding"},
+		{"/%2e%2e/admin", "percent-encoding"},
+		{"/caf%C3%A9", "percent-encoding"},
+		{`/api\export`, "backslash"},
+		{`/api\..\admin`, "backslash"},
+		{"/a\x00b", "control"},
+		{"/a\x1fb", "control"},
+		{"/a\x7fb", "control"},
+		{"/a\tb", "control"},
+		{"/a b", "space"},
+		{"/a\u00a0b", "invisible"},
+		{"/a\u200bb", "invisible"},
+		{"/a\u202eb", "invisible"},
+		{"/search?q=x", "query"},
+		{"/docs#intro", "fragment"},
+		{"/items/{id}", "literal"},
+		{"/users/:id", "literal"},
+		{"/files/*", "literal"},
+		{"/page/<name>", "literal"},
+		{"api/", "absolute"},
+		{"", "absolute"},
+	}
+	for _, c := range refused {
+		t.Run("refused "+strconv.Quote(c.path), func(t *testing.T) {
+			src := routePolicy(c.path)
+			p, err := policy.Parse([]byte(src), "p.yaml")
+			if err == nil {
+				t.Fatalf("accepted route path %q (it would match %v)", c.path, p.Match("GET", c.path))
+			}
+			line := strings.Count(valid, "\n") + 1
+			for _, w := range []string{fmt.Sprintf("p.yaml:%d:", line), "routes[3].path", c.want} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+	accepted := []string{
+		"/", "/v2/", "/v2/items", "/v1/projects/p:run", "/a;b", "/~user/", "/a-b_c.d/",
+		"/caf\u00e9", "/a=b&c", "/@me", "/a+b", "/a!$'(),", "/.well-known/", "/x.",
+	}
+	for _, ap := range accepted {
+		t.Run("accepted "+strconv.Quote(ap), func(t *testing.T) {
+			p, err := policy.Parse([]byte(routePolicy(ap)), "p.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every accepted path is reached by the request for it, as a
+			// client's library escapes it.
+			target := (&url.URL{Path: ap}).EscapedPath()
+			if r := p.Match("GET", requestPath(t, target)); r == nil || r.Name != "probe" {
+				t.Fatalf("request %q matched %+v, want the probe route", target, r)
+			}
+		})
+	}
+}
+
+// TestMatchExactRoutes: an exact route is matched by its path with a
+// trailing slash too (many upstreams serve /login/ as /login, so the guard
+// must not be walked around that way), and an exact route beats a prefix
+// route one slash longer (before, the exact /api behind a /api/ prefix
+// could match no request at all).
+func TestMatchExactRoutes(t *testing.T) {
+	src := valid + `  - {name: root, path: /, upstream: builtin:echo}
+  - {name: api-exact, path: /api, upstream: builtin:echo}
+  - {name: report, method: GET, path: /api/report, upstream: builtin:echo}
+  - {name: report-dir, path: /api/report/, upstream: builtin:echo}
+`
+	p, err := policy.Parse([]byte(src), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ method, path, want string }{
+		{"POST", "/login", "login"},
+		{"POST", "/login/", "login"},
+		{"GET", "/login/", "root"},
+		{"GET", "/api", "api-exact"},
+		{"GET", "/api/", "api"},
+		{"GET", "/api/export/", "export"},
+		{"GET", "/api/x", "api"},
+		{"GET", "/api/report", "report"},
+		{"POST", "/api/report", "report-dir"},
+		{"GET", "/api/report/", "report-dir"},
+		{"GET", "/api/report/x", "report-dir"},
+		{"GET", "/login/x", "root"},
+		{"GET", "/loginx", "root"},
+	}
+	for _, c := range cases {
+		r := p.Match(c.method, c.path)
+		got := ""
+		if r != nil {
+			got = r.Name
+		}
+		if got != c.want {
+			t.Errorf("Match(%s %s) = %q, want %q", c.method, c.path, got, c.want)
+		}
+	}
+}
