@@ -218,6 +218,9 @@ func (g *Gateway) Reload(p *policy.Policy) error {
 	}
 	g.activate(sv)
 	g.reloads.WithLabelValues("ok").Inc()
+	for _, w := range p.Warnings {
+		g.log.Warn("policy warning", slog.String("warning", w.Msg), slog.String("file", w.File), slog.Int("line", w.Line), slog.String("path", w.Path))
+	}
 	g.log.Info("policy reloaded", slog.String("version", p.Version), slog.String("hash", p.Hash))
 	return nil
 }

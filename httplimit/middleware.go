@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -131,26 +130,13 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 	}, nil
 }
 
-// cleanPath normalises the request path for route matching, keeping a
-// trailing slash, so "/api/../login" is matched (and proxied) as "/login".
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	c := path.Clean(p)
-	if strings.HasSuffix(p, "/") && c != "/" {
-		c += "/"
-	}
-	return c
-}
-
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := m.opts.Policy
 	if !strings.HasPrefix(r.URL.Path, "/") && r.URL.Path != "" {
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request path must be absolute"})
 		return
 	}
-	clean := cleanPath(r.URL.Path)
+	clean := policy.CleanPath(r.URL.Path)
 	route := p.Match(r.Method, clean)
 	if route == nil && m.opts.RequireRoute {
 		WriteProblem(w, Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Detail: "no route matches this request"})
@@ -416,7 +402,7 @@ func (m *middleware) storeFailed(w http.ResponseWriter, r *http.Request, err err
 		m.logSampled(r.Context(), slog.LevelError, "local fallback failed, allowing", sub, name, group, slog.String("error", ferr.Error()))
 	}
 	m.count(name, group, sub.Plan.Name, "fail_open")
-	m.pass(w, r, route, sub, tollgate.Decision{Allowed: true}, cleanPath(r.URL.Path))
+	m.pass(w, r, route, sub, tollgate.Decision{Allowed: true}, policy.CleanPath(r.URL.Path))
 	return nil, false
 }
 
