@@ -49,6 +49,8 @@ func checkRoutePath(p string) error {
 			return fmt.Errorf("%q contains '#': the fragment is not part of the path", p)
 		case r == ' ':
 			return fmt.Errorf("%q contains a space", p)
+		case r == ';':
+			return fmt.Errorf("%q contains ';': requests are matched without path parameters (/a;x=1 is matched as /a, as Servlet containers read it)", p)
 		case r < 0x20 || r == 0x7f:
 			return fmt.Errorf("%q contains a control character (byte %#02x)", p, r)
 		case !unicode.IsPrint(r):
@@ -65,4 +67,32 @@ func checkRoutePath(p string) error {
 		return fmt.Errorf("%q is not a clean path; requests are matched after cleaning, so write %q (no . or .. segments, no repeated slashes)", p, c)
 	}
 	return nil
+}
+
+// MatchKey returns the form of a cleaned path that routes are matched on:
+// lower case, and without path parameters (";jsessionid=…", which Servlet
+// containers drop from each segment, so that "/a/..;/login" is "/login" to
+// them), cleaned again. A request is thus charged as the route its upstream
+// may serve it as, whether or not that upstream ignores case or path
+// parameters; the gateway still forwards the cleaned path as it came.
+func MatchKey(p string) string {
+	lower := true
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c == ';' || c >= 'A' && c <= 'Z' || c >= 0x80 {
+			lower = false
+			break
+		}
+	}
+	if lower {
+		return p // the usual case: nothing to do, nothing allocated
+	}
+	k := strings.ToLower(p)
+	if strings.IndexByte(k, ';') < 0 {
+		return k
+	}
+	segs := strings.Split(k, "/")
+	for i, s := range segs {
+		segs[i], _, _ = strings.Cut(s, ";")
+	}
+	return CleanPath(strings.Join(segs, "/"))
 }

@@ -66,6 +66,7 @@ func TestRoutePathsNoRequestCanMatch(t *testing.T) {
 		{"/users/:id", "literal"},
 		{"/files/*", "literal"},
 		{"/page/<name>", "literal"},
+		{"/a;b", "path parameters"},
 		{"api/", "absolute"},
 		{"", "absolute"},
 	}
@@ -85,7 +86,7 @@ func TestRoutePathsNoRequestCanMatch(t *testing.T) {
 		})
 	}
 	accepted := []string{
-		"/", "/v2/", "/v2/items", "/v1/projects/p:run", "/a;b", "/~user/", "/a-b_c.d/",
+		"/", "/v2/", "/v2/items", "/v1/projects/p:run", "/~user/", "/a-b_c.d/",
 		"/caf\u00e9", "/a=b&c", "/@me", "/a+b", "/a!$'(),", "/.well-known/", "/x.",
 	}
 	for _, ap := range accepted {
@@ -143,5 +144,49 @@ func TestMatchExactRoutes(t *testing.T) {
 		if got != c.want {
 			t.Errorf("Match(%s %s) = %q, want %q", c.method, c.path, got, c.want)
 		}
+	}
+}
+
+// TestMatchKey: spellings that common servers read as one path are matched
+// alike, and routes that differ only so are one route.
+func TestMatchKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"/api/export":              "/api/export",
+		"/API/Export":              "/api/export",
+		"/api/export;jsessionid=1": "/api/export",
+		"/api/x/..;/export":        "/api/export",
+		"/api;v=1/export/":         "/api/export/",
+		"/Ünï/x":                   "/ünï/x",
+		"/;/..;/login":             "/login",
+	} {
+		if got := policy.MatchKey(in); got != want {
+			t.Errorf("MatchKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+	const minimal = `
+version: v1
+listeners: {public: "127.0.0.1:8080", admin: "127.0.0.1:9090"}
+plans: {free: {rate: 1, period: 1m}}
+identity: {anonymous_plan: free}
+routes:
+  - {name: b, path: /api/, upstream: "http://127.0.0.1:1"}
+`
+	if _, err := policy.Parse([]byte(minimal), "ok.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := policy.Parse([]byte(`
+version: v1
+listeners: {public: "127.0.0.1:8080", admin: "127.0.0.1:9090"}
+plans: {free: {rate: 1, period: 1m}}
+identity: {anonymous_plan: free}
+routes:
+  - {name: a, path: /Api/, upstream: "http://127.0.0.1:1"}
+  - {name: b, path: /api/, upstream: "http://127.0.0.1:1"}
+`), "dup.yaml")
+	if err == nil || !strings.Contains(err.Error(), "another route already matches") {
+		t.Fatalf("routes /Api/ and /api/: %v, want them refused as one", err)
+	}
+	if _, err := policy.Parse([]byte(strings.Replace(minimal, "path: /api/", "path: /a;b", 1)), "semi.yaml"); err == nil {
+		t.Fatal("a route path with ';' was accepted")
 	}
 }

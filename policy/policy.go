@@ -102,6 +102,7 @@ type APIKey struct {
 type Route struct {
 	Name, Method, Path string
 	Prefix             bool
+	key                string // MatchKey(Path): what Match compares
 	Upstream           string
 	Group              string
 	Cost               int64
@@ -598,7 +599,8 @@ func (c *compiler) compile(f *File) *Policy {
 			c.addf(path+".path", "%v", err)
 		}
 		r.Prefix = strings.HasSuffix(r.Path, "/")
-		if m := r.Method + " " + r.Path; seenMatch[m] {
+		r.key = MatchKey(r.Path)
+		if m := r.Method + " " + r.key; seenMatch[m] {
 			c.addf(path+".path", "another route already matches %s", strings.TrimSpace(m))
 		} else {
 			seenMatch[m] = true
@@ -1123,30 +1125,34 @@ func checkUpstream(s string) error {
 }
 
 // Match returns the route for a request, or nil. path should be cleaned
-// (CleanPath). A prefix route (/api/) matches its path, the path without
-// the slash (/api) and every path under it; an exact route (/login)
-// matches its path and the path with a trailing slash (/login/), which
-// many upstreams serve alike. The most specific route wins: one whose path
-// is the request's, else the longest match (an exact /api beats the
-// prefix /api/ for /api, which beats the exact /api for /api/); at equal
+// (CleanPath); routes are matched on MatchKey of it, so spellings that
+// common servers read as one path (upper case, path parameters) match
+// alike. A prefix route (/api/) matches its path, the path without the
+// slash (/api) and every path under it; an exact route (/login) matches
+// its path and the path with a trailing slash (/login/), which many
+// upstreams serve alike. The most specific route wins: one whose path is
+// the request's, else the longest match (an exact /api beats the prefix
+// /api/ for /api, which beats the exact /api for /api/); at equal
 // specificity a route naming the method beats one that matches any.
 func (p *Policy) Match(method, path string) *Route {
+	path = MatchKey(path)
 	var best *Route
 	bestScore := 0
 	for _, r := range p.Routes {
 		if r.Method != "" && r.Method != method {
 			continue
 		}
+		rp := r.key
 		var score int // how much of path the route pins down
 		switch {
-		case path == r.Path:
+		case path == rp:
 			score = len(path) + 1
-		case r.Prefix && strings.HasPrefix(path, r.Path):
-			score = len(r.Path)
-		case r.Prefix && path+"/" == r.Path:
+		case r.Prefix && strings.HasPrefix(path, rp):
+			score = len(rp)
+		case r.Prefix && path+"/" == rp:
 			score = len(path)
-		case !r.Prefix && path == r.Path+"/":
-			score = len(r.Path)
+		case !r.Prefix && path == rp+"/":
+			score = len(rp)
 		default:
 			continue
 		}

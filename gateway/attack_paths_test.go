@@ -1,0 +1,93 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/policy"
+)
+
+// catchAllConfig is the quickstart with a catch-all route (/, cost 1) to
+// the upstream, the usual way a gateway fronts a whole site, every 127/8
+// address trusted, and the login route's own limit out of the way.
+func catchAllConfig(t *testing.T, upstream string) *policy.Policy {
+	t.Helper()
+	b, err := os.ReadFile("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.ReplaceAll(string(b), "builtin:echo", upstream)
+	s = strings.Replace(s, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]", 1)
+	s = strings.Replace(s, "limit: {algorithm: sliding_log, rate: 10, period: 1m}", "limit: {algorithm: fixed_window, rate: 100000, period: 1m}", 1)
+	s = strings.Replace(s, "\nheaders:", "\n  - {name: site, path: /, upstream: \""+upstream+"\"}\n\nheaders:", 1)
+	p, err := policy.Parse([]byte(s), "quickstart-catchall-test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPathSpellings: a path that a common upstream reads as an expensive
+// or guarded route is charged as that route, or refused: upper case (for
+// case-insensitive servers), path parameters (';', which Servlet
+// containers drop, and "..;" which they read as ".."), backslashes (read as
+// '/' by some servers) and control bytes (where some stop reading).
+func TestPathSpellings(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newLoginUpstream(t, 0)
+		g := start(t, catchAllConfig(t, up.URL), redisURL)
+		// The export route costs 10: a Pro key starts with 1,000.
+		spent := 0
+		for _, path := range []string{"/API/EXPORT", "/api/Export", "/api/export;jsessionid=1", "/api/x/..;/export", "/api;v=1/export"} {
+			req, _ := http.NewRequest("GET", g.public+path, nil)
+			req.Header.Set("X-API-Key", proKey)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode == 400 {
+				continue
+			}
+			spent += 10
+			if want := fmt.Sprintf(`"pro";r=%d;`, 1000-spent); !strings.HasPrefix(resp.Header.Get("RateLimit"), want) {
+				t.Errorf("%s: %d, RateLimit %q: not charged as an export (want %s...)", path, resp.StatusCode, resp.Header.Get("RateLimit"), want)
+				spent = 1000 - atoiPrefix(resp.Header.Get("RateLimit"))
+			}
+		}
+		for _, path := range []string{"/api\\export", "/api/export%00.png", "/api/export%0a"} {
+			req, _ := http.NewRequest("GET", g.public+strings.ReplaceAll(path, "\\", "%5C"), nil)
+			req.Header.Set("X-API-Key", proKey)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 400 {
+				t.Errorf("%s: %d, want 400", path, resp.StatusCode)
+			}
+		}
+		// Lock alice, then log in with the right password by other paths.
+		for i := 0; i < 5; i++ {
+			postLogin(t, g, fmt.Sprintf("203.0.113.%d", i), "/login", "application/json", `{"username":"alice","password":"guess"}`)
+		}
+		for _, path := range []string{"/LOGIN", "/Login", "/login;jsessionid=1", "/x/..;/login", "/login/", "/login%00", "/x%5C..%5Clogin"} {
+			postLogin(t, g, "198.51.100.1", path, "application/json", `{"username":"alice","password":"demo"}`)
+		}
+		if n := up.logins("alice"); n != 0 {
+			t.Fatalf("the locked account was logged into %d times through other spellings of /login", n)
+		}
+	})
+}
+
+// atoiPrefix reads r= from a RateLimit header.
+func atoiPrefix(h string) int {
+	var n int
+	if i := strings.Index(h, ";r="); i >= 0 {
+		fmt.Sscanf(h[i+3:], "%d", &n)
+	}
+	return n
+}
