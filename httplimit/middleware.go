@@ -585,16 +585,23 @@ func (b *penaltyBox) get(id string, now time.Time) (time.Time, bool) {
 func (b *penaltyBox) set(id string, t time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.until) >= maxPenalties {
-		now := time.Now()
+	if _, ok := b.until[id]; !ok && len(b.until) >= maxPenalties {
+		// Full: evict, of a few entries taken at random (map order), the
+		// one that ends first, so that no request pays for a scan. An
+		// address evicted early is still over its budget in the store:
+		// its next invalid key is refused there and boxed again.
+		var victim string
+		var end time.Time
+		n := 0
 		for k, v := range b.until {
-			if now.After(v) {
-				delete(b.until, k)
+			if n == 0 || v.Before(end) {
+				victim, end = k, v
+			}
+			if n++; n == 8 {
+				break
 			}
 		}
-		if len(b.until) >= maxPenalties {
-			return
-		}
+		delete(b.until, victim)
 	}
 	b.until[id] = t
 }

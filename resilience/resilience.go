@@ -452,6 +452,10 @@ type denyEntry struct {
 	group []algo.Decision // the whole group's decisions, for a group refusal
 }
 
+// evictionSample is how many entries a full cache looks at to pick one
+// to evict.
+const evictionSample = 8
+
 func newDenyCache(size int) *denyCache {
 	c := &denyCache{seed: maphash.MakeSeed(), per: max(1, size/16)}
 	for i := range c.shards {
@@ -503,14 +507,21 @@ func (c *denyCache) putGroup(req algo.Request, d algo.Decision, now time.Time, g
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if _, exists := sh.m[k]; !exists && len(sh.m) >= c.per {
+		// Full: make room by evicting, of a few entries taken at random
+		// (map order), the one that ends first, so that no put pays for a
+		// scan of the shard. A dropped entry only costs a store call.
+		var victim denyKey
+		var end time.Time
+		n := 0
 		for k2, e := range sh.m {
-			if !now.Before(e.until) {
-				delete(sh.m, k2)
+			if n == 0 || e.until.Before(end) {
+				victim, end = k2, e.until
+			}
+			if n++; n == evictionSample {
+				break
 			}
 		}
-		if len(sh.m) >= c.per {
-			return
-		}
+		delete(sh.m, victim)
 	}
 	sh.m[k] = denyEntry{until: now.Add(d.RetryAfter), at: now, cost: req.Cost, d: d, group: group}
 }
