@@ -63,6 +63,9 @@ type Policy struct {
 	// Region is this gateway's region ("" without regions); every budget
 	// below already holds this region's share.
 	Region string
+
+	// Conns bounds the listeners' connections and how slow a client may be.
+	Conns ConnLimits
 }
 
 // Budget is one limit as enforced: its header name, the limit, and the
@@ -409,6 +412,7 @@ func (c *compiler) compile(f *File) *Policy {
 	if p.Public != "" && p.Public == p.Admin {
 		c.addf("listeners.admin", "the admin listener must not share the public address %s", p.Public)
 	}
+	p.Conns = c.connLimits(f.Listeners)
 
 	// Store.
 	switch p.Store.Type {
