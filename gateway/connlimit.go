@@ -221,12 +221,12 @@ func (c *limitedConn) ReadFrom(r io.Reader) (int64, error) {
 	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
 
-// DefaultMaxConns is the cap on public connections when the policy sets
+// defaultMaxConns is the cap on public connections when the policy sets
 // none: half the file descriptors the process may open (its soft limit),
 // less a reserve for the admin listener's adminMax connections, the
 // store, the listeners and the policy files; half, because each proxied
 // connection may hold an upstream connection too. At least 32.
-func DefaultMaxConns(adminMax int) int {
+func defaultMaxConns(adminMax int) int {
 	const least, fallback = 32, 10_000
 	soft, _, err := FileLimit()
 	if err != nil || soft == 0 {

@@ -579,8 +579,8 @@ func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 	cl := g.pol.Conns
 	maxConns, derived := cl.MaxConns, cl.MaxConns == 0
 	if derived {
-		maxConns = DefaultMaxConns(cl.AdminMaxConns)
-	} else if fit := DefaultMaxConns(cl.AdminMaxConns); maxConns > fit {
+		maxConns = defaultMaxConns(cl.AdminMaxConns)
+	} else if fit := defaultMaxConns(cl.AdminMaxConns); maxConns > fit {
 		g.log.Warn("listeners.max_conns is more than the file limit can hold; raise the limit (ulimit -n) or lower max_conns",
 			slog.Int("max_conns", maxConns), slog.Int("fits", fit))
 	}
