@@ -580,17 +580,38 @@ func TestSlowClientTimeouts(t *testing.T) {
 }
 
 // holdSlow opens n connections from src that send a request head and one
-// byte of the body, and returns them.
+// byte of the body, and returns them once the gateway holds them all (a
+// connection refused because the gateway has not yet counted out one that
+// just closed is tried again).
 func holdSlow(t *testing.T, src, addr string, n int) []net.Conn {
 	t.Helper()
 	var cs []net.Conn
-	for range n {
-		c, err := dialFrom(src, addr)
-		if err != nil {
-			t.Fatal(err)
+	for round := 0; len(cs) < n; round++ {
+		if round == 20 {
+			t.Fatalf("only %d of %d connections from %s held", len(cs), n, src)
 		}
-		io.WriteString(c, slowPost("/api/upload"))
-		cs = append(cs, c)
+		var fresh []net.Conn
+		for range n - len(cs) {
+			c, err := dialFrom(src, addr)
+			if errors.Is(err, syscall.ECONNRESET) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.WriteString(c, slowPost("/api/upload"))
+			fresh = append(fresh, c)
+		}
+		time.Sleep(100 * time.Millisecond) // a refused one is reset by now
+		for _, c := range fresh {
+			c.SetReadDeadline(time.Now().Add(time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+				c.SetReadDeadline(time.Time{})
+				cs = append(cs, c)
+			} else {
+				c.Close()
+			}
+		}
 	}
 	t.Cleanup(func() {
 		for _, c := range cs {
