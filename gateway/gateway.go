@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"sync"
@@ -74,6 +75,7 @@ type Gateway struct {
 
 	reloads *prometheus.CounterVec
 	info    *prometheus.GaugeVec
+	conns   *connMetrics
 }
 
 // served is one policy ready to serve: its middleware and proxies.
@@ -120,6 +122,7 @@ func New(opts Options) (*Gateway, error) {
 		Help: "The active policy (1) by version.",
 	}, []string{"version"})
 	g.registry.MustRegister(g.reloads, g.info)
+	g.conns = newConnMetrics(g.registry)
 	sv, err := g.build(g.pol)
 	if err != nil {
 		g.Close()
@@ -203,10 +206,10 @@ func (g *Gateway) Reload(p *policy.Policy) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	cur := g.pol
-	if p.Public != cur.Public || p.Admin != cur.Admin || p.AdminToken != cur.AdminToken ||
+	if p.Public != cur.Public || p.Admin != cur.Admin || p.AdminToken != cur.AdminToken || p.Conns != cur.Conns ||
 		p.Store.Type != cur.Store.Type || p.Store.URL != cur.Store.URL || p.Store.Mode != cur.Store.Mode {
 		g.reloads.WithLabelValues("refused").Inc()
-		err := errors.New("reloading policy: listeners, store and admin token need a restart to change")
+		err := errors.New("reloading policy: listeners (and their timeouts and caps), store and admin token need a restart to change")
 		g.log.Error("policy reload refused", slog.String("version", p.Version), slog.String("error", err.Error()))
 		return err
 	}
@@ -531,6 +534,14 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 }
 
 func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if bodyTimedOut(r.Context()) {
+		// The client, not the upstream, was too slow: its body did not
+		// arrive in time. (net/http has cancelled the request's context.)
+		w.Header().Set("Connection", "close")
+		httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemBodyTimeout, Status: http.StatusRequestTimeout,
+			Detail: "the request body did not arrive in time"})
+		return
+	}
 	if r.Context().Err() != nil {
 		return // the client went away; nobody to answer
 	}
@@ -545,16 +556,41 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		Detail: "the upstream could not be reached"})
 }
 
+// ProblemBodyTimeout is the problem type of a 408: the request body did
+// not arrive within listeners.body_timeout.
+const ProblemBodyTimeout = "urn:tollgate:problem:body-timeout"
+
 // Serve serves public traffic on pub and the admin endpoints on adm until
 // ctx is done, then shuts down gracefully: listeners close at once and
 // in-flight requests get up to ShutdownTimeout to finish.
+//
+// Both listeners serve under the policy's connection bounds
+// (policy.ConnLimits): header, body, idle and send timeouts, a cap on the
+// public connections of each client address (trusted proxies exempt) and
+// in all, and a separate cap on the admin connections.
 func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
-	servers := []*http.Server{
-		{Handler: g.public, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10,
-			ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)},
-		{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10,
-			ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)},
+	cl := g.pol.Conns
+	maxConns, derived := cl.MaxConns, cl.MaxConns == 0
+	if derived {
+		maxConns = defaultMaxConns(cl.AdminMaxConns)
+	} else if fit := defaultMaxConns(cl.AdminMaxConns); maxConns > fit {
+		g.log.Warn("listeners.max_conns is more than the file limit can hold; raise the limit (ulimit -n) or lower max_conns",
+			slog.Int("max_conns", maxConns), slog.Int("fits", fit))
 	}
+	trusted := func(a netip.Addr) bool { return g.Policy().Trusted.Contains(a) }
+	pub = newConnLimiter(pub, "public", maxConns, cl.MaxConnsPerClient, trusted, g.conns, g.log)
+	adm = newConnLimiter(adm, "admin", cl.AdminMaxConns, 0, nil, g.conns, g.log)
+	server := func(h http.Handler, listener string) *http.Server {
+		return &http.Server{Handler: bounded(h, cl, g.conns, listener),
+			ReadHeaderTimeout: cl.HeaderTimeout,
+			// The whole request, for anything the handler's own body
+			// deadline does not cover.
+			ReadTimeout:    cl.HeaderTimeout + cl.BodyTimeout,
+			IdleTimeout:    cl.IdleTimeout,
+			MaxHeaderBytes: 64 << 10,
+			ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
+	}
+	servers := []*http.Server{server(g.public, "public"), server(g.admin, "admin")}
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
 	for i, l := range []net.Listener{pub, adm} {
@@ -567,7 +603,11 @@ func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 		}(servers[i], l)
 	}
 	g.log.Info("serving", slog.String("public", pub.Addr().String()), slog.String("admin", adm.Addr().String()),
-		slog.String("policy_version", g.Policy().Version))
+		slog.String("policy_version", g.Policy().Version),
+		slog.Int("max_conns", maxConns), slog.Bool("max_conns_from_file_limit", derived),
+		slog.Int("max_conns_per_client", cl.MaxConnsPerClient), slog.Int("admin_max_conns", cl.AdminMaxConns),
+		slog.Duration("header_timeout", cl.HeaderTimeout), slog.Duration("body_timeout", cl.BodyTimeout),
+		slog.Duration("idle_timeout", cl.IdleTimeout), slog.Duration("send_timeout", cl.SendTimeout))
 	var err error
 	select {
 	case <-ctx.Done():

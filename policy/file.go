@@ -86,6 +86,31 @@ type ListenerSpec struct {
 	// token every admin request must present (Authorization: Bearer).
 	// Required when Admin is not a loopback address.
 	AdminTokenEnv string `yaml:"admin_token_env"`
+
+	// HeaderTimeout bounds reading a request's headers (default 10s).
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
+	// BodyTimeout bounds reading a request's body, from the end of its
+	// headers (default 10s): a client still sending then gets 408 and its
+	// connection is closed. Routes that take large uploads need more.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+	// IdleTimeout closes a keep-alive connection left idle this long
+	// (default 2m).
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// SendTimeout closes a connection when one write of a response waits
+	// this long for the client to take it in (default 1m).
+	SendTimeout time.Duration `yaml:"send_timeout"`
+	// MaxConnsPerClient caps the public connections open from one client
+	// address, an IPv6 client's /64 counting as one (default 256). The
+	// immediate peers in identity.trusted_proxies count only against
+	// MaxConns.
+	MaxConnsPerClient int `yaml:"max_conns_per_client"`
+	// MaxConns caps all public connections (default: half the file
+	// descriptors the process may open, less a reserve). Over a cap a
+	// connection is closed as soon as it is accepted.
+	MaxConns int `yaml:"max_conns"`
+	// AdminMaxConns caps the admin listener's connections, a budget apart
+	// from the public one (default 64).
+	AdminMaxConns int `yaml:"admin_max_conns"`
 }
 
 // StoreSpec chooses where state lives.

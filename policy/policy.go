@@ -67,6 +67,9 @@ type Policy struct {
 	// not an error (trusted_proxies covering every address): tollgate
 	// check prints them and tollgate serve logs them.
 	Warnings []Problem
+
+	// Conns bounds the listeners' connections and how slow a client may be.
+	Conns ConnLimits
 }
 
 // Budget is one limit as enforced: its header name, the limit, and the
@@ -426,6 +429,7 @@ func (c *compiler) compile(f *File) *Policy {
 	if p.Public != "" && p.Public == p.Admin {
 		c.addf("listeners.admin", "the admin listener must not share the public address %s", p.Public)
 	}
+	p.Conns = c.connLimits(f.Listeners)
 
 	// Store.
 	switch p.Store.Type {

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -87,6 +88,14 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	// Every connection is a file descriptor: take all the process may have
+	// (the public connection cap is derived from it unless the policy sets
+	// listeners.max_conns).
+	if soft, hard, err := gateway.RaiseFileLimit(); err != nil {
+		log.Warn("could not raise the open-file limit", slog.Uint64("soft", soft), slog.Uint64("hard", hard), slog.String("error", err.Error()))
+	} else {
+		log.Info("file limit", slog.Uint64("soft", soft), slog.Uint64("hard", hard))
+	}
 	p, err := policy.Load(*config)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -163,6 +172,13 @@ func describe(w io.Writer, p *policy.Policy) {
 		store += " " + p.Store.URL
 	}
 	fmt.Fprintf(w, "store: %s\n", store)
+	c := p.Conns
+	total := "from the file limit"
+	if c.MaxConns > 0 {
+		total = strconv.Itoa(c.MaxConns)
+	}
+	fmt.Fprintf(w, "connections: %d per client address, %s in all, %d admin; timeouts: header %v, body %v, idle %v, send %v\n",
+		c.MaxConnsPerClient, total, c.AdminMaxConns, c.HeaderTimeout, c.BodyTimeout, c.IdleTimeout, c.SendTimeout)
 	fmt.Fprintln(w, "plans:")
 	names := make([]string, 0, len(p.Plans))
 	for n := range p.Plans {

@@ -16,7 +16,8 @@ func TestCheckQuickstart(t *testing.T) {
 	if code := run([]string{"check", "../../examples/quickstart.yaml"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"OK", "free", "sliding_log 100/1m0s", "/api/export", "cost 10", "fail_closed"} {
+	for _, want := range []string{"OK", "free", "sliding_log 100/1m0s", "/api/export", "cost 10", "fail_closed",
+		"connections: 256 per client address, from the file limit in all, 64 admin; timeouts: header 10s, body 10s, idle 2m0s, send 1m0s"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("check output lacks %q:\n%s", want, out.String())
 		}

@@ -1,0 +1,80 @@
+package policy
+
+import "time"
+
+// ConnLimits bounds the listeners' connections and how long a client may
+// take over each part of a request. Every field holds its default when the
+// file sets none, except MaxConns.
+type ConnLimits struct {
+	// HeaderTimeout bounds reading a request's headers.
+	HeaderTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, from the end of its
+	// headers.
+	BodyTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection left idle this long.
+	IdleTimeout time.Duration
+	// SendTimeout bounds each write of a response to the client.
+	SendTimeout time.Duration
+	// MaxConnsPerClient caps the public connections of one client address
+	// (an IPv6 /64); trusted proxies are exempt.
+	MaxConnsPerClient int
+	// MaxConns caps all public connections; 0 means the gateway derives it
+	// from the process's file-descriptor limit.
+	MaxConns int
+	// AdminMaxConns caps the admin listener's connections.
+	AdminMaxConns int
+}
+
+// Defaults of ConnLimits.
+const (
+	DefaultHeaderTimeout     = 10 * time.Second
+	DefaultBodyTimeout       = 10 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultSendTimeout       = time.Minute
+	DefaultMaxConnsPerClient = 256
+	DefaultAdminMaxConns     = 64
+)
+
+// connLimits compiles the connection bounds under listeners:.
+func (c *compiler) connLimits(s ListenerSpec) ConnLimits {
+	l := ConnLimits{
+		HeaderTimeout:     orDefault(s.HeaderTimeout, DefaultHeaderTimeout),
+		BodyTimeout:       orDefault(s.BodyTimeout, DefaultBodyTimeout),
+		IdleTimeout:       orDefault(s.IdleTimeout, DefaultIdleTimeout),
+		SendTimeout:       orDefault(s.SendTimeout, DefaultSendTimeout),
+		MaxConnsPerClient: orDefault(s.MaxConnsPerClient, DefaultMaxConnsPerClient),
+		MaxConns:          s.MaxConns,
+		AdminMaxConns:     orDefault(s.AdminMaxConns, DefaultAdminMaxConns),
+	}
+	// A timeout too long to bound anything is as wrong as none.
+	for _, d := range []struct {
+		path     string
+		v, most  time.Duration
+		mostText string
+	}{
+		{"listeners.header_timeout", l.HeaderTimeout, time.Minute, "1m"},
+		{"listeners.body_timeout", l.BodyTimeout, time.Hour, "1h"},
+		{"listeners.idle_timeout", l.IdleTimeout, time.Hour, "1h"},
+		{"listeners.send_timeout", l.SendTimeout, 10 * time.Minute, "10m"},
+	} {
+		if d.v < 100*time.Millisecond || d.v > d.most {
+			c.addf(d.path, "want 100ms to %s, got %v", d.mostText, d.v)
+		}
+	}
+	if l.MaxConnsPerClient < 1 {
+		c.addf("listeners.max_conns_per_client", "want at least 1 connection, got %d", l.MaxConnsPerClient)
+	}
+	if l.MaxConns < 0 {
+		c.addf("listeners.max_conns", "want at least 1 connection (or leave it out to derive it from the file limit), got %d", l.MaxConns)
+	}
+	if s.MaxConnsPerClient == 0 && l.MaxConns > 0 {
+		l.MaxConnsPerClient = min(l.MaxConnsPerClient, l.MaxConns)
+	}
+	if l.MaxConns > 0 && l.MaxConnsPerClient > l.MaxConns {
+		c.addf("listeners.max_conns_per_client", "%d per client exceeds max_conns %d", l.MaxConnsPerClient, l.MaxConns)
+	}
+	if l.AdminMaxConns < 1 {
+		c.addf("listeners.admin_max_conns", "want at least 1 connection, got %d", l.AdminMaxConns)
+	}
+	return l
+}
