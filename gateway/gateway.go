@@ -538,7 +538,7 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		// The client, not the upstream, was too slow: its body did not
 		// arrive in time. (net/http has cancelled the request's context.)
 		w.Header().Set("Connection", "close")
-		httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemBodyTimeout, Status: http.StatusRequestTimeout,
+		httplimit.WriteProblem(w, httplimit.Problem{Type: httplimit.ProblemBodyTimeout, Status: http.StatusRequestTimeout,
 			Detail: "the request body did not arrive in time"})
 		return
 	}
@@ -555,10 +555,6 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	httplimit.WriteProblem(w, httplimit.Problem{Type: httplimit.ProblemBadGateway, Status: http.StatusBadGateway,
 		Detail: "the upstream could not be reached"})
 }
-
-// ProblemBodyTimeout is the problem type of a 408: the request body did
-// not arrive within listeners.body_timeout.
-const ProblemBodyTimeout = "urn:tollgate:problem:body-timeout"
 
 // Serve serves public traffic on pub and the admin endpoints on adm until
 // ctx is done, then shuts down gracefully: listeners close at once and

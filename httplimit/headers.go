@@ -133,6 +133,9 @@ const (
 	// ProblemBadLogin answers a login request whose account the guard
 	// cannot read exactly as the service behind would.
 	ProblemBadLogin = "urn:tollgate:problem:unreadable-login"
+	// ProblemBodyTimeout answers a request whose body did not arrive in
+	// time (the gateway's listeners.body_timeout).
+	ProblemBodyTimeout = "urn:tollgate:problem:body-timeout"
 	// ProblemLoginBusy answers a login attempt for an account whose
 	// failures and attempts in progress already add up to its allowance.
 	ProblemLoginBusy = "urn:tollgate:problem:login-attempts-in-progress"

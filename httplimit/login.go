@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -44,6 +45,16 @@ type loginAttempt struct {
 // request and returns false.
 func (m *middleware) loginBegin(w http.ResponseWriter, r *http.Request, lg *policy.Login, sub Subject) (*loginAttempt, bool) {
 	lb, err := readLoginBody(r, lg.AccountField, lg.MaxBody)
+	if err != nil && !errors.Is(err, errBadLogin) {
+		// The body did not arrive (in time, or at all): nothing is held,
+		// no store is asked.
+		m.count("login_body", "login", "-", "unread")
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			WriteProblem(w, Problem{Type: ProblemBodyTimeout, Status: http.StatusRequestTimeout, Detail: "the request body did not arrive in time"})
+		}
+		return nil, false
+	}
 	if err != nil {
 		m.count("login_body", "login", "-", "bad_request")
 		m.logSampled(r.Context(), slog.LevelInfo, "refused: unreadable login request", sub, "login_body", "login", slog.String("reason", err.Error()))

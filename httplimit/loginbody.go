@@ -90,7 +90,7 @@ func readLoginBody(r *http.Request, field string, maxBody int64) (*loginBody, er
 	}
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading the body: %w", errBadLogin, err)
+		return nil, fmt.Errorf("reading the login body: %w", err)
 	}
 	if int64(len(raw)) > maxBody {
 		return nil, badLogin("the body is larger than %d bytes", maxBody)
