@@ -8,15 +8,12 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/tollgate/tollgate/policy"
 )
 
 // headless loads page in headless Chromium (a fresh profile) and returns
@@ -46,15 +43,7 @@ func newAdminTarget(t *testing.T) adminTarget {
 	t.Helper()
 	up := newUpstream(t)
 	g := start(t, config(t, up.URL, "[]"), "")
-	b, err := os.ReadFile("../examples/quickstart.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.NewReplacer("builtin:echo", up.URL, "version: quickstart-1", "version: quickstart-2").Replace(string(b))
-	p2, err := policy.Parse([]byte(src), "quickstart-2.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p2 := quickstart(t, up.URL, "version: quickstart-1", "version: quickstart-2")
 	if err := g.g.Reload(p2); err != nil {
 		t.Fatal(err)
 	}

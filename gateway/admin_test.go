@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"io"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -192,16 +191,7 @@ func TestAdminRequestChecks(t *testing.T) {
 func TestAdminRequestChecksWithToken(t *testing.T) {
 	t.Setenv("TOLLGATE_TEST_ADMIN_TOKEN", "s3cret-admin-token-0123")
 	up := newUpstream(t)
-	b, err := os.ReadFile("../examples/quickstart.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.Replace(strings.ReplaceAll(string(b), "builtin:echo", up.URL),
-		"  admin: 127.0.0.1:9090\n", "  admin: 0.0.0.0:9090\n  admin_token_env: TOLLGATE_TEST_ADMIN_TOKEN\n", 1)
-	p, err := policy.Parse([]byte(src), "admin.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := quickstart(t, up.URL, "  admin: 127.0.0.1:9090\n", "  admin: 0.0.0.0:9090\n  admin_token_env: TOLLGATE_TEST_ADMIN_TOKEN\n")
 	g := rollbackTarget(t, p)
 	const json = "application/json"
 	runAdminCases(t, g, []adminCase{

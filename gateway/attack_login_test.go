@@ -8,7 +8,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,21 +101,8 @@ func onStores(t *testing.T, f func(t *testing.T, redisURL string)) {
 // stands between a guess and the upstream.
 func loginConfig(t *testing.T, upstream string) *policy.Policy {
 	t.Helper()
-	b, err := os.ReadFile("../examples/quickstart.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.ReplaceAll(string(b), "builtin:echo", upstream)
-	s = strings.Replace(s, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]", 1)
-	const routeLimit = "limit: {algorithm: sliding_log, rate: 10, period: 1m}"
-	if !strings.Contains(s, routeLimit) {
-		t.Fatal("the quickstart's login route limit changed; update loginConfig")
-	}
-	s = strings.Replace(s, routeLimit, "limit: {algorithm: fixed_window, rate: 100000, period: 1m}", 1)
-	p, err := policy.Parse([]byte(s), "quickstart-login-test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := quickstart(t, upstream, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]",
+		"limit: {algorithm: sliding_log, rate: 10, period: 1m}", "limit: {algorithm: fixed_window, rate: 100000, period: 1m}")
 	p.Store.Timeout = 5 * time.Second // correctness, not resilience, is under test
 	return p
 }

@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
@@ -15,19 +14,9 @@ import (
 // address trusted, and the login route's own limit out of the way.
 func catchAllConfig(t *testing.T, upstream string) *policy.Policy {
 	t.Helper()
-	b, err := os.ReadFile("../examples/quickstart.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.ReplaceAll(string(b), "builtin:echo", upstream)
-	s = strings.Replace(s, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]", 1)
-	s = strings.Replace(s, "limit: {algorithm: sliding_log, rate: 10, period: 1m}", "limit: {algorithm: fixed_window, rate: 100000, period: 1m}", 1)
-	s = strings.Replace(s, "\nheaders:", "\n  - {name: site, path: /, upstream: \""+upstream+"\"}\n\nheaders:", 1)
-	p, err := policy.Parse([]byte(s), "quickstart-catchall-test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return quickstart(t, upstream, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]",
+		"limit: {algorithm: sliding_log, rate: 10, period: 1m}", "limit: {algorithm: fixed_window, rate: 100000, period: 1m}",
+		"\nheaders:", "\n  - {name: site, path: /, upstream: \""+upstream+"\"}\n\nheaders:")
 }
 
 // TestPathSpellings: a path that a common upstream reads as an expensive

@@ -38,12 +38,25 @@ const (
 // and the given trusted proxies.
 func config(t *testing.T, upstream string, trusted string) *policy.Policy {
 	t.Helper()
+	return quickstart(t, upstream, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: "+trusted)
+}
+
+// quickstart is examples/quickstart.yaml with its upstreams pointed at
+// upstream and edits applied: pairs of text to find (which must be there,
+// so a changed quickstart fails loudly) and text to put in its place.
+func quickstart(t *testing.T, upstream string, edits ...string) *policy.Policy {
+	t.Helper()
 	b, err := os.ReadFile("../examples/quickstart.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := strings.ReplaceAll(string(b), "builtin:echo", upstream)
-	s = strings.Replace(s, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: "+trusted, 1)
+	for i := 0; i+1 < len(edits); i += 2 {
+		if !strings.Contains(s, edits[i]) {
+			t.Fatalf("examples/quickstart.yaml no longer holds %q; update the test", edits[i])
+		}
+		s = strings.Replace(s, edits[i], edits[i+1], 1)
+	}
 	p, err := policy.Parse([]byte(s), "quickstart-test.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -564,16 +577,7 @@ func rawStatus(t *testing.T, addr, req string) int {
 func TestAdminToken(t *testing.T) {
 	t.Setenv("TOLLGATE_TEST_ADMIN_TOKEN", "s3cret-admin-token-0123")
 	up := newUpstream(t)
-	b, err := os.ReadFile("../examples/quickstart.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := strings.Replace(strings.ReplaceAll(string(b), "builtin:echo", up.URL),
-		"  admin: 127.0.0.1:9090\n", "  admin: 0.0.0.0:9090\n  admin_token_env: TOLLGATE_TEST_ADMIN_TOKEN\n", 1)
-	p, err := policy.Parse([]byte(src), "admin.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := quickstart(t, up.URL, "  admin: 127.0.0.1:9090\n", "  admin: 0.0.0.0:9090\n  admin_token_env: TOLLGATE_TEST_ADMIN_TOKEN\n")
 	g := start(t, p, "")
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		if resp := get(t, g.admin+path); resp.StatusCode != 401 {
@@ -587,6 +591,10 @@ func TestAdminToken(t *testing.T) {
 		}
 	}
 	// Off loopback without a token, the policy does not load.
+	b, err := os.ReadFile("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	bad := strings.Replace(string(b), "  admin: 127.0.0.1:9090\n", "  admin: 0.0.0.0:9090\n", 1)
 	if _, err := policy.Parse([]byte(bad), "admin.yaml"); err == nil || !strings.Contains(err.Error(), "admin_token_env") {
 		t.Fatalf("exposed admin listener without a token: %v", err)

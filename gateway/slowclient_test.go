@@ -30,25 +30,12 @@ import (
 // ordinary clients), and extra settings under listeners:.
 func slowConfig(t *testing.T, upstream string, listeners ...string) *policy.Policy {
 	t.Helper()
-	b, err := os.ReadFile("../examples/quickstart.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.ReplaceAll(string(b), "builtin:echo", upstream)
-	s = strings.Replace(s, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.1/32]", 1)
 	extra := ""
 	for _, l := range listeners {
 		extra += "  " + l + "\n"
 	}
-	if !strings.Contains(s, "  admin: 127.0.0.1:9090\n") {
-		t.Fatal("quickstart.yaml: no admin listener line to add settings after")
-	}
-	s = strings.Replace(s, "  admin: 127.0.0.1:9090\n", "  admin: 127.0.0.1:9090\n"+extra, 1)
-	p, err := policy.Parse([]byte(s), "slow-test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return quickstart(t, upstream, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.1/32]",
+		"  admin: 127.0.0.1:9090\n", "  admin: 127.0.0.1:9090\n"+extra)
 }
 
 // readingUpstream is a real service that reads the whole request body
