@@ -1,0 +1,167 @@
+package memory_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/store/memory"
+)
+
+// floodStores are small stores, bounded by key count and by bytes, that
+// a flood fills many times over.
+func floodStores() map[string]memory.Options {
+	return map[string]memory.Options{
+		"max_keys":  {SweepInterval: -1, Shards: 4, MaxKeys: 200},
+		"one_shard": {SweepInterval: -1, Shards: 1, MaxKeys: 200},
+	}
+}
+
+// flood creates n keys of an attacker, each charged once under a generous
+// limit, as a login flood does: per-IP budgets, per-account lockout state
+// and per-subject leases. Errors are ignored: the attacker does not care.
+func flood(s *memory.Store, tag string, n int) {
+	ctx := context.Background()
+	l := algo.Limit{Rate: 100, Period: time.Hour}
+	rule := algo.LockoutRule{Threshold: 100, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
+	for i := range n {
+		sub := "attacker-" + tag + "-" + strconv.Itoa(i)
+		s.Allow(ctx, algo.Request{Policy: "ip", Subject: sub, Limit: l, Cost: 1})
+		s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: sub, Rule: rule, Op: algo.LockFail})
+		s.AllowAll(ctx, []algo.Request{
+			{Policy: "plan:a", Subject: sub, Tag: "tenant", Limit: l, Cost: 1},
+			{Policy: "plan:b", Subject: sub, Tag: "tenant", Limit: l, Cost: 1},
+		})
+	}
+}
+
+// TestFloodNewSubjectsLimited fills the store with an attacker's keys and
+// checks that a new subject is still limited: exactly its limit admitted,
+// never an error (which a fail_open route would let through unlimited).
+func TestFloodNewSubjectsLimited(t *testing.T) {
+	for name, opts := range floodStores() {
+		t.Run(name, func(t *testing.T) {
+			clk := &clock{now: time.UnixMilli(1_800_000_000_000)}
+			opts.Now = clk.Now
+			s := memory.New(opts)
+			defer s.Close()
+			ctx := context.Background()
+			flood(s, "a", 2000)
+			for _, a := range algo.Algorithms() {
+				l := algo.Limit{Algorithm: a, Rate: 5, Period: time.Minute}
+				admitted := 0
+				for range 9 {
+					d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "new-" + a.String(), Limit: l, Cost: 1})
+					if err != nil {
+						t.Fatalf("%v: a new subject in a full store: %v", a, err)
+					}
+					if d.Allowed {
+						admitted++
+					}
+					flood(s, "b"+a.String(), 20) // the flood goes on
+				}
+				if admitted != 5 {
+					t.Errorf("%v: a new subject in a full store was admitted %d times, want 5", a, admitted)
+				}
+			}
+			// A new group: all or nothing, each limit exactly.
+			admitted := 0
+			for range 9 {
+				ds, err := s.AllowAll(ctx, []algo.Request{
+					{Policy: "plan:x", Subject: "new-user", Tag: "new-tenant", Limit: algo.Limit{Rate: 4, Period: time.Minute}, Cost: 1},
+					{Policy: "plan:y", Subject: "new-user", Tag: "new-tenant", Limit: algo.Limit{Rate: 6, Period: time.Minute}, Cost: 1},
+					{Policy: "tenant", Subject: "new-tenant", Tag: "new-tenant", Limit: algo.Limit{Rate: 7, Period: time.Minute}, Cost: 1},
+				})
+				if err != nil {
+					t.Fatalf("a new group in a full store: %v", err)
+				}
+				if ds[0].Allowed && ds[1].Allowed && ds[2].Allowed {
+					admitted++
+				}
+				flood(s, "c", 20)
+			}
+			if admitted != 4 {
+				t.Errorf("a new group in a full store was admitted %d times, want 4", admitted)
+			}
+			// A new account is locked after its threshold, and stays locked.
+			rule := algo.LockoutRule{Threshold: 3, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
+			for i := range 3 {
+				if _, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockFail}); err != nil {
+					t.Fatalf("failure %d of a new account in a full store: %v", i, err)
+				}
+				flood(s, "d", 20)
+			}
+			flood(s, "e", 2000)
+			if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockCheck}); err != nil || !r.Locked {
+				t.Errorf("an account that failed 3 times in a full store: %+v, %v; want locked", r, err)
+			}
+			// A new subject's concurrency is limited.
+			for i := range 3 {
+				ok, err := s.Acquire(ctx, algo.LeaseRequest{Policy: "conc", Subject: "new", ID: strconv.Itoa(i), Limit: 2, TTL: time.Minute})
+				if err != nil || ok != (i < 2) {
+					t.Errorf("lease %d of a new subject in a full store: %v, %v", i, ok, err)
+				}
+				flood(s, "f", 20)
+			}
+		})
+	}
+}
+
+// TestFloodKeepsHeldState checks that a refusal, a lock and a lease
+// survive any amount of flooding, their state intact.
+func TestFloodKeepsHeldState(t *testing.T) {
+	for name, opts := range floodStores() {
+		t.Run(name, func(t *testing.T) {
+			clk := &clock{now: time.UnixMilli(1_800_000_000_000)}
+			opts.Now = clk.Now
+			s := memory.New(opts)
+			defer s.Close()
+			ctx := context.Background()
+			l := algo.Limit{Rate: 3, Period: time.Hour}
+			rule := algo.LockoutRule{Threshold: 3, Lock: time.Hour, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
+			lease := algo.LeaseRequest{Policy: "conc", Subject: "holder", ID: "held", Limit: 1, TTL: time.Hour}
+			var refused algo.Decision
+			for i := range 4 {
+				if i > 0 {
+					clk.Add(time.Second)
+				}
+				refused, _ = s.Allow(ctx, algo.Request{Policy: "p", Subject: "refused", Limit: l, Cost: 1})
+			}
+			if refused.Allowed {
+				t.Fatal("the fourth request was admitted")
+			}
+			for range 3 {
+				s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockFail})
+			}
+			locked, _ := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockCheck})
+			if !locked.Locked {
+				t.Fatal("not locked")
+			}
+			if ok, err := s.Acquire(ctx, lease); !ok || err != nil {
+				t.Fatalf("Acquire = %v, %v", ok, err)
+			}
+			for range 5 {
+				flood(s, "a", 1000)
+			}
+			if d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "refused", Limit: l, Cost: 1}); err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter != refused.RetryAfter {
+				t.Errorf("the refused subject after the flood: %+v, %v; want refused as before (%+v)", d, err, refused)
+			}
+			if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockCheck}); err != nil || r != locked {
+				t.Errorf("the locked account after the flood: %+v, %v; want %+v", r, err, locked)
+			}
+			other := lease
+			other.ID = "other"
+			if ok, err := s.Acquire(ctx, other); ok || err != nil {
+				t.Errorf("a second lease after the flood: %v, %v; want refused", ok, err)
+			}
+			if err := s.Release(ctx, lease); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := s.Acquire(ctx, other); !ok || err != nil {
+				t.Errorf("a lease after the release: %v, %v", ok, err)
+			}
+		})
+	}
+}
