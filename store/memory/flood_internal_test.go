@@ -54,3 +54,121 @@ func TestNoRequestWaitsForASweep(t *testing.T) {
 	})
 	within("the sweep", s.Sweep)
 }
+
+// TestEvictionLosesNothing spends part of a subject's budget, floods the
+// store until that subject's key is evicted, and checks that the subject
+// regains nothing: for each algorithm exactly its limit is admitted in
+// all, and an account with failures is locked by the failure that reaches
+// its threshold.
+func TestEvictionLosesNothing(t *testing.T) {
+	now := int64(1_800_000_000_000)
+	ctx := context.Background()
+	// The flood's keys stay 36 s from fresh, the victim's less: it is the
+	// first to go.
+	floodLimit := algo.Limit{Rate: 100, Period: time.Hour}
+	floodRule := algo.LockoutRule{Threshold: 100, Lock: time.Minute, MaxLock: time.Hour, Window: 2 * time.Hour, Memory: time.Hour}
+	floodUntilGone := func(t *testing.T, s *Store, k key) {
+		t.Helper()
+		h, sh := s.hashes(&k, nil)
+		kb := k.appendTo(nil)
+		for i := 0; ; i++ {
+			sh.mu.Lock()
+			e := s.findLocked(sh, h, kb)
+			sh.mu.Unlock()
+			if e == nil {
+				return
+			}
+			e.mu.Unlock()
+			if i == 200 {
+				t.Fatal("the victim's key survived the flood")
+			}
+			for j := range 50 {
+				sub := "flood-" + strconv.Itoa(i*50+j)
+				s.Allow(ctx, algo.Request{Policy: "ip", Subject: sub, Limit: floodLimit, Cost: 1})
+				s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: sub, Rule: floodRule, Op: algo.LockFail})
+			}
+		}
+	}
+	for _, a := range algo.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			s := New(Options{Now: func() time.Time { return time.UnixMilli(now) }, SweepInterval: -1, Shards: 1, MaxBytes: 32 << 10})
+			defer s.Close()
+			l := algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}
+			req := algo.Request{Policy: "victim", Subject: "v", Limit: l, Cost: 1}
+			admitted := 0
+			for range 3 {
+				if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
+					t.Fatalf("%+v, %v", d, err)
+				}
+				admitted++
+			}
+			floodUntilGone(t, s, keyOf(&req))
+			for range 12 {
+				d, err := s.Allow(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+				}
+			}
+			if admitted != 10 {
+				t.Errorf("admitted %d in all, limit 10", admitted)
+			}
+		})
+	}
+	t.Run("lockout", func(t *testing.T) {
+		s := New(Options{Now: func() time.Time { return time.UnixMilli(now) }, SweepInterval: -1, Shards: 1, MaxBytes: 32 << 10})
+		defer s.Close()
+		rule := algo.LockoutRule{Threshold: 3, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
+		req := algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockFail}
+		for range 2 {
+			if r, err := s.Lockout(ctx, req); err != nil || r.Locked {
+				t.Fatalf("%+v, %v", r, err)
+			}
+		}
+		floodUntilGone(t, s, key{alg: lockoutKind, policy: "login", subject: "victim"})
+		if r, err := s.Lockout(ctx, req); err != nil || !r.Locked {
+			t.Errorf("the third failure after the eviction: %+v, %v; want locked", r, err)
+		}
+	})
+}
+
+// TestSweepBatches checks that the sweep releases a shard's lock every
+// sweepSlots slots at most, however large the shard.
+func TestSweepBatches(t *testing.T) {
+	now := int64(1_800_000_000_000)
+	s := New(Options{Now: func() time.Time { return time.UnixMilli(now) }, SweepInterval: -1, Shards: 1, MaxBytes: -1})
+	defer s.Close()
+	ctx := context.Background()
+	for i := range 20_000 {
+		s.Allow(ctx, algo.Request{Policy: "p", Subject: strconv.Itoa(i), Limit: algo.Limit{Rate: 1, Period: time.Duration(1+i%2) * time.Second}, Cost: 1})
+	}
+	size := len(s.shards[0].tab.Load().slots)
+	batches := 0
+	s.sweepBatch = func(visited int) {
+		batches++
+		if visited > sweepSlots {
+			t.Errorf("the sweep visited %d slots under one hold of the lock", visited)
+		}
+		if !s.shards[0].mu.TryLock() {
+			t.Error("the shard is locked between batches")
+		} else {
+			s.shards[0].mu.Unlock()
+		}
+	}
+	now += 1000 // half the keys expired
+	s.Sweep()
+	if batches < size/sweepSlots {
+		t.Errorf("%d batches for %d slots", batches, size)
+	}
+	if st := s.Stats(); st.Keys != 10_000 {
+		t.Errorf("after the sweep: %+v, want 10,000 keys", st)
+	}
+	now += 1000
+	s.Sweep()
+	s.Sweep()
+	if st, n := s.Stats(), len(s.shards[0].tab.Load().slots); st.Keys != 0 || n != minSlots {
+		t.Errorf("after everything expired: %+v, %d slots", st, n)
+	}
+}

@@ -16,6 +16,8 @@ func floodStores() map[string]memory.Options {
 	return map[string]memory.Options{
 		"max_keys":  {SweepInterval: -1, Shards: 4, MaxKeys: 200},
 		"one_shard": {SweepInterval: -1, Shards: 1, MaxKeys: 200},
+		"max_bytes": {SweepInterval: -1, Shards: 4, MaxBytes: 96 << 10},
+		"64_shards": {SweepInterval: -1, MaxBytes: 512 << 10},
 	}
 }
 
@@ -49,6 +51,9 @@ func TestFloodNewSubjectsLimited(t *testing.T) {
 			defer s.Close()
 			ctx := context.Background()
 			flood(s, "a", 2000)
+			if st := s.Stats(); st.Evictions == 0 {
+				t.Fatalf("after the flood: %+v; want keys evicted", st)
+			}
 			for _, a := range algo.Algorithms() {
 				l := algo.Limit{Algorithm: a, Rate: 5, Period: time.Minute}
 				admitted := 0
@@ -144,6 +149,9 @@ func TestFloodKeepsHeldState(t *testing.T) {
 			}
 			for range 5 {
 				flood(s, "a", 1000)
+			}
+			if st := s.Stats(); st.Evictions == 0 {
+				t.Fatalf("after the flood: %+v; want keys evicted", st)
 			}
 			if d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "refused", Limit: l, Cost: 1}); err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter != refused.RetryAfter {
 				t.Errorf("the refused subject after the flood: %+v, %v; want refused as before (%+v)", d, err, refused)
