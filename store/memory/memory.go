@@ -825,7 +825,9 @@ func (s *Store) decideIn(e *entry, pl *algo.Prepared, ms, cost int64, d *algo.De
 func (s *Store) decideFresh(e *entry, pl *algo.Prepared, r *algo.Result, ms, cost int64) (int64, error) {
 	old := e.st
 	e.st = algo.State{E: old.E} // the limit's fingerprint
-	e.flags &^= entryHeld
+	if e.flags&entryHeld != 0 {
+		e.flags &^= entryHeld
+	}
 	ttl, err := pl.DecideInto(r, &e.st, ms, cost)
 	if err != nil || !r.Allowed || cost == 0 {
 		e.st = old
