@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
@@ -184,34 +185,87 @@ func (s *Store) reserve(n int64, key bool) bool {
 }
 
 // Sampling bounds: to make room, a new key looks at no more than
-// sampleSlots slots of its shard's table, and considers at most
-// sampleKeys entries for eviction.
+// sampleSlots entries of a shard's table, and considers at most sampleKeys
+// of them for eviction.
 const (
 	sampleSlots = 64
 	sampleKeys  = 8
 )
 
-// A candidate is an entry that may be evicted, and when it expires.
+// scale returns what the share of limit l a key has spent is measured
+// against: for a bucket, how long a state spent in full takes to become
+// fresh (ms); for a window or a log, the number of requests it admits. A
+// rate-limit key keeps it in its state's E, which the rate algorithms do
+// not use.
+func scale(l *algo.Limit) int64 {
+	switch l.Algorithm {
+	case algo.GCRA, algo.TokenBucket, algo.LeakyBucket:
+		return max(l.Period.Milliseconds()*l.Capacity()/max(l.Rate, 1)+l.MaxDelay.Milliseconds(), 1)
+	}
+	return max(l.Rate, 1)
+}
+
+// spent returns the share of its limit e's live state has spent at ms, in
+// 1/1024: about what its subject would regain if e were dropped. For a
+// bucket that is the time its state takes to become fresh, for a window
+// its count (the previous window's at half weight), for a log its
+// entries, each against the limit's scale; for an account (whose rule the
+// store does not keep), a sixteenth per failure, all once it has been
+// locked. The caller holds e.mu.
+func (e *entry) spent(ms int64) int64 {
+	var n int64
+	switch e.kind() {
+	case lockoutKind:
+		if e.st.C > 0 {
+			return 1024
+		}
+		return min(1024, 64*e.st.A)
+	case leaseKind:
+		return 0 // no live lease: nothing
+	case algo.FixedWindow:
+		n = e.st.B
+	case algo.SlidingWindowCounter:
+		n = e.st.B + e.st.C/2
+	case algo.SlidingWindowLog:
+		n = int64(e.st.Log.Len())
+	default:
+		n = e.expire - ms
+	}
+	return min(1024, n*1024/max(e.st.E, 1))
+}
+
+// A candidate is an entry that may be evicted, its shard, the share of
+// its limit it has spent, and when it expires.
 type candidate struct {
-	e      *entry
-	expire int64
+	e             *entry
+	sh            *shard
+	spent, expire int64
 }
 
 // room charges n bytes, and a key if key is set, for a new key of sh,
-// making room in sh if the store is full; if newEntry is set it also makes
-// room for the growth of sh's table the key may need, and grows it. It
-// reports whether it made room; if not, it charged nothing. The caller
-// holds sh.mu and the locks of the entries in held, which room neither
-// evicts nor merges into.
+// making room if the store is full; if newEntry is set it also makes room
+// for the growth of sh's table the key may need, and grows it. It reports
+// whether it made room; if not, it charged nothing. The caller holds sh.mu
+// (and the locks of entries it has found, which room neither evicts nor
+// waits for).
 //
 // To make room it samples sh's table from a random slot, dropping the
-// expired keys and ghosts it meets, which cost nothing to forget, then
-// evicts the entries it found that are not pinned, those earliest to
-// expire (closest to fresh) first, until the new key fits. It never visits
-// more than sampleSlots slots.
-func (s *Store) room(sh *shard, ms, n int64, newEntry, key bool, held ...*entry) bool {
+// expired keys and ghosts it meets, which cost nothing to forget, and
+// collecting the entries it may evict (those not pinned). If it finds
+// fewer than sampleKeys (the bounds are the store's, and a shard may hold
+// few keys), it samples another shard too, if that shard's lock is free.
+// Then it evicts the entries found, those that have spent the least of
+// their limits (the closest to fresh) first, until the new key fits. It
+// never visits more than 2*sampleSlots entries (in 16*sampleSlots slots).
+func (s *Store) room(sh *shard, ms, n int64, newEntry, key bool) bool {
 	var cands []candidate
 	sampled := false
+	var other *shard // locked by room
+	defer func() {
+		if other != nil {
+			other.mu.Unlock()
+		}
+	}()
 	for {
 		size := len(sh.tab.Load().slots)
 		var grow int64
@@ -226,11 +280,24 @@ func (s *Store) room(sh *shard, ms, n int64, newEntry, key bool, held ...*entry)
 			return true
 		}
 		if !sampled {
-			cands = s.sample(sh, ms, make([]candidate, 0, sampleKeys))
 			sampled = true
+			cands = s.sample(sh, ms, make([]candidate, 0, 2*sampleKeys))
+			if len(cands) < sampleKeys && len(s.shards) > 1 {
+				o := &s.shards[rand.IntN(len(s.shards)-1)] // another shard
+				if o == sh {
+					o = &s.shards[len(s.shards)-1]
+				}
+				if o.mu.TryLock() {
+					other = o
+					cands = s.sample(o, ms, cands)
+				}
+			}
+			slices.SortFunc(cands, func(a, b candidate) int {
+				return cmp.Or(cmp.Compare(a.spent, b.spent), cmp.Compare(a.expire, b.expire))
+			})
 			continue
 		}
-		for len(cands) > 0 && !s.evict(sh, cands[0].e, ms, held) {
+		for len(cands) > 0 && !s.evict(cands[0].sh, cands[0].e, ms) {
 			cands = cands[1:]
 		}
 		if len(cands) == 0 {
@@ -240,20 +307,23 @@ func (s *Store) room(sh *shard, ms, n int64, newEntry, key bool, held ...*entry)
 	}
 }
 
-// sample visits up to sampleSlots slots of sh's table from a random one,
-// drops the expired keys and ghosts among them, and appends to cands the
-// entries it may evict, the earliest to expire first. It skips entries
-// locked by others (in use) or by the caller. The caller holds sh.mu.
+// sample visits the entries of sh's table from a random slot on, up to
+// sampleSlots entries (and 8*sampleSlots slots), drops the expired keys
+// and ghosts among them, and appends to cands up to sampleKeys entries it
+// may evict. It skips entries locked by others (in use) or by the caller.
+// The caller holds sh.mu.
 func (s *Store) sample(sh *shard, ms int64, cands []candidate) []candidate {
 	t := sh.tab.Load()
 	sl := s.ents.dir.Load()
 	i := rand.Uint64() & t.mask
-	for visited := 0; visited < sampleSlots && visited < len(t.slots); visited++ {
+	found, visited := 0, 0
+	for slots := min(len(t.slots), 8*sampleSlots); slots > 0 && visited < sampleSlots && found < sampleKeys; slots-- {
 		v := t.slots[i].Load()
 		if v == slotEmpty {
 			i = (i + 1) & t.mask
 			continue
 		}
+		visited++
 		e := sl.at(uint32(v) - 2)
 		if !e.mu.TryLock() {
 			i = (i + 1) & t.mask
@@ -270,45 +340,25 @@ func (s *Store) sample(sh *shard, ms int64, cands []candidate) []candidate {
 			s.expired.Add(1)
 			e.mu.Unlock()
 			continue
-		case len(cands) < sampleKeys && !e.pinned(ms):
-			cands = append(cands, candidate{e, e.expire})
+		case !e.pinned(ms):
+			cands = append(cands, candidate{e, sh, e.spent(ms), e.expire})
+			found++
 		}
 		e.mu.Unlock()
 		i = (i + 1) & t.mask
 	}
-	slices.SortFunc(cands, func(a, b candidate) int { return int(min(max(a.expire-b.expire, -1), 1)) })
 	return cands
 }
 
 // evict drops e, a candidate of sample, if it is still a key that may be
-// evicted, merging its state into its overflow slot, and reports whether
-// it did. It does not if that slot is among held, whose state the caller
-// has decided from. The caller holds sh.mu and the locks of held.
-func (s *Store) evict(sh *shard, e *entry, ms int64, held []*entry) bool {
+// evicted, and reports whether it did. The caller holds sh.mu.
+func (s *Store) evict(sh *shard, e *entry, ms int64) bool {
 	if !e.mu.TryLock() {
 		return false
 	}
 	defer e.mu.Unlock()
 	if !e.live() || e.ghost() || e.pinned(ms) {
 		return false
-	}
-	if e.expire > ms {
-		// Its state goes to its overflow slot, where it comes back from.
-		sk := s.slotKeyOf(e)
-		for _, h := range held {
-			if h != nil && h.flags&entrySlot != 0 && h.is(sk) {
-				return false
-			}
-		}
-		slot := s.slotFor(sh, sk, false, append(held[:len(held):len(held)], e)...)
-		if slot == nil {
-			return false
-		}
-		ok := s.merge(slot, e, ms)
-		slot.mu.Unlock()
-		if !ok {
-			return false
-		}
 	}
 	t := sh.tab.Load()
 	want := slotOf(e.hash, e.idx)

@@ -55,46 +55,46 @@ func TestNoRequestWaitsForASweep(t *testing.T) {
 	within("the sweep", s.Sweep)
 }
 
-// TestEvictionLosesNothing spends part of a subject's budget, floods the
-// store until that subject's key is evicted, and checks that the subject
-// regains nothing: for each algorithm exactly its limit is admitted in
-// all, and an account with failures is locked by the failure that reaches
-// its threshold.
-func TestEvictionLosesNothing(t *testing.T) {
+// TestEvictionTakesLeastSpent floods a small store with keys that have
+// spent little of their limits, and checks that a subject that has spent
+// more keeps its state through any amount of flooding (for each algorithm,
+// exactly its limit admitted in all; an account locked at its threshold),
+// and that a subject evicted because it had spent the least regains no
+// more than that.
+func TestEvictionTakesLeastSpent(t *testing.T) {
 	now := int64(1_800_000_000_000)
 	ctx := context.Background()
-	// The flood's keys stay 36 s from fresh, the victim's less: it is the
-	// first to go.
-	floodLimit := algo.Limit{Rate: 100, Period: time.Hour}
-	floodRule := algo.LockoutRule{Threshold: 100, Lock: time.Minute, MaxLock: time.Hour, Window: 2 * time.Hour, Memory: time.Hour}
-	floodUntilGone := func(t *testing.T, s *Store, k key) {
-		t.Helper()
-		h, sh := s.hashes(&k, nil)
-		kb := k.appendTo(nil)
-		for i := 0; ; i++ {
-			sh.mu.Lock()
-			e := s.findLocked(sh, h, kb)
-			sh.mu.Unlock()
-			if e == nil {
-				return
-			}
-			e.mu.Unlock()
-			if i == 200 {
-				t.Fatal("the victim's key survived the flood")
-			}
-			for j := range 50 {
-				sub := "flood-" + strconv.Itoa(i*50+j)
-				s.Allow(ctx, algo.Request{Policy: "ip", Subject: sub, Limit: floodLimit, Cost: 1})
-				s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: sub, Rule: floodRule, Op: algo.LockFail})
-			}
+	newStore := func(t *testing.T) *Store {
+		s := New(Options{Now: func() time.Time { return time.UnixMilli(now) }, SweepInterval: -1, Shards: 1, MaxBytes: 32 << 10})
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	// flood adds n new subjects, each with a key that has spent cost of
+	// 100 an hour and an account with one failure.
+	next := 0
+	flood := func(s *Store, n int, cost int64) {
+		rule := algo.LockoutRule{Threshold: 100, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
+		for range n {
+			next++
+			sub := "flood-" + strconv.Itoa(next)
+			s.Allow(ctx, algo.Request{Policy: "ip", Subject: sub, Limit: algo.Limit{Rate: 100, Period: time.Hour}, Cost: cost})
+			s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: sub, Rule: rule, Op: algo.LockFail})
 		}
+	}
+	present := func(s *Store, k key) bool {
+		h, sh := s.hashes(&k, nil)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		e := s.findLocked(sh, h, k.appendTo(nil))
+		if e != nil {
+			e.mu.Unlock()
+		}
+		return e != nil
 	}
 	for _, a := range algo.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
-			s := New(Options{Now: func() time.Time { return time.UnixMilli(now) }, SweepInterval: -1, Shards: 1, MaxBytes: 32 << 10})
-			defer s.Close()
-			l := algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}
-			req := algo.Request{Policy: "victim", Subject: "v", Limit: l, Cost: 1}
+			s := newStore(t)
+			req := algo.Request{Policy: "victim", Subject: "v", Limit: algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}, Cost: 1}
 			admitted := 0
 			for range 3 {
 				if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
@@ -102,13 +102,14 @@ func TestEvictionLosesNothing(t *testing.T) {
 				}
 				admitted++
 			}
-			floodUntilGone(t, s, keyOf(&req))
+			flood(s, 2000, 1) // 10 times what the store holds
+			if !present(s, keyOf(&req)) || s.Stats().Evictions < 1000 {
+				t.Fatalf("the subject's key was evicted, or the flood evicted little: %+v", s.Stats())
+			}
 			for range 12 {
-				d, err := s.Allow(ctx, req)
-				if err != nil {
+				if d, err := s.Allow(ctx, req); err != nil {
 					t.Fatal(err)
-				}
-				if d.Allowed {
+				} else if d.Allowed {
 					admitted++
 				}
 			}
@@ -118,8 +119,7 @@ func TestEvictionLosesNothing(t *testing.T) {
 		})
 	}
 	t.Run("lockout", func(t *testing.T) {
-		s := New(Options{Now: func() time.Time { return time.UnixMilli(now) }, SweepInterval: -1, Shards: 1, MaxBytes: 32 << 10})
-		defer s.Close()
+		s := newStore(t)
 		rule := algo.LockoutRule{Threshold: 3, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
 		req := algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockFail}
 		for range 2 {
@@ -127,9 +127,34 @@ func TestEvictionLosesNothing(t *testing.T) {
 				t.Fatalf("%+v, %v", r, err)
 			}
 		}
-		floodUntilGone(t, s, key{alg: lockoutKind, policy: "login", subject: "victim"})
+		flood(s, 2000, 1)
 		if r, err := s.Lockout(ctx, req); err != nil || !r.Locked {
-			t.Errorf("the third failure after the eviction: %+v, %v; want locked", r, err)
+			t.Errorf("the third failure after the flood: %+v, %v; want locked", r, err)
+		}
+	})
+	t.Run("least spent", func(t *testing.T) {
+		s := newStore(t)
+		req := algo.Request{Policy: "victim", Subject: "v", Limit: algo.Limit{Rate: 100, Period: time.Minute}, Cost: 3}
+		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+		for i := 0; present(s, keyOf(&req)); i++ {
+			if i == 100 {
+				t.Fatal("a key that spent 3% survived keys that spent 50%")
+			}
+			flood(s, 50, 50)
+		}
+		req.Cost = 1
+		admitted := 3
+		for range 120 {
+			if d, err := s.Allow(ctx, req); err != nil {
+				t.Fatal(err)
+			} else if d.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 103 {
+			t.Errorf("admitted %d in all, limit 100: want 100 again after the eviction, no more", admitted)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,15 +22,19 @@ func floodStores() map[string]memory.Options {
 	}
 }
 
-// flood creates n keys of an attacker, each charged once under a generous
-// limit, as a login flood does: per-IP budgets, per-account lockout state
-// and per-subject leases. Errors are ignored: the attacker does not care.
-func flood(s *memory.Store, tag string, n int) {
+// attackers numbers the flood's subjects: each is new.
+var attackers atomic.Int64
+
+// flood creates the keys of n new subjects of an attacker, each charged
+// once, as a login flood from many addresses does: per-IP budgets,
+// per-account lockout state (an attacker-chosen account), and a tenant's
+// per-user plan. Errors are ignored: the attacker does not care.
+func flood(s *memory.Store, n int) {
 	ctx := context.Background()
 	l := algo.Limit{Rate: 100, Period: time.Hour}
 	rule := algo.LockoutRule{Threshold: 100, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
-	for i := range n {
-		sub := "attacker-" + tag + "-" + strconv.Itoa(i)
+	for range n {
+		sub := "attacker-" + strconv.FormatInt(attackers.Add(1), 10)
 		s.Allow(ctx, algo.Request{Policy: "ip", Subject: sub, Limit: l, Cost: 1})
 		s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: sub, Rule: rule, Op: algo.LockFail})
 		s.AllowAll(ctx, []algo.Request{
@@ -50,7 +55,7 @@ func TestFloodNewSubjectsLimited(t *testing.T) {
 			s := memory.New(opts)
 			defer s.Close()
 			ctx := context.Background()
-			flood(s, "a", 2000)
+			flood(s, 2000)
 			if st := s.Stats(); st.Evictions == 0 {
 				t.Fatalf("after the flood: %+v; want keys evicted", st)
 			}
@@ -65,7 +70,7 @@ func TestFloodNewSubjectsLimited(t *testing.T) {
 					if d.Allowed {
 						admitted++
 					}
-					flood(s, "b"+a.String(), 20) // the flood goes on
+					flood(s, 20) // the flood goes on
 				}
 				if admitted != 5 {
 					t.Errorf("%v: a new subject in a full store was admitted %d times, want 5", a, admitted)
@@ -85,7 +90,7 @@ func TestFloodNewSubjectsLimited(t *testing.T) {
 				if ds[0].Allowed && ds[1].Allowed && ds[2].Allowed {
 					admitted++
 				}
-				flood(s, "c", 20)
+				flood(s, 20)
 			}
 			if admitted != 4 {
 				t.Errorf("a new group in a full store was admitted %d times, want 4", admitted)
@@ -96,9 +101,8 @@ func TestFloodNewSubjectsLimited(t *testing.T) {
 				if _, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockFail}); err != nil {
 					t.Fatalf("failure %d of a new account in a full store: %v", i, err)
 				}
-				flood(s, "d", 20)
 			}
-			flood(s, "e", 2000)
+			flood(s, 2000)
 			if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockCheck}); err != nil || !r.Locked {
 				t.Errorf("an account that failed 3 times in a full store: %+v, %v; want locked", r, err)
 			}
@@ -108,7 +112,7 @@ func TestFloodNewSubjectsLimited(t *testing.T) {
 				if err != nil || ok != (i < 2) {
 					t.Errorf("lease %d of a new subject in a full store: %v, %v", i, ok, err)
 				}
-				flood(s, "f", 20)
+				flood(s, 20)
 			}
 		})
 	}
@@ -148,7 +152,7 @@ func TestFloodKeepsHeldState(t *testing.T) {
 				t.Fatalf("Acquire = %v, %v", ok, err)
 			}
 			for range 5 {
-				flood(s, "a", 1000)
+				flood(s, 1000)
 			}
 			if st := s.Stats(); st.Evictions == 0 {
 				t.Fatalf("after the flood: %+v; want keys evicted", st)

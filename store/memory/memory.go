@@ -704,7 +704,7 @@ func (s *Store) revive(sh *shard, h uint64, kb []byte, e *entry, req *algo.Reque
 		e.mu.Unlock()
 		return s.allowLocked(sh, h, kb, req, k, pl, ms, d)
 	}
-	st := algo.State{E: s.limitFP(&req.Limit)}
+	st := algo.State{E: scale(&req.Limit)}
 	var r algo.Result
 	ttl, err := pl.DecideInto(&r, &st, ms, req.Cost)
 	if err != nil {
@@ -748,7 +748,7 @@ func (s *Store) allowNew(sh *shard, h uint64, kb []byte, e *entry, req *algo.Req
 			from = inherit(&st, slot, ms)
 		}
 	}
-	st.E = fp
+	st.E = scale(&req.Limit)
 	ttl, err := pl.DecideInto(&r, &st, ms, req.Cost)
 	if err != nil {
 		return fmt.Errorf("deciding in memory: %w", err)
@@ -756,10 +756,10 @@ func (s *Store) allowNew(sh *shard, h uint64, kb []byte, e *entry, req *algo.Req
 	if r.Allowed && req.Cost > 0 {
 		shift := logShiftOf(st.Log, from)
 		switch {
-		case e != nil && s.room(sh, ms, logBytes(shift), false, true, e, slot):
+		case e != nil && s.room(sh, ms, logBytes(shift), false, true):
 			e.flags &^= entryGhost
 			e.st, e.logShift = st, shift // room charged the log
-		case e == nil && s.room(sh, ms, newEntryBytes(len(kb), shift), true, true, slot):
+		case e == nil && s.room(sh, ms, newEntryBytes(len(kb), shift), true, true):
 			e = s.insert(sh, h, kb)
 			defer e.mu.Unlock()
 			e.st, e.logShift = st, shift
@@ -768,7 +768,7 @@ func (s *Store) allowNew(sh *shard, h uint64, kb []byte, e *entry, req *algo.Req
 				sk = s.slotKey(k.alg, k.policy, k.tag, k.subject, fp)
 			}
 			if slot == nil {
-				if slot = s.newSlot(sh, sk, true); slot == nil {
+				if slot = s.newSlot(sh, sk); slot == nil {
 					return fmt.Errorf("deciding in memory: %w", ErrFull)
 				}
 				defer slot.mu.Unlock()
@@ -824,7 +824,7 @@ func (s *Store) decideIn(e *entry, pl *algo.Prepared, ms, cost int64, d *algo.De
 // and puts the old state back unless the request was charged.
 func (s *Store) decideFresh(e *entry, pl *algo.Prepared, r *algo.Result, ms, cost int64) (int64, error) {
 	old := e.st
-	e.st = algo.State{E: old.E} // the limit's fingerprint
+	e.st = algo.State{E: old.E} // the limit's scale
 	if e.flags&entryHeld != 0 {
 		e.flags &^= entryHeld
 	}
@@ -1022,12 +1022,11 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			}
 		}
 		entries[i] = e
-		fp := s.limitFP(&r.Limit)
 		if e != nil {
 			if e.expire > ms {
 				bases[i], from[i] = e.st, e.logShift
 			} else {
-				bases[i].E = fp
+				bases[i].E = scale(&r.Limit)
 			}
 			states[i] = bases[i]
 		} else {
@@ -1035,7 +1034,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			// earlier request of the group shares the slot, from the
 			// state that request leaves, so that charging both to the
 			// slot loses neither.
-			sks[i] = s.slotKey(ks[i].alg, ks[i].policy, ks[i].tag, ks[i].subject, fp)
+			sks[i] = s.slotKey(ks[i].alg, ks[i].policy, ks[i].tag, ks[i].subject, s.limitFP(&r.Limit))
 			if j := indexBytes(sks[:i], sks[i]); j >= 0 {
 				slots[i], bases[i], from[i], states[i] = slots[j], bases[j], from[j], states[j]
 			} else {
@@ -1048,7 +1047,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 						}
 					}
 				}
-				bases[i].E = fp
+				bases[i].E = scale(&r.Limit)
 				states[i] = bases[i]
 			}
 		}
@@ -1087,11 +1086,11 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 				e.flags &^= entryHeld // the state was fresh
 			}
 			s.setState(e, &states[i], from[i])
-		case ghosts[i] != nil && s.room(sh, ms, logBytes(shift), false, true, held...):
+		case ghosts[i] != nil && s.room(sh, ms, logBytes(shift), false, true):
 			e = ghosts[i]
 			e.flags &^= entryGhost
 			e.st, e.logShift = states[i], shift // room charged the log
-		case ghosts[i] == nil && s.room(sh, ms, newEntryBytes(len(keys[i]), shift), true, true, held...):
+		case ghosts[i] == nil && s.room(sh, ms, newEntryBytes(len(keys[i]), shift), true, true):
 			e = s.insert(sh, hashes[i], keys[i])
 			held = append(held, e)
 			e.st, e.logShift = states[i], shift
@@ -1100,7 +1099,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 				// Another request of the group may have created it.
 				if j := indexBytes(sks[:i], sks[i]); j >= 0 && slots[j] != nil {
 					slots[i] = slots[j]
-				} else if slots[i] = s.newSlot(sh, sks[i], true); slots[i] == nil {
+				} else if slots[i] = s.newSlot(sh, sks[i]); slots[i] == nil {
 					// Requests before this one were charged: a shard
 					// with no slot to spare loses all-or-nothing.
 					return nil, fmt.Errorf("deciding in memory: %w", ErrFull)
@@ -1177,9 +1176,9 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 		return res, nil
 	}
 	switch {
-	case e != nil && s.room(sh, ms, 0, false, true, e, slot):
+	case e != nil && s.room(sh, ms, 0, false, true):
 		e.flags &^= entryGhost
-	case e == nil && s.room(sh, ms, newEntryBytes(len(kb), 0), true, true, slot):
+	case e == nil && s.room(sh, ms, newEntryBytes(len(kb), 0), true, true):
 		e = s.insert(sh, h, kb)
 		defer e.mu.Unlock()
 	default:
@@ -1187,7 +1186,7 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 			if sk == nil {
 				sk = s.slotKey(lockoutKind, req.Policy, "", req.Subject, 0)
 			}
-			if slot = s.newSlot(sh, sk, true); slot == nil {
+			if slot = s.newSlot(sh, sk); slot == nil {
 				return res, fmt.Errorf("guarding login in memory: %w", ErrFull)
 			}
 			defer slot.mu.Unlock()
@@ -1243,11 +1242,11 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 			prior = e.bytes()
 		}
 		switch {
-		case e != nil && s.room(sh, ms, need-prior, false, true, e, slot):
+		case e != nil && s.room(sh, ms, need-prior, false, true):
 			e.flags &^= entryGhost
 			e.expire = 0
 			s.bytes.Add(prior - need) // charged below, as it is
-		case e == nil && s.room(sh, ms, need, true, true, slot):
+		case e == nil && s.room(sh, ms, need, true, true):
 			e = s.insert(sh, h, kb)
 			defer e.mu.Unlock()
 			s.bytes.Add(e.bytes() - need)
@@ -1256,7 +1255,7 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 				if sk == nil {
 					sk = s.slotKey(leaseKind, req.Policy, "", req.Subject, 0)
 				}
-				if slot = s.newSlot(sh, sk, true); slot == nil {
+				if slot = s.newSlot(sh, sk); slot == nil {
 					return false, fmt.Errorf("acquiring a lease in memory: %w", ErrFull)
 				}
 				defer slot.mu.Unlock()
