@@ -28,8 +28,6 @@ func TestKeySpaceFlood(t *testing.T) {
 				ip := fmt.Sprintf("10.%d.%d.%d", i>>16, i>>8&0xff, i&0xff)
 				if code, _, body := login(t, g, ip, fmt.Sprintf("victim%d", i), "guess"); code != 401 {
 					t.Errorf("flood login %d: %d %s", i, code, body)
-					_, m := getBody(t, g.admin+"/metrics")
-					t.Log(grepLines(string(m), "tollgate_memory"))
 					return
 				}
 			}

@@ -177,3 +177,91 @@ func TestFloodKeepsHeldState(t *testing.T) {
 		})
 	}
 }
+
+// TestOverflow fills a store with keys that all hold refusals, which it
+// may not evict, and checks that new subjects are decided in overflow
+// slots, limited, and that once room is made a subject starts from its
+// slot's state: it regains nothing it spent there.
+func TestOverflow(t *testing.T) {
+	clk := &clock{now: time.UnixMilli(1_800_000_000_000)}
+	s := memory.New(memory.Options{Now: clk.Now, SweepInterval: -1, Shards: 2, MaxKeys: 100})
+	defer s.Close()
+	ctx := context.Background()
+	pin := algo.Limit{Rate: 1, Period: 10 * time.Second}
+	for i := range 100 {
+		if d, err := s.Allow(ctx, algo.Request{Policy: "pin", Subject: strconv.Itoa(i), Limit: pin, Cost: 1}); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	l := algo.Limit{Rate: 5, Period: time.Hour}
+	req := algo.Request{Policy: "p", Subject: "new", Limit: l, Cost: 1}
+	for i := range 3 {
+		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != int64(4-i) {
+			t.Fatalf("request %d in overflow: %+v, %v", i, d, err)
+		}
+	}
+	if st := s.Stats(); st.Overflows != 3 || st.Keys != 100 || st.Evictions != 0 {
+		t.Fatalf("stats = %+v, want 3 overflows and no eviction", st)
+	}
+	group := func() []algo.Request {
+		return []algo.Request{
+			{Policy: "plan:a", Subject: "user", Tag: "tenant", Limit: algo.Limit{Rate: 3, Period: time.Hour}, Cost: 1},
+			{Policy: "tenant", Subject: "tenant", Tag: "tenant", Limit: algo.Limit{Rate: 4, Period: time.Hour}, Cost: 1},
+		}
+	}
+	admitted := 0
+	for range 5 {
+		ds, err := s.AllowAll(ctx, group())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds[0].Allowed && ds[1].Allowed {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Errorf("a new group in overflow admitted %d times, want 3", admitted)
+	}
+	rule := algo.LockoutRule{Threshold: 3, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
+	for range 3 {
+		s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct", Rule: rule, Op: algo.LockFail})
+	}
+	if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct", Rule: rule, Op: algo.LockCheck}); err != nil || !r.Locked {
+		t.Errorf("an account with 3 failures in overflow: %+v, %v; want locked", r, err)
+	}
+	lease := func(id string) algo.LeaseRequest {
+		return algo.LeaseRequest{Policy: "conc", Subject: "new", ID: id, Limit: 2, TTL: time.Hour}
+	}
+	for i, want := range []bool{true, true, false} {
+		if ok, err := s.Acquire(ctx, lease(strconv.Itoa(i))); err != nil || ok != want {
+			t.Errorf("lease %d in overflow: %v, %v", i, ok, err)
+		}
+	}
+	if err := s.Release(ctx, lease("0")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Acquire(ctx, lease("3")); err != nil || !ok {
+		t.Errorf("a lease after a release in overflow: %v, %v", ok, err)
+	}
+
+	// The pinned keys expire: room for the new keys, which start from
+	// their slots' states.
+	clk.Add(11 * time.Second)
+	for i, want := range []bool{true, true, false} {
+		if d, err := s.Allow(ctx, req); err != nil || d.Allowed != want {
+			t.Fatalf("request %d after room was made: %+v, %v", 3+i, d, err)
+		}
+	}
+	if ds, err := s.AllowAll(ctx, group()); err != nil || ds[0].Allowed {
+		t.Errorf("the group after room was made: %+v, %v; want refused", ds, err)
+	}
+	if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct", Rule: rule, Op: algo.LockFail}); err != nil || !r.Locked {
+		t.Errorf("the account after room was made: %+v, %v; want locked", r, err)
+	}
+	if ok, err := s.Acquire(ctx, lease("4")); err != nil || ok {
+		t.Errorf("a third lease after room was made: %v, %v; want refused", ok, err)
+	}
+	if st := s.Stats(); st.Keys == 0 || st.Overflows < 9 {
+		t.Errorf("stats = %+v", st)
+	}
+}

@@ -17,34 +17,35 @@
 //
 // [Options.MaxBytes] bounds the bytes the store's state takes (and
 // [Options.MaxKeys], if set, the number of keys). Each key is charged its
-// 128-byte entry, and its variable parts when they change size: a key
-// longer than 41 bytes, a sliding log's buffers, lease maps; the shards'
-// tables are charged as they are allocated. tollgate_memory_bytes reports
-// the total.
+// 128-byte entry, and its variable parts when they change size (a key
+// longer than 41 bytes, a sliding log's buffers, a lease map), never on
+// each decision; the shards' tables are charged as they are allocated.
+// tollgate_memory_bytes reports the total. It may exceed the bound by what
+// logs grow by between new keys, and by the overflow slots below.
 //
-// When a new key does not fit, the store makes room in the new key's shard
-// with bounded work: it samples a few entries from a random place of the
-// shard's table and drops what costs least to forget: an expired key,
-// else the key whose state is closest to fresh (the earliest to expire;
-// tollgate_memory_evictions_total counts them). It never drops a key whose
-// state holds a refusal (its last decision refused, or left nothing
-// remaining), a locked account, or a key with live leases: those budgets
-// are never reset. Existing keys are never evicted to make room for
-// themselves, and a subject whose key was dropped regains at most what its
-// near-fresh state had spent.
+// When a new key does not fit, the store makes room with bounded work: it
+// samples up to 64 entries of the new key's shard from a random slot (and
+// of another shard if its own offers few), drops the expired keys it
+// meets, and evicts the keys that have spent the least of their limits
+// (tollgate_memory_evictions_total counts them). A subject whose key is
+// evicted regains what it had spent, the least in the sample. The store
+// never evicts a key whose state holds a refusal (a decision refused, or
+// left nothing remaining, since it was last fresh), a locked account, or
+// a key with live leases: those budgets are never reset.
 //
-// If the sample offers nothing to drop, the new subject is decided in one
+// If the sample offers nothing to evict, the new subject is decided in one
 // of a fixed number of shared overflow slots (tollgate_memory_overflow_total
 // counts the requests charged to them): state per shard, kind, policy, tag
 // and limit, chosen by the subject's hash, created outside the bound but
 // bounded itself. Subjects sharing a slot share its budget, so each is
-// limited at least as strictly as it would be alone; a key created later,
-// while its slot holds state, starts from the slot's state, so it cannot
-// regain what it spent there. For the login guard, accounts sharing a slot
-// share failures and locks (a success does not clear a slot's failures);
-// for leases, subjects share the slot's concurrency. Only when a shard
-// already holds its most overflow slots, which takes many policies under
-// attack at once, is a new key refused with [ErrFull].
+// limited at least as strictly as it would be alone; a key created while
+// its slot holds state starts from that state, so a subject cannot regain
+// what it spent there. For the login guard, accounts sharing a slot share
+// failures and locks, and a success does not clear a slot's failures; for
+// leases, subjects share the slot's concurrency. Only when a shard holds
+// its most overflow slots (an eighth of the bound, at least 16, and
+// taking many policies under attack at once) is a new key refused with
+// [ErrFull].
 package memory
 
 import (
