@@ -352,7 +352,7 @@ func (g *Gateway) openStore() error {
 		g.registry.MustRegister(res)
 		g.store = res
 	default:
-		s := memory.New(memory.Options{MaxKeys: spec.MaxKeys, Now: g.opts.Clock})
+		s := memory.New(memory.Options{MaxBytes: int64(spec.MaxBytes), MaxKeys: spec.MaxKeys, Now: g.opts.Clock})
 		g.closers = append(g.closers, func() { s.Close() })
 		g.registry.MustRegister(s)
 		g.store = s

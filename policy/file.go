@@ -125,7 +125,11 @@ type StoreSpec struct {
 	// when Redis says so, sentinel when the URL names a master_set, and
 	// standalone otherwise.
 	Mode string `yaml:"mode"`
-	// MaxKeys caps the in-memory store (0: its default).
+	// MaxBytes bounds the in-memory store's state, e.g. 256MiB (0: the
+	// default, 256MiB). When full, it evicts what costs least to forget;
+	// see the README's Stores section.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// MaxKeys, if set, also caps the in-memory store's keys.
 	MaxKeys int `yaml:"max_keys"`
 	// Timeout bounds each call to Redis (default 20ms).
 	Timeout time.Duration `yaml:"timeout"`

@@ -450,6 +450,9 @@ func (c *compiler) compile(f *File) *Policy {
 	if p.Store.MaxKeys < 0 {
 		c.addf("store.max_keys", "must not be negative")
 	}
+	if b := p.Store.MaxBytes; b != 0 && b < 1<<20 {
+		c.addf("store.max_bytes", "want at least 1MiB (or none, for the default 256MiB), got %v", b)
+	}
 	switch p.Store.Mode {
 	case "", "standalone", "cluster":
 	case "sentinel":

@@ -161,9 +161,10 @@ func TestManyPolicies(t *testing.T) {
 	}
 }
 
-// TestAllowAllFullStore makes AllowAll sweep a full store while it holds
-// the entries of its group, one of them expired: the sweep must delete
-// that one without locking it again, and leave the store consistent.
+// TestAllowAllFullStore decides a group in a full store while it holds
+// the entries of the group, one of them expired and not charged: the new
+// key of the group is decided in its overflow slot, and the store stays
+// consistent.
 func TestAllowAllFullStore(t *testing.T) {
 	now := int64(1_800_000_000_000)
 	s := New(Options{Now: func() time.Time { return time.UnixMilli(now) }, SweepInterval: -1, Shards: 1, MaxKeys: 2})
@@ -181,8 +182,8 @@ func TestAllowAllFullStore(t *testing.T) {
 	if err != nil || len(ds) != 3 || !ds[0].Allowed || !ds[1].Allowed || !ds[2].Allowed {
 		t.Fatalf("AllowAll = %+v, %v", ds, err)
 	}
-	if st := s.Stats(); st.Keys != 2 || st.Expired != 2 {
-		t.Fatalf("stats = %+v, want 2 keys, 2 expired", st)
+	if st := s.Stats(); st.Keys != 2 || st.Overflows != 1 {
+		t.Fatalf("stats = %+v, want 2 keys, 1 overflow", st)
 	}
 	for _, p := range []string{"p1", "p2", "p3"} {
 		d, err := s.Allow(ctx, req(p, 0))
@@ -193,6 +194,13 @@ func TestAllowAllFullStore(t *testing.T) {
 		if err != nil || d.Remaining != want {
 			t.Fatalf("%s: %+v, %v; want %d remaining", p, d, err, want)
 		}
+	}
+	s.Sweep() // p2 expired: room for p3
+	if ds, err := s.AllowAll(ctx, []algo.Request{req("p3", 1)}); err != nil || !ds[0].Allowed || ds[0].Remaining != 8 {
+		t.Fatalf("p3 after the sweep: %+v, %v; want its slot's state, charged", ds, err)
+	}
+	if st := s.Stats(); st.Keys != 2 || st.Overflows != 1 {
+		t.Fatalf("stats = %+v, want 2 keys, 1 overflow", st)
 	}
 }
 

@@ -7,20 +7,45 @@
 // lock. Keys are sharded by group (the subject, or the tag), and a shard's
 // lock serializes adding and dropping keys. Every key expires when its
 // state becomes equivalent to a fresh key (a full bucket, an elapsed
-// window); expired keys are dropped by a background sweep, so memory is
-// bounded by the keys active within their window. A dropped key's memory
-// is kept until the sweep after, to be reused without allocating if the
-// key comes back; a decision for a key the store holds allocates nothing.
+// window); expired keys are dropped by a background sweep, which visits a
+// bounded batch of a shard's slots per hold of its lock. A dropped key's
+// memory is kept until the sweep after, to be reused without allocating if
+// the key comes back; a decision for a key the store holds allocates
+// nothing. No request sweeps.
 //
-// # Key cap
+// # Memory bound
 //
-// [Options.MaxKeys] bounds the number of keys. When the store is full, a
-// request for a new key is not admitted: Allow returns an error wrapping
-// [ErrFull], the overflow counter (metric tollgate_memory_overflow_total)
-// is incremented, and nothing stored changes. Keys already tracked are never
-// evicted before they expire, so an overflow can never hand an active
-// subject a fresh budget early. Callers apply their failure policy to the
-// error, as they would to an unavailable Redis.
+// [Options.MaxBytes] bounds the bytes the store's state takes (and
+// [Options.MaxKeys], if set, the number of keys). Each key is charged its
+// 128-byte entry, and its variable parts when they change size (a key
+// longer than 41 bytes, a sliding log's buffers, a lease map), never on
+// each decision; the shards' tables are charged as they are allocated.
+// tollgate_memory_bytes reports the total. It may exceed the bound by what
+// logs grow by between new keys, and by the overflow slots below.
+//
+// When a new key does not fit, the store makes room with bounded work: it
+// samples up to 64 entries of the new key's shard from a random slot (and
+// of another shard if its own offers few), drops the expired keys it
+// meets, and evicts the keys that have spent the least of their limits
+// (tollgate_memory_evictions_total counts them). A subject whose key is
+// evicted regains what it had spent, the least in the sample. The store
+// never evicts a key whose state holds a refusal (a decision refused, or
+// left nothing remaining, since it was last fresh), a locked account, or
+// a key with live leases: those budgets are never reset.
+//
+// If the sample offers nothing to evict, the new subject is decided in one
+// of a fixed number of shared overflow slots (tollgate_memory_overflow_total
+// counts the requests charged to them): state per shard, kind, policy, tag
+// and limit, chosen by the subject's hash, created outside the bound but
+// bounded itself. Subjects sharing a slot share its budget, so each is
+// limited at least as strictly as it would be alone; a key created while
+// its slot holds state starts from that state, so a subject cannot regain
+// what it spent there. For the login guard, accounts sharing a slot share
+// failures and locks, and a success does not clear a slot's failures; for
+// leases, subjects share the slot's concurrency. Only when a shard holds
+// its most overflow slots (an eighth of the bound, at least 16, and
+// taking many policies under attack at once) is a new key refused with
+// [ErrFull].
 package memory
 
 import (
@@ -29,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"slices"
 	"sync"
@@ -40,13 +66,15 @@ import (
 	"github.com/tollgate/tollgate/algo"
 )
 
-// ErrFull reports that the store holds [Options.MaxKeys] keys and cannot
-// track a new one.
+// ErrFull reports a new key the store could neither make room for nor
+// decide in an overflow slot, because its shard already holds its most
+// overflow slots (see the package documentation). Callers apply their
+// failure policy to it, as they would to an unavailable Redis.
 var ErrFull = errors.New("memory store is full")
 
 // Defaults for [Options].
 const (
-	DefaultMaxKeys       = 1_000_000
+	DefaultMaxBytes      = 256 << 20
 	DefaultShards        = 64
 	DefaultSweepInterval = time.Second
 )
@@ -57,16 +85,20 @@ type Options struct {
 	// the sweep. Nil means time.Now. Tests that pass explicit times should
 	// set Now to the same fake clock so the sweep agrees with them.
 	Now func() time.Time
-	// MaxKeys bounds the number of keys; zero means DefaultMaxKeys and a
-	// negative value means no bound.
+	// MaxBytes bounds the bytes the store's state takes (see the package
+	// documentation); zero means DefaultMaxBytes and a negative value means
+	// no bound.
+	MaxBytes int64
+	// MaxKeys, if positive, also bounds the number of keys; zero or a
+	// negative value means no bound but MaxBytes.
 	MaxKeys int
 	// Shards is the number of independently locked shards, rounded up to a
 	// power of two; zero means DefaultShards.
 	Shards int
 	// SweepInterval is how often expired keys are swept; zero means
 	// DefaultSweepInterval and a negative value disables the background
-	// sweep (expired keys are then dropped only when touched or when the
-	// store is full).
+	// sweep (expired keys are then dropped only when touched, when [Store.Sweep]
+	// is called, or to make room for a new key).
 	SweepInterval time.Duration
 }
 
@@ -135,26 +167,48 @@ const (
 
 // An entry is one key's state: 128 bytes, the key included, so that a
 // decision reads one block of memory besides the table. Its mutex guards
-// every field but idx. Entries are found without the shard lock (see
-// [shard]), so whoever locks an entry must check that it is still live and
-// still holds the key looked for.
+// every field but idx; hash changes only under the shard lock as well.
+// Entries are found without the shard lock (see [shard]), so whoever locks
+// an entry must check that it is still live and still holds the key looked
+// for.
 type entry struct {
-	mu     sync.Mutex
-	hash   uint64
-	expire int64 // ms; the state is fresh from then on
-	st     algo.State
-	ext    *entryExt
-	idx    uint32 // index in the store's slab; set once
-	live   bool   // in its shard's table; false once deleted
-	ghost  bool   // swept: not a key any more (see Store.ghost), but still in the table
-	klen   uint8
-	kin    [inlineKey]byte
+	mu       sync.Mutex
+	hash     uint64
+	expire   int64 // ms; the state is fresh from then on
+	st       algo.State
+	ext      *entryExt
+	idx      uint32 // index in the store's slab; set once
+	flags    uint8  // entryLive, entryGhost, entryHeld, entrySlot
+	logShift uint8  // the sliding log's capacity charged: 1<<logShift entries, 0 for none
+	klen     uint8
+	kin      [inlineKey]byte
 }
+
+// Entry flags.
+const (
+	// entryLive: in its shard's table; unset once deleted.
+	entryLive = 1 << iota
+	// entryGhost: swept, not a key any more (see Store.ghost), but still in
+	// the table.
+	entryGhost
+	// entryHeld: a decision refused, or left nothing remaining, since the
+	// state was last fresh, so the state holds a refusal and is never
+	// evicted before it expires.
+	entryHeld
+	// entrySlot: an overflow slot (see overflow.go), never evicted and not
+	// counted as a key.
+	entrySlot
+)
+
+func (e *entry) live() bool  { return e.flags&entryLive != 0 }
+func (e *entry) ghost() bool { return e.flags&entryGhost != 0 }
 
 // entryExt holds an entry's rarely used parts.
 type entryExt struct {
-	key    string           // the key, when longer than inlineKey
-	leases map[string]int64 // concurrency leases: id -> expiry (ms)
+	key      string           // the key, when longer than inlineKey
+	leases   map[string]int64 // leases: id -> expiry (ms)
+	leaseMax int              // most leases the map has held (maps do not shrink)
+	leaseIDs int64            // bytes of the ids of the leases held
 }
 
 // is reports whether e holds the key with bytes kb.
@@ -165,9 +219,22 @@ func (e *entry) is(kb []byte) bool {
 	return e.klen == longKey && e.ext.key == string(kb)
 }
 
-// reset makes e a fresh entry for the key with bytes kb, with hash h.
+// kind returns the algorithm or pseudo-algorithm of e's key (its first
+// byte), or 0 for a free entry.
+func (e *entry) kind() algo.Algorithm {
+	switch {
+	case e.klen == longKey:
+		return algo.Algorithm(e.ext.key[0])
+	case e.klen > 0:
+		return algo.Algorithm(e.kin[0])
+	}
+	return 0
+}
+
+// reset makes e a fresh entry for the key with bytes kb, with hash h, not
+// yet live. The caller accounts for the bytes e no longer holds.
 func (e *entry) reset(h uint64, kb []byte) {
-	e.hash, e.expire, e.st, e.ext, e.ghost = h, 0, algo.State{}, nil, false
+	e.hash, e.expire, e.st, e.ext, e.flags, e.logShift = h, 0, algo.State{}, nil, 0, 0
 	if len(kb) <= inlineKey {
 		e.klen = uint8(copy(e.kin[:], kb))
 	} else {
@@ -186,22 +253,25 @@ const (
 // A table is an open-addressing hash table, probed linearly, of references
 // to a shard's entries. A slot is 8 bytes so that the tables, the one part
 // of a decision read in no particular order, stay small enough to be
-// cached: slotEmpty, slotDeleted, or the high 32 bits of the key's hash
-// and the entry's slab index plus 2. Tables are read without locks, so
-// slots are atomic; they are written under the shard lock, and a table is
-// replaced, never resized in place.
+// cached: slotEmpty, or the high 32 bits of the key's hash and the entry's
+// slab index plus 2. Tables are read without locks, so slots are atomic;
+// they are written under the shard lock, and a table is replaced, never
+// resized in place. Deleting moves the entries after a deleted slot back
+// (see removeAt), so a table holds no tombstones and never needs cleaning.
 type table struct {
 	slots []atomic.Uint64
 	mask  uint64
 }
 
 const (
-	slotEmpty   = 0
-	slotDeleted = 1
-	minSlots    = 8
+	slotEmpty = 0
+	minSlots  = 8
+	slotBytes = 8
 )
 
-func newTable(size int) *table {
+// newTable returns an empty table of size slots and charges s for it.
+func (s *Store) newTable(size int) *table {
+	s.bytes.Add(int64(size) * slotBytes)
 	return &table{slots: make([]atomic.Uint64, size), mask: uint64(size - 1)}
 }
 
@@ -236,12 +306,12 @@ func (sl *slab) at(idx uint32) *entry {
 // growth) and decisions over several keys at once. Whoever holds both
 // locks took the shard lock first.
 type shard struct {
-	tab  atomic.Pointer[table]
-	_    [56]byte // keep tab, read by every decision, off the lock's cache line
-	mu   sync.Mutex
-	live int      // entries in the table
-	used int      // slots not empty: entries and deleted slots
-	_    [40]byte // keep shards on separate cache lines
+	tab   atomic.Pointer[table]
+	_     [56]byte // keep tab, read by every decision, off the lock's cache line
+	mu    sync.Mutex
+	live  int          // entries in the table
+	slots atomic.Int32 // overflow slots in the table; read without sh.mu
+	_     [44]byte     // keep shards on separate cache lines
 }
 
 // entrySlab hands out the entries of all shards from one slab, lowest free
@@ -271,10 +341,10 @@ func (s *Store) find(sh *shard, h uint64, k []byte) *entry {
 func (s *Store) findIn(t *table, v, h uint64, k []byte) *entry {
 	tag := h >> 32
 	for i := h & t.mask; v != slotEmpty; i = (i + 1) & t.mask {
-		if v>>32 == tag && v != slotDeleted {
+		if v>>32 == tag {
 			if e := s.ents.dir.Load().at(uint32(v) - 2); e != nil {
 				e.mu.Lock()
-				if e.live && e.hash == h && e.is(k) {
+				if e.live() && e.hash == h && e.is(k) {
 					return e
 				}
 				e.mu.Unlock()
@@ -285,30 +355,47 @@ func (s *Store) findIn(t *table, v, h uint64, k []byte) *entry {
 	return nil
 }
 
+// findLocked is find under sh.mu, which the caller holds with the locks
+// of the entries in held: it skips those, and locks no entry but the one
+// it returns (it compares hashes first, which sh.mu guards too).
+func (s *Store) findLocked(sh *shard, h uint64, k []byte, held ...*entry) *entry {
+	t := sh.tab.Load()
+	sl := s.ents.dir.Load()
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		v := t.slots[i].Load()
+		if v == slotEmpty {
+			return nil
+		}
+		if v>>32 != h>>32 {
+			continue
+		}
+		e := sl.at(uint32(v) - 2)
+		if e.hash != h || slices.Contains(held, e) {
+			continue
+		}
+		e.mu.Lock()
+		if e.live() && e.is(k) {
+			return e
+		}
+		e.mu.Unlock()
+	}
+}
+
 // insert adds an entry for key k with hash h, which sh does not hold, and
-// returns it locked. The caller holds sh.mu and has reserved the key.
+// returns it locked. The caller holds sh.mu and has reserved the entry's
+// bytes (see Store.room), and the key if it is one; insert charges only
+// the growth of the table, which room has made room for.
 func (s *Store) insert(sh *shard, h uint64, k []byte) *entry {
 	t := sh.tab.Load()
-	switch {
-	case full(sh.live, len(t.slots)):
+	if full(sh.live, len(t.slots)) {
 		t = s.rehash(sh, 2*len(t.slots))
-	case full(sh.used, len(t.slots)):
-		// Mostly deleted slots: clean up, and shrink if nearly empty.
-		size := len(t.slots)
-		for size > minSlots && 16*(sh.live+1) <= size {
-			size /= 2
-		}
-		t = s.rehash(sh, size)
 	}
 	e := s.ents.alloc()
 	e.mu.Lock()
 	e.reset(h, k)
-	e.live = true
+	e.flags = entryLive
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		if v := t.slots[i].Load(); v == slotEmpty || v == slotDeleted {
-			if v == slotEmpty {
-				sh.used++
-			}
+		if t.slots[i].Load() == slotEmpty {
 			sh.live++
 			t.slots[i].Store(slotOf(h, e.idx))
 			return e
@@ -383,13 +470,14 @@ func (es *entrySlab) trim() {
 	}
 }
 
-// rehash replaces sh's table by one of size slots without deleted slots
-// and returns it. The caller holds sh.mu.
+// rehash replaces sh's table by one of size slots, charging the
+// difference, and returns it. The caller holds sh.mu.
 func (s *Store) rehash(sh *shard, size int) *table {
-	old, t := sh.tab.Load(), newTable(size)
+	old, t := sh.tab.Load(), s.newTable(size)
+	s.bytes.Add(-int64(len(old.slots)) * slotBytes)
 	for i := range old.slots {
 		v := old.slots[i].Load()
-		if v == slotEmpty || v == slotDeleted {
+		if v == slotEmpty {
 			continue
 		}
 		e := s.ents.dir.Load().at(uint32(v) - 2)
@@ -400,22 +488,32 @@ func (s *Store) rehash(sh *shard, size int) *table {
 			}
 		}
 	}
-	sh.used = sh.live
 	sh.tab.Store(t)
 	return t
 }
 
-// removeAt takes e, in slot i of t, out of sh's table. The caller holds
-// sh.mu and e.mu.
-func (sh *shard) removeAt(t *table, i uint64, e *entry) {
-	if t.slots[(i+1)&t.mask].Load() == slotEmpty {
-		// No probe goes past an empty slot, so this one can be empty too.
-		t.slots[i].Store(slotEmpty)
-		sh.used--
-	} else {
-		t.slots[i].Store(slotDeleted)
+// removeAt takes e, in slot i of t, out of sh's table, moving back the
+// entries after it that a probe would otherwise no longer reach (deletion
+// without tombstones, for linear probing). A reader without sh.mu may miss
+// an entry being moved; it then looks again under sh.mu, as for a key
+// being added. The caller holds sh.mu and e.mu.
+func (s *Store) removeAt(sh *shard, t *table, i uint64, e *entry) {
+	sl := s.ents.dir.Load()
+	for j := (i + 1) & t.mask; ; j = (j + 1) & t.mask {
+		v := t.slots[j].Load()
+		if v == slotEmpty {
+			break
+		}
+		// The entry in j may fill the hole at i if its home slot is not
+		// in (i, j]: a probe from its home passes i before reaching j.
+		home := sl.at(uint32(v)-2).hash & t.mask
+		if (j-home)&t.mask >= (j-i)&t.mask {
+			t.slots[i].Store(v)
+			i = j
+		}
 	}
-	e.live = false
+	t.slots[i].Store(slotEmpty)
+	e.flags &^= entryLive
 	sh.live--
 }
 
@@ -426,23 +524,33 @@ type Store struct {
 	shift   uint8 // a group's shard is the top bits of its hash
 	seed    maphash.Seed
 	now     func() time.Time
-	wall    bool // now is time.Now: read it with wallMS
-	maxKeys int64
+	wall    bool  // now is time.Now: read it with wallMS
+	maxKeys int64 // 0: no bound
+	// maxBytes bounds bytes (<0: no bound); maxSlots bounds each shard's
+	// overflow slots, slotWays of them for one kind, policy, tag and limit.
+	maxBytes int64
+	maxSlots int32
+	slotWays uint64
 
 	ents     entrySlab
 	limits   [limitCache]atomic.Pointer[prepared]
 	policies [limitCache]atomic.Pointer[policyEntry]
 
-	keys      atomic.Int64
+	keys      atomic.Int64 // keys held: live entries but ghosts and overflow slots
+	bytes     atomic.Int64 // bytes charged: entries in tables, their parts, tables
 	overflows atomic.Uint64
-	lastFull  atomic.Int64 // ms of the last full sweep forced by a full store
+	evictions atomic.Uint64
 	expired   atomic.Uint64
+
+	// sweepBatch is called by the sweep with the slots it visited under
+	// one hold of a shard's lock, after releasing it; tests set it.
+	sweepBatch func(visited int)
 
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
 
-	descKeys, descOverflow, descExpired *prometheus.Desc
+	descKeys, descBytes, descMaxBytes, descOverflow, descEvicted, descExpired *prometheus.Desc
 }
 
 // New returns a Store configured by opts.
@@ -456,28 +564,37 @@ func New(opts Options) *Store {
 		size <<= 1
 	}
 	s := &Store{
-		shards:  make([]shard, size),
-		shift:   uint8(64 - bits.TrailingZeros(uint(size))),
-		seed:    maphash.MakeSeed(),
-		now:     opts.Now,
-		maxKeys: int64(opts.MaxKeys),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		shards:   make([]shard, size),
+		shift:    uint8(64 - bits.TrailingZeros(uint(size))),
+		seed:     maphash.MakeSeed(),
+		now:      opts.Now,
+		maxKeys:  max(0, int64(opts.MaxKeys)),
+		maxBytes: opts.MaxBytes,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 		descKeys: prometheus.NewDesc("tollgate_memory_keys",
 			"Keys held by the in-memory store.", nil, nil),
+		descBytes: prometheus.NewDesc("tollgate_memory_bytes",
+			"Bytes of state the in-memory store holds, as it charges them against its bound.", nil, nil),
+		descMaxBytes: prometheus.NewDesc("tollgate_memory_max_bytes",
+			"The in-memory store's bound on tollgate_memory_bytes (+Inf: none).", nil, nil),
 		descOverflow: prometheus.NewDesc("tollgate_memory_overflow_total",
-			"Requests for new keys refused because the in-memory store was full.", nil, nil),
+			"Requests for new keys charged to a shared overflow slot because the in-memory store was full.", nil, nil),
+		descEvicted: prometheus.NewDesc("tollgate_memory_evictions_total",
+			"Keys dropped from the full in-memory store, before they expired, to make room for new ones.", nil, nil),
 		descExpired: prometheus.NewDesc("tollgate_memory_expired_total",
 			"Keys dropped from the in-memory store after they expired.", nil, nil),
 	}
 	if s.now == nil {
 		s.now, s.wall = time.Now, true
 	}
-	if s.maxKeys == 0 {
-		s.maxKeys = DefaultMaxKeys
+	if s.maxBytes == 0 {
+		s.maxBytes = DefaultMaxBytes
 	}
+	s.maxSlots = maxSlotsPerShard(s.maxBytes, size)
+	s.slotWays = slotWaysFor(s.maxSlots)
 	for i := range s.shards {
-		s.shards[i].tab.Store(newTable(minSlots))
+		s.shards[i].tab.Store(s.newTable(minSlots))
 	}
 	s.ents.dir.Store(&slab{})
 	interval := opts.SweepInterval
@@ -503,27 +620,7 @@ func (s *Store) Close() error {
 func (s *Store) Allow(ctx context.Context, req algo.Request) (d algo.Decision, err error) {
 	// The decision is written to d field by field; see decision.
 	err = s.allow(ctx, &req, &d)
-	if err != nil && errors.Is(err, ErrFull) {
-		if s.sweepIfDue() {
-			err = s.allow(ctx, &req, &d) // the sweep may have made room
-		}
-		if errors.Is(err, ErrFull) {
-			s.overflows.Add(1)
-		}
-	}
 	return d, err
-}
-
-// sweepIfDue sweeps every shard, at most once a second, when the store is
-// full. It reports whether it swept.
-func (s *Store) sweepIfDue() bool {
-	now := s.now().UnixMilli()
-	last := s.lastFull.Load()
-	if now-last < 1000 || !s.lastFull.CompareAndSwap(last, now) {
-		return false
-	}
-	s.Sweep()
-	return true
 }
 
 // allow decides req into d, which it leaves alone on error.
@@ -578,69 +675,112 @@ func (s *Store) decide(req *algo.Request, k *key, c *policyEntry, pl *algo.Prepa
 	}
 	e := s.findIn(t, v, h, kb)
 	if e == nil {
-		return s.allowLocked(sh, h, kb, pl, ms, req.Cost, d)
+		return s.allowLocked(sh, h, kb, req, k, pl, ms, d)
 	}
-	if e.ghost {
-		return s.revive(sh, h, kb, e, pl, ms, req.Cost, d)
+	if e.ghost() {
+		return s.revive(sh, h, kb, e, req, k, pl, ms, d)
 	}
-	return decideIn(e, pl, ms, req.Cost, d)
+	return s.decideIn(e, pl, ms, req.Cost, d)
 }
 
 // allowLocked decides a request for key kb under the shard lock. It is
 // the way to add a key.
-func (s *Store) allowLocked(sh *shard, h uint64, kb []byte, pl *algo.Prepared, ms, cost int64, d *algo.Decision) error {
+func (s *Store) allowLocked(sh *shard, h uint64, kb []byte, req *algo.Request, k *key, pl *algo.Prepared, ms int64, d *algo.Decision) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.find(sh, h, kb)
-	switch {
-	case e == nil:
-		return s.allowNew(sh, h, kb, pl, ms, cost, d)
-	case e.ghost:
-		return s.reviveLocked(sh, e, pl, ms, cost, d)
+	e := s.findLocked(sh, h, kb)
+	if e != nil && !e.ghost() {
+		return s.decideIn(e, pl, ms, req.Cost, d)
 	}
-	return decideIn(e, pl, ms, cost, d)
+	return s.allowNew(sh, h, kb, e, req, k, pl, ms, d)
 }
 
 // revive decides a request for the ghost e, which the caller has locked,
 // as one for a new key, and makes e the key's entry again if the request
-// is charged and the store has room; if it has not, it leaves the
+// is charged and that takes no room but a key's; else it leaves the
 // decision to allowLocked.
-func (s *Store) revive(sh *shard, h uint64, kb []byte, e *entry, pl *algo.Prepared, ms, cost int64, d *algo.Decision) error {
-	var st algo.State
+func (s *Store) revive(sh *shard, h uint64, kb []byte, e *entry, req *algo.Request, k *key, pl *algo.Prepared, ms int64, d *algo.Decision) error {
+	if sh.slots.Load() > 0 {
+		// The key may have to start from its overflow slot's state.
+		e.mu.Unlock()
+		return s.allowLocked(sh, h, kb, req, k, pl, ms, d)
+	}
+	st := algo.State{E: scale(&req.Limit)}
 	var r algo.Result
-	ttl, err := pl.DecideInto(&r, &st, ms, cost)
+	ttl, err := pl.DecideInto(&r, &st, ms, req.Cost)
 	if err != nil {
 		e.mu.Unlock()
 		return fmt.Errorf("deciding in memory: %w", err)
 	}
-	if r.Allowed && cost > 0 {
-		if !s.tryReserve() {
+	if r.Allowed && req.Cost > 0 {
+		// A ghost's entry is charged already; a log is not.
+		if st.Log != nil || !s.reserve(0, true) {
 			e.mu.Unlock()
-			return s.allowLocked(sh, h, kb, pl, ms, cost, d)
+			return s.allowLocked(sh, h, kb, req, k, pl, ms, d)
 		}
-		e.ghost = false
+		e.flags &^= entryGhost
 		e.st, e.expire = st, ms+ttl
+		markHeld(e, &r)
 	}
 	e.mu.Unlock()
 	decision(d, &r)
 	return nil
 }
 
-// reviveLocked is revive under the shard lock, which can make room.
-func (s *Store) reviveLocked(sh *shard, e *entry, pl *algo.Prepared, ms, cost int64, d *algo.Decision) error {
-	defer e.mu.Unlock()
+// allowNew decides a request for key kb, which sh holds not at all (e is
+// nil) or as the ghost e, locked, into d; it adds the key, or revives e,
+// if the request is charged and room can be made, and else charges the
+// key's overflow slot. The key's state starts from its overflow slot's,
+// if that holds any. The caller holds sh.mu.
+func (s *Store) allowNew(sh *shard, h uint64, kb []byte, e *entry, req *algo.Request, k *key, pl *algo.Prepared, ms int64, d *algo.Decision) error {
+	if e != nil {
+		defer e.mu.Unlock()
+	}
 	var st algo.State
 	var r algo.Result
-	ttl, err := pl.DecideInto(&r, &st, ms, cost)
+	var from uint8 // the capacity charged for the log st was cloned from
+	fp := s.limitFP(&req.Limit)
+	var sk []byte
+	var slot *entry
+	if sh.slots.Load() > 0 {
+		sk = s.slotKey(k.alg, k.policy, k.tag, k.subject, fp)
+		if slot = s.findSlot(sh, sk, e); slot != nil {
+			defer slot.mu.Unlock()
+			from = inherit(&st, slot, ms)
+		}
+	}
+	st.E = scale(&req.Limit)
+	ttl, err := pl.DecideInto(&r, &st, ms, req.Cost)
 	if err != nil {
 		return fmt.Errorf("deciding in memory: %w", err)
 	}
-	if r.Allowed && cost > 0 {
-		if !s.reserve(sh, ms, []*entry{e}) {
-			return fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
+	if r.Allowed && req.Cost > 0 {
+		shift := logShiftOf(st.Log, from)
+		switch {
+		case e != nil && s.room(sh, ms, logBytes(shift), false, true):
+			e.flags &^= entryGhost
+			e.st, e.logShift = st, shift // room charged the log
+		case e == nil && s.room(sh, ms, newEntryBytes(len(kb), shift), true, true):
+			e = s.insert(sh, h, kb)
+			defer e.mu.Unlock()
+			e.st, e.logShift = st, shift
+		default:
+			if sk == nil {
+				sk = s.slotKey(k.alg, k.policy, k.tag, k.subject, fp)
+			}
+			if slot == nil {
+				if slot = s.newSlot(sh, sk); slot == nil {
+					return fmt.Errorf("deciding in memory: %w", ErrFull)
+				}
+				defer slot.mu.Unlock()
+			}
+			e = slot
+			e.flags &^= entryGhost
+			s.setState(e, &st, from)
+			s.overflows.Add(1)
 		}
-		e.ghost = false
-		e.st, e.expire = st, ms+ttl
+		e.expire = ms + ttl
+		markHeld(e, &r)
 	}
 	decision(d, &r)
 	return nil
@@ -648,10 +788,11 @@ func (s *Store) reviveLocked(sh *shard, e *entry, pl *algo.Prepared, ms, cost in
 
 // decideIn decides a request in the live entry e, which the caller has
 // locked, and unlocks it.
-func decideIn(e *entry, pl *algo.Prepared, ms, cost int64, d *algo.Decision) error {
+func (s *Store) decideIn(e *entry, pl *algo.Prepared, ms, cost int64, d *algo.Decision) error {
 	// Like a Redis script, write only when a request was charged; a query
-	// or a refusal leaves the stored state and its expiry alone. Only the
-	// sweep deletes, so a clock that steps back finds the state it left.
+	// or a refusal leaves the stored state and its expiry alone. The sweep
+	// deletes only expired keys, so a clock that steps back finds the
+	// state it left (unless room was made for new keys by evicting it).
 	// Decide changes the state it is given only when it charges, so a live
 	// state is decided in place.
 	var r algo.Result
@@ -660,7 +801,7 @@ func decideIn(e *entry, pl *algo.Prepared, ms, cost int64, d *algo.Decision) err
 	if e.expire > ms {
 		ttl, err = pl.DecideInto(&r, &e.st, ms, cost)
 	} else {
-		ttl, err = decideFresh(pl, &r, &e.st, ms, cost)
+		ttl, err = s.decideFresh(e, pl, &r, ms, cost)
 	}
 	if err != nil {
 		e.mu.Unlock()
@@ -668,22 +809,40 @@ func decideIn(e *entry, pl *algo.Prepared, ms, cost int64, d *algo.Decision) err
 	}
 	if r.Allowed && cost > 0 {
 		e.expire = ms + ttl
+		if g := e.st.Log; g != nil && (e.logShift == 0 || g.Len() > 1<<e.logShift) {
+			s.chargeLog(e) // the log grew
+		}
+	}
+	if r.Remaining == 0 || !r.Allowed {
+		e.flags |= entryHeld
 	}
 	e.mu.Unlock()
 	decision(d, &r)
 	return nil
 }
 
-// decideFresh decides on a fresh state, as an expired entry's is, in *st,
+// decideFresh decides on a fresh state, as an expired entry's is, in e,
 // and puts the old state back unless the request was charged.
-func decideFresh(pl *algo.Prepared, r *algo.Result, st *algo.State, ms, cost int64) (int64, error) {
-	old := *st
-	*st = algo.State{}
-	ttl, err := pl.DecideInto(r, st, ms, cost)
+func (s *Store) decideFresh(e *entry, pl *algo.Prepared, r *algo.Result, ms, cost int64) (int64, error) {
+	old := e.st
+	e.st = algo.State{E: old.E} // the limit's scale
+	if e.flags&entryHeld != 0 {
+		e.flags &^= entryHeld
+	}
+	ttl, err := pl.DecideInto(r, &e.st, ms, cost)
 	if err != nil || !r.Allowed || cost == 0 {
-		*st = old
+		e.st = old
+	} else if old.Log != nil || e.st.Log != nil {
+		s.setLog(e, 0) // a new log, grown from empty
 	}
 	return ttl, err
+}
+
+// markHeld flags e as holding a refusal if r refused or left nothing.
+func markHeld(e *entry, r *algo.Result) {
+	if r.Remaining == 0 || !r.Allowed {
+		e.flags |= entryHeld
+	}
 }
 
 // decision sets d to r, field by field. Decisions and results are passed
@@ -813,43 +972,11 @@ func (s *Store) cachePolicy(k *key, l *algo.Limit) {
 	}
 }
 
-// allowNew decides a request for key k, which sh does not hold, into d,
-// and adds the key if the request is charged. The caller holds sh.mu.
-func (s *Store) allowNew(sh *shard, h uint64, k []byte, pl *algo.Prepared, ms, cost int64, d *algo.Decision) error {
-	var st algo.State
-	var r algo.Result
-	ttl, err := pl.DecideInto(&r, &st, ms, cost)
-	if err != nil {
-		return fmt.Errorf("deciding in memory: %w", err)
-	}
-	if r.Allowed && cost > 0 {
-		if !s.reserve(sh, ms, nil) {
-			return fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
-		}
-		e := s.insert(sh, h, k)
-		e.st, e.expire = st, ms+ttl
-		e.mu.Unlock()
-	}
-	decision(d, &r)
-	return nil
-}
-
 // AllowAll implements [tollgate.MultiStore]: the requests, which share a
 // group and so a shard, are decided under the shard lock and their
 // entries' locks on copies of their state, and written back only if all
 // are allowed.
 func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
-	ds, err := s.allowAll(ctx, reqs)
-	if errors.Is(err, ErrFull) && s.sweepIfDue() {
-		ds, err = s.allowAll(ctx, reqs)
-	}
-	if errors.Is(err, ErrFull) {
-		s.overflows.Add(1)
-	}
-	return ds, err
-}
-
-func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("deciding in memory: %w", err)
 	}
@@ -860,13 +987,14 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	}
 	ms := s.msOf(reqs[0].Now)
 	n := len(reqs)
+	ks := make([]key, n)
 	keys := make([][]byte, n)
 	hashes := make([]uint64, n)
 	var sh *shard
 	for i := range reqs {
-		k := keyOf(&reqs[i])
-		keys[i] = k.appendTo(nil)
-		hashes[i], sh = s.hashes(&k, nil) // one group: one shard
+		ks[i] = keyOf(&reqs[i])
+		keys[i] = ks[i].appendTo(nil)
+		hashes[i], sh = s.hashes(&ks[i], nil) // one group: one shard
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -876,27 +1004,55 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			e.mu.Unlock()
 		}
 	}()
-	entries := make([]*entry, n) // nil for a ghost
+	entries := make([]*entry, n) // live entries; nil for a new key
 	ghosts := make([]*entry, n)
+	slots := make([]*entry, n)     // a new key's overflow slot, if it has one
+	sks := make([][]byte, n)       // a new key's overflow slot key, if needed
+	bases := make([]algo.State, n) // the state as it stands
+	from := make([]uint8, n)       // the log capacity charged for it
 	states := make([]algo.State, n)
 	res := make([]algo.Result, n)
 	ttls := make([]int64, n)
 	all := true
 	for i, r := range reqs {
-		e := s.find(sh, hashes[i], keys[i])
+		e := s.findLocked(sh, hashes[i], keys[i], held...)
 		if e != nil {
 			held = append(held, e)
-			if e.ghost {
+			if e.ghost() {
 				ghosts[i], e = e, nil
 			}
 		}
 		entries[i] = e
 		if e != nil {
 			if e.expire > ms {
-				states[i] = e.st
-				states[i].Log = e.st.Log.Clone()
+				bases[i], from[i] = e.st, e.logShift
+			} else {
+				bases[i].E = scale(&r.Limit)
+			}
+			states[i] = bases[i]
+		} else {
+			// A new key starts from its overflow slot's state, or, if an
+			// earlier request of the group shares the slot, from the
+			// state that request leaves, so that charging both to the
+			// slot loses neither.
+			sks[i] = s.slotKey(ks[i].alg, ks[i].policy, ks[i].tag, ks[i].subject, s.limitFP(&r.Limit))
+			if j := indexBytes(sks[:i], sks[i]); j >= 0 {
+				slots[i], bases[i], from[i], states[i] = slots[j], bases[j], from[j], states[j]
+			} else {
+				if sh.slots.Load() > 0 {
+					if o := s.findSlot(sh, sks[i], held...); o != nil {
+						held = append(held, o)
+						slots[i] = o
+						if !o.ghost() && o.expire > ms {
+							bases[i], from[i] = o.st, o.logShift
+						}
+					}
+				}
+				bases[i].E = scale(&r.Limit)
+				states[i] = bases[i]
 			}
 		}
+		states[i].Log = states[i].Log.Clone()
 		var err error
 		if res[i], ttls[i], err = algo.Decide(r.Limit, &states[i], ms, r.Cost); err != nil {
 			return nil, fmt.Errorf("deciding in memory: %w", err)
@@ -909,116 +1065,66 @@ func (s *Store) allowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		// they stand.
 		for i, r := range reqs {
 			if res[i].Allowed {
-				var st algo.State
-				if e := entries[i]; e != nil && e.expire > ms {
-					st = e.st
-				}
+				st := bases[i]
 				res[i], _, _ = algo.Decide(r.Limit, &st, ms, 0)
+			} else if e := entries[i]; e != nil && e.expire > ms {
+				e.flags |= entryHeld
 			}
 			ds[i] = res[i].Decision()
 		}
 		return ds, nil
 	}
-	// Expired keys about to be rewritten are dropped first, so that the
-	// count of keys to reserve is exact.
-	fresh := 0
 	for i, r := range reqs {
+		ds[i] = res[i].Decision()
 		if r.Cost == 0 {
 			continue
 		}
-		if e := entries[i]; e != nil && e.expire <= ms {
-			s.ghost(e)
-			ghosts[i], entries[i] = e, nil
-		}
-		if entries[i] == nil {
-			fresh++
-		}
-	}
-	for j := 0; j < fresh; j++ {
-		if !s.reserve(sh, ms, held) {
-			s.keys.Add(-int64(j))
-			return nil, fmt.Errorf("deciding in memory: %w (%d keys)", ErrFull, s.maxKeys)
-		}
-	}
-	for i, r := range reqs {
-		if r.Cost > 0 {
-			e := entries[i]
-			switch {
-			case e != nil:
-			case ghosts[i] != nil:
-				e = ghosts[i]
-				e.ghost = false
-			default:
-				e = s.insert(sh, hashes[i], keys[i])
-				held = append(held, e)
+		e := entries[i]
+		shift := logShiftOf(states[i].Log, from[i])
+		switch {
+		case e != nil:
+			if e.expire <= ms {
+				e.flags &^= entryHeld // the state was fresh
 			}
-			e.st, e.expire = states[i], ms+ttls[i]
+			s.setState(e, &states[i], from[i])
+		case ghosts[i] != nil && s.room(sh, ms, logBytes(shift), false, true):
+			e = ghosts[i]
+			e.flags &^= entryGhost
+			e.st, e.logShift = states[i], shift // room charged the log
+		case ghosts[i] == nil && s.room(sh, ms, newEntryBytes(len(keys[i]), shift), true, true):
+			e = s.insert(sh, hashes[i], keys[i])
+			held = append(held, e)
+			e.st, e.logShift = states[i], shift
+		default:
+			if slots[i] == nil {
+				// Another request of the group may have created it.
+				if j := indexBytes(sks[:i], sks[i]); j >= 0 && slots[j] != nil {
+					slots[i] = slots[j]
+				} else if slots[i] = s.newSlot(sh, sks[i]); slots[i] == nil {
+					// Requests before this one were charged: a shard
+					// with no slot to spare loses all-or-nothing.
+					return nil, fmt.Errorf("deciding in memory: %w", ErrFull)
+				} else {
+					held = append(held, slots[i])
+				}
+			}
+			e = slots[i]
+			e.flags &^= entryGhost
+			s.setState(e, &states[i], from[i])
+			s.overflows.Add(1)
 		}
-		ds[i] = res[i].Decision()
+		e.expire = ms + ttls[i]
+		markHeld(e, &res[i])
 	}
 	return ds, nil
 }
 
-// Lockout implements [tollgate.Guard]. An account's held attempts are
-// kept beside its state, in its entry.
-func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.LockoutResult, error) {
-	if err := ctx.Err(); err != nil {
-		return algo.LockoutResult{}, fmt.Errorf("guarding login in memory: %w", err)
-	}
-	if err := req.Validate(); err != nil {
-		return algo.LockoutResult{}, fmt.Errorf("guarding login in memory: %w", err)
-	}
-	ms := s.msOf(req.Now)
-	k := &key{alg: lockoutKind, policy: req.Policy, subject: req.Subject}
-	h, sh := s.hashes(k, nil)
-	var buf [96]byte
-	kb := k.appendTo(buf[:0])
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := s.find(sh, h, kb)
-	var held []*entry
-	if e != nil {
-		defer e.mu.Unlock()
-		held = []*entry{e}
-	}
-	var st algo.State
-	holds := algo.Holds{}
-	if e != nil && !e.ghost && e.expire > ms {
-		st = e.st
-		if e.ext != nil && e.ext.leases != nil {
-			holds = e.ext.leases
-		}
-	}
-	res, ttl := algo.Lockout(req.Rule, &st, holds, ms, req.Op, req.Hold)
-	if req.Op == algo.LockCheck {
-		return res, nil
-	}
-	switch {
-	case e != nil && !e.ghost:
-	case ttl > 0:
-		if !s.reserve(sh, ms, held) {
-			s.overflows.Add(1)
-			return res, fmt.Errorf("guarding login in memory: %w", ErrFull)
-		}
-		if e != nil {
-			e.ghost = false
-		} else {
-			e = s.insert(sh, h, kb)
-			defer e.mu.Unlock()
-		}
-	default:
-		return res, nil
-	}
-	e.st, e.expire = st, ms+ttl
-	if len(holds) > 0 {
-		if e.ext == nil {
-			e.ext = &entryExt{}
-		}
-		e.ext.leases = holds
-	} else if e.ext != nil {
-		e.ext.leases = nil
-	}
-	return res, nil
+// setState sets the state of e, which the caller has locked, to *st,
+// whose log (if any) was charged at logShift from, and charges the
+// difference.
+func (s *Store) setState(e *entry, st *algo.State, from uint8) {
+	e.st = *st
+	s.setLog(e, from)
 }
 
 // Acquire implements [tollgate.Leaser].
@@ -1036,45 +1142,120 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 	kb := k.appendTo(buf[:0])
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.find(sh, h, kb)
-	if e == nil || e.ghost {
-		var held []*entry
-		if e != nil {
-			held = []*entry{e}
-		}
-		if !s.reserve(sh, ms, held) {
-			if e != nil {
-				e.mu.Unlock()
+	e := s.findLocked(sh, h, kb)
+	if e != nil {
+		defer e.mu.Unlock()
+	}
+	if e == nil || e.ghost() {
+		// A new subject starts with its overflow slot's leases, if any:
+		// some may be its own.
+		var sk []byte
+		var slot *entry
+		var inherited map[string]int64
+		if sh.slots.Load() > 0 {
+			sk = s.slotKey(leaseKind, req.Policy, "", req.Subject, 0)
+			if slot = s.findSlot(sh, sk, e); slot != nil {
+				defer slot.mu.Unlock()
+				if !slot.ghost() && slot.ext != nil {
+					inherited = liveLeases(slot.ext.leases, ms)
+				}
 			}
-			s.overflows.Add(1)
-			return false, fmt.Errorf("acquiring a lease in memory: %w", ErrFull)
 		}
+		if int64(len(inherited)) >= req.Limit {
+			return false, nil
+		}
+		need := leaseEntryBytes(len(kb), inherited, req.ID)
+		var prior int64
 		if e != nil {
-			e.ghost, e.expire = false, 0
-		} else {
+			prior = e.bytes()
+		}
+		switch {
+		case e != nil && s.room(sh, ms, need-prior, false, true):
+			e.flags &^= entryGhost
+			e.expire = 0
+			s.bytes.Add(prior - need) // charged below, as it is
+		case e == nil && s.room(sh, ms, need, true, true):
 			e = s.insert(sh, h, kb)
+			defer e.mu.Unlock()
+			s.bytes.Add(e.bytes() - need)
+		default:
+			if slot == nil {
+				if sk == nil {
+					sk = s.slotKey(leaseKind, req.Policy, "", req.Subject, 0)
+				}
+				if slot = s.newSlot(sh, sk); slot == nil {
+					return false, fmt.Errorf("acquiring a lease in memory: %w", ErrFull)
+				}
+				defer slot.mu.Unlock()
+			}
+			if slot.ghost() {
+				slot.flags &^= entryGhost
+				slot.expire = 0
+			}
+			e, inherited = slot, nil
+			s.overflows.Add(1)
+		}
+		for id, exp := range inherited {
+			s.addLease(e, id, exp)
 		}
 	}
-	defer e.mu.Unlock()
+	before := e.bytes()
 	if e.ext == nil {
 		e.ext = &entryExt{}
 	}
 	if e.ext.leases == nil {
 		e.ext.leases = map[string]int64{}
 	}
-	leases := e.ext.leases
-	for id, exp := range leases {
+	x := e.ext
+	for id, exp := range x.leases {
 		if exp <= ms {
-			delete(leases, id)
+			delete(x.leases, id)
+			x.leaseIDs -= allocBytes(len(id))
 		}
 	}
-	if int64(len(leases)) >= req.Limit {
-		return false, nil
+	ok := int64(len(x.leases)) < req.Limit
+	if ok {
+		exp := ms + req.TTL.Milliseconds()
+		if _, dup := x.leases[req.ID]; !dup {
+			x.leaseIDs += allocBytes(len(req.ID))
+		}
+		x.leases[req.ID] = exp
+		x.leaseMax = max(x.leaseMax, len(x.leases))
+		e.expire = max(e.expire, exp)
 	}
-	exp := ms + req.TTL.Milliseconds()
-	leases[req.ID] = exp
+	s.bytes.Add(e.bytes() - before)
+	return ok, nil
+}
+
+// addLease adds lease id, expiring at exp, to e, which the caller has
+// locked, and charges it.
+func (s *Store) addLease(e *entry, id string, exp int64) {
+	before := e.bytes()
+	if e.ext == nil {
+		e.ext = &entryExt{}
+	}
+	if e.ext.leases == nil {
+		e.ext.leases = map[string]int64{}
+	}
+	if _, dup := e.ext.leases[id]; !dup {
+		e.ext.leaseIDs += allocBytes(len(id))
+	}
+	e.ext.leases[id] = exp
+	e.ext.leaseMax = max(e.ext.leaseMax, len(e.ext.leases))
 	e.expire = max(e.expire, exp)
-	return true, nil
+	s.bytes.Add(e.bytes() - before)
+}
+
+// releaseLease deletes lease id from e, which the caller has locked.
+func (s *Store) releaseLease(e *entry, id string) {
+	if e.ghost() || e.ext == nil {
+		return
+	}
+	if _, ok := e.ext.leases[id]; ok {
+		delete(e.ext.leases, id)
+		e.ext.leaseIDs -= allocBytes(len(id))
+		s.bytes.Add(-allocBytes(len(id)))
+	}
 }
 
 // Release implements [tollgate.Leaser].
@@ -1085,11 +1266,16 @@ func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
 	kb := k.appendTo(buf[:0])
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := s.find(sh, h, kb); e != nil {
-		if !e.ghost && e.ext != nil {
-			delete(e.ext.leases, req.ID)
-		}
+	if e := s.findLocked(sh, h, kb); e != nil {
+		s.releaseLease(e, req.ID)
 		e.mu.Unlock()
+	}
+	if sh.slots.Load() > 0 {
+		// The lease may be held in the subject's overflow slot.
+		if slot := s.findSlot(sh, s.slotKey(leaseKind, req.Policy, "", req.Subject, 0)); slot != nil {
+			s.releaseLease(slot, req.ID)
+			slot.mu.Unlock()
+		}
 	}
 	return nil
 }
@@ -1105,98 +1291,92 @@ func (s *Store) msOf(t time.Time) int64 {
 	return s.now().UnixMilli()
 }
 
-// tryReserve counts one more key if the store has room for it.
-func (s *Store) tryReserve() bool {
-	if s.maxKeys < 0 {
-		s.keys.Add(1)
-		return true
-	}
-	if s.keys.Add(1) <= s.maxKeys {
-		return true
-	}
-	s.keys.Add(-1)
-	return false
-}
-
-// reserve counts one more key, sweeping sh if the store is full (Allow
-// sweeps the other shards, outside any shard lock, if that is not enough).
-// The caller holds sh.mu and the locks of the entries in held.
-func (s *Store) reserve(sh *shard, ms int64, held []*entry) bool {
-	if s.maxKeys < 0 {
-		s.keys.Add(1)
-		return true
-	}
-	if s.keys.Add(1) <= s.maxKeys {
-		return true
-	}
-	s.sweepShard(sh, ms, held, false)
-	if s.keys.Load() <= s.maxKeys {
-		return true
-	}
-	s.keys.Add(-1)
-	return false
-}
-
 // ghost drops the key of the live entry e, whose lock the caller holds,
 // as deleting it would, but leaves e in the table: if the key comes back
 // before the next sweep, e is revived, without the shard lock, instead of
 // a new entry being added. The sweep after that deletes the ghosts left.
 // A ghost is not a key: it is not counted, its state is gone, and finding
-// it is finding nothing.
+// it is finding nothing. It is charged only its entry (and a long key).
 func (s *Store) ghost(e *entry) {
-	e.ghost = true
+	before := e.bytes()
+	e.flags = e.flags&^entryHeld | entryGhost
 	e.st = algo.State{}
+	e.logShift = 0
 	if e.ext != nil {
-		e.ext.leases = nil
+		e.ext.leases, e.ext.leaseMax, e.ext.leaseIDs = nil, 0, 0
 	}
-	s.keys.Add(-1)
-	s.expired.Add(1)
-}
-
-// sweepShard drops sh's expired keys, and if reclaim is set deletes the
-// ghosts left by the last sweep. The caller holds sh.mu and the locks of
-// the entries in held.
-func (s *Store) sweepShard(sh *shard, ms int64, held []*entry, reclaim bool) {
-	t := sh.tab.Load()
-	sl := s.ents.dir.Load()
-	for i := range t.slots {
-		v := t.slots[i].Load()
-		if v == slotEmpty || v == slotDeleted {
-			continue
-		}
-		e := sl.at(uint32(v) - 2)
-		mine := slices.Contains(held, e)
-		if !mine {
-			e.mu.Lock()
-		}
-		switch {
-		case e.ghost:
-			if reclaim && !mine {
-				sh.removeAt(t, uint64(i), e)
-				s.ents.release(e)
-			}
-		case e.expire <= ms:
-			s.ghost(e)
-		}
-		if !mine {
-			e.mu.Unlock()
-		}
+	s.bytes.Add(e.bytes() - before)
+	if e.flags&entrySlot == 0 {
+		s.keys.Add(-1)
+		s.expired.Add(1)
 	}
 }
 
-// Sweep drops every expired key now. The background sweep calls it.
+// sweepSlots is how many slots of a shard's table the sweep visits per
+// hold of the shard's lock: a new key waits for at most that many.
+const sweepSlots = 256
+
+// Sweep drops every expired key now, a batch of slots at a time. The
+// background sweep calls it.
 func (s *Store) Sweep() {
 	ms := s.now().UnixMilli()
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		s.sweepShard(sh, ms, nil, true)
-		sh.mu.Unlock()
+		s.sweepShard(&s.shards[i], ms)
 	}
 	s.ents.trim()
 	for i := range s.limits {
 		s.limits[i].Store(nil)
 		s.policies[i].Store(nil)
+	}
+}
+
+// sweepShard makes sh's expired keys ghosts and deletes the ghosts left by
+// the last sweep, taking sh.mu for sweepSlots slots at a time; then it
+// shrinks sh's table if it is nearly empty. It skips entries in use: the
+// next sweep will see them.
+func (s *Store) sweepShard(sh *shard, ms int64) {
+	for i := 0; ; {
+		sh.mu.Lock()
+		t := sh.tab.Load()
+		if i >= len(t.slots) {
+			size := len(t.slots)
+			for size > minSlots && 16*(sh.live+1) <= size {
+				size /= 2
+			}
+			if size < len(t.slots) {
+				s.rehash(sh, size)
+			}
+			sh.mu.Unlock()
+			return
+		}
+		sl := s.ents.dir.Load()
+		visited := 0
+		for ; visited < sweepSlots && i < len(t.slots); visited++ {
+			v := t.slots[i].Load()
+			if v == slotEmpty {
+				i++
+				continue
+			}
+			e := sl.at(uint32(v) - 2)
+			if !e.mu.TryLock() {
+				i++
+				continue
+			}
+			switch {
+			case e.ghost():
+				s.drop(sh, t, uint64(i), e)
+				e.mu.Unlock()
+				continue // slot i may hold another entry now
+			case e.expire <= ms && !e.leased(ms):
+				s.ghost(e)
+			}
+			e.mu.Unlock()
+			i++
+		}
+		sh.mu.Unlock()
+		if s.sweepBatch != nil {
+			s.sweepBatch(visited)
+		}
 	}
 }
 
@@ -1217,26 +1397,40 @@ func (s *Store) sweepLoop(interval time.Duration) {
 // Stats is a snapshot of the store's counters.
 type Stats struct {
 	Keys      int64  // keys held now
-	Overflows uint64 // new keys refused because the store was full
-	Expired   uint64 // keys dropped by a sweep after they expired
+	Bytes     int64  // bytes charged now (see Options.MaxBytes)
+	MaxBytes  int64  // the bound on Bytes; negative: none
+	Overflows uint64 // requests for new keys charged to an overflow slot
+	Evictions uint64 // keys dropped before they expired to make room
+	Expired   uint64 // keys dropped after they expired
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Keys: s.keys.Load(), Overflows: s.overflows.Load(), Expired: s.expired.Load()}
+	return Stats{Keys: s.keys.Load(), Bytes: s.bytes.Load(), MaxBytes: s.maxBytes,
+		Overflows: s.overflows.Load(), Evictions: s.evictions.Load(), Expired: s.expired.Load()}
 }
 
 // Describe implements [prometheus.Collector].
 func (s *Store) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.descKeys
+	ch <- s.descBytes
+	ch <- s.descMaxBytes
 	ch <- s.descOverflow
+	ch <- s.descEvicted
 	ch <- s.descExpired
 }
 
 // Collect implements [prometheus.Collector].
 func (s *Store) Collect(ch chan<- prometheus.Metric) {
 	st := s.Stats()
+	maxBytes := float64(st.MaxBytes)
+	if st.MaxBytes < 0 {
+		maxBytes = math.Inf(1)
+	}
 	ch <- prometheus.MustNewConstMetric(s.descKeys, prometheus.GaugeValue, float64(st.Keys))
+	ch <- prometheus.MustNewConstMetric(s.descBytes, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(s.descMaxBytes, prometheus.GaugeValue, maxBytes)
 	ch <- prometheus.MustNewConstMetric(s.descOverflow, prometheus.CounterValue, float64(st.Overflows))
+	ch <- prometheus.MustNewConstMetric(s.descEvicted, prometheus.CounterValue, float64(st.Evictions))
 	ch <- prometheus.MustNewConstMetric(s.descExpired, prometheus.CounterValue, float64(st.Expired))
 }

@@ -2,7 +2,6 @@ package memory_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -77,9 +76,10 @@ func TestZeroCostOnFreshKeyStoresNothing(t *testing.T) {
 	}
 }
 
-// TestKeyCap checks the overflow behaviour: a full store refuses new keys
-// with ErrFull and counts them, never evicts an active key, and takes new
-// keys again once old ones expire.
+// TestKeyCap checks a full store whose keys all hold refusals: a new key
+// is decided in its overflow slot and counted, limited like any key; no
+// key that holds a refusal is evicted; and once they expire, new keys take
+// their place.
 func TestKeyCap(t *testing.T) {
 	clk := &clock{now: time.UnixMilli(1_800_000_000_000)}
 	s := memory.New(memory.Options{Now: clk.Now, MaxKeys: 10, SweepInterval: -1, Shards: 4})
@@ -94,16 +94,22 @@ func TestKeyCap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := req("new"); !errors.Is(err, memory.ErrFull) {
-		t.Fatalf("11th key: err = %v, want ErrFull", err)
+	if d, err := req("new"); err != nil || !d.Allowed {
+		t.Fatalf("11th key: %+v, %v; want admitted", d, err)
+	}
+	if d, err := req("new"); err != nil || d.Allowed {
+		t.Fatalf("11th key again: %+v, %v; want refused", d, err)
 	}
 	const want = `
-# HELP tollgate_memory_overflow_total Requests for new keys refused because the in-memory store was full.
+# HELP tollgate_memory_overflow_total Requests for new keys charged to a shared overflow slot because the in-memory store was full.
 # TYPE tollgate_memory_overflow_total counter
 tollgate_memory_overflow_total 1
 `
 	if err := testutil.CollectAndCompare(s, strings.NewReader(want), "tollgate_memory_overflow_total"); err != nil {
 		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Keys != 10 || st.Evictions != 0 {
+		t.Fatalf("stats = %+v, want 10 keys, none evicted", st)
 	}
 	// Active keys keep their spent budget: still refused.
 	for i := 0; i < 10; i++ {
@@ -115,6 +121,9 @@ tollgate_memory_overflow_total 1
 	if d, err := req("new"); err != nil || !d.Allowed {
 		t.Fatalf("after expiry the new key: %+v, %v", d, err)
 	}
+	if st := s.Stats(); st.Keys > 10 || st.Expired == 0 || st.Overflows != 1 {
+		t.Fatalf("stats = %+v, want expired keys dropped for the new one, 1 overflow", st)
+	}
 }
 
 func TestCollector(t *testing.T) {
@@ -123,7 +132,7 @@ func TestCollector(t *testing.T) {
 	if _, err := s.Allow(context.Background(), algo.Request{Policy: "p", Subject: "s", Limit: tollgate.PerMinute(5), Cost: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(s); n != 3 {
-		t.Fatalf("collected %d metrics, want 3", n)
+	if n := testutil.CollectAndCount(s); n != 6 {
+		t.Fatalf("collected %d metrics, want 6", n)
 	}
 }
