@@ -260,4 +260,3 @@ func (s *Store) holdOp(ctx context.Context, req *algo.Request, h algo.Hold, rese
 	}
 	return r.Decision(), nil
 }
-
