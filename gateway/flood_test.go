@@ -68,3 +68,28 @@ func grepLines(s, prefix string) string {
 	}
 	return b.String()
 }
+
+// TestOneAddressBoundedState: one address naming a new account with every
+// login creates state for no more accounts than its failure budget lets
+// it try (20), because the guard holds a place in the address's budget
+// before it creates anything for the account.
+func TestOneAddressBoundedState(t *testing.T) {
+	up := newLoginUpstream(t, 0)
+	g := start(t, loginConfig(t, up.URL), "")
+	before := metric(t, g, "tollgate_memory_keys")
+	refused := 0
+	for i := 0; i < 300; i++ {
+		switch code := postLogin(t, g, "203.0.113.50", "/login", "application/json", fmt.Sprintf(`{"username":"victim%d","password":"x"}`, i)); code {
+		case 401:
+		case 429:
+			refused++
+		default:
+			t.Fatalf("attempt %d: %d", i, code)
+		}
+	}
+	created := metric(t, g, "tollgate_memory_keys") - before
+	t.Logf("300 accounts from one address: %d reached the upstream, %d refused, %v keys created", up.hits.Load(), refused, created)
+	if up.hits.Load() != 20 || created > 25 {
+		t.Fatalf("one address created %v keys (%d attempts reached the upstream); want the 20 accounts its budget allows, and its own few keys", created, up.hits.Load())
+	}
+}
