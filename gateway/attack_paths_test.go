@@ -80,3 +80,39 @@ func atoiPrefix(h string) int {
 	}
 	return n
 }
+
+// TestExpensiveRouteBypass: exact routes asked for in the forms an upstream
+// commonly serves alike. /api/export/ (trailing slash) fell to the cheap
+// /api/ prefix, and the exact /api/report could match nothing beside the
+// prefix /api/report/: each request then cost 1 instead of 10, so three
+// reached the upstream where the budget allows one.
+func TestExpensiveRouteBypass(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		for i, target := range []string{"/api/export/", "/api/report", "/api/export"} {
+			up := newUpstream(t)
+			p, err := policy.Parse([]byte(fmt.Sprintf(`version: bypass-%d
+listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
+store: {timeout: 5s}
+identity: {secret: 0123456789abcdef0123, anonymous_plan: free}
+plans:
+  free: {algorithm: fixed_window, rate: 10, period: 1h}
+routes:
+  - {name: export, path: /api/export, upstream: %[2]q, cost: 10}
+  - {name: api, path: /api/, upstream: %[2]q}
+  - {name: report, path: /api/report, upstream: %[2]q, cost: 10}
+  - {name: reports, path: /api/report/, upstream: %[2]q}
+`, i, up.URL)), "bypass.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := start(t, p, redisURL)
+			var codes []int
+			for range 3 {
+				codes = append(codes, get(t, g.public+target).StatusCode)
+			}
+			if n := up.hits.Load(); n != 1 || codes[0] != 200 || codes[1] != 429 || codes[2] != 429 {
+				t.Errorf("GET %s ×3: statuses %v, %d reached the upstream; want 200 429 429 and 1 (each costs the whole budget)", target, codes, n)
+			}
+		}
+	})
+}

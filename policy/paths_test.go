@@ -135,16 +135,7 @@ func TestMatchExactRoutes(t *testing.T) {
 		{"GET", "/login/x", "root"},
 		{"GET", "/loginx", "root"},
 	}
-	for _, c := range cases {
-		r := p.Match(c.method, c.path)
-		got := ""
-		if r != nil {
-			got = r.Name
-		}
-		if got != c.want {
-			t.Errorf("Match(%s %s) = %q, want %q", c.method, c.path, got, c.want)
-		}
-	}
+	expectMatches(t, p, cases)
 }
 
 // TestMatchKey: spellings that common servers read as one path are matched

@@ -74,16 +74,7 @@ func TestMatch(t *testing.T) {
 		{"GET", "/apix", ""},
 		{"GET", "/", ""},
 	}
-	for _, c := range cases {
-		r := p.Match(c.method, c.path)
-		got := ""
-		if r != nil {
-			got = r.Name
-		}
-		if got != c.want {
-			t.Errorf("Match(%s %s) = %q, want %q", c.method, c.path, got, c.want)
-		}
-	}
+	expectMatches(t, p, cases)
 }
 
 // TestInvalidFiles checks that each broken file is refused whole, with the
@@ -274,5 +265,19 @@ func TestTenantOverride(t *testing.T) {
 	}
 	if _, err := policy.Parse([]byte(valid+"tenants:\n  acme: {plan: gold}\n"), "p.yaml"); err == nil || !strings.Contains(err.Error(), `no plan named "gold"`) {
 		t.Fatalf("unknown tenant plan: %v", err)
+	}
+}
+
+// expectMatches checks the route each case matches (want "" for none).
+func expectMatches(t *testing.T, p *policy.Policy, cases []struct{ method, path, want string }) {
+	t.Helper()
+	for _, c := range cases {
+		got := ""
+		if r := p.Match(c.method, c.path); r != nil {
+			got = r.Name
+		}
+		if got != c.want {
+			t.Errorf("Match(%s %s) = %q, want %q", c.method, c.path, got, c.want)
+		}
 	}
 }
