@@ -186,6 +186,16 @@ func TestLoginParserDifferences(t *testing.T) {
 				t.Errorf("%s: reached the upstream", v.name)
 			}
 		}
+		// A body that cannot be read at all (malformed chunks) is a 400
+		// too, never an empty 200.
+		before := up.hits.Load()
+		if code := rawStatus(t, strings.TrimPrefix(g.public, "http://"), "POST /login HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 198.51.100.7\r\n"+
+			"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"); code != 400 {
+			t.Errorf("malformed chunks: status %d, want 400", code)
+		}
+		if up.hits.Load() != before {
+			t.Error("malformed chunks reached the upstream")
+		}
 		if n := up.logins("alice"); n != 0 {
 			t.Fatalf("the locked account was logged into %d times", n)
 		}

@@ -49,9 +49,12 @@ func (m *middleware) loginBegin(w http.ResponseWriter, r *http.Request, lg *poli
 		// The body did not arrive (in time, or at all): nothing is held,
 		// no store is asked.
 		m.count("login_body", "login", "-", "unread")
+		w.Header().Set("Connection", "close")
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			w.Header().Set("Connection", "close")
 			WriteProblem(w, Problem{Type: ProblemBodyTimeout, Status: http.StatusRequestTimeout, Detail: "the request body did not arrive in time"})
+		} else {
+			// Malformed chunking, a client gone: never an empty 200.
+			WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusBadRequest, Detail: "the request body could not be read"})
 		}
 		return nil, false
 	}
@@ -68,7 +71,7 @@ func (m *middleware) loginBegin(w http.ResponseWriter, r *http.Request, lg *poli
 	r.TransferEncoding = nil
 	a := &loginAttempt{m: m, guard: lg, account: m.hasher.Hash("acct", accountKey(lb.account)),
 		ip:   tollgate.Request{Policy: lg.IPFailures.StoreName, Subject: sub.Client, Limit: lg.IPFailures.Limit, Cost: 1, Now: m.clockTime()},
-		hold: tollgate.Hold{ID: newAttemptID(), TTL: m.holdTTL}}
+		hold: tollgate.Hold{ID: newLeaseID(), TTL: m.holdTTL}}
 	unavailable := func(err error) (*loginAttempt, bool) {
 		m.logSampled(r.Context(), slog.LevelError, "login guard unavailable, refusing", sub, lg.IPFailures.Name, "login", slog.String("error", err.Error()))
 		m.fallback("login", "fail_closed")
@@ -160,9 +163,9 @@ func (a *loginAttempt) settleIP(ctx context.Context, charge bool) {
 	}
 }
 
-// newAttemptID returns an id for a login attempt's holds, unique across
-// gateways sharing a store.
-func newAttemptID() string {
+// newLeaseID returns an id for a concurrency lease or a login attempt's
+// holds, unique across gateways sharing a store.
+func newLeaseID() string {
 	return fmt.Sprintf("%s-%d", leasePrefix, leaseSeq.Add(1))
 }
 
@@ -217,7 +220,7 @@ func (m *middleware) acquireSlot(w http.ResponseWriter, r *http.Request, route *
 	if k.PerRoute {
 		subject = "route"
 	}
-	req := algo.LeaseRequest{Policy: k.StoreName, Subject: subject, ID: fmt.Sprintf("%s-%d", leasePrefix, leaseSeq.Add(1)),
+	req := algo.LeaseRequest{Policy: k.StoreName, Subject: subject, ID: newLeaseID(),
 		Limit: k.Limit, TTL: k.LeaseTTL, Now: m.clockTime()}
 	got, err := l.Acquire(r.Context(), req)
 	if err != nil {
