@@ -117,7 +117,7 @@ func postLogin(t *testing.T, g *running, from, path, ctype, body string, header 
 	}
 	req.Header.Set("X-Forwarded-For", from)
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		req.Header.Add(header[i], header[i+1])
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -172,10 +172,14 @@ func TestLoginParserDifferences(t *testing.T) {
 			{"an account that is not a string", "/login", "application/json", `{"username":["alice"],"password":"demo"}`},
 			{"a JSON array", "/login", "application/json", `[{"username":"alice","password":"demo"}]`},
 			{"a compressed body", "/login", "application/json", `{"username":"alice","password":"demo"}`},
+			{"two content types", "/login", "application/json", `{"username":"alice","password":"demo"}`},
 		} {
 			var extra []string
-			if v.name == "a compressed body" {
+			switch v.name {
+			case "a compressed body":
 				extra = []string{"Content-Encoding", "gzip"}
+			case "two content types":
+				extra = []string{"Content-Type", "application/x-www-form-urlencoded"}
 			}
 			before := up.hits.Load()
 			code := postLogin(t, g, "198.51.100.7", v.path, v.ctype, v.body, extra...)

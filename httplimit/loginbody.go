@@ -43,7 +43,8 @@ const maxAccountBytes = 256
 //
 //   - a body over maxBody bytes, or compressed (Content-Encoding);
 //   - a content type other than application/json or
-//     application/x-www-form-urlencoded, or a charset other than UTF-8;
+//     application/x-www-form-urlencoded, a charset other than UTF-8, or
+//     two Content-Type lines;
 //   - JSON that is not one object with nothing after it, or not valid
 //     UTF-8, or whose account is not a string;
 //   - a form with a ';' (a separator to some parsers) or a malformed
@@ -69,6 +70,10 @@ func readLoginBody(r *http.Request, field string, maxBody int64) (*loginBody, er
 	}
 	if err := checkQuery(r.URL.RawQuery, field); err != nil {
 		return nil, err
+	}
+	ct := r.Header.Values("Content-Type")
+	if len(ct) > 1 {
+		return nil, badLogin("more than one Content-Type: servers read one or the other")
 	}
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil {
