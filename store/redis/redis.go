@@ -1,8 +1,8 @@
 // Package redis is Tollgate's shared store: rate-limit state in Redis, so
 // that many gateway instances spend one budget.
 //
-// Every decision is made atomically by Lua code (decide.lua, and
-// multi.lua for all-or-nothing groups, embedded in the binary with one
+// Every decision is made atomically by Lua code (decide.lua, multi.lua
+// for all-or-nothing groups and reserve.lua for held attempts, embedded in the binary with one
 // file per algorithm), loaded as a function library and called with
 // FCALL, or, where Redis refuses functions, run as scripts with EVALSHA;
 // both are loaded again when Redis has lost them. The code reads the time
@@ -197,7 +197,7 @@ type Store struct {
 	lib     *library   // nil with Options.NoFunctions
 	lockout *rueidis.Lua
 	lease   *rueidis.Lua
-	reserve *rueidis.Lua  // reserve.lua: attempts held on a rate limit
+	reserve entryPoint    // reserve.lua: attempts held on a rate limit
 	owned   bool          // Open made the client; Close closes it
 	stop    chan struct{} // ends Open's connect loop
 	done    chan struct{}
@@ -238,18 +238,13 @@ func newStore(opts Options) (*Store, error) {
 		dst *entryPoint
 		fn  string
 		src func() (string, error)
-	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}} {
+	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}} {
 		src, err := x.src()
 		if err != nil {
 			return nil, fmt.Errorf("creating redis store: %w", err)
 		}
 		*x.dst = entryPoint{fn: x.fn, script: rueidis.NewLuaScript(src)}
 	}
-	src, err := ReserveScript()
-	if err != nil {
-		return nil, fmt.Errorf("creating redis store: %w", err)
-	}
-	s.reserve = rueidis.NewLuaScript(src)
 	s.batch.maxBatch = opts.MaxBatch
 	if s.batch.maxBatch == 0 {
 		s.batch.maxBatch = defaultMaxBatch
@@ -345,7 +340,7 @@ func (s *Store) holdOp(ctx context.Context, req algo.Request, h algo.Hold, op in
 	key := KeyFor(req)
 	var packed [reqSize]byte
 	appendRequest(packed[:0], req)
-	msgs, err := s.reserve.Exec(ctx, c, []string{key, key + ":held"}, []string{now, slack, string(packed[:]),
+	msgs, err := s.exec(ctx, c, s.reserve, []string{key, key + ":held"}, []string{now, slack, string(packed[:]),
 		strconv.Itoa(op), h.ID, strconv.FormatInt(h.TTL.Milliseconds(), 10)}).ToArray()
 	if err != nil {
 		return algo.Decision{}, err
