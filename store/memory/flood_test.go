@@ -22,6 +22,20 @@ func floodStores() map[string]memory.Options {
 	}
 }
 
+// onFloodStores runs f on a new store of each of floodStores' shapes,
+// on a clock f may move.
+func onFloodStores(t *testing.T, f func(t *testing.T, s *memory.Store, clk *clock)) {
+	for name, opts := range floodStores() {
+		t.Run(name, func(t *testing.T) {
+			clk := &clock{now: time.UnixMilli(1_800_000_000_000)}
+			opts.Now = clk.Now
+			s := memory.New(opts)
+			defer s.Close()
+			f(t, s, clk)
+		})
+	}
+}
+
 // attackers numbers the flood's subjects: each is new.
 var attackers atomic.Int64
 
@@ -48,134 +62,122 @@ func flood(s *memory.Store, n int) {
 // checks that a new subject is still limited: exactly its limit admitted,
 // never an error (which a fail_open route would let through unlimited).
 func TestFloodNewSubjectsLimited(t *testing.T) {
-	for name, opts := range floodStores() {
-		t.Run(name, func(t *testing.T) {
-			clk := &clock{now: time.UnixMilli(1_800_000_000_000)}
-			opts.Now = clk.Now
-			s := memory.New(opts)
-			defer s.Close()
-			ctx := context.Background()
-			flood(s, 2000)
-			if st := s.Stats(); st.Evictions == 0 {
-				t.Fatalf("after the flood: %+v; want keys evicted", st)
-			}
-			for _, a := range algo.Algorithms() {
-				l := algo.Limit{Algorithm: a, Rate: 5, Period: time.Minute}
-				admitted := 0
-				for range 9 {
-					d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "new-" + a.String(), Limit: l, Cost: 1})
-					if err != nil {
-						t.Fatalf("%v: a new subject in a full store: %v", a, err)
-					}
-					if d.Allowed {
-						admitted++
-					}
-					flood(s, 20) // the flood goes on
-				}
-				if admitted != 5 {
-					t.Errorf("%v: a new subject in a full store was admitted %d times, want 5", a, admitted)
-				}
-			}
-			// A new group: all or nothing, each limit exactly.
+	onFloodStores(t, func(t *testing.T, s *memory.Store, clk *clock) {
+		ctx := context.Background()
+		flood(s, 2000)
+		if st := s.Stats(); st.Evictions == 0 {
+			t.Fatalf("after the flood: %+v; want keys evicted", st)
+		}
+		for _, a := range algo.Algorithms() {
+			l := algo.Limit{Algorithm: a, Rate: 5, Period: time.Minute}
 			admitted := 0
 			for range 9 {
-				ds, err := s.AllowAll(ctx, []algo.Request{
-					{Policy: "plan:x", Subject: "new-user", Tag: "new-tenant", Limit: algo.Limit{Rate: 4, Period: time.Minute}, Cost: 1},
-					{Policy: "plan:y", Subject: "new-user", Tag: "new-tenant", Limit: algo.Limit{Rate: 6, Period: time.Minute}, Cost: 1},
-					{Policy: "tenant", Subject: "new-tenant", Tag: "new-tenant", Limit: algo.Limit{Rate: 7, Period: time.Minute}, Cost: 1},
-				})
+				d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "new-" + a.String(), Limit: l, Cost: 1})
 				if err != nil {
-					t.Fatalf("a new group in a full store: %v", err)
+					t.Fatalf("%v: a new subject in a full store: %v", a, err)
 				}
-				if ds[0].Allowed && ds[1].Allowed && ds[2].Allowed {
+				if d.Allowed {
 					admitted++
 				}
-				flood(s, 20)
+				flood(s, 20) // the flood goes on
 			}
-			if admitted != 4 {
-				t.Errorf("a new group in a full store was admitted %d times, want 4", admitted)
+			if admitted != 5 {
+				t.Errorf("%v: a new subject in a full store was admitted %d times, want 5", a, admitted)
 			}
-			// A new account is locked after its threshold, and stays locked.
-			rule := algo.LockoutRule{Threshold: 3, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
-			for i := range 3 {
-				if _, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockFail}); err != nil {
-					t.Fatalf("failure %d of a new account in a full store: %v", i, err)
-				}
+		}
+		// A new group: all or nothing, each limit exactly.
+		admitted := 0
+		for range 9 {
+			ds, err := s.AllowAll(ctx, []algo.Request{
+				{Policy: "plan:x", Subject: "new-user", Tag: "new-tenant", Limit: algo.Limit{Rate: 4, Period: time.Minute}, Cost: 1},
+				{Policy: "plan:y", Subject: "new-user", Tag: "new-tenant", Limit: algo.Limit{Rate: 6, Period: time.Minute}, Cost: 1},
+				{Policy: "tenant", Subject: "new-tenant", Tag: "new-tenant", Limit: algo.Limit{Rate: 7, Period: time.Minute}, Cost: 1},
+			})
+			if err != nil {
+				t.Fatalf("a new group in a full store: %v", err)
 			}
-			flood(s, 2000)
-			if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockCheck}); err != nil || !r.Locked {
-				t.Errorf("an account that failed 3 times in a full store: %+v, %v; want locked", r, err)
+			if ds[0].Allowed && ds[1].Allowed && ds[2].Allowed {
+				admitted++
 			}
-			// A new subject's concurrency is limited.
-			for i := range 3 {
-				ok, err := s.Acquire(ctx, algo.LeaseRequest{Policy: "conc", Subject: "new", ID: strconv.Itoa(i), Limit: 2, TTL: time.Minute})
-				if err != nil || ok != (i < 2) {
-					t.Errorf("lease %d of a new subject in a full store: %v, %v", i, ok, err)
-				}
-				flood(s, 20)
+			flood(s, 20)
+		}
+		if admitted != 4 {
+			t.Errorf("a new group in a full store was admitted %d times, want 4", admitted)
+		}
+		// A new account is locked after its threshold, and stays locked.
+		rule := algo.LockoutRule{Threshold: 3, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
+		for i := range 3 {
+			if _, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockFail}); err != nil {
+				t.Fatalf("failure %d of a new account in a full store: %v", i, err)
 			}
-		})
-	}
+		}
+		flood(s, 2000)
+		if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockCheck}); err != nil || !r.Locked {
+			t.Errorf("an account that failed 3 times in a full store: %+v, %v; want locked", r, err)
+		}
+		// A new subject's concurrency is limited.
+		for i := range 3 {
+			ok, err := s.Acquire(ctx, algo.LeaseRequest{Policy: "conc", Subject: "new", ID: strconv.Itoa(i), Limit: 2, TTL: time.Minute})
+			if err != nil || ok != (i < 2) {
+				t.Errorf("lease %d of a new subject in a full store: %v, %v", i, ok, err)
+			}
+			flood(s, 20)
+		}
+	})
 }
 
 // TestFloodKeepsHeldState checks that a refusal, a lock and a lease
 // survive any amount of flooding, their state intact.
 func TestFloodKeepsHeldState(t *testing.T) {
-	for name, opts := range floodStores() {
-		t.Run(name, func(t *testing.T) {
-			clk := &clock{now: time.UnixMilli(1_800_000_000_000)}
-			opts.Now = clk.Now
-			s := memory.New(opts)
-			defer s.Close()
-			ctx := context.Background()
-			l := algo.Limit{Rate: 3, Period: time.Hour}
-			rule := algo.LockoutRule{Threshold: 3, Lock: time.Hour, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
-			lease := algo.LeaseRequest{Policy: "conc", Subject: "holder", ID: "held", Limit: 1, TTL: time.Hour}
-			var refused algo.Decision
-			for i := range 4 {
-				if i > 0 {
-					clk.Add(time.Second)
-				}
-				refused, _ = s.Allow(ctx, algo.Request{Policy: "p", Subject: "refused", Limit: l, Cost: 1})
+	onFloodStores(t, func(t *testing.T, s *memory.Store, clk *clock) {
+		ctx := context.Background()
+		l := algo.Limit{Rate: 3, Period: time.Hour}
+		rule := algo.LockoutRule{Threshold: 3, Lock: time.Hour, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
+		lease := algo.LeaseRequest{Policy: "conc", Subject: "holder", ID: "held", Limit: 1, TTL: time.Hour}
+		var refused algo.Decision
+		for i := range 4 {
+			if i > 0 {
+				clk.Add(time.Second)
 			}
-			if refused.Allowed {
-				t.Fatal("the fourth request was admitted")
-			}
-			for range 3 {
-				s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockFail})
-			}
-			locked, _ := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockCheck})
-			if !locked.Locked {
-				t.Fatal("not locked")
-			}
-			if ok, err := s.Acquire(ctx, lease); !ok || err != nil {
-				t.Fatalf("Acquire = %v, %v", ok, err)
-			}
-			for range 5 {
-				flood(s, 1000)
-			}
-			if st := s.Stats(); st.Evictions == 0 {
-				t.Fatalf("after the flood: %+v; want keys evicted", st)
-			}
-			if d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "refused", Limit: l, Cost: 1}); err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter != refused.RetryAfter {
-				t.Errorf("the refused subject after the flood: %+v, %v; want refused as before (%+v)", d, err, refused)
-			}
-			if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockCheck}); err != nil || r != locked {
-				t.Errorf("the locked account after the flood: %+v, %v; want %+v", r, err, locked)
-			}
-			other := lease
-			other.ID = "other"
-			if ok, err := s.Acquire(ctx, other); ok || err != nil {
-				t.Errorf("a second lease after the flood: %v, %v; want refused", ok, err)
-			}
-			if err := s.Release(ctx, lease); err != nil {
-				t.Fatal(err)
-			}
-			if ok, err := s.Acquire(ctx, other); !ok || err != nil {
-				t.Errorf("a lease after the release: %v, %v", ok, err)
-			}
-		})
-	}
+			refused, _ = s.Allow(ctx, algo.Request{Policy: "p", Subject: "refused", Limit: l, Cost: 1})
+		}
+		if refused.Allowed {
+			t.Fatal("the fourth request was admitted")
+		}
+		for range 3 {
+			s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockFail})
+		}
+		locked, _ := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockCheck})
+		if !locked.Locked {
+			t.Fatal("not locked")
+		}
+		if ok, err := s.Acquire(ctx, lease); !ok || err != nil {
+			t.Fatalf("Acquire = %v, %v", ok, err)
+		}
+		for range 5 {
+			flood(s, 1000)
+		}
+		if st := s.Stats(); st.Evictions == 0 {
+			t.Fatalf("after the flood: %+v; want keys evicted", st)
+		}
+		if d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "refused", Limit: l, Cost: 1}); err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter != refused.RetryAfter {
+			t.Errorf("the refused subject after the flood: %+v, %v; want refused as before (%+v)", d, err, refused)
+		}
+		if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockCheck}); err != nil || r != locked {
+			t.Errorf("the locked account after the flood: %+v, %v; want %+v", r, err, locked)
+		}
+		other := lease
+		other.ID = "other"
+		if ok, err := s.Acquire(ctx, other); ok || err != nil {
+			t.Errorf("a second lease after the flood: %v, %v; want refused", ok, err)
+		}
+		if err := s.Release(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.Acquire(ctx, other); !ok || err != nil {
+			t.Errorf("a lease after the release: %v, %v", ok, err)
+		}
+	})
 }
 
 // TestOverflow fills a store with keys that all hold refusals, which it
