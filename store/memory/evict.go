@@ -102,19 +102,6 @@ func newEntryBytes(klen int, shift uint8) int64 {
 	return n
 }
 
-// leaseEntryBytes returns what an entry for a key of klen bytes is charged
-// for the leases in m and one more, id.
-func leaseEntryBytes(klen int, m map[string]int64, id string) int64 {
-	n := entryBytes + extBytes + leaseMapBytes(len(m)+1) + allocBytes(len(id))
-	if klen > inlineKey {
-		n += allocBytes(klen)
-	}
-	for id := range m {
-		n += allocBytes(len(id))
-	}
-	return n
-}
-
 // chargeLog charges e, which the caller has locked, for its log's growth.
 func (s *Store) chargeLog(e *entry) {
 	if n := logShiftOf(e.st.Log, e.logShift); n != e.logShift {
@@ -146,8 +133,8 @@ func (e *entry) leased(ms int64) bool {
 }
 
 // pinned reports whether e, which the caller has locked, must not be
-// evicted at ms: an overflow slot, or a key with a live lease, a state
-// that holds a refusal, or a locked account.
+// evicted at ms: an overflow slot, or a key with a live lease or hold, a
+// state that holds a refusal, or a locked account.
 func (e *entry) pinned(ms int64) bool {
 	switch {
 	case e.flags&entrySlot != 0 || e.leased(ms):

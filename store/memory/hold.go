@@ -2,16 +2,24 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/tollgate/tollgate/algo"
 )
 
-// Held attempts (algo.Hold) are kept beside the state of the key they
-// count against, in its entry's leases, so that a key holding attempts is
-// pinned like one holding concurrency leases, and both are decided under
-// one lock: the login guard's accounts (Lockout) and the rate limits it
-// reserves places in (Reserve, Settle).
+// Held attempts (algo.Hold) and concurrency leases are kept beside the
+// state of the key they count against, in its entry's leases, so that a
+// key holding any is pinned, and both are decided under one lock: the
+// login guard's accounts (Lockout), the rate limits it reserves places in
+// (Reserve, Settle), and concurrency slots (Acquire). A key's holds in its
+// overflow slot count too: the subjects sharing a slot are limited
+// together, as they are for state.
+
+// errNoRoom reports a hold refused because the store is full and its key
+// cannot grow: the operation is refused rather than let through.
+var errNoRoom = errors.New("no room for the hold")
 
 // A heldOp is an operation on a key's state and holds, given copies: it
 // returns whether it changed either, the ms after now from which the
@@ -19,14 +27,17 @@ import (
 // now holds a refusal (see entryHeld).
 type heldOp func(st *algo.State, holds algo.Holds) (changed bool, ttl int64, refusal bool)
 
-// updateHeld runs op on the state and live holds of key kb (hash h) in
-// sh, and stores what it changed. A key the shard does not hold starts
-// from its overflow slot's state, if sk names one that holds some, and
-// from fresh (with E from fresh, for a rate limit's scale) otherwise; it
-// is added if op changed anything and room can be made, and else its slot
-// takes the change, through inSlot if that is set (which may keep some of
-// the slot's state, prev, that subjects sharing the slot must not undo).
-// The caller holds nothing; updateHeld takes sh.mu.
+// updateHeld runs op on the state and the live holds of key kb (hash h)
+// in sh, and stores what it changed. The state is the key's own or, for a
+// key the shard does not hold, its overflow slot's (named by sk), else
+// fresh; the holds are the key's own and its slot's. A hold op ended
+// leaves wherever it was; one op added goes with the key's state, into its
+// entry if room can be made for it; for a key with an entry it is
+// refused otherwise (errNoRoom), and for a new key its slot takes it, with
+// the state (through inSlot, if that is set, which may keep some of the
+// slot's state, prev, that subjects sharing the slot must not undo); a
+// slot's holds are bounded by its shared limit. The caller holds nothing;
+// updateHeld takes sh.mu.
 func (s *Store) updateHeld(sh *shard, h uint64, kb []byte, sk func() []byte, fresh algo.State, ms int64, op heldOp, inSlot func(st *algo.State, prev algo.State)) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -34,95 +45,191 @@ func (s *Store) updateHeld(sh *shard, h uint64, kb []byte, sk func() []byte, fre
 	if e != nil {
 		defer e.mu.Unlock()
 	}
-	st := fresh
-	holds := algo.Holds{}
-	var from uint8 // the log capacity charged for st's log
+	own := e != nil && !e.ghost()
 	var slot *entry
-	if e != nil && !e.ghost() {
-		if e.expire > ms {
-			st, from = e.st, e.logShift
-			st.Log = st.Log.Clone()
-		} else {
-			e.flags &^= entryHeld // the state is fresh
-		}
-		if e.ext != nil {
-			holds = liveLeases(e.ext.leases, ms)
-		}
-	} else if sh.slots.Load() > 0 {
-		// A new key starts from its overflow slot's state: a subject
-		// decided there regains nothing when room is made for it.
+	if sh.slots.Load() > 0 {
 		if slot = s.findSlot(sh, sk(), e); slot != nil {
 			defer slot.mu.Unlock()
-			from = inherit(&st, slot, ms)
-			if !slot.ghost() && slot.ext != nil {
-				holds = liveLeases(slot.ext.leases, ms)
-			}
 		}
 	}
-	if holds == nil {
-		holds = algo.Holds{}
+	st := fresh
+	var from uint8 // the log capacity charged for st's log
+	switch {
+	case own && e.expire > ms:
+		st, from = e.st, e.logShift
+		st.Log = st.Log.Clone()
+	case own:
+		e.flags &^= entryHeld // the state is fresh
+	default:
+		// A new key starts from its overflow slot's state: a subject
+		// decided there regains nothing when room is made for it.
+		from = inherit(&st, slot, ms)
 	}
+	ownHolds, slotHolds := liveHolds(e, ms), liveHolds(slot, ms)
+	view := make(algo.Holds, len(ownHolds)+len(slotHolds))
+	maps.Copy(view, ownHolds)
+	maps.Copy(view, slotHolds)
 	prev := st
-	changed, ttl, refusal := op(&st, holds)
+	changed, ttl, refusal := op(&st, view)
 	if !changed {
 		return nil
 	}
-	expire := ms + max(ttl, holds.Until(ms))
+	var added algo.Holds // new in view: they go with the state
+	for id, exp := range view {
+		_, inOwn := ownHolds[id]
+		if _, inSlot := slotHolds[id]; !inOwn && !inSlot {
+			if added == nil {
+				added = algo.Holds{}
+			}
+			added[id] = exp
+		}
+	}
+	keepHolds(ownHolds, view) // written below if the key has an entry
+	slotChanged := keepHolds(slotHolds, view)
 	shift := logShiftOf(st.Log, from)
-	need := heldBytes(len(kb), shift, holds)
+	toSlot := false // whether the state goes to the slot
 	switch {
-	case e != nil && !e.ghost():
-		expire = max(expire, e.expire)
-	case e != nil && s.room(sh, ms, need-e.bytes(), false, true):
+	case own:
+		withAdded := ownHolds
+		if len(added) > 0 {
+			withAdded = maps.Clone(ownHolds)
+			if withAdded == nil {
+				withAdded = algo.Holds{}
+			}
+			maps.Copy(withAdded, added)
+		}
+		d := e.bytesWith(shift, withAdded) - e.bytes()
+		if d > 0 && len(added) > 0 && !s.room(sh, ms, d, false, false) {
+			// No room for a new hold, and nothing may be evicted: it is
+			// refused (and so is what it stood for), which keeps the
+			// bound. (An op that adds a hold changes nothing else.)
+			return errNoRoom
+		}
+		if d <= 0 || len(added) == 0 {
+			s.bytes.Add(d) // a log grows in place
+		}
+		ownHolds, added = withAdded, nil
+		setHeld(e, st, shift, ownHolds, max(e.expire, ms+ttl, ms+ownHolds.Until(ms)))
+		if refusal {
+			e.flags |= entryHeld
+		}
+	case ttl == 0 && len(added) == 0:
+		// Nothing of its own to keep: no entry for it.
+	case e != nil && s.room(sh, ms, e.bytesWith(shift, added)-e.bytes(), false, true):
 		e.flags &^= entryGhost
-		s.bytes.Add(e.bytes() - need) // room charged all of it; setHeld charges what changes
-	case e == nil && s.room(sh, ms, need, true, true):
+		setHeld(e, st, shift, added, ms+max(ttl, added.Until(ms)))
+		added = nil
+		if refusal {
+			e.flags |= entryHeld
+		}
+	case e == nil && s.room(sh, ms, newHeldBytes(len(kb), shift, added), true, true):
 		e = s.insert(sh, h, kb)
 		defer e.mu.Unlock()
-		s.bytes.Add(e.bytes() - need)
-	default:
-		if slot == nil {
-			if slot = s.newSlot(sh, sk()); slot == nil {
-				return ErrFull
-			}
-			defer slot.mu.Unlock()
+		setHeld(e, st, shift, added, ms+max(ttl, added.Until(ms)))
+		added = nil
+		if refusal {
+			e.flags |= entryHeld
 		}
-		e = slot
-		e.flags &^= entryGhost
-		expire = max(expire, e.expire)
-		s.overflows.Add(1)
+	default:
+		toSlot = true
+	}
+	if !toSlot && len(added) == 0 && !slotChanged {
+		return nil
+	}
+	if slot == nil {
+		if slot = s.newSlot(sh, sk()); slot == nil {
+			return ErrFull
+		}
+		defer slot.mu.Unlock()
+	}
+	before := slot.bytes()
+	if slotHolds == nil {
+		slotHolds = added
+	} else {
+		maps.Copy(slotHolds, added)
+	}
+	slotSt, slotShift, expire := slot.st, slot.logShift, slot.expire
+	if slot.ghost() {
+		slotSt, slotShift, expire = algo.State{}, 0, 0
+		slot.flags &^= entryGhost
+	}
+	if toSlot {
 		if inSlot != nil {
 			inSlot(&st, prev)
 		}
+		slotSt, slotShift, expire = st, shift, max(expire, ms+ttl)
+		if refusal {
+			slot.flags |= entryHeld
+		}
+		s.overflows.Add(1)
 	}
-	s.setHeld(e, st, shift, holds, expire)
-	if refusal {
-		e.flags |= entryHeld
-	}
+	setHeld(slot, slotSt, slotShift, slotHolds, max(expire, ms+slotHolds.Until(ms)))
+	s.bytes.Add(slot.bytes() - before) // a slot is charged but takes no room
 	return nil
 }
 
-// heldBytes returns what an entry is charged for a key of klen bytes, a
-// log of capacity 1<<shift and holds.
-func heldBytes(klen int, shift uint8, holds algo.Holds) int64 {
-	n := newEntryBytes(klen, shift)
+// liveHolds returns a copy of the holds of e (nil or a ghost: none) live
+// at ms, or nil.
+func liveHolds(e *entry, ms int64) algo.Holds {
+	if e == nil || e.ghost() || e.ext == nil {
+		return nil
+	}
+	return liveLeases(e.ext.leases, ms)
+}
+
+// keepHolds keeps in m the holds that are in view, with view's expiries,
+// and reports whether it removed any.
+func keepHolds(m, view algo.Holds) bool {
+	removed := false
+	for id := range m {
+		if exp, ok := view[id]; ok {
+			m[id] = exp
+		} else {
+			delete(m, id)
+			removed = true
+		}
+	}
+	return removed
+}
+
+// holdBytes returns what holds cost an entry: their map and ids.
+func holdBytes(holds algo.Holds) int64 {
 	if len(holds) == 0 {
-		return n
+		return 0
 	}
-	if klen <= inlineKey {
-		n += extBytes
-	}
-	n += leaseMapBytes(len(holds))
+	n := leaseMapBytes(len(holds))
 	for id := range holds {
 		n += allocBytes(len(id))
 	}
 	return n
 }
 
-// setHeld stores state st (with a log of capacity 1<<shift), holds and
-// expire in e, which the caller has locked, and charges the difference.
-func (s *Store) setHeld(e *entry, st algo.State, shift uint8, holds algo.Holds, expire int64) {
-	before := e.bytes()
+// bytesWith returns what e would be charged with a log of capacity
+// 1<<shift and holds in place of its own (see entry.bytes and setHeld).
+func (e *entry) bytesWith(shift uint8, holds algo.Holds) int64 {
+	n := entryBytes + logBytes(shift) + holdBytes(holds)
+	if e.ext != nil {
+		n += extBytes + allocBytes(len(e.ext.key))
+	} else if len(holds) > 0 {
+		n += extBytes
+	}
+	return n
+}
+
+// newHeldBytes returns what a new entry is charged for a key of klen
+// bytes, a log of capacity 1<<shift and holds.
+func newHeldBytes(klen int, shift uint8, holds algo.Holds) int64 {
+	n := newEntryBytes(klen, shift) + holdBytes(holds)
+	if klen <= inlineKey && len(holds) > 0 {
+		n += extBytes
+	}
+	return n
+}
+
+// setHeld sets e's state (with a log of capacity 1<<shift), holds and
+// expiry. The caller, who holds e.mu, has charged the difference
+// (bytesWith).
+func setHeld(e *entry, st algo.State, shift uint8, holds algo.Holds, expire int64) {
 	e.st, e.logShift, e.expire = st, shift, expire
 	if len(holds) > 0 {
 		if e.ext == nil {
@@ -136,7 +243,6 @@ func (s *Store) setHeld(e *entry, st algo.State, shift uint8, holds algo.Holds, 
 	} else if e.ext != nil {
 		e.ext.leases, e.ext.leaseMax, e.ext.leaseIDs = nil, 0, 0
 	}
-	s.bytes.Add(e.bytes() - before)
 }
 
 // Lockout implements [tollgate.Guard]. An account's held attempts are
@@ -172,6 +278,10 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 				st.A, st.B = prev.A, prev.B
 			}
 		})
+	if errors.Is(err, errNoRoom) {
+		res.Reserved, res.Held = false, res.Held-1 // not held after all
+		return res, nil
+	}
 	if err != nil {
 		return res, fmt.Errorf("guarding login in memory: %w", err)
 	}
@@ -208,7 +318,8 @@ func (s *Store) holdOp(ctx context.Context, req *algo.Request, h algo.Hold, rese
 	if err := h.Validate(); err != nil {
 		return algo.Decision{}, err
 	}
-	pl, err := req.Limit.Prepare()
+	var tmp algo.Prepared
+	pl, err := s.prepare(&req.Limit, &tmp)
 	if err != nil {
 		return algo.Decision{}, err
 	}
@@ -254,6 +365,11 @@ func (s *Store) holdOp(ctx context.Context, req *algo.Request, h algo.Hold, rese
 	}, nil)
 	if opErr != nil {
 		return algo.Decision{}, opErr
+	}
+	if errors.Is(err, errNoRoom) {
+		// Refused for want of room: come back when a hold has ended.
+		r.Allowed, r.Remaining, r.RetryAfter = false, 0, max(r.RetryAfter, 1000)
+		return r.Decision(), nil
 	}
 	if err != nil {
 		return algo.Decision{}, err

@@ -1127,7 +1127,9 @@ func (s *Store) setState(e *entry, st *algo.State, from uint8) {
 	s.setLog(e, from)
 }
 
-// Acquire implements [tollgate.Leaser].
+// Acquire implements [tollgate.Leaser]: a lease is a hold on the
+// subject's lease key (see updateHeld), granted while fewer than the limit
+// are held, counting those in the subject's overflow slot.
 func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("acquiring a lease in memory: %w", err)
@@ -1140,110 +1142,23 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 	h, sh := s.hashes(k, nil)
 	var buf [96]byte
 	kb := k.appendTo(buf[:0])
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := s.findLocked(sh, h, kb)
-	if e != nil {
-		defer e.mu.Unlock()
-	}
-	if e == nil || e.ghost() {
-		// A new subject starts with its overflow slot's leases, if any:
-		// some may be its own.
-		var sk []byte
-		var slot *entry
-		var inherited map[string]int64
-		if sh.slots.Load() > 0 {
-			sk = s.slotKey(leaseKind, req.Policy, "", req.Subject, 0)
-			if slot = s.findSlot(sh, sk, e); slot != nil {
-				defer slot.mu.Unlock()
-				if !slot.ghost() && slot.ext != nil {
-					inherited = liveLeases(slot.ext.leases, ms)
-				}
+	ok := false
+	err := s.updateHeld(sh, h, kb, func() []byte { return s.slotKey(leaseKind, req.Policy, "", req.Subject, 0) }, algo.State{}, ms,
+		func(_ *algo.State, leases algo.Holds) (bool, int64, bool) {
+			if int64(len(leases)) >= req.Limit {
+				return false, 0, false
 			}
-		}
-		if int64(len(inherited)) >= req.Limit {
-			return false, nil
-		}
-		need := leaseEntryBytes(len(kb), inherited, req.ID)
-		var prior int64
-		if e != nil {
-			prior = e.bytes()
-		}
-		switch {
-		case e != nil && s.room(sh, ms, need-prior, false, true):
-			e.flags &^= entryGhost
-			e.expire = 0
-			s.bytes.Add(prior - need) // charged below, as it is
-		case e == nil && s.room(sh, ms, need, true, true):
-			e = s.insert(sh, h, kb)
-			defer e.mu.Unlock()
-			s.bytes.Add(e.bytes() - need)
-		default:
-			if slot == nil {
-				if sk == nil {
-					sk = s.slotKey(leaseKind, req.Policy, "", req.Subject, 0)
-				}
-				if slot = s.newSlot(sh, sk); slot == nil {
-					return false, fmt.Errorf("acquiring a lease in memory: %w", ErrFull)
-				}
-				defer slot.mu.Unlock()
-			}
-			if slot.ghost() {
-				slot.flags &^= entryGhost
-				slot.expire = 0
-			}
-			e, inherited = slot, nil
-			s.overflows.Add(1)
-		}
-		for id, exp := range inherited {
-			s.addLease(e, id, exp)
-		}
+			leases[req.ID] = ms + req.TTL.Milliseconds()
+			ok = true
+			return true, 0, false
+		}, nil)
+	if errors.Is(err, errNoRoom) {
+		return false, nil
 	}
-	before := e.bytes()
-	if e.ext == nil {
-		e.ext = &entryExt{}
+	if err != nil {
+		return false, fmt.Errorf("acquiring a lease in memory: %w", err)
 	}
-	if e.ext.leases == nil {
-		e.ext.leases = map[string]int64{}
-	}
-	x := e.ext
-	for id, exp := range x.leases {
-		if exp <= ms {
-			delete(x.leases, id)
-			x.leaseIDs -= allocBytes(len(id))
-		}
-	}
-	ok := int64(len(x.leases)) < req.Limit
-	if ok {
-		exp := ms + req.TTL.Milliseconds()
-		if _, dup := x.leases[req.ID]; !dup {
-			x.leaseIDs += allocBytes(len(req.ID))
-		}
-		x.leases[req.ID] = exp
-		x.leaseMax = max(x.leaseMax, len(x.leases))
-		e.expire = max(e.expire, exp)
-	}
-	s.bytes.Add(e.bytes() - before)
 	return ok, nil
-}
-
-// addLease adds lease id, expiring at exp, to e, which the caller has
-// locked, and charges it.
-func (s *Store) addLease(e *entry, id string, exp int64) {
-	before := e.bytes()
-	if e.ext == nil {
-		e.ext = &entryExt{}
-	}
-	if e.ext.leases == nil {
-		e.ext.leases = map[string]int64{}
-	}
-	if _, dup := e.ext.leases[id]; !dup {
-		e.ext.leaseIDs += allocBytes(len(id))
-	}
-	e.ext.leases[id] = exp
-	e.ext.leaseMax = max(e.ext.leaseMax, len(e.ext.leases))
-	e.expire = max(e.expire, exp)
-	s.bytes.Add(e.bytes() - before)
 }
 
 // releaseLease deletes lease id from e, which the caller has locked.
