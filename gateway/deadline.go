@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,56 +15,72 @@ import (
 	"github.com/tollgate/tollgate/policy"
 )
 
-// bodyState records that a request's body did not arrive in time.
-type bodyState struct{ timedOut atomic.Bool }
+// A bodyClock is the deadline of one request's body. It starts when the
+// body is first needed: read (when the gateway forwards it, or the login
+// guard reads it), or when the response begins or the handler returns
+// (then net/http reads what is left of it, up to 256 KiB). A request the
+// gateway holds first, to shape it, is not charged for the wait.
+type bodyClock struct {
+	once     sync.Once
+	rc       *http.ResponseController
+	timeout  time.Duration
+	deadline time.Time // set by start
+	timedOut atomic.Bool
+	counted  prometheus.Counter
+}
 
-type bodyStateKey struct{}
+// start starts the clock, once, and returns the deadline.
+func (c *bodyClock) start() time.Time {
+	c.once.Do(func() {
+		c.deadline = time.Now().Add(c.timeout)
+		// Once the body is read to its end, net/http clears this deadline
+		// itself; until then it covers every read of it.
+		c.rc.SetReadDeadline(c.deadline)
+	})
+	return c.deadline
+}
+
+type bodyClockKey struct{}
 
 // bodyTimedOut reports whether the body of the request with ctx did not
 // arrive before its deadline.
 func bodyTimedOut(ctx context.Context) bool {
-	st, _ := ctx.Value(bodyStateKey{}).(*bodyState)
-	return st != nil && st.timedOut.Load()
+	c, _ := ctx.Value(bodyClockKey{}).(*bodyClock)
+	return c != nil && c.timedOut.Load()
 }
 
-// timedBody is a request body read under a deadline; it notes when the
+// timedBody is a request body read under its clock; it notes when the
 // deadline passes.
 type timedBody struct {
 	io.ReadCloser
-	st      *bodyState
-	counted prometheus.Counter
+	c *bodyClock
 }
 
 func (b *timedBody) Read(p []byte) (int, error) {
+	b.c.start()
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && b.st.timedOut.CompareAndSwap(false, true) {
-		b.counted.Inc()
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && b.c.timedOut.CompareAndSwap(false, true) {
+		b.c.counted.Inc()
 	}
 	return n, err
 }
 
 // bounded puts every request of h under the slow-client deadlines: its
-// body must arrive within BodyTimeout of the end of its headers (on every
-// route, whether or not anything reads it: net/http reads what is left
-// after the handler under the same deadline), and each write of its
-// response must be taken in by the client within SendTimeout. Either
-// failure closes the connection. listener names the metrics' listener.
+// body must arrive within BodyTimeout of when it is first needed (see
+// bodyClock; on every route, whether or not anything reads it), and each
+// write of its response must be taken in by the client within
+// SendTimeout. Either failure closes the connection. listener names the
+// metrics' listener.
 func bounded(h http.Handler, cl policy.ConnLimits, m *connMetrics, listener string) http.Handler {
 	bodyTimeouts, sendTimeouts := m.timeouts.WithLabelValues(listener, "body"), m.timeouts.WithLabelValues(listener, "send")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
-		// The write deadline of the connection's previous response must
-		// not fail this one (nor the 100 Continue net/http may send).
-		rc.SetWriteDeadline(time.Time{})
 		sw := &sendWriter{ResponseWriter: w, rc: rc, timeout: cl.SendTimeout, counted: sendTimeouts}
 		if r.Body != nil && r.Body != http.NoBody {
-			// Once the body is read to its end, net/http clears this
-			// deadline itself; until then it covers every read of it.
-			sw.bodyDeadline = time.Now().Add(cl.BodyTimeout)
-			rc.SetReadDeadline(sw.bodyDeadline)
-			st := &bodyState{}
-			r = r.WithContext(context.WithValue(r.Context(), bodyStateKey{}, st))
-			r.Body = &timedBody{ReadCloser: r.Body, st: st, counted: bodyTimeouts}
+			sw.body = &bodyClock{rc: rc, timeout: cl.BodyTimeout, counted: bodyTimeouts}
+			defer sw.body.start() // what is left is read after the handler
+			r = r.WithContext(context.WithValue(r.Context(), bodyClockKey{}, sw.body))
+			r.Body = &timedBody{ReadCloser: r.Body, c: sw.body}
 		}
 		h.ServeHTTP(sw, r)
 	})
@@ -78,16 +95,18 @@ type sendWriter struct {
 	timeout  time.Duration
 	counted  prometheus.Counter
 	timedOut atomic.Bool
-	// bodyDeadline is the request body's deadline (zero without a body).
-	// Before writing a response net/http reads what is left of the body
-	// (up to 256 KiB), so a write's deadline starts no earlier than it.
-	bodyDeadline time.Time
+	// body is the request body's clock (nil without a body). Before
+	// writing a response net/http reads what is left of the body (up to
+	// 256 KiB), so a write's deadline starts no earlier than the body's.
+	body *bodyClock
 }
 
 func (s *sendWriter) arm() {
 	d := time.Now()
-	if d.Before(s.bodyDeadline) {
-		d = s.bodyDeadline
+	if s.body != nil {
+		if b := s.body.start(); d.Before(b) {
+			d = b
+		}
 	}
 	s.rc.SetWriteDeadline(d.Add(s.timeout))
 }

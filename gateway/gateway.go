@@ -578,13 +578,13 @@ func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 	adm = newConnLimiter(adm, "admin", cl.AdminMaxConns, 0, nil, g.conns, g.log)
 	server := func(h http.Handler, listener string) *http.Server {
 		return &http.Server{Handler: bounded(h, cl, g.conns, listener),
+			// The body's deadline is set per request (bounded): no
+			// ReadTimeout, which would run from the headers and cut off a
+			// request the gateway holds to shape it.
 			ReadHeaderTimeout: cl.HeaderTimeout,
-			// The whole request, for anything the handler's own body
-			// deadline does not cover.
-			ReadTimeout:    cl.HeaderTimeout + cl.BodyTimeout,
-			IdleTimeout:    cl.IdleTimeout,
-			MaxHeaderBytes: 64 << 10,
-			ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
+			IdleTimeout:       cl.IdleTimeout,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
 	}
 	servers := []*http.Server{server(g.public, "public"), server(g.admin, "admin")}
 	errc := make(chan error, 2)

@@ -749,3 +749,35 @@ func TestReloadKeepsConnLimits(t *testing.T) {
 		t.Fatalf("reload with the same bounds: %v", err)
 	}
 }
+
+// TestShapedBodiesArriveInTime: a request the gateway holds to shape it
+// (up to max_delay) sent its body on time, all of it, while it waited; its
+// body deadline runs from when the gateway reads it, so it is not
+// answered 408.
+func TestShapedBodiesArriveInTime(t *testing.T) {
+	up := readingUpstream(t)
+	g := start(t, slowConfig(t, up.URL, "body_timeout: 500ms"), "")
+	body := strings.Repeat("x", 256<<10)
+	codes := make([]int, 12) // shaped to 10/s: the last waits 1.1 s
+	var wg sync.WaitGroup
+	for i := range codes {
+		wg.Go(func() {
+			req, _ := http.NewRequest("POST", g.public+"/api/webhooks", strings.NewReader(body))
+			req.Header.Set("X-API-Key", proKey)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+		})
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			t.Errorf("shaped request %d: %d, want 200 (statuses %v)", i, c, codes)
+		}
+	}
+}
