@@ -116,3 +116,22 @@ routes:
 		}
 	})
 }
+
+// TestDotSegmentParameters: "/admin/..;/x" is "/x" to a Servlet container
+// but "/admin/..;/x", under /admin/, to most other servers. Matching it as
+// either lets a client pick the cheaper route for what the upstream
+// serves as the other, so a dot segment with parameters is refused.
+func TestDotSegmentParameters(t *testing.T) {
+	up := newUpstream(t)
+	p := quickstart(t, up.URL, "\nheaders:", "\n  - {name: site, path: /, upstream: \""+up.URL+"\"}\n\nheaders:")
+	g := start(t, p, "")
+	for _, path := range []string{"/api/export/..;/x", "/api/.;/export", "/api/x/..;jsessionid=1/export", "/api/export/..;"} {
+		before := up.hits.Load()
+		if code := get(t, g.public+path, "X-API-Key", proKey).StatusCode; code != 400 {
+			t.Errorf("%s: %d, want 400", path, code)
+		}
+		if up.hits.Load() != before {
+			t.Errorf("%s reached the upstream", path)
+		}
+	}
+}

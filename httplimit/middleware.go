@@ -136,11 +136,8 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request path must be absolute"})
 		return
 	}
-	if i := strings.IndexFunc(r.URL.Path, ambiguousPathRune); i >= 0 {
-		// Servers disagree on these: some read '\' as '/', some stop at
-		// NUL. No route could say which resource the request names.
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest,
-			Detail: "the request path holds a backslash or a control character (perhaps escaped, as %5C or %00)"})
+	if why := policy.AmbiguousPath(r.URL.Path); why != "" {
+		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
 		return
 	}
 	clean := policy.CleanPath(r.URL.Path)
@@ -253,10 +250,6 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	m.pass(w, r, route, sub, d, clean)
 }
-
-// ambiguousPathRune reports the characters of a decoded request path that
-// servers read differently.
-func ambiguousPathRune(c rune) bool { return c == '\\' || c < 0x20 || c == 0x7f }
 
 // requests builds the store requests that charge cost to sub under plan:
 // one per limit of the plan and, for a subject with a tenant, one for the

@@ -96,3 +96,23 @@ func MatchKey(p string) string {
 	}
 	return CleanPath(strings.Join(segs, "/"))
 }
+
+// AmbiguousPath returns why servers may read the decoded request path p
+// as different resources, or "": a backslash (a separator to some), a
+// control byte (where some stop reading), or a dot segment with path
+// parameters ("/a/..;/b" is "/b" to a Servlet container and under /a/ to
+// most others). No route could say which resource such a request names.
+func AmbiguousPath(p string) string {
+	if strings.IndexFunc(p, func(c rune) bool { return c == '\\' || c < 0x20 || c == 0x7f }) >= 0 {
+		return "the request path holds a backslash or a control character (perhaps escaped, as %5C or %00)"
+	}
+	if strings.IndexByte(p, ';') < 0 {
+		return "" // the usual case
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if name, _, params := strings.Cut(seg, ";"); params && (name == "." || name == "..") {
+			return "the request path holds a dot segment with parameters (such as ..;), which servers read differently"
+		}
+	}
+	return ""
+}
