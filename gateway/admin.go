@@ -6,10 +6,10 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 
 	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/identity"
 )
 
 // Problem types the admin listener answers with when it refuses a request
@@ -107,9 +107,5 @@ func loopbackHost(hostport string) bool {
 	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
 		host = host[1 : len(host)-1]
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap().IsLoopback()
+	return identity.LoopbackHost(host)
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/identity"
 )
 
 // Reasons a connection is refused (the reason label of
@@ -91,17 +93,10 @@ func newConnLimiter(l net.Listener, name string, max, perClient int, exempt func
 	}
 }
 
-// clientKey is the address a client's connections are counted under: an
-// IPv4 address, or an IPv6 address's /64 (as identity.ClientGroup groups
-// them), so one host cannot multiply its cap by rotating addresses.
-func clientKey(a netip.Addr) netip.Prefix {
-	a = a.Unmap().WithZone("")
-	if a.Is4() {
-		return netip.PrefixFrom(a, 32)
-	}
-	p, _ := a.Prefix(64)
-	return p
-}
+// clientKey is the network a client's connections are counted under, as
+// its requests are limited (identity.ClientPrefix): one host cannot
+// multiply its cap by rotating addresses within its /64.
+func clientKey(a netip.Addr) netip.Prefix { return identity.ClientPrefix(a) }
 
 // Accept returns the next connection within the caps, closing at once any
 // accepted over them.
@@ -121,10 +116,8 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 func (l *connLimiter) admit(c net.Conn) net.Conn {
 	lc := &limitedConn{Conn: c, l: l}
 	if l.perClient > 0 {
-		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-			if a := ta.AddrPort().Addr(); l.exempt == nil || !l.exempt(a) {
-				lc.key, lc.keyed = clientKey(a), true
-			}
+		if a, ok := remoteAddr(c); ok && (l.exempt == nil || !l.exempt(a)) {
+			lc.key = clientKey(a)
 		}
 	}
 	l.mu.Lock()
@@ -132,11 +125,11 @@ func (l *connLimiter) admit(c net.Conn) net.Conn {
 	switch {
 	case l.n >= l.max:
 		reason = refusedTotal
-	case lc.keyed && l.clients[lc.key] >= l.perClient:
+	case lc.key.IsValid() && l.clients[lc.key] >= l.perClient:
 		reason = refusedPerClient
 	default:
 		l.n++
-		if lc.keyed {
+		if lc.key.IsValid() {
 			l.clients[lc.key]++
 		}
 	}
@@ -156,7 +149,7 @@ func (l *connLimiter) admit(c net.Conn) net.Conn {
 func (l *connLimiter) release(c *limitedConn) {
 	l.mu.Lock()
 	l.n--
-	if c.keyed {
+	if c.key.IsValid() {
 		if l.clients[c.key] <= 1 {
 			delete(l.clients, c.key)
 		} else {
@@ -189,13 +182,21 @@ func (l *connLimiter) refused(reason string) {
 		slog.Int("open", open), slog.Int("max_conns", l.max), slog.Int("max_conns_per_client", l.perClient))
 }
 
+// remoteAddr returns c's peer address.
+func remoteAddr(c net.Conn) (netip.Addr, bool) {
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr(), true
+	}
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	return ap.Addr(), err == nil
+}
+
 // limitedConn is an admitted connection; closing it frees its place.
 type limitedConn struct {
 	net.Conn
-	l     *connLimiter
-	key   netip.Prefix
-	keyed bool // counted under key
-	once  sync.Once
+	l    *connLimiter
+	key  netip.Prefix // counted under key, if valid
+	once sync.Once
 }
 
 func (c *limitedConn) Close() error {

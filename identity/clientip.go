@@ -65,6 +65,10 @@ func parseTrusted(s string) (netip.Prefix, error) {
 	return p.Masked(), nil
 }
 
+// Prefixes returns the trusted networks as Contains sees them: masked, and
+// IPv4-mapped IPv6 networks as the IPv4 networks they map.
+func (t TrustedProxies) Prefixes() []netip.Prefix { return slices.Clone(t.prefixes) }
+
 // Contains reports whether a is in one of the trusted networks. An
 // IPv4-mapped IPv6 address is unmapped first, and a zone is ignored.
 func (t TrustedProxies) Contains(a netip.Addr) bool {
@@ -433,21 +437,47 @@ func normalize(a netip.Addr) netip.Addr {
 	return a.WithZone("").Unmap()
 }
 
-// ClientGroup returns the string a client is limited under: an IPv4
-// address as a dotted quad ("203.0.113.7"), an IPv6 address masked to its
-// /64 ("2001:db8:1:2::/64"), so that one host cannot dodge a limit by
-// rotating addresses within its /64. IPv4-mapped addresses count as IPv4
-// and zones are ignored. The zero Addr yields "".
-func ClientGroup(a netip.Addr) string {
+// ClientPrefix returns the network a client is limited under: an IPv4
+// address (a /32), or an IPv6 address's /64, so that one host cannot
+// dodge a limit by rotating addresses within its /64. IPv4-mapped
+// addresses count as IPv4 and zones are ignored. The zero Addr yields the
+// zero Prefix.
+func ClientPrefix(a netip.Addr) netip.Prefix {
 	a = normalize(a)
 	switch {
 	case !a.IsValid():
-		return ""
+		return netip.Prefix{}
 	case a.Is4():
-		return a.String()
+		return netip.PrefixFrom(a, 32)
 	default:
-		return netip.PrefixFrom(a, 64).Masked().String()
+		return netip.PrefixFrom(a, 64).Masked()
 	}
+}
+
+// ClientGroup returns ClientPrefix of a as a string: an IPv4 address as a
+// dotted quad ("203.0.113.7"), an IPv6 /64 as a prefix
+// ("2001:db8:1:2::/64"). The zero Addr yields "".
+func ClientGroup(a netip.Addr) string {
+	p := ClientPrefix(a)
+	switch {
+	case !p.IsValid():
+		return ""
+	case p.Addr().Is4():
+		return p.Addr().String()
+	default:
+		return p.String()
+	}
+}
+
+// LoopbackHost reports whether host (a name or an address, without a
+// port) names this machine: localhost, in any case, or a loopback
+// address, IPv4-mapped ones included.
+func LoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }
 
 func trimOWS(s string) string {

@@ -418,7 +418,7 @@ func (c *compiler) compile(f *File) *Policy {
 			c.addf("listeners.admin_token_env", "environment variable %s must hold a token of at least 16 bytes", env)
 		}
 	}
-	if host, _, err := net.SplitHostPort(p.Admin); err == nil && !loopback(host) && p.AdminToken == "" {
+	if host, _, err := net.SplitHostPort(p.Admin); err == nil && !identity.LoopbackHost(host) && p.AdminToken == "" {
 		c.addf("listeners.admin", "the admin listener on %s is not loopback: set admin_token_env so it requires a token", p.Admin)
 	}
 	for _, l := range []struct{ path, addr string }{{"listeners.public", p.Public}, {"listeners.admin", p.Admin}} {
@@ -521,7 +521,7 @@ func (c *compiler) compile(f *File) *Policy {
 		if p.Trusted, err = identity.ParseTrustedProxies(cidrs); err != nil {
 			c.addf("identity.trusted_proxies", "%v", err)
 		}
-		for _, w := range TrustWarnings(p.TrustedProxies) {
+		for _, w := range TrustWarnings(p.Trusted.Prefixes()) {
 			c.warnf("identity.trusted_proxies", "%s", w)
 		}
 	}
@@ -1101,13 +1101,6 @@ func parsePrefix(s string) (netip.Prefix, error) {
 }
 
 // loopback reports whether host names only this machine.
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.IsLoopback()
-}
 
 // CheckRedisURL reports whether u is a Redis URL the store can use.
 func CheckRedisURL(u string) error {

@@ -49,7 +49,8 @@ func mustPrefixes(s ...string) []netip.Prefix {
 }
 
 // TrustWarnings reports, in words, how much of the address space a
-// trusted_proxies list trusts when that is far more than any set of
+// trusted_proxies list trusts (as identity.TrustedProxies.Prefixes gives
+// it: masked, mapped networks unmapped) when that is far more than any set of
 // proxies: every IPv4 or IPv6 address (however it is written: 0.0.0.0/0,
 // two /1s, ::ffff:0:0/96, which the gateway unmaps to all of IPv4), every
 // IPv4 address as NAT64 presents it, or more public space than a /8
@@ -59,10 +60,6 @@ func TrustWarnings(trusted []netip.Prefix) []string {
 	for _, p := range trusted {
 		if !p.IsValid() {
 			continue
-		}
-		p = p.Masked()
-		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 		}
 		if p.Addr().Is4() {
 			v4 = append(v4, p)
