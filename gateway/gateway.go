@@ -502,12 +502,14 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				if info, ok := httplimit.FromContext(pr.In.Context()); ok {
 					pr.Out.URL.Path, pr.Out.URL.RawPath = info.Path, ""
-				}
-				// The middleware left X-Forwarded-For as the chain it
-				// vouches for (none from an untrusted peer); append the
-				// peer.
-				if v := pr.In.Header.Values("X-Forwarded-For"); len(v) > 0 {
-					pr.Out.Header["X-Forwarded-For"] = v
+					// The client charged, and the chain vouched for; the
+					// peer is appended below.
+					if ff := info.Subject.ForwardedFor(); ff != "" {
+						pr.Out.Header.Set("X-Forwarded-For", ff)
+					}
+					if a := info.Subject.Addr; a.IsValid() {
+						pr.Out.Header.Set("X-Real-Ip", a.String())
+					}
 				}
 				pr.SetURL(target)
 				pr.SetXForwarded()

@@ -43,6 +43,18 @@ func protected(userHeader string) map[string]bool {
 	return set
 }
 
+// canonicalSet returns names as a set of canonical header names ("" is
+// left out).
+func canonicalSet(names []string) map[string]bool {
+	set := map[string]bool{}
+	for _, n := range names {
+		if n != "" {
+			set[textproto.CanonicalMIMEHeaderKey(n)] = true
+		}
+	}
+	return set
+}
+
 // headerKey is how CGI-style servers and some proxies see a header name:
 // case and '-' versus '_' do not count.
 func headerKey(name string) string {
@@ -65,7 +77,14 @@ func headerKey(name string) string {
 //   - Connection loses any token naming one of them, so no hop-by-hop
 //     processing downstream can strip a credential or identity the
 //     middleware decided on.
+//
+// A request with none of these headers, the usual case, is passed on as
+// it came, without a copy; the gateway's proxy sets X-Forwarded-For and
+// X-Real-IP on its own copy (see [Subject.ForwardedFor]).
 func (m *middleware) forwardHeaders(h http.Header, sub Subject, trustedPeer bool) http.Header {
+	if !m.touches(h, trustedPeer) {
+		return h
+	}
 	out := h.Clone()
 	for _, name := range addressHeaders {
 		delete(out, name)
@@ -106,6 +125,25 @@ func (m *middleware) forwardHeaders(h http.Header, sub Subject, trustedPeer bool
 	}
 	return out
 }
+
+// touches reports whether forwardHeaders has anything to change in h: a
+// header to remove or replace, or a Connection header.
+func (m *middleware) touches(h http.Header, trustedPeer bool) bool {
+	for name := range h {
+		switch {
+		case m.replaced[name], name == "Connection", !trustedPeer && m.trustedOnly[name]:
+			return true
+		case strings.IndexByte(name, '_') >= 0 && m.protected[headerKey(name)]:
+			return true
+		}
+	}
+	return false
+}
+
+// ForwardedFor is what X-Forwarded-For should say of the request before
+// the hop that received it: the client charged and the trusted proxies
+// after it ("" when the client is the peer). A proxy appends the peer.
+func (s Subject) ForwardedFor() string { return joinAddrs(s.chain) }
 
 func joinAddrs(as []netip.Addr) string {
 	var b strings.Builder

@@ -90,14 +90,17 @@ func FromContext(ctx context.Context) (*Info, bool) {
 }
 
 type middleware struct {
-	opts      Options
-	next      http.Handler
-	trusted   identity.TrustedProxies
-	hasher    *identity.Hasher
-	log       *slog.Logger
-	penalty   *penaltyBox
-	items     policyItems
-	protected map[string]bool // see forwardHeaders
+	opts    Options
+	next    http.Handler
+	trusted identity.TrustedProxies
+	hasher  *identity.Hasher
+	log     *slog.Logger
+	penalty *penaltyBox
+	items   policyItems
+	// See forwardHeaders: headers keyed by headerKey that a client may
+	// not remove or shadow, and by canonical name those always replaced
+	// and those believed only from trusted proxies.
+	protected, replaced, trustedOnly map[string]bool
 	// holdTTL is how long a login attempt holds its places if it is never
 	// settled: longer than the service behind may take to answer.
 	holdTTL time.Duration
@@ -114,13 +117,15 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 	}
 	logger = slog.New(logsample.New(logger.Handler(), logsample.Options{PerSecond: opts.LogRefusalsPerSecond}))
 	base := &middleware{
-		opts:      opts,
-		trusted:   opts.Policy.Trusted,
-		hasher:    identity.NewHasher(opts.Policy.Secret),
-		log:       logger,
-		items:     newPolicyItems(opts.Policy),
-		protected: protected(opts.Policy.UserHeader),
-		holdTTL:   min(algo.MaxHoldTTL, max(opts.Policy.UpstreamTimeout, 30*time.Second)+10*time.Second),
+		opts:        opts,
+		trusted:     opts.Policy.Trusted,
+		hasher:      identity.NewHasher(opts.Policy.Secret),
+		log:         logger,
+		items:       newPolicyItems(opts.Policy),
+		protected:   protected(opts.Policy.UserHeader),
+		replaced:    canonicalSet(addressHeaders),
+		trustedOnly: canonicalSet(append(slices.Clone(proxyHeaders), opts.Policy.UserHeader)),
+		holdTTL:     min(algo.MaxHoldTTL, max(opts.Policy.UpstreamTimeout, 30*time.Second)+10*time.Second),
 	}
 	return func(next http.Handler) http.Handler {
 		m := *base
