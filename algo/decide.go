@@ -13,7 +13,7 @@ import (
 //	GCRA                  A: theoretical arrival time (ms), B: its fraction, in 1/Rate ms
 //	TokenBucket           A: tokens in 1/Period units, B: last update (ms)
 //	LeakyBucket           A: level in 1/Period units, B: last update (ms)
-//	FixedWindow           A: window index, B: count
+//	FixedWindow           A: window index (a calendar window: its end, ms), B: count
 //	SlidingWindowCounter  A: window index, B: current count, C: previous count
 //	SlidingWindowLog      Log
 //
@@ -271,20 +271,30 @@ func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 }
 
 // fixedWindow counts cost per window [w×period, (w+1)×period), or per
-// calendar day or month in the limit's zone.
+// calendar day or month in the limit's zone. The state names its window by
+// w, the window's index, or for a calendar window by its end (ms since the
+// epoch): both grow with time, so a window older than the stored one is a
+// clock that stepped back, and the request is then counted in the stored
+// window, with durations measured to that window's end.
 func fixedWindow(p params, s *State, now, cost int64) (Result, int64) {
-	off := Limit{Calendar: p.cal, Zone: p.zone}.ZoneOffset(now)
-	w := windowOf(p, now, off)
-	if w < s.A { // clock stepped back: decide in the stored window
-		w = s.A
-		now, _ = windowBounds(p, w, off)
+	var w, end int64
+	if p.cal != NoCalendar {
+		b := calendarBounds(p.cal, p.zone, now)
+		w, end = b[2], b[2]
+		if w < s.A {
+			w, end = s.A, s.A
+		}
+	} else {
+		w = now / p.period
+		if w < s.A {
+			w = s.A
+		}
+		end = (w + 1) * p.period
 	}
 	count := int64(0)
 	if s.A == w {
 		count = s.B
 	}
-	_, endAt := windowBounds(p, w, off)
-	end := endAt - now
 	r := Result{Limit: p.cap}
 	if count+cost <= p.n {
 		r.Allowed = true
@@ -293,45 +303,16 @@ func fixedWindow(p params, s *State, now, cost int64) (Result, int64) {
 			s.A, s.B = w, count
 		}
 	} else {
-		r.RetryAfter = end
+		r.RetryAfter = end - now
 	}
 	r.Remaining = max(0, p.n-count)
 	if count > 0 {
-		r.ResetAfter = end
+		r.ResetAfter = end - now
 	}
 	return r, now
 }
 
 const dayMS = 86_400_000
-
-// windowOf returns the index of the window holding now: periods since the
-// epoch, local days since the epoch, or year×12 + month-1.
-func windowOf(p params, now, off int64) int64 {
-	switch p.cal {
-	case Daily:
-		return (now + off) / dayMS
-	case Monthly:
-		y, m, _ := civil((now + off) / dayMS)
-		return y*12 + m - 1
-	}
-	return now / p.period
-}
-
-// windowBounds returns the start and end (ms since the epoch) of window w.
-func windowBounds(p params, w, off int64) (start, end int64) {
-	switch p.cal {
-	case Daily:
-		return w*dayMS - off, (w+1)*dayMS - off
-	case Monthly:
-		y, m := w/12, w%12+1
-		ny, nm := y, m+1
-		if nm > 12 {
-			ny, nm = y+1, 1
-		}
-		return daysFromCivil(y, m, 1)*dayMS - off, daysFromCivil(ny, nm, 1)*dayMS - off
-	}
-	return w * p.period, (w + 1) * p.period
-}
 
 // daysFromCivil returns the days since 1970-01-01 of a proleptic Gregorian
 // date, for dates from 1970 on (H. Hinnant's algorithm, on non-negative

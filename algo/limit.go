@@ -126,7 +126,9 @@ func (a Algorithm) isBucket() bool { return a <= LeakyBucket }
 //
 // Calendar makes a [FixedWindow] count calendar days or months in Zone
 // (nil: UTC) instead of periods since the epoch: "1,000 a day" then resets
-// at local midnight. Period must then be 24h for days and 31×24h for
+// at local midnight, by the zone's rules at both ends of the window, so a
+// day with a change of UTC offset lasts as long as it does on the wall
+// clock (see [Limit.CalendarBounds]). Period must then be 24h for days and 31×24h for
 // months (the longest month; it is what RateLimit-Policy reports).
 type Limit struct {
 	Algorithm Algorithm
@@ -373,15 +375,4 @@ func (c Calendar) String() string {
 		return "none"
 	}
 	return fmt.Sprintf("calendar(%d)", uint8(c))
-}
-
-// ZoneOffset returns the UTC offset of the limit's zone at nowMS, in
-// milliseconds (0 without a calendar or zone). Stores pass it to the Redis
-// scripts, which cannot read time zones.
-func (l Limit) ZoneOffset(nowMS int64) int64 {
-	if l.Calendar == NoCalendar || l.Zone == nil {
-		return 0
-	}
-	_, off := time.UnixMilli(nowMS).In(l.Zone).Zone()
-	return int64(off) * 1000
 }

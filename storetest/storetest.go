@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newStore(t)) })
 	t.Run("RefusalConsumesNothing", func(t *testing.T) { testRefusalConsumesNothing(t, newStore(t)) })
 	t.Run("StoreClock", func(t *testing.T) { testStoreClock(t, newStore(t)) })
+	t.Run("Calendar", func(t *testing.T) { RunCalendar(t, newStore(t)) })
 	t.Run("HostileSubjects", func(t *testing.T) { testHostileSubjects(t, newStore(t)) })
 	t.Run("CanceledContext", func(t *testing.T) { testCanceledContext(t, newStore(t)) })
 	t.Run("Concurrency", func(t *testing.T) { RunConcurrency(t, []tollgate.Store{newStore(t)}) })

@@ -113,7 +113,7 @@ func definitions(entries ...string) (string, error) {
 }
 
 // reqSize is the size of one packed request (see appendRequest).
-const reqSize = 64
+const reqSize = 88
 
 // An entry point is one way into the Lua: a function of the library and
 // the script that stands in for it.
@@ -146,16 +146,21 @@ func (s *Store) exec(ctx context.Context, c rueidis.Client, e entryPoint, keys, 
 	return e.script.Exec(ctx, c, keys, args)
 }
 
-// appendRequest appends r packed as the scripts read it (state.lua): eight
-// little-endian doubles, the algorithm, rate, period (ms), capacity, cost,
-// max delay (ms), calendar and zone offset (ms). Every value is an integer
-// below 2^53 (Limit.Validate), so the doubles hold it exactly; Lua unpacks
-// eight of them in one call, where parsing eight decimal arguments costs
-// several times more of Redis' time.
+// appendRequest appends r packed as the scripts read it (state.lua):
+// eleven little-endian doubles, the algorithm, rate, period (ms), capacity,
+// cost, max delay (ms), calendar, and for a calendar window the bounds of
+// the windows around the request's time (algo.Limit.CalendarBounds), zeros
+// otherwise. Every value is an integer below 2^53 (Limit.Validate), so the
+// doubles hold it exactly; Lua unpacks them in one call, where parsing
+// decimal arguments costs several times more of Redis' time.
 func appendRequest(b []byte, r algo.Request) []byte {
 	l := r.Limit
-	for _, v := range [8]int64{int64(l.Algorithm), l.Rate, l.Period.Milliseconds(), l.Capacity(), r.Cost,
-		l.MaxDelay.Milliseconds(), int64(l.Calendar), l.ZoneOffset(zoneTime(r.Now))} {
+	var cb [4]int64
+	if l.Calendar != algo.NoCalendar {
+		cb = l.CalendarBounds(zoneTime(r.Now))
+	}
+	for _, v := range [11]int64{int64(l.Algorithm), l.Rate, l.Period.Milliseconds(), l.Capacity(), r.Cost,
+		l.MaxDelay.Milliseconds(), int64(l.Calendar), cb[0], cb[1], cb[2], cb[3]} {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
 	}
 	return b
@@ -480,10 +485,10 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	return o.decision(l), nil
 }
 
-// zoneTime is the time at which a calendar limit's UTC offset is taken: the
-// request's, or this process's clock when Redis' TIME decides (the two
-// differ by clock skew, which matters only within that skew of a change of
-// offset, a DST switch).
+// zoneTime is the time around which a calendar limit's windows are
+// computed: the request's, or this process's clock when Redis' TIME
+// decides. The script finds Redis' time among the windows before, at and
+// after it, so the two clocks may differ by up to a day (a month).
 func zoneTime(t time.Time) int64 {
 	if t.IsZero() {
 		return time.Now().UnixMilli()

@@ -6,7 +6,7 @@
 -- reply in its first slot and leaves the others' decisions standing.
 -- decide_all returns the k results flattened, 5 values each.
 local function decide_all()
-  local k = #REQS / 64
+  local k = #REQS / REQ
   local out = {}
   for i = 1, k do
     local o = i * 5 - 5

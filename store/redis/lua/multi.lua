@@ -4,7 +4,7 @@
 -- would have allowed report their state as it is (decided at cost 0).
 -- multi_all returns the k results flattened, 5 values each.
 local function multi_all()
-  local k = #REQS / 64
+  local k = #REQS / REQ
   local out, all = {}, true
   for i = 1, k do
     local o = i * 5 - 5

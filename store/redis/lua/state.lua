@@ -1,7 +1,9 @@
--- Requests come packed in the call's third argument, 64 bytes each: eight
--- little-endian doubles, algorithm, rate n, period (ms), capacity, cost,
--- max delay (ms), calendar (0 none, 1 day, 2 month), zone offset (ms); the
--- call's key i is request i's key. A call reads each key's state once
+-- Requests come packed in the call's third argument, REQ bytes each:
+-- eleven little-endian doubles, algorithm, rate n, period (ms), capacity,
+-- cost, max delay (ms), calendar (0 none, 1 day, 2 month) and, for a
+-- calendar window, the bounds b0 < b1 < b2 < b3 (ms) of three consecutive
+-- windows around the caller's clock (zeros otherwise); the call's key i is
+-- request i's key. A call reads each key's state once
 -- into the cache and writes each key it charged once, at the end (flush),
 -- so requests on one key see each other's effect in order, exactly as
 -- separate calls would.
@@ -13,6 +15,7 @@
 -- to call in a function library: nothing for Redis' Lua to allocate and
 -- collect on each decision.
 local REQS
+local REQ = 88
 local slot, KEY, S1, S2, S3, ALG, TTL, DIRTY = {}, {}, {}, {}, {}, {}, {}, {}
 local NK, ND = 0, 0
 -- reset starts the requests of a call, begun: an empty cache.
@@ -50,8 +53,12 @@ end
 -- set) and returns its five values, or false and the error reply; with
 -- write it records the new state for flush.
 local function decide(i, write, zero, over)
-  local a, n, period, cap, cost, md, cal, off = unpack_('<dddddddd', REQS, i * 64 - 63)
+  local a, n, period, cap, cost, md, cal, b0, b1, b2, b3 = unpack_('<ddddddddddd', REQS, i * REQ - REQ + 1)
   if zero then cost = 0 elseif over then cost = over end
+  if cal > 0 and (NOW < b0 or NOW >= b3) then
+    return false, 'ERR calendar window: time ' .. string.format('%d', NOW) .. ' ms is outside the windows ['
+      .. string.format('%d', b0) .. ', ' .. string.format('%d', b3) .. ') passed with the request (clock skew of a day or more?)'
+  end
   local key = K[i]
   if a == 4 then
     local ok, r1, r2, r3, r4, r5 = pcall(log, key, n, period, cost, write)
@@ -63,9 +70,9 @@ local function decide(i, write, zero, over)
   local x = S1[j]
   local allowed, rem, reset, retry, delay, w1, w2, w3, ttl
   if x then
-    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, S2[j], S3[j], n, period, cap, cost, md, cal, off)
+    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, S2[j], S3[j], n, period, cap, cost, md, cal, b0, b1, b2, b3)
   else
-    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](nil, nil, nil, n, period, cap, cost, md, cal, off)
+    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](nil, nil, nil, n, period, cap, cost, md, cal, b0, b1, b2, b3)
   end
   if write and w1 then
     if not TTL[j] then
