@@ -11,7 +11,7 @@ import (
 // Fields mean, by algorithm:
 //
 //	GCRA                  A: theoretical arrival time (ms), B: its fraction, in 1/Rate ms
-//	TokenBucket           A: tokens in 1/Period units, B: last update (ms)
+//	TokenBucket           A: tokens missing in 1/Period units, B: last update (ms)
 //	LeakyBucket           A: level in 1/Period units, B: last update (ms)
 //	FixedWindow           A: window index (a calendar window: its end, ms), B: count
 //	SlidingWindowCounter  A: window index, B: current count, C: previous count
@@ -138,9 +138,7 @@ func (pl *Prepared) DecideInto(r *Result, s *State, nowMS, cost int64) (ttl int6
 		}
 		r.Allowed, r.Limit, r.Remaining, r.ResetAfter, r.RetryAfter, r.Delay = ok, p.cap, remaining, reset, retry, 0
 		return reset, nil
-	case TokenBucket:
-		*r, eff = tokenBucket(*p, s, nowMS, cost)
-	case LeakyBucket:
+	case TokenBucket, LeakyBucket:
 		*r, eff = leakyBucket(*p, s, nowMS, cost)
 	case FixedWindow:
 		*r, eff = fixedWindow(*p, s, nowMS, cost)
@@ -202,39 +200,11 @@ func gcra(p *params, s *State, now, cost int64) (allowed bool, remaining, resetA
 	return allowed, remaining, resetAfter, retryAfter, now
 }
 
-// tokenBucket keeps tokens in 1/period units (a token is period units) and
-// refills n units per millisecond, up to cap×period.
-func tokenBucket(p params, s *State, now, cost int64) (Result, int64) {
-	capU := p.cap * p.period
-	tk, last := s.A, s.B
-	if now < last {
-		now = last
-	}
-	if tk > capU {
-		tk = capU
-	}
-	if el := now - last; el >= ceilDiv(capU-tk, p.n) {
-		tk = capU
-	} else {
-		tk += el * p.n
-	}
-	r := Result{Limit: p.cap}
-	if need := cost * p.period; tk >= need {
-		r.Allowed = true
-		tk -= need
-		if cost > 0 {
-			s.A, s.B = tk, now
-		}
-	} else {
-		r.RetryAfter = ceilDiv(need-tk, p.n)
-	}
-	r.Remaining = tk / p.period
-	r.ResetAfter = ceilDiv(capU-tk, p.n)
-	return r, now
-}
-
 // leakyBucket keeps the level in 1/period units (a request of cost 1 pours
-// period units) and drains n units per millisecond. As a shaper it lets the
+// period units) and drains n units per millisecond. It is also the token
+// bucket, whose level is the tokens missing from a full bucket: a key never
+// seen (the zero State) is then full however long its refill takes, where
+// counting the tokens themselves would start it empty at the Unix epoch. As a shaper it lets the
 // level rise past the capacity by up to delay×n units (the queue); a
 // request that ends above the capacity waits until it has drained back.
 func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
