@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -40,10 +41,20 @@ func (r Result) Decision() Decision {
 		Allowed:    r.Allowed,
 		Limit:      r.Limit,
 		Remaining:  r.Remaining,
-		ResetAfter: time.Duration(r.ResetAfter) * time.Millisecond,
-		RetryAfter: time.Duration(r.RetryAfter) * time.Millisecond,
-		Delay:      time.Duration(r.Delay) * time.Millisecond,
+		ResetAfter: Millis(r.ResetAfter),
+		RetryAfter: Millis(r.RetryAfter),
+		Delay:      Millis(r.Delay),
 	}
+}
+
+// Millis returns ms milliseconds as a Duration, or the longest Duration
+// (about 292 years) if ms is longer: a limit's own durations are at most
+// [MaxHorizon], but a clock that stepped back adds the step to them.
+func Millis(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // CheckCost validates cost against the limit's capacity.

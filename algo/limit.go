@@ -231,6 +231,10 @@ func (l Limit) params() (params, error) {
 		return p, fmt.Errorf("%w: rate %d is too large (at most 2^50)", ErrInvalidLimit, p.n)
 	case l.Algorithm != FixedWindow && (p.n > maxUnits/p.period || p.cap > maxUnits/p.period):
 		return p, fmt.Errorf("%w: %d per %v is too large to count exactly (rate × period and burst × period must stay below 2^50 ms); use a shorter period", ErrInvalidLimit, max(p.n, p.cap), l.Period)
+	case l.Algorithm.isBucket() && ceilDiv(p.cap*p.period, p.n)+p.delay > maxHorizonMS,
+		l.Algorithm == SlidingWindowCounter && 2*p.period > maxHorizonMS,
+		p.period > maxHorizonMS:
+		return p, fmt.Errorf("%w: %s: it would report durations past %v (a full refill of burst × period / rate plus max_delay, a window, twice the window for sliding_counter); use a larger rate or a smaller burst or period", ErrInvalidLimit, l, MaxHorizon)
 	case l.Calendar > Monthly:
 		return p, fmt.Errorf("%w: unknown calendar %d", ErrInvalidLimit, l.Calendar)
 	case l.Calendar != NoCalendar && l.Algorithm != FixedWindow:
@@ -248,6 +252,16 @@ func (l Limit) params() (params, error) {
 	}
 	return p, nil
 }
+
+// MaxHorizon is the longest duration a limit may produce: the time a
+// bucket takes to refill from empty (plus its max_delay), a window, or
+// two windows for a sliding counter. It is 200 years of 365 days, well
+// inside what a time.Duration holds (about 292 years), so ResetAfter and
+// RetryAfter are exact; only a clock that stepped back by decades could
+// take them past it, and they then saturate ([Millis]).
+const MaxHorizon = 200 * 365 * Day
+
+const maxHorizonMS = int64(MaxHorizon / time.Millisecond)
 
 // MaxLogRate is the largest Rate a [SlidingWindowLog] limit may have: the
 // log stores every admitted unit of cost for a whole period.

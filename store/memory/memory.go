@@ -853,9 +853,9 @@ func decision(d *algo.Decision, r *algo.Result) {
 	d.Allowed = r.Allowed
 	d.Limit = r.Limit
 	d.Remaining = r.Remaining
-	d.ResetAfter = time.Duration(r.ResetAfter) * time.Millisecond
-	d.RetryAfter = time.Duration(r.RetryAfter) * time.Millisecond
-	d.Delay = time.Duration(r.Delay) * time.Millisecond
+	d.ResetAfter = algo.Millis(r.ResetAfter)
+	d.RetryAfter = algo.Millis(r.RetryAfter)
+	d.Delay = algo.Millis(r.Delay)
 }
 
 // limitCache is how many prepared limits, and how many policies, a store
