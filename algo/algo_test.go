@@ -325,7 +325,7 @@ func refGCRA(l algo.Limit, s *algo.State, now, cost int64) (algo.Result, int64) 
 	ceilDiv := func(a, b int64) int64 { return (a + b - 1) / b }
 	n, period, capacity := l.Rate, l.Period.Milliseconds(), l.Capacity()
 	capU := capacity * period
-	if lo := s.A - ceilDiv(capU, n); now < lo {
+	if lo := s.A - (capU-s.B)/n; now < lo { // written no earlier than when its debt was capU
 		now = lo
 	}
 	var d int64

@@ -87,9 +87,6 @@ func (l Limit) Prepare() (Prepared, error) {
 		return Prepared{}, err
 	}
 	p.capU = p.cap * p.period
-	if p.alg == GCRA {
-		p.reach = ceilDiv(p.capU, p.n)
-	}
 	return Prepared{p: p}, nil
 }
 
@@ -99,10 +96,13 @@ func (l Limit) Prepare() (Prepared, error) {
 // milliseconds after nowMS at which s becomes equivalent to the zero State
 // and may be dropped (0: it already is).
 //
-// If nowMS is earlier than the last update recorded in s (a clock stepped
-// back), the request is decided as of that last update (for GCRA, as of the
-// earliest time its state could have been written), and the durations in
-// the result are still measured from nowMS.
+// If nowMS is earlier than the state s (a clock stepped back), the request
+// is decided as of the last update s records (TokenBucket, LeakyBucket,
+// SlidingWindowLog), as of the earliest time s could have been written
+// (GCRA, SlidingWindowCounter, which record none), or in the window s
+// counts (FixedWindow). That is never looser than deciding at the last
+// update, a cost of 0 is always allowed, and the durations in the result
+// are still measured from nowMS.
 func Decide(l Limit, s *State, nowMS, cost int64) (r Result, ttl int64, err error) {
 	p, err := l.Prepare()
 	if err != nil {
@@ -179,8 +179,11 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // in 1/n ms, which is at most cap×period.
 func gcra(p *params, s *State, now, cost int64) (allowed bool, remaining, resetAfter, retryAfter, eff int64) {
 	capU := p.capU
-	if lo := s.A - p.reach; now < lo {
-		now = lo // the state was written no earlier than lo
+	// A TAT of A + B/n was written when the debt was at most capU: no
+	// earlier than lo. A request timed before that (a clock that stepped
+	// back) is decided as of lo, where the debt is still within capU.
+	if lo := s.A - floorDiv(capU-s.B, p.n); now < lo {
+		now = lo
 	}
 	var d int64
 	if s.A > now || (s.A == now && s.B > 0) {
@@ -349,6 +352,15 @@ func slidingCounter(p params, s *State, now, cost int64) (Result, int64) {
 		prev = s.B
 	}
 	start := w * p.period
+	if s.A == w && prev > 0 && cur <= p.n {
+		// The state was written in this window when the counts fitted
+		// the capacity: no earlier than start+emin, the first moment
+		// prev×(period-e) + cur×period <= n×period. A request timed
+		// before that (a clock that stepped back) is decided then.
+		if emin := p.period - (p.n-cur)*p.period/prev; now < start+emin {
+			now = start + emin
+		}
+	}
 	e := now - start
 	carried := prev * (p.period - e) // previous window's weight, in 1/period units
 	capU := p.n * p.period

@@ -210,8 +210,7 @@ type params struct {
 	zone   *time.Location
 
 	// Set by Prepare.
-	capU  int64 // cap × period
-	reach int64 // GCRA: ⌈capU/n⌉, how far ahead of now the TAT can be
+	capU int64 // cap × period
 }
 
 func (l Limit) params() (params, error) {

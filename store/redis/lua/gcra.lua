@@ -5,8 +5,8 @@ algs[0] = function(a, b, _, n, period, cap, cost)
   local capU = cap * period
   local d = 0
   if a then
-    local lo = a - ceil(capU / n)
-    if now < lo then now = lo end -- the state was written no earlier than lo
+    local lo = a - floor((capU - b) / n)
+    if now < lo then now = lo end -- written no earlier than when its debt was capU
     if a > now or (a == now and b > 0) then d = (a - now) * n + b end
   end
   local nd = d + cost * period

@@ -7,6 +7,11 @@ algs[5] = function(a, b, c, n, period, cap, cost)
   local cur, prev = 0, 0
   if a == w then cur, prev = b, c elseif a == w - 1 then prev = b end
   local start = w * period
+  if a == w and prev > 0 and cur <= n then
+    -- written no earlier than the state fitted the capacity
+    local emin = period - floor((n - cur) * period / prev)
+    if now < start + emin then now = start + emin end
+  end
   local carried = prev * (period - (now - start))
   local capU = n * period
   local allowed, retry, ttl = 0, 0
