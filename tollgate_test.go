@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,18 @@ func TestDefaultPolicyNamesTheLimit(t *testing.T) {
 		{shaper(time.Second), shaper(2 * time.Second), false},
 		{tollgate.PerMinute(100), tollgate.Limit{Rate: 100, Period: time.Minute, Burst: 100}, true},
 		{tollgate.PerMinute(100), tollgate.Limit{Rate: 100, Period: time.Minute, Burst: 99}, false},
+	}
+	for l, want := range map[tollgate.Limit]string{
+		quota(paris):            "fixed_window_2_86400000ms_2_day_Europe/Paris",
+		shaper(time.Second):     "leaky_bucket_2_1000ms_2_delay1000ms",
+		tollgate.PerMinute(100): "gcra_100_60000ms_100",
+	} {
+		if got := tollgate.LimitName(l); got != want {
+			t.Errorf("LimitName(%v) = %q, want %q", l, got, want)
+		}
+	}
+	if n := reflect.TypeFor[tollgate.Limit]().NumField(); n != 7 {
+		t.Fatalf("tollgate.Limit has %d fields; LimitName names 7", n)
 	}
 	now := time.Date(2027, 3, 1, 12, 0, 0, 0, time.UTC)
 	for i, c := range cases {
