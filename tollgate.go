@@ -134,9 +134,32 @@ func Admitted(ds []Decision) bool {
 // Options configures a [Limiter]. The zero value is the default.
 type Options struct {
 	// Policy names the limit in the store. Limiters sharing a store must use
-	// different names for different limits. The default is derived from the
-	// limit itself, e.g. "gcra_100_60000ms_100".
+	// different names for different limits. The default is the limit's
+	// [LimitName], e.g. "gcra_100_60000ms_100": limiters of one store with
+	// default names share state exactly when their limits enforce alike.
 	Policy string
+}
+
+// LimitName returns a name for what a valid limit enforces: its
+// algorithm, rate, period and capacity, as in "gcra_100_60000ms_100", then
+// "_delay2000ms" for a shaping limit's MaxDelay, and "_day_Europe/Paris" or
+// "_month_UTC" for calendar windows and their zone's name. Limits that
+// differ in anything they enforce have different names, and spellings of
+// one limit have one name: a Burst of zero and a Burst equal to the Rate,
+// a nil Zone and UTC, a Zone without a Calendar and none.
+func LimitName(l Limit) string {
+	name := fmt.Sprintf("%s_%d_%dms_%d", l.Algorithm, l.Rate, l.Period.Milliseconds(), l.Capacity())
+	if l.MaxDelay != 0 {
+		name += fmt.Sprintf("_delay%dms", l.MaxDelay.Milliseconds())
+	}
+	if l.Calendar != algo.NoCalendar {
+		zone := "UTC"
+		if l.Zone != nil {
+			zone = l.Zone.String()
+		}
+		name += "_" + l.Calendar.String() + "_" + zone
+	}
+	return name
 }
 
 // Limiter applies one Limit to many subjects through a Store. It is safe for
@@ -158,7 +181,7 @@ func NewLimiter(store Store, limit Limit, opts Options) (*Limiter, error) {
 	}
 	policy := opts.Policy
 	if policy == "" {
-		policy = fmt.Sprintf("%s_%d_%dms_%d", limit.Algorithm, limit.Rate, limit.Period.Milliseconds(), limit.Capacity())
+		policy = LimitName(limit)
 	}
 	return &Limiter{store: store, limit: limit, policy: policy}, nil
 }

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -173,4 +174,73 @@ func watch(t *testing.T, g *running, path string) {
 	if err := g.g.Watch(ctx, path); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestNewVersionKeepsBudgets: a new policy version that leaves a limit as
+// it was keeps what was spent of it, a daily quota and a locked account
+// included, and a limit that changes starts afresh. On both stores.
+func TestNewVersionKeepsBudgets(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newLoginUpstream(t, 0)
+		version := func(v, dailyQuota, maxFailures string) *policy.Policy {
+			p := quickstart(t, up.URL, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]",
+				"version: quickstart-1", "version: "+v,
+				"{name: day, calendar: day, rate: 1000}", "{name: day, calendar: day, rate: "+dailyQuota+"}",
+				"max_failures: 5", "max_failures: "+maxFailures)
+			p.Store.Timeout = 5 * time.Second // correctness, not resilience, is under test
+			return p
+		}
+		g := start(t, version("v1", "10", "5"), redisURL)
+		// The login service answers 401 to anything but a login: a
+		// request it answers was admitted.
+		api := func() int { return get(t, g.public+"/api/items", "X-API-Key", freeKey).StatusCode }
+		login := func(password string, from int) int {
+			return postLogin(t, g, fmt.Sprintf("203.0.113.%d", from), "/login", "application/json",
+				`{"username":"carol","password":"`+password+`"}`)
+		}
+		for i := range 10 {
+			if code := api(); code != 401 {
+				t.Fatalf("v1: request %d of a daily quota of 10: %d", i+1, code)
+			}
+		}
+		if code := api(); code != 429 {
+			t.Fatalf("v1: an 11th request of a daily quota of 10: %d", code)
+		}
+		for i := range 5 {
+			if code := login("guess", i); code != 401 {
+				t.Fatalf("v1: guess %d: %d", i+1, code)
+			}
+		}
+		if code := login("demo", 9); code != 429 {
+			t.Fatalf("v1: the right password after 5 failures: %d, want 429 (locked)", code)
+		}
+
+		// A new version, the quota and the rule unchanged: both stand.
+		if err := g.g.Reload(version("v2", "10", "5")); err != nil {
+			t.Fatal(err)
+		}
+		if code := api(); code != 429 {
+			t.Fatalf("v2, the same daily quota: %d, want 429 (spent under v1)", code)
+		}
+		if code := login("demo", 10); code != 429 {
+			t.Fatalf("v2, the same rule: %d, want 429 (locked under v1)", code)
+		}
+
+		// A changed quota starts afresh; the login guard's state is what
+		// happened, and stands under a changed rule.
+		if err := g.g.Reload(version("v3", "11", "3")); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 11 {
+			if code := api(); code != 401 {
+				t.Fatalf("v3, a daily quota of 11: request %d: %d", i+1, code)
+			}
+		}
+		if code := api(); code != 429 {
+			t.Fatalf("v3: a 12th request of a daily quota of 11: %d", code)
+		}
+		if code := login("demo", 11); code != 429 {
+			t.Fatalf("v3, a changed rule: %d, want 429 (locked under v1)", code)
+		}
+	})
 }

@@ -12,8 +12,10 @@ import "time"
 // File is the policy file as written.
 type File struct {
 	// Version names this revision of the policy (letters, digits, ".", "_",
-	// "-"). It is part of every store key, so a new version starts with fresh
-	// budgets.
+	// "-"), as the admin listener and the logs report it. It is no part of
+	// a store key: a budget's state follows its limit (see
+	// Budget.StoreName), so a new version keeps the state of every limit it
+	// leaves unchanged.
 	Version   string       `yaml:"version"`
 	Listeners ListenerSpec `yaml:"listeners"`
 	Store     StoreSpec    `yaml:"store"`

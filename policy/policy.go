@@ -73,13 +73,52 @@ type Policy struct {
 }
 
 // Budget is one limit as enforced: its header name, the limit, and the
-// name under which its state is stored (which includes the policy version).
+// name under which its state is stored.
 type Budget struct {
-	Name      string
-	Limit     tollgate.Limit
+	Name  string
+	Limit tollgate.Limit
+	// StoreName names the budget's state in the store: what the budget is
+	// (its kind and names, see newBudget) and the identity of its limit
+	// (see storeName), never the policy's version. So a new version that
+	// leaves a limit as it was keeps what was spent of it, a daily or
+	// monthly quota included, and a limit changed in anything it enforces
+	// (algorithm, rate, period, burst, max_delay, calendar, time zone, a
+	// region's share) starts afresh. Shadow mode is not part of it: a
+	// shadow budget is charged as an enforced one would be.
 	StoreName string
 	// Shadow budgets are evaluated and counted but never enforced.
 	Shadow bool
+
+	id string // the kind and names part of StoreName
+}
+
+// newBudget returns the budget whose header name is name, enforcing l,
+// whose state is stored under id: "plan/<plan>" for a plan's one limit,
+// "plan/<plan>/<limit>" for one of several, "tenant/<plan>",
+// "route/<group>", "global/<group>", "candidate/<group>", "invalid_key"
+// or "login_ip/<group>". Names hold no '/' or '@' (namePattern), so no
+// two budgets share an id.
+func newBudget(name, id string, l tollgate.Limit, shadow bool) *Budget {
+	b := &Budget{Name: name, id: id, Shadow: shadow}
+	b.setLimit(l)
+	return b
+}
+
+// setLimit makes l the budget's limit, and names its state after it.
+func (b *Budget) setLimit(l tollgate.Limit) {
+	b.Limit = l
+	b.StoreName = storeName(b.id, l)
+}
+
+// storeName returns "<id>@<hash>", the hash being the first 10 hex digits
+// (40 bits) of the SHA-256 of the limit's [tollgate.LimitName], which
+// differs for limits that enforce anything differently: a changed limit
+// keeps its old state only if the hashes collide, once in 2^40 changes.
+// The hash keeps keys as short as "<version>:plan:free" made them with a
+// 10-character version, so a store holds as many.
+func storeName(id string, l tollgate.Limit) string {
+	sum := sha256.Sum256([]byte(tollgate.LimitName(l)))
+	return id + "@" + hex.EncodeToString(sum[:5])
 }
 
 // Plan is what a subject is entitled to.
@@ -135,16 +174,27 @@ type Login struct {
 	MaxBody         int64
 	FailureStatuses map[int]bool
 	Rule            algo.LockoutRule
-	// StoreName names the accounts' guard state (it includes the version).
+	// StoreName names the accounts' guard state: "login/<group>", neither
+	// the version nor the rule. The state records what happened to an
+	// account (failures, locks and their level), which means the same
+	// under any rule, so a new version, whatever its rule, keeps every
+	// account's failures and locks (a rule change never unlocks an
+	// account), and instances running two versions at once during a
+	// rollout count one account's failures together.
 	StoreName  string
 	IPFailures *Budget
 }
 
 // Concurrency is a compiled concurrency limit.
 type Concurrency struct {
-	Limit     int64
-	PerRoute  bool
-	LeaseTTL  time.Duration
+	Limit    int64
+	PerRoute bool
+	LeaseTTL time.Duration
+	// StoreName names the leases: "concurrency/<group>", neither the
+	// version nor the limit. A lease is a request in flight, whatever the
+	// limit, so a new version keeps counting the requests already in
+	// flight against its limit instead of admitting its whole limit
+	// beside them.
 	StoreName string
 }
 
@@ -540,7 +590,7 @@ func (c *compiler) compile(f *File) *Policy {
 		if !namePattern.MatchString(n) {
 			c.addf(path, "plan names are 1-64 letters, digits, '.', '_' or '-'")
 		}
-		if pl := c.plan(path, n, f.Plans[n], p.Version); pl != nil {
+		if pl := c.plan(path, n, f.Plans[n]); pl != nil {
 			p.Plans[n] = pl
 		}
 	}
@@ -581,7 +631,7 @@ func (c *compiler) compile(f *File) *Policy {
 		ik = *f.InvalidKeyLimit
 	}
 	if l, ok := c.limit("invalid_key_limit", ik); ok {
-		p.InvalidKey = &Budget{Name: "invalid_key", Limit: l, StoreName: p.Version + ":invalid_key"}
+		p.InvalidKey = newBudget("invalid_key", "invalid_key", l, false)
 	}
 
 	// Routes.
@@ -635,12 +685,12 @@ func (c *compiler) compile(f *File) *Policy {
 		}
 		if rs.Limit != nil {
 			if l, ok := c.limit(path+".limit", *rs.Limit); ok {
-				r.Limit = &Plan{Name: r.Group, Limits: []*Budget{{Name: r.Group, Limit: l, StoreName: p.Version + ":route:" + r.Group, Shadow: rs.Limit.Shadow}}}
+				r.Limit = &Plan{Name: r.Group, Limits: []*Budget{newBudget(r.Group, "route/"+r.Group, l, rs.Limit.Shadow)}}
 			}
 		}
 		if rs.Global != nil {
 			if l, ok := c.limit(path+".global", *rs.Global); ok {
-				r.Global = &Budget{Name: "global." + r.Group, Limit: l, StoreName: p.Version + ":global:" + r.Group, Shadow: rs.Global.Shadow}
+				r.Global = newBudget("global."+r.Group, "global/"+r.Group, l, rs.Global.Shadow)
 				if r.Cost > l.Capacity() {
 					c.addf(path+".cost", "cost %d exceeds the global budget's capacity %d: no request could pass", r.Cost, l.Capacity())
 				}
@@ -648,14 +698,14 @@ func (c *compiler) compile(f *File) *Policy {
 		}
 		if rs.ShadowLimit != nil {
 			if l, ok := c.limit(path+".shadow_limit", *rs.ShadowLimit); ok {
-				r.Candidate = &Budget{Name: "candidate." + r.Group, Limit: l, StoreName: p.Version + ":candidate:" + r.Group, Shadow: true}
+				r.Candidate = newBudget("candidate."+r.Group, "candidate/"+r.Group, l, true)
 			}
 		}
 		if rs.Login != nil {
-			r.Login = c.login(path+".login", rs.Login, p.Version+":login:"+r.Group)
+			r.Login = c.login(path+".login", rs.Login, r.Group)
 		}
 		if rs.Concurrency != nil {
-			r.Concurrency = c.concurrency(path+".concurrency", rs.Concurrency, p.Version+":conc:"+r.Group, f.Upstream.Timeout)
+			r.Concurrency = c.concurrency(path+".concurrency", rs.Concurrency, "concurrency/"+r.Group, f.Upstream.Timeout)
 		}
 		// A cost no limit could ever admit is a configuration error.
 		if r.Limit != nil {
@@ -798,7 +848,7 @@ func (p *Policy) Override(o Overrides) (*Policy, error) {
 }
 
 // plan compiles one plan.
-func (c *compiler) plan(path, name string, spec PlanSpec, version string) *Plan {
+func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
 	pl := &Plan{Name: name}
 	inline := spec.LimitSpec != (LimitSpec{})
 	switch {
@@ -807,7 +857,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec, version string) *Plan 
 		return nil
 	case inline:
 		if l, ok := c.limit(path, spec.LimitSpec); ok {
-			pl.Limits = []*Budget{{Name: name, Limit: l, StoreName: version + ":plan:" + name, Shadow: spec.Shadow}}
+			pl.Limits = []*Budget{newBudget(name, "plan/"+name, l, spec.Shadow)}
 		}
 	case len(spec.Limits) > 0:
 		if len(spec.Limits) > 8 {
@@ -825,7 +875,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec, version string) *Plan 
 			}
 			seen[ln] = true
 			if l, ok := c.limit(lp, ls.LimitSpec); ok {
-				pl.Limits = append(pl.Limits, &Budget{Name: name + "." + ln, Limit: l, StoreName: version + ":plan:" + name + ":" + ln, Shadow: ls.Shadow})
+				pl.Limits = append(pl.Limits, newBudget(name+"."+ln, "plan/"+name+"/"+ln, l, ls.Shadow))
 			}
 		}
 	default:
@@ -834,7 +884,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec, version string) *Plan 
 	}
 	if spec.Tenant != nil {
 		if l, ok := c.limit(path+".tenant", *spec.Tenant); ok {
-			pl.Tenant = &Budget{Name: name + ".tenant", Limit: l, StoreName: version + ":tenant:" + name, Shadow: spec.Tenant.Shadow}
+			pl.Tenant = newBudget(name+".tenant", "tenant/"+name, l, spec.Tenant.Shadow)
 		}
 	}
 	if len(pl.Limits) == 0 {
@@ -851,13 +901,13 @@ func orDefault[T comparable](v, d T) T {
 	return v
 }
 
-// login compiles a login guard.
-func (c *compiler) login(path string, s *LoginSpec, store string) *Login {
+// login compiles the login guard of a route group.
+func (c *compiler) login(path string, s *LoginSpec, group string) *Login {
 	l := &Login{
 		AccountField:    orDefault(s.AccountField, "username"),
 		MaxBody:         orDefault(s.MaxBody, 64<<10),
 		FailureStatuses: map[int]bool{},
-		StoreName:       store,
+		StoreName:       "login/" + group,
 		Rule: algo.LockoutRule{
 			Threshold: orDefault(s.MaxFailures, 5),
 			Lock:      orDefault(s.Lock, time.Minute),
@@ -887,7 +937,7 @@ func (c *compiler) login(path string, s *LoginSpec, store string) *Login {
 		ip = *s.IPFailures
 	}
 	if lim, ok := c.limit(path+".ip_failures", ip); ok {
-		l.IPFailures = &Budget{Name: "login_ip_failures", Limit: lim, StoreName: store + ":ip"}
+		l.IPFailures = newBudget("login_ip_failures", "login_ip/"+group, lim, false)
 	}
 	return l
 }
@@ -954,7 +1004,7 @@ func (c *compiler) region(p *Policy, r *RegionSpec) {
 		if b == nil {
 			return
 		}
-		b.Limit = RegionShare(b.Limit, r.Count, r.Margin)
+		b.setLimit(RegionShare(b.Limit, r.Count, r.Margin))
 	}
 	for _, pl := range p.Plans {
 		for _, b := range pl.Limits {

@@ -55,8 +55,8 @@ func TestValid(t *testing.T) {
 	if p.Store.Timeout != 20*time.Millisecond {
 		t.Errorf("default store timeout %v, want 20ms", p.Store.Timeout)
 	}
-	if b := p.Plans["free"].Limits[0]; b.StoreName != "v1:plan:free" || b.Name != "free" {
-		t.Errorf("store names carry the version: %+v", b)
+	if b := p.Plans["free"].Limits[0]; !strings.HasPrefix(b.StoreName, "plan/free@") || b.Name != "free" {
+		t.Errorf("store names are the budget's kind, name and limit: %+v", b)
 	}
 }
 
@@ -178,7 +178,7 @@ func TestPlansTenantsGlobalRegion(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl := p.Plans["team"]
-	if len(pl.Limits) != 2 || pl.Limits[0].Name != "team.second" || pl.Limits[1].StoreName != "v2:plan:team:hour" {
+	if len(pl.Limits) != 2 || pl.Limits[0].Name != "team.second" || !strings.HasPrefix(pl.Limits[1].StoreName, "plan/team/hour@") {
 		t.Fatalf("limits: %+v %+v", pl.Limits[0], pl.Limits[1])
 	}
 	// Region eu enforces 45% of everything.

@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite every [tollgate.Store] must
 // pass, in the manner of testing/slogtest: a store package calls [Run] from
 // its own tests with a constructor, and gets the shared test vectors, the
-// invalid-input rules, isolation of keys, and exact admission under
+// invalid-input rules, isolation of keys (no two distinct requests share
+// state, whatever their names hold), and exact admission under
 // concurrency.
 package storetest
 
@@ -45,6 +46,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("StoreClock", func(t *testing.T) { testStoreClock(t, newStore(t)) })
 	t.Run("Calendar", func(t *testing.T) { RunCalendar(t, newStore(t)) })
 	t.Run("HostileSubjects", func(t *testing.T) { testHostileSubjects(t, newStore(t)) })
+	t.Run("DistinctKeys", func(t *testing.T) { testDistinctKeys(t, newStore(t)) })
 	t.Run("CanceledContext", func(t *testing.T) { testCanceledContext(t, newStore(t)) })
 	t.Run("Concurrency", func(t *testing.T) { RunConcurrency(t, []tollgate.Store{newStore(t)}) })
 	if g, ok := newStore(t).(tollgate.Guard); ok {

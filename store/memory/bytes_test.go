@@ -44,7 +44,7 @@ func TestBytesPerKey(t *testing.T) {
 		{"sliding_counter", pseudonym, allow("v1:api", algo.SlidingWindowCounter, 1)},
 		{"sliding_log, 3 requests", pseudonym, allow("v1:api", algo.SlidingWindowLog, 3)},
 		{"sliding_log, 30 requests", pseudonym, allow("v1:api", algo.SlidingWindowLog, 30)},
-		{"gcra, key over 41 bytes", pseudonym, allow("2025-06-01:plan:free", algo.GCRA, 1)},
+		{"gcra, key over 41 bytes", pseudonym, allow("plan/free@753c6ec802", algo.GCRA, 1)},
 		{"gcra, 100-byte subject", func(i int) string { return pseudonym(i) + strings.Repeat("x", 75) }, allow("v1:api", algo.GCRA, 1)},
 		{"login guard account", pseudonym, func(s *memory.Store, sub string) {
 			s.Lockout(ctx, algo.LockoutRequest{Policy: "v1:login", Subject: sub, Rule: rule, Op: algo.LockFail, Now: start})

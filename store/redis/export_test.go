@@ -57,3 +57,11 @@ func LibrarySource() (string, error) {
 	}
 	return l.src, nil
 }
+
+// The key builders, for the tests of the key layout.
+var (
+	SafeTag  = safeTag
+	HeldKey  = heldKey
+	LockKeys = lockKeys
+	LeaseKey = leaseKey
+)

@@ -25,8 +25,9 @@
 // as decimal text); the hash tag keeps
 // all of one subject's keys in one Redis Cluster slot. A subject that is
 // empty, longer than 64 bytes, or holds braces, spaces or control bytes is
-// replaced by a hash of itself (as is one starting with "h:"), so no input
-// can break the key layout or alias another subject's key.
+// replaced by a hash of itself (as is one starting with "h:"), and '%' and
+// ':' in a policy or a grouped subject are escaped, so no input can break
+// the key layout or alias another request's key (see [KeyFor]).
 package redis
 
 import (
@@ -283,8 +284,8 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 	}
 	r := req.Rule
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-	key := plainKey(req.Policy, req.Subject, ":lock")
-	vals, err := s.lockout.Exec(ctx, c, []string{key, key + ":held"}, []string{now, slack, strconv.Itoa(int(req.Op)),
+	key, held := lockKeys(req.Policy, req.Subject)
+	vals, err := s.lockout.Exec(ctx, c, []string{key, held}, []string{now, slack, strconv.Itoa(int(req.Op)),
 		strconv.FormatInt(r.Threshold, 10), ms(r.Lock), ms(r.MaxLock), ms(r.Window), ms(r.Memory),
 		req.Hold.ID, ms(req.Hold.TTL)}).AsIntSlice()
 	if err != nil {
@@ -342,10 +343,9 @@ func (s *Store) holdOp(ctx context.Context, req algo.Request, h algo.Hold, op in
 	if err != nil {
 		return algo.Decision{}, err
 	}
-	key := KeyFor(req)
 	var packed [reqSize]byte
 	appendRequest(packed[:0], req)
-	msgs, err := s.exec(ctx, c, s.reserve, []string{key, key + ":held"}, []string{now, slack, string(packed[:]),
+	msgs, err := s.exec(ctx, c, s.reserve, []string{KeyFor(req), heldKey(req)}, []string{now, slack, string(packed[:]),
 		strconv.Itoa(op), h.ID, strconv.FormatInt(h.TTL.Milliseconds(), 10)}).ToArray()
 	if err != nil {
 		return algo.Decision{}, err
@@ -389,8 +389,7 @@ func (s *Store) leaseOp(ctx context.Context, req algo.LeaseRequest, op int) (int
 	if err != nil {
 		return 0, err
 	}
-	key := plainKey(req.Policy, req.Subject, ":lease")
-	vals, err := s.lease.Exec(ctx, c, []string{key}, []string{now, slack, strconv.Itoa(op),
+	vals, err := s.lease.Exec(ctx, c, []string{leaseKey(req.Policy, req.Subject)}, []string{now, slack, strconv.Itoa(op),
 		strconv.FormatInt(req.Limit, 10), strconv.FormatInt(req.TTL.Milliseconds(), 10), req.ID}).AsIntSlice()
 	if err != nil {
 		return 0, err
@@ -557,9 +556,75 @@ func (s *Store) conn() (rueidis.Client, error) {
 	return *c, nil
 }
 
-// plainKey is rl:v2:{<subject>}:<policy><suffix>.
-func plainKey(policy, subject, suffix string) string {
-	return KeyPrefix + "{" + safeTag(subject) + "}:" + policy + suffix
+// Key layout. Every key the store writes is
+//
+//	rl:v2:{<group>}:<policy>[:<subject>]:<kind>[:held]
+//
+// <group> is the hash tag: a rate request's Group (its Tag, or its
+// Subject), or the subject of a login guard or a lease; on Redis Cluster it
+// alone picks the slot, so the keys of one group, and a key and its held
+// set, share a slot. It is the group as it is when it can stand in a hash
+// tag, and otherwise "h:" and a hash of it (see safeTag). <policy> is the
+// request's Policy and <subject> (present only for a request whose Tag
+// groups it with other subjects) its Subject, made safe as the group is;
+// both are escaped, '%' as %25 and ':' as %3A, so neither holds a colon.
+// <kind> is the algorithm's (gcra, tb, lb, fw, sl, sc), or lock for a login
+// guard's state and lease for leases; ":held" follows for the set of held
+// attempts beside a rate limit's or a login guard's state. So the fields
+// between the colons after the tag are the policy, perhaps the subject,
+// then one of the kinds, perhaps followed by held: no kind is "held", so
+// the fields read one way only, and no two requests' states share a key.
+// Names without '%' or ':' appear as they are: rl:v2:{user-42}:api:gcra.
+
+// Key kinds beside the algorithms' (see keySuffix), and the suffix of a
+// held set.
+const (
+	lockSuffix  = ":lock"
+	leaseSuffix = ":lease"
+	heldSuffix  = ":held"
+)
+
+// buildKey returns rl:v2:{<group>}:<policy>[:<subject>]<suffix>, where
+// subject is a safeTag (never empty), or empty for none (no Tag, or a Tag
+// equal to the Subject).
+func buildKey(group, policy, subject, suffix string) string {
+	tag := safeTag(group)
+	policy = escapePart(policy)
+	subject = escapePart(subject)
+	var b strings.Builder
+	b.Grow(len(KeyPrefix) + len(tag) + len(policy) + len(subject) + len(suffix) + 4)
+	b.WriteString(KeyPrefix)
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteString("}:")
+	b.WriteString(policy)
+	if subject != "" {
+		b.WriteByte(':')
+		b.WriteString(subject)
+	}
+	b.WriteString(suffix)
+	return b.String()
+}
+
+// escapePart returns s with '%' written as %25 and ':' as %3A, so that it
+// holds no colon and every s has its own escaped form.
+func escapePart(s string) string {
+	if strings.IndexByte(s, ':') < 0 && strings.IndexByte(s, '%') < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case ':':
+			b.WriteString("%3A")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // Key returns the Redis key holding the state of subject under policy,
@@ -570,27 +635,29 @@ func Key(policy, subject string, a algo.Algorithm) string {
 
 // KeyFor returns the Redis key of a request's state:
 // rl:v2:{<subject>}:<policy>:<alg>, or rl:v2:{<tag>}:<policy>:<subject>:<alg>
-// for a request whose Tag groups it with others.
+// for a request whose Tag groups it with others (see the key layout
+// above).
 func KeyFor(r algo.Request) string {
-	var b strings.Builder
-	tag := safeTag(r.Group())
 	sub := ""
 	if r.Tag != "" && r.Tag != r.Subject {
 		sub = safeTag(r.Subject)
 	}
-	b.Grow(len(KeyPrefix) + len(tag) + len(r.Policy) + len(sub) + 10)
-	b.WriteString(KeyPrefix)
-	b.WriteByte('{')
-	b.WriteString(tag)
-	b.WriteString("}:")
-	b.WriteString(r.Policy)
-	if sub != "" {
-		b.WriteByte(':')
-		b.WriteString(sub)
-	}
-	b.WriteString(keySuffix[r.Limit.Algorithm])
-	return b.String()
+	return buildKey(r.Group(), r.Policy, sub, keySuffix[r.Limit.Algorithm])
 }
+
+// heldKey returns the key of the set of attempts held on a request's
+// limit (see [Store.Reserve]), in the slot of its state.
+func heldKey(r algo.Request) string { return KeyFor(r) + heldSuffix }
+
+// lockKeys returns the keys of an account's login-guard state and of its
+// held attempts.
+func lockKeys(policy, subject string) (state, held string) {
+	state = buildKey(subject, policy, "", lockSuffix)
+	return state, state + heldSuffix
+}
+
+// leaseKey returns the key of a subject's leases under policy.
+func leaseKey(policy, subject string) string { return buildKey(subject, policy, "", leaseSuffix) }
 
 // safeTag returns subject if it can stand inside a hash tag as it is, and
 // otherwise "h:" and a hex SHA-256 prefix of it. Subjects that themselves

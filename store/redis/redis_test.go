@@ -86,6 +86,24 @@ func TestKeyLayout(t *testing.T) {
 	if rstore.Key("a", "h:x", algo.GCRA) == rstore.Key("a", "h:"+strings.Repeat("0", 32), algo.GCRA) {
 		t.Error("hashed subjects collide")
 	}
+	// Every kind of key, and escaped names.
+	req := algo.Request{Policy: "plan/free@1a2b", Subject: "k_user", Tag: "acme", Limit: algo.Limit{Algorithm: algo.FixedWindow}}
+	lock, held := rstore.LockKeys("login/api", "acct")
+	for _, c := range [][2]string{
+		{rstore.KeyFor(req), "rl:v2:{acme}:plan/free@1a2b:k_user:fw"},
+		{rstore.HeldKey(req), "rl:v2:{acme}:plan/free@1a2b:k_user:fw:held"},
+		{lock, "rl:v2:{acct}:login/api:lock"},
+		{held, "rl:v2:{acct}:login/api:lock:held"},
+		{rstore.LeaseKey("conc/api", "k_user"), "rl:v2:{k_user}:conc/api:lease"},
+		{rstore.KeyFor(algo.Request{Policy: "P", Subject: "q", Tag: "u"}), "rl:v2:{u}:P:q:gcra"},
+		{rstore.Key("P:q", "u", algo.GCRA), "rl:v2:{u}:P%3Aq:gcra"},
+		{rstore.Key("100%", "u", algo.GCRA), "rl:v2:{u}:100%25:gcra"},
+		{rstore.KeyFor(algo.Request{Policy: "P", Subject: "a:b", Tag: "u"}), "rl:v2:{u}:P:a%3Ab:gcra"},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("key %q, want %q", c[0], c[1])
+		}
+	}
 }
 
 // TestScriptsReloadAfterFlush checks that losing Redis' scripts and

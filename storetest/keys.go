@@ -1,0 +1,113 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
+)
+
+// keyParts are policy suffixes, tags and subjects chosen to make keys
+// built by joining parts with separators collide: separators and what
+// escapes them, hash-tag braces, the prefix of hashed parts, and the names
+// a store appends to keys.
+var keyParts = []string{"", "q", "u", "q:u", "u:q", ":", "%", "%3A", "h:x", "{u}", "u}", "gcra", "q:gcra", "lock",
+	"held", "q/u"}
+
+// keyPolicySuffixes are appended to a test's policy name so that, with
+// keyParts as subjects and tags, one request's policy holds another's
+// subject or tag.
+var keyPolicySuffixes = []string{"", ":q", ":q:u", "%3Aq", ":", "%", ":gcra", ":lock", ":q:lock", "/q"}
+
+// testDistinctKeys checks that distinct requests never share state,
+// whatever their policies, tags and subjects hold: for every distinct
+// (policy, tag, subject) — a Tag equal to the Subject being the same as no
+// Tag — a limit of 1 admits one request and refuses the next, so a request
+// whose state another's charge reached is refused at once. Stores that keep
+// held attempts, login-guard state or leases are checked the same way on
+// those, after the rate state is in place, so that no kind of state shares
+// another's either.
+func testDistinctKeys(t *testing.T, s tollgate.Store) {
+	ctx := context.Background()
+	p := policy(t)
+	type triple struct{ policy, tag, subject string }
+	var reqs []triple
+	for _, ps := range keyPolicySuffixes {
+		for _, tag := range keyParts {
+			for _, sub := range keyParts {
+				if tag != "" && tag == sub {
+					continue // the same state as no tag
+				}
+				reqs = append(reqs, triple{p + ps, tag, sub})
+			}
+		}
+	}
+	// Rate state: the second request of each is refused (which a store
+	// may also remember), the first is not, whatever came before.
+	l := algo.Limit{Rate: 1, Period: time.Hour}
+	for _, r := range reqs {
+		req := algo.Request{Policy: r.policy, Tag: r.tag, Subject: r.subject, Limit: l, Cost: 1, Now: base}
+		d, err := s.Allow(ctx, req)
+		if err != nil || !d.Allowed {
+			t.Fatalf("policy %q, tag %q, subject %q: first request %+v, %v: its state is another request's", r.policy, r.tag, r.subject, d, err)
+		}
+		if d, err := s.Allow(ctx, req); err != nil || d.Allowed {
+			t.Fatalf("policy %q, tag %q, subject %q: second request %+v, %v", r.policy, r.tag, r.subject, d, err)
+		}
+	}
+	// Held attempts, on a limit of 2 per key: one hold fits beside one
+	// charge, a second does not.
+	if rs, ok := s.(tollgate.Reserver); ok {
+		l := algo.Limit{Rate: 2, Period: time.Hour}
+		p2 := policy(t)
+		for _, r := range reqs {
+			req := algo.Request{Policy: p2 + r.policy[len(p):], Tag: r.tag, Subject: r.subject, Limit: l, Cost: 1, Now: base}
+			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 1 {
+				t.Fatalf("policy %q, tag %q, subject %q: charging %+v, %v: its state is another request's", req.Policy, r.tag, r.subject, d, err)
+			}
+			if d, err := rs.Reserve(ctx, req, algo.Hold{ID: "a", TTL: time.Hour}); err != nil || !d.Allowed {
+				t.Fatalf("policy %q, tag %q, subject %q: first hold %+v, %v: its holds are another request's", req.Policy, r.tag, r.subject, d, err)
+			}
+			if d, err := rs.Reserve(ctx, req, algo.Hold{ID: "b", TTL: time.Hour}); err != nil || d.Allowed {
+				t.Fatalf("policy %q, tag %q, subject %q: second hold %+v, %v", req.Policy, r.tag, r.subject, d, err)
+			}
+		}
+	}
+	// Login-guard state and leases have a policy and a subject: under the
+	// rate state's names, each locks after one failure and takes one lease.
+	type pair struct{ policy, subject string }
+	var pairs []pair
+	for _, ps := range keyPolicySuffixes {
+		for _, sub := range keyParts {
+			pairs = append(pairs, pair{p + ps, sub})
+		}
+	}
+	if g, ok := s.(tollgate.Guard); ok {
+		rule := algo.LockoutRule{Threshold: 1, Lock: time.Hour, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
+		for _, r := range pairs {
+			req := algo.LockoutRequest{Policy: r.policy, Subject: r.subject, Rule: rule, Op: algo.LockCheck, Now: base}
+			if res, err := g.Lockout(ctx, req); err != nil || res.Locked || res.Level != 0 {
+				t.Fatalf("policy %q, account %q: %+v, %v before any failure: its state is another account's", r.policy, r.subject, res, err)
+			}
+			req.Op = algo.LockFail
+			if res, err := g.Lockout(ctx, req); err != nil || !res.Locked {
+				t.Fatalf("policy %q, account %q: a failure left %+v, %v", r.policy, r.subject, res, err)
+			}
+		}
+	}
+	if ls, ok := s.(tollgate.Leaser); ok {
+		for i, r := range pairs {
+			req := algo.LeaseRequest{Policy: r.policy, Subject: r.subject, ID: fmt.Sprintf("lease-%d", i), Limit: 1, TTL: time.Hour, Now: base}
+			if got, err := ls.Acquire(ctx, req); err != nil || !got {
+				t.Fatalf("policy %q, subject %q: the first lease: %v, %v: its slots are another subject's", r.policy, r.subject, got, err)
+			}
+			req.ID += "-second"
+			if got, err := ls.Acquire(ctx, req); err != nil || got {
+				t.Fatalf("policy %q, subject %q: a second lease: %v, %v", r.policy, r.subject, got, err)
+			}
+		}
+	}
+}
