@@ -439,9 +439,20 @@ type denyShard struct {
 	m  map[denyKey]denyEntry
 }
 
+// denyKey names one state as the stores do: a subject's state in its own
+// group (empty tag) is not the same subject's state in another group.
 type denyKey struct {
-	policy, subject string
-	alg             algo.Algorithm
+	policy, tag, subject string
+	alg                  algo.Algorithm
+}
+
+// denyKeyOf returns the deny cache's key of a request.
+func denyKeyOf(req *algo.Request) denyKey {
+	k := denyKey{req.Policy, req.Tag, req.Subject, req.Limit.Algorithm}
+	if k.tag == k.subject {
+		k.tag = ""
+	}
+	return k
 }
 
 type denyEntry struct {
@@ -477,7 +488,7 @@ func (c *denyCache) get(req algo.Request, now time.Time) (algo.Decision, bool) {
 // request's refusal).
 func (c *denyCache) getGroup(req algo.Request, now time.Time) (algo.Decision, []algo.Decision, bool) {
 	sh := c.shard(req.Subject)
-	k := denyKey{req.Policy, req.Subject, req.Limit.Algorithm}
+	k := denyKeyOf(&req)
 	sh.mu.Lock()
 	e, ok := sh.m[k]
 	if ok && !now.Before(e.until) {
@@ -503,7 +514,7 @@ func (c *denyCache) put(req algo.Request, d algo.Decision, now time.Time) {
 
 func (c *denyCache) putGroup(req algo.Request, d algo.Decision, now time.Time, group []algo.Decision) {
 	sh := c.shard(req.Subject)
-	k := denyKey{req.Policy, req.Subject, req.Limit.Algorithm}
+	k := denyKeyOf(&req)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if _, exists := sh.m[k]; !exists && len(sh.m) >= c.per {

@@ -365,7 +365,7 @@ func TestKeySlot(t *testing.T) {
 		{"{user1000}.followers", "user1000"},
 		{"foo{bar}{zap}", "bar"},
 		{"foo{{bar}}zap", "{bar"},
-		{"rl:v2:{alice}:api:gcra", "alice"},
+		{"rl:v3:{alice}:api:gcra", "alice"},
 	}
 	for _, c := range same {
 		if rstore.KeySlot(c[0]) != rstore.KeySlot(c[1]) {

@@ -31,7 +31,7 @@ func TestTaggedSubjectKeepsItsOwnState(t *testing.T) {
 }
 
 // parsedKey is what a key says it holds, read by the documented layout
-// alone: rl:v2:{<group>}:<policy>[:<subject>]:<kind>[:held].
+// alone: rl:v3:{<group>}:<policy>[:<subject>]:<kind>[:held].
 type parsedKey struct {
 	group, policy, subject, kind string
 	held                         bool

@@ -21,7 +21,7 @@
 // CPU per decision without delaying any request: a request that finds
 // Redis idle is sent at once, alone.
 //
-// Keys look like rl:v2:{<subject>}:<policy>:<algorithm> (v1 held state
+// Keys look like rl:v3:{<subject>}:<policy>:<algorithm> (v1 held state
 // as decimal text); the hash tag keeps
 // all of one subject's keys in one Redis Cluster slot. A subject that is
 // empty, longer than 64 bytes, or holds braces, spaces or control bytes is
@@ -54,7 +54,7 @@ import (
 var luaFiles embed.FS
 
 // KeyPrefix starts every key the store writes.
-const KeyPrefix = "rl:v2:"
+const KeyPrefix = "rl:v3:"
 
 // explicitTimeSlack is added to every TTL when a request carries an
 // explicit time: the key then expires by Redis' real clock while the
@@ -558,7 +558,7 @@ func (s *Store) conn() (rueidis.Client, error) {
 
 // Key layout. Every key the store writes is
 //
-//	rl:v2:{<group>}:<policy>[:<subject>]:<kind>[:held]
+//	rl:v3:{<group>}:<policy>[:<subject>]:<kind>[:held]
 //
 // <group> is the hash tag: a rate request's Group (its Tag, or its
 // Subject), or the subject of a login guard or a lease; on Redis Cluster it
@@ -574,7 +574,7 @@ func (s *Store) conn() (rueidis.Client, error) {
 // between the colons after the tag are the policy, perhaps the subject,
 // then one of the kinds, perhaps followed by held: no kind is "held", so
 // the fields read one way only, and no two requests' states share a key.
-// Names without '%' or ':' appear as they are: rl:v2:{user-42}:api:gcra.
+// Names without '%' or ':' appear as they are: rl:v3:{user-42}:api:gcra.
 
 // Key kinds beside the algorithms' (see keySuffix), and the suffix of a
 // held set.
@@ -584,7 +584,7 @@ const (
 	heldSuffix  = ":held"
 )
 
-// buildKey returns rl:v2:{<group>}:<policy>[:<subject>]<suffix>, where
+// buildKey returns rl:v3:{<group>}:<policy>[:<subject>]<suffix>, where
 // subject is a safeTag (never empty), or empty for none (no Tag, or a Tag
 // equal to the Subject).
 func buildKey(group, policy, subject, suffix string) string {
@@ -634,7 +634,7 @@ func Key(policy, subject string, a algo.Algorithm) string {
 }
 
 // KeyFor returns the Redis key of a request's state:
-// rl:v2:{<subject>}:<policy>:<alg>, or rl:v2:{<tag>}:<policy>:<subject>:<alg>
+// rl:v3:{<subject>}:<policy>:<alg>, or rl:v3:{<tag>}:<policy>:<subject>:<alg>
 // for a request whose Tag groups it with others (see the key layout
 // above).
 func KeyFor(r algo.Request) string {

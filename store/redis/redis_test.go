@@ -68,11 +68,11 @@ func TestConcurrencyFourClients(t *testing.T) {
 
 func TestKeyLayout(t *testing.T) {
 	cases := []struct{ policy, subject, want string }{
-		{"api", "user-42", "rl:v2:{user-42}:api:gcra"},
-		{"api", "a}b", "rl:v2:{h:"},
-		{"api", "", "rl:v2:{h:"},
-		{"api", "h:deadbeef", "rl:v2:{h:"},
-		{"api", strings.Repeat("x", 65), "rl:v2:{h:"},
+		{"api", "user-42", "rl:v3:{user-42}:api:gcra"},
+		{"api", "a}b", "rl:v3:{h:"},
+		{"api", "", "rl:v3:{h:"},
+		{"api", "h:deadbeef", "rl:v3:{h:"},
+		{"api", strings.Repeat("x", 65), "rl:v3:{h:"},
 	}
 	for _, c := range cases {
 		got := rstore.Key(c.policy, c.subject, algo.GCRA)
@@ -90,15 +90,15 @@ func TestKeyLayout(t *testing.T) {
 	req := algo.Request{Policy: "plan/free@1a2b", Subject: "k_user", Tag: "acme", Limit: algo.Limit{Algorithm: algo.FixedWindow}}
 	lock, held := rstore.LockKeys("login/api", "acct")
 	for _, c := range [][2]string{
-		{rstore.KeyFor(req), "rl:v2:{acme}:plan/free@1a2b:k_user:fw"},
-		{rstore.HeldKey(req), "rl:v2:{acme}:plan/free@1a2b:k_user:fw:held"},
-		{lock, "rl:v2:{acct}:login/api:lock"},
-		{held, "rl:v2:{acct}:login/api:lock:held"},
-		{rstore.LeaseKey("conc/api", "k_user"), "rl:v2:{k_user}:conc/api:lease"},
-		{rstore.KeyFor(algo.Request{Policy: "P", Subject: "q", Tag: "u"}), "rl:v2:{u}:P:q:gcra"},
-		{rstore.Key("P:q", "u", algo.GCRA), "rl:v2:{u}:P%3Aq:gcra"},
-		{rstore.Key("100%", "u", algo.GCRA), "rl:v2:{u}:100%25:gcra"},
-		{rstore.KeyFor(algo.Request{Policy: "P", Subject: "a:b", Tag: "u"}), "rl:v2:{u}:P:a%3Ab:gcra"},
+		{rstore.KeyFor(req), "rl:v3:{acme}:plan/free@1a2b:k_user:fw"},
+		{rstore.HeldKey(req), "rl:v3:{acme}:plan/free@1a2b:k_user:fw:held"},
+		{lock, "rl:v3:{acct}:login/api:lock"},
+		{held, "rl:v3:{acct}:login/api:lock:held"},
+		{rstore.LeaseKey("conc/api", "k_user"), "rl:v3:{k_user}:conc/api:lease"},
+		{rstore.KeyFor(algo.Request{Policy: "P", Subject: "q", Tag: "u"}), "rl:v3:{u}:P:q:gcra"},
+		{rstore.Key("P:q", "u", algo.GCRA), "rl:v3:{u}:P%3Aq:gcra"},
+		{rstore.Key("100%", "u", algo.GCRA), "rl:v3:{u}:100%25:gcra"},
+		{rstore.KeyFor(algo.Request{Policy: "P", Subject: "a:b", Tag: "u"}), "rl:v3:{u}:P:a%3Ab:gcra"},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("key %q, want %q", c[0], c[1])
