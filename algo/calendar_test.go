@@ -15,58 +15,34 @@ import (
 // package's view of the zone: the bounds, and the durations of a daily or
 // monthly quota of 1 spent at the instant.
 func TestCalendarEveryZone(t *testing.T) {
-	zones, err := calendartest.Zones()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(zones) < 300 {
-		t.Fatalf("only %d zones found", len(zones))
-	}
 	rng := rand.New(rand.NewPCG(13, 1))
-	for _, name := range zones {
-		zone, err := time.LoadLocation(name)
-		if err != nil {
-			t.Fatalf("loading %s: %v", name, err)
+	calendartest.Each(t, rng, 40, func(name string, zone *time.Location, l algo.Limit, at int64) {
+		cal := l.Calendar
+		start, end := calendartest.Window(zone, cal, at)
+		if err := calendartest.CheckWallClock(zone, cal, at, start, end); err != nil {
+			t.Fatalf("%s %s at %v: reference: %v", name, cal, time.UnixMilli(at).In(zone), err)
 		}
-		for _, cal := range []algo.Calendar{algo.Daily, algo.Monthly} {
-			l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 1, Period: algo.Day, Calendar: cal, Zone: zone}
-			if cal == algo.Monthly {
-				l.Period = algo.Month
-			}
-			for _, at := range calendartest.Instants(rng, zone, 40) {
-				start, end := calendartest.Window(zone, cal, at)
-				if err := calendartest.CheckWallClock(zone, cal, at, start, end); err != nil {
-					t.Fatalf("%s %s at %v: reference: %v", name, cal, time.UnixMilli(at).In(zone), err)
-				}
-				b := l.CalendarBounds(at)
-				_, prevStart := b[0], b[1]
-				ws, we := calendartest.Window(zone, cal, start-1)
-				ns, ne := calendartest.Window(zone, cal, end)
-				if start == end { // unreachable: an empty window holds no instant
-					t.Fatalf("%s: empty window holds %d", name, at)
-				}
-				want := [4]int64{ws, start, end, ne}
-				if we != start || ns != end || b != want {
-					t.Fatalf("%s %s at %v: CalendarBounds = %v, want %v", name, cal, time.UnixMilli(at).In(zone), b, want)
-				}
-				_ = prevStart
-				var s algo.State
-				d, ttl, err := algo.Decide(l, &s, at, 1)
-				if err != nil || !d.Allowed || d.ResetAfter != end-at || ttl != end-at {
-					t.Fatalf("%s %s at %v: first = %+v ttl %d err %v, want allowed, reset %d", name, cal, time.UnixMilli(at).In(zone), d, ttl, err, end-at)
-				}
-				for _, now := range []int64{at, end - 1} {
-					if d, _, _ := algo.Decide(l, &s, now, 1); d.Allowed || d.RetryAfter != end-now {
-						t.Fatalf("%s %s: spent at %v, again at %v: %+v, want refused, retry %d", name, cal,
-							time.UnixMilli(at).In(zone), time.UnixMilli(now).In(zone), d, end-now)
-					}
-				}
-				if d, _, _ := algo.Decide(l, &s, end, 1); !d.Allowed {
-					t.Fatalf("%s %s: spent at %v, refused at the window's end %v", name, cal, time.UnixMilli(at).In(zone), time.UnixMilli(end).In(zone))
-				}
+		ws, we := calendartest.Window(zone, cal, start-1)
+		ns, ne := calendartest.Window(zone, cal, end)
+		want := [4]int64{ws, start, end, ne}
+		if b := l.CalendarBounds(at); we != start || ns != end || b != want {
+			t.Fatalf("%s %s at %v: CalendarBounds = %v, want %v", name, cal, time.UnixMilli(at).In(zone), b, want)
+		}
+		var s algo.State
+		d, ttl, err := algo.Decide(l, &s, at, 1)
+		if err != nil || !d.Allowed || d.ResetAfter != end-at || ttl != end-at {
+			t.Fatalf("%s %s at %v: first = %+v ttl %d err %v, want allowed, reset %d", name, cal, time.UnixMilli(at).In(zone), d, ttl, err, end-at)
+		}
+		for _, now := range []int64{at, end - 1} {
+			if d, _, _ := algo.Decide(l, &s, now, 1); d.Allowed || d.RetryAfter != end-now {
+				t.Fatalf("%s %s: spent at %v, again at %v: %+v, want refused, retry %d", name, cal,
+					time.UnixMilli(at).In(zone), time.UnixMilli(now).In(zone), d, end-now)
 			}
 		}
-	}
+		if d, _, _ := algo.Decide(l, &s, end, 1); !d.Allowed {
+			t.Fatalf("%s %s: spent at %v, refused at the window's end %v", name, cal, time.UnixMilli(at).In(zone), time.UnixMilli(end).In(zone))
+		}
+	})
 }
 
 // TestCalendarChanges pins the windows of the examples: days of

@@ -23,48 +23,33 @@ const CalendarSamples = 4
 // ResetAfter and RetryAfter say so, and the window's last millisecond is
 // still refused.
 func RunCalendar(t *testing.T, s tollgate.Store) {
-	zones, err := calendartest.Zones()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	p := policy(t)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
 	n := 0
-	for _, name := range zones {
-		zone, err := time.LoadLocation(name)
-		if err != nil {
-			t.Fatalf("loading %s: %v", name, err)
-		}
-		for _, cal := range []algo.Calendar{algo.Daily, algo.Monthly} {
-			l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 1, Period: algo.Day, Calendar: cal, Zone: zone}
-			if cal == algo.Monthly {
-				l.Period = algo.Month
+	calendartest.Each(t, rng, CalendarSamples, func(name string, zone *time.Location, l algo.Limit, at int64) {
+		n++
+		subject := fmt.Sprintf("cal-%d", n)
+		cal := l.Calendar
+		_, end := calendartest.Window(zone, cal, at)
+		ask := func(ms int64) algo.Decision {
+			d, err := s.Allow(ctx, algo.Request{Policy: p, Subject: subject, Limit: l, Cost: 1, Now: time.UnixMilli(ms)})
+			if err != nil {
+				t.Fatalf("%s %s at %v: %v", name, cal, time.UnixMilli(ms).In(zone), err)
 			}
-			for _, at := range calendartest.Instants(rng, zone, CalendarSamples) {
-				n++
-				subject := fmt.Sprintf("cal-%d", n)
-				_, end := calendartest.Window(zone, cal, at)
-				ask := func(ms int64) algo.Decision {
-					d, err := s.Allow(ctx, algo.Request{Policy: p, Subject: subject, Limit: l, Cost: 1, Now: time.UnixMilli(ms)})
-					if err != nil {
-						t.Fatalf("%s %s at %v: %v", name, cal, time.UnixMilli(ms).In(zone), err)
-					}
-					return d
-				}
-				local := func(ms int64) string { return time.UnixMilli(ms).In(zone).Format("2006-01-02 15:04:05.000 -07:00") }
-				if d := ask(at); !d.Allowed || d.ResetAfter != ms(end-at) {
-					t.Fatalf("%s %s: first request at %s: %+v, want allowed, ResetAfter %v (window ends %s)", name, cal, local(at), d, ms(end-at), local(end))
-				}
-				if d := ask(end - 1); d.Allowed || d.RetryAfter != time.Millisecond {
-					t.Fatalf("%s %s: spent at %s, at %s: %+v, want refused, RetryAfter 1ms", name, cal, local(at), local(end-1), d)
-				}
-				if d := ask(end); !d.Allowed {
-					t.Fatalf("%s %s: spent at %s, refused at the window's end %s: %+v", name, cal, local(at), local(end), d)
-				}
-			}
+			return d
 		}
-	}
+		local := func(ms int64) string { return time.UnixMilli(ms).In(zone).Format("2006-01-02 15:04:05.000 -07:00") }
+		if d := ask(at); !d.Allowed || d.ResetAfter != ms(end-at) {
+			t.Fatalf("%s %s: first request at %s: %+v, want allowed, ResetAfter %v (window ends %s)", name, cal, local(at), d, ms(end-at), local(end))
+		}
+		if d := ask(end - 1); d.Allowed || d.RetryAfter != time.Millisecond {
+			t.Fatalf("%s %s: spent at %s, at %s: %+v, want refused, RetryAfter 1ms", name, cal, local(at), local(end-1), d)
+		}
+		if d := ask(end); !d.Allowed {
+			t.Fatalf("%s %s: spent at %s, refused at the window's end %s: %+v", name, cal, local(at), local(end), d)
+		}
+	})
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }

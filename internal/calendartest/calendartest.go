@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"testing"
 	"time"
 	_ "time/tzdata" // every zone, on machines without /usr/share/zoneinfo
 
@@ -161,4 +162,31 @@ func CheckWallClock(zone *time.Location, cal algo.Calendar, t, start, end int64)
 		}
 	}
 	return nil
+}
+
+// Each calls check for every zone of the tz database, both calendars and
+// n instants of each (see [Instants]), with a calendar quota of 1.
+func Each(t testing.TB, rng *rand.Rand, n int, check func(name string, zone *time.Location, l algo.Limit, at int64)) {
+	t.Helper()
+	zones, err := Zones()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(zones) < 300 {
+		t.Fatalf("only %d zones found", len(zones))
+	}
+	for _, name := range zones {
+		zone, err := time.LoadLocation(name)
+		if err != nil {
+			t.Fatalf("loading %s: %v", name, err)
+		}
+		for _, l := range []algo.Limit{
+			{Algorithm: algo.FixedWindow, Rate: 1, Period: algo.Day, Calendar: algo.Daily, Zone: zone},
+			{Algorithm: algo.FixedWindow, Rate: 1, Period: algo.Month, Calendar: algo.Monthly, Zone: zone},
+		} {
+			for _, at := range Instants(rng, zone, n) {
+				check(name, zone, l, at)
+			}
+		}
+	}
 }
