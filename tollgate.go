@@ -112,11 +112,21 @@ type Reserver interface {
 
 // Leaser is a store that hands out concurrency slots as leases with a
 // TTL. Both stores implement it.
+//
+// The caller names each lease (req.ID, unique among the leases of one
+// policy and subject), so that it can give back a lease it does not know
+// it holds: an Acquire that failed with an error (a deadline, a lost
+// connection) may have taken its slot, or may take it later, when the
+// store runs a call its caller stopped waiting for. Releasing the ID then
+// frees the slot whichever reaches the store first: a release that finds
+// no lease remembers the ID as released for req.TTL, and an Acquire of a
+// released ID takes nothing. Release is idempotent.
 type Leaser interface {
-	// Acquire takes a slot if fewer than req.Limit are held, reporting
-	// whether it did.
+	// Acquire takes a slot if fewer than req.Limit are held and req.ID
+	// has not been released, reporting whether it did.
 	Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error)
-	// Release returns the slot req.ID holds (a no-op if it has expired).
+	// Release returns the slot req.ID holds, or, if it holds none (yet),
+	// keeps it from taking one for req.TTL.
 	Release(ctx context.Context, req algo.LeaseRequest) error
 }
 

@@ -169,18 +169,20 @@ func newLeaseID() string {
 	return fmt.Sprintf("%s-%d", leasePrefix, leaseSeq.Add(1))
 }
 
-// statusRecorder remembers the status the handler behind wrote, and
-// calls onStatus with it before the status goes out.
+// statusRecorder remembers the status the handler behind wrote, and,
+// once armed (the request passed on), calls onStatus with it before the
+// status goes out.
 type statusRecorder struct {
 	http.ResponseWriter
 	status   int
+	armed    bool
 	onStatus func(int)
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
 	if s.status == 0 && code >= 200 {
 		s.status = code
-		if s.onStatus != nil {
+		if s.onStatus != nil && s.armed {
 			s.onStatus(code)
 		}
 	}
@@ -246,7 +248,7 @@ func (m *middleware) acquireSlot(w http.ResponseWriter, r *http.Request, route *
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Second)
 		defer cancel()
 		if err := l.Release(ctx, req); err != nil {
-			m.log.LogAttrs(ctx, slog.LevelWarn, "releasing a concurrency slot (it will expire)", slog.String("error", err.Error()))
+			m.log.LogAttrs(ctx, slog.LevelWarn, "releasing a concurrency slot (retried when the store is resilience's, else it expires)", slog.String("error", err.Error()))
 		}
 	}, true
 }

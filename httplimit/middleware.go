@@ -179,50 +179,76 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		shadowB = append(shadowB, g)
 		shadowR = append(shadowR, tollgate.Request{Policy: g.StoreName, Subject: "route", Limit: g.Limit, Cost: cost})
 	}
-	m.shadow(r.Context(), shadowB, shadowR, group)
 	if len(reqs) == 0 {
 		// Every limit here is in shadow: the request passes untouched.
+		m.shadow(r.Context(), shadowB, shadowR, group)
 		m.count("-", group, sub.Plan.Name, "allowed")
 		m.pass(w, r, route, sub, tollgate.Decision{Allowed: true}, clean)
 		return
 	}
+	// A refused request is charged nothing, whichever check refuses it.
+	// So the checks whose state can be given back come first, each given
+	// back (deferred) if a later one refuses: the concurrency slot, the
+	// login guard's holds, a held place in the route's global budget.
+	// The one step that cannot be undone comes last: one atomic decision
+	// on the subject's (and tenant's) limits, all charged or none. Only
+	// if it admits is the held global place charged (the hold guarantees
+	// it fits), and then the shadow budgets.
+	if route != nil && route.Concurrency != nil {
+		release, ok := m.acquireSlot(w, r, route, sub)
+		if !ok {
+			return
+		}
+		defer release()
+	}
+	var rec *statusRecorder
+	if route != nil && route.Login != nil {
+		login, ok := m.loginBegin(w, r, route.Login, sub)
+		if !ok {
+			return
+		}
+		defer login.finish(r.Context(), 0)
+		// Only the upstream's answer settles the attempt (see pass); a
+		// refusal below gives its holds back.
+		rec = &statusRecorder{ResponseWriter: w, onStatus: func(status int) { login.finish(r.Context(), status) }}
+	}
+	var global *globalHold
+	if route != nil && route.Global != nil && !route.Global.Shadow {
+		var ok bool
+		if global, ok = m.holdGlobal(w, r, route, sub, group, cost); !ok {
+			return
+		}
+		defer global.giveBack(r.Context())
+	}
+	out := http.ResponseWriter(w) // where the request is passed on
+	if rec != nil {
+		out = rec
+	}
 	ds, err := m.decideAll(r.Context(), reqs)
 	if err != nil {
 		var ok bool
-		if ds, ok = m.storeFailed(w, r, err, route, sub, budgets, group, reqs); !ok {
+		if ds, ok = m.storeFailed(out, r, err, route, sub, budgets, group, reqs); !ok {
 			return
 		}
 	}
-	// The route's global budget lives in another slot: charged second,
-	// only for requests the subject's own limits admitted.
-	if route != nil && route.Global != nil && !route.Global.Shadow && tollgate.Admitted(ds) {
-		g := route.Global
-		greq := []tollgate.Request{{Policy: g.StoreName, Subject: "route", Limit: g.Limit, Cost: cost}}
-		gds, err := m.decideAll(r.Context(), greq)
-		if err != nil {
-			var ok bool
-			if gds, ok = m.storeFailed(w, r, err, route, sub, []*policy.Budget{g}, group, greq); !ok {
-				return
-			}
+	if global != nil && tollgate.Admitted(ds) {
+		gd, ok := global.charge(out, r, route, sub, group)
+		if !ok {
+			return
 		}
-		budgets, ds = append(budgets, g), append(ds, gds...)
+		budgets, ds = append(budgets, route.Global), append(ds, gd)
 	}
 	i := mostRestrictive(ds)
 	b, d := budgets[i], ds[i]
 	setHeaders(w.Header(), m.items, budgets, b, d, p.LegacyHeaders)
 	if !tollgate.Admitted(ds) {
-		m.count(b.Name, group, sub.Plan.Name, "refused")
-		if mt := m.opts.Metrics; mt != nil {
-			mt.TopRefused.Add(sub.ID)
-		}
-		retry := max(1, ceilSeconds(d.RetryAfter))
-		m.logSampled(r.Context(), slog.LevelInfo, "refused", sub, b.Name, group, slog.Int64("retry_after_s", retry))
-		WriteProblem(w, Problem{Type: ProblemRateLimited, Status: http.StatusTooManyRequests, RetryAfter: retry,
-			Detail: fmt.Sprintf("The %q limit of %d per %v is used up; retry after %d s.", b.Name, b.Limit.Rate, b.Limit.Period, retry)})
+		m.refuse(w, r, sub, b, d, group)
 		return
 	}
 	m.count(b.Name, group, sub.Plan.Name, "allowed")
-	// A shaping limit admits a request on condition that it waits.
+	m.shadow(r.Context(), shadowB, shadowR, group)
+	// A shaping limit admits a request on condition that it waits (holding
+	// its slot, if it took one: it is in flight).
 	var delay time.Duration
 	for _, x := range ds {
 		delay = max(delay, x.Delay)
@@ -236,24 +262,123 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return // the client gave up while queued
 		}
 	}
-	if route != nil && route.Concurrency != nil {
-		release, ok := m.acquireSlot(w, r, route, sub)
-		if !ok {
-			return
-		}
-		defer release()
+	m.pass(out, r, route, sub, d, clean)
+}
+
+// refuse answers 429 for the rate limit b, whose decision d refused the
+// request.
+func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, sub Subject, b *policy.Budget, d tollgate.Decision, group string) {
+	m.count(b.Name, group, sub.Plan.Name, "refused")
+	if mt := m.opts.Metrics; mt != nil {
+		mt.TopRefused.Add(sub.ID)
 	}
-	if route != nil && route.Login != nil {
-		// The guard comes after the route's own limits, which refuse a
-		// flood before its bodies are read.
-		login, ok := m.loginBegin(w, r, route.Login, sub)
-		if !ok {
-			return
-		}
-		defer login.finish(r.Context(), 0)
-		w = &statusRecorder{ResponseWriter: w, onStatus: func(status int) { login.finish(r.Context(), status) }}
+	retry := max(1, ceilSeconds(d.RetryAfter))
+	m.logSampled(r.Context(), slog.LevelInfo, "refused", sub, b.Name, group, slog.Int64("retry_after_s", retry))
+	WriteProblem(w, Problem{Type: ProblemRateLimited, Status: http.StatusTooManyRequests, RetryAfter: retry,
+		Detail: fmt.Sprintf("The %q limit of %d per %v is used up; retry after %d s.", b.Name, b.Limit.Rate, b.Limit.Period, retry)})
+}
+
+// globalHoldTTL bounds how long a place held in a route's global budget
+// outlives its request when the hold is never settled (the gateway
+// stopped, or the store failed between the two calls): the place is
+// taken, though nothing was charged, for at most this long.
+const globalHoldTTL = 5 * time.Second
+
+// globalHold is a request's place in its route's global budget, which
+// lives in another slot than the subject's limits and so cannot be
+// decided in the same atomic call. The place is held first (Reserve: it
+// admits only if the budget could take every place held and this one,
+// and charges nothing), then charged if the subject's limits admit the
+// request, else given back; so a request refused by either side is
+// charged by neither, and the global budget never admits more than it
+// would one request at a time. (Requests at once may be refused while
+// places held for requests their own limits then refuse fill the budget:
+// stricter for that moment, never looser.) Where the store cannot hold
+// places, or could not (unavailable), the budget is decided after the
+// subject's limits, as a charge that stands if it refuses.
+type globalHold struct {
+	m       *middleware
+	req     tollgate.Request
+	hold    tollgate.Hold
+	rs      tollgate.Reserver // nil: no place held
+	reserve tollgate.Decision // the reservation's decision
+	settled bool
+}
+
+// holdGlobal holds the request's place in route's global budget. On
+// refusal it has answered the request and returns false.
+func (m *middleware) holdGlobal(w http.ResponseWriter, r *http.Request, route *policy.Route, sub Subject, group string, cost int64) (*globalHold, bool) {
+	g := route.Global
+	gh := &globalHold{m: m, req: tollgate.Request{Policy: g.StoreName, Subject: "route", Limit: g.Limit, Cost: cost}}
+	rs, ok := m.opts.Store.(tollgate.Reserver)
+	if !ok {
+		return gh, true
 	}
-	m.pass(w, r, route, sub, d, clean)
+	gh.req.Now = m.clockTime()
+	gh.hold = tollgate.Hold{ID: newLeaseID(), TTL: globalHoldTTL}
+	d, err := rs.Reserve(r.Context(), gh.req, gh.hold)
+	switch {
+	case err != nil && algo.IsInvalid(err):
+		_, ok := m.storeFailed(w, r, err, route, sub, []*policy.Budget{g}, group, []tollgate.Request{gh.req})
+		return nil, ok
+	case err != nil:
+		// Decided after the subject's limits instead (see globalHold). A
+		// reservation that reached the store late expires by its TTL.
+		return gh, true
+	case !d.Allowed:
+		setHeaders(w.Header(), m.items, []*policy.Budget{g}, g, d, m.opts.Policy.LegacyHeaders)
+		m.refuse(w, r, sub, g, d, group)
+		return nil, false
+	}
+	gh.rs, gh.reserve = rs, d
+	return gh, true
+}
+
+// charge charges the request's place in the global budget, once the
+// subject's limits admitted it, and returns the budget's decision; or,
+// with no place held, decides the budget now. On failure it has answered
+// the request and returns false.
+func (gh *globalHold) charge(w http.ResponseWriter, r *http.Request, route *policy.Route, sub Subject, group string) (tollgate.Decision, bool) {
+	m := gh.m
+	if gh.rs == nil {
+		greq := []tollgate.Request{gh.req}
+		gds, err := m.decideAll(r.Context(), greq)
+		if err != nil {
+			var ok bool
+			if gds, ok = m.storeFailed(w, r, err, route, sub, []*policy.Budget{route.Global}, group, greq); !ok {
+				return tollgate.Decision{}, false
+			}
+		}
+		return gds[0], true
+	}
+	gh.settled = true
+	req := gh.req
+	req.Now = m.clockTime()
+	d, err := gh.rs.Settle(context.WithoutCancel(r.Context()), req, gh.hold, true)
+	if err != nil {
+		// The place stays held until the hold's TTL, in place of the
+		// charge: the request is admitted, as its reservation said.
+		m.logSampled(r.Context(), slog.LevelWarn, "charging a held place in a global budget (it stays held until it expires)", sub,
+			route.Global.Name, group, slog.String("error", err.Error()))
+		return gh.reserve, true
+	}
+	// Refused only if the hold expired before it was charged.
+	return d, true
+}
+
+// giveBack ends a place held and not charged.
+func (gh *globalHold) giveBack(ctx context.Context) {
+	if gh.rs == nil || gh.settled {
+		return
+	}
+	gh.settled = true
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	req := gh.req
+	req.Now = gh.m.clockTime()
+	if _, err := gh.rs.Settle(ctx, req, gh.hold, false); err != nil {
+		gh.m.log.LogAttrs(ctx, slog.LevelWarn, "giving back a held place in a global budget (it expires by itself)", slog.String("error", err.Error()))
+	}
 }
 
 // requests builds the store requests that charge cost to sub under plan:
@@ -421,8 +546,13 @@ func (m *middleware) fallback(policyName, mode string) {
 	}
 }
 
-// pass hands the request on, with the headers forwardHeaders allows.
+// pass hands the request on, with the headers forwardHeaders allows. A
+// login attempt's recorder (w) settles the attempt with the status the
+// handler behind writes from here on.
 func (m *middleware) pass(w http.ResponseWriter, r *http.Request, route *policy.Route, sub Subject, d tollgate.Decision, clean string) {
+	if rec, ok := w.(*statusRecorder); ok {
+		rec.armed = true
+	}
 	info := &Info{Route: route, Subject: sub, Decision: d, Path: clean}
 	r2 := r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
 	r2.Header = m.forwardHeaders(r.Header, sub, sub.trustedPeer)

@@ -151,12 +151,12 @@ type Route struct {
 	// Limit, when non-nil, replaces the subject's plan on this route.
 	Limit *Plan
 	// Global, when non-nil, is one budget for the route shared by every
-	// subject. It lives in another Redis slot, so it is charged in a second
-	// step, after the subject's (and tenant's) limits admitted the request:
-	// if it then refuses, the request is refused and the first step's
-	// charge stands (it is not refunded). So nothing is ever admitted past
-	// any limit; a subject can lose at most the requests the global budget
-	// refused.
+	// subject. It lives in another Redis slot, so it cannot be decided in
+	// the same call as the subject's (and tenant's) limits: the request
+	// holds a place in it first, which is charged once those limits admit
+	// the request and given back if they refuse it (see package
+	// httplimit). So nothing is ever admitted past any limit, and a
+	// refusal by either side charges neither.
 	Global *Budget
 	// Candidate, when non-nil, is a shadow budget per subject evaluated
 	// beside the enforced limits.

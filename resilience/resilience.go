@@ -16,7 +16,12 @@
 //     Groups ([Store.AllowAll]) are cached by their refusing limit;
 //   - a local fallback ([Store.Fallback]) that decides with this instance's
 //     share of each limit (limit / Options.Instances) in memory, for
-//     fail-open policies while the store is unavailable.
+//     fail-open policies while the store is unavailable;
+//   - leases given back once the store answers again: an Acquire that
+//     fails with its outcome unknown (a deadline, a lost connection: Redis
+//     may run it later) and a Release that fails are retried as releases
+//     in the background (see [Store.Acquire]), so no slot stays taken for
+//     its TTL because Redis was slow for a moment.
 //
 // Whether a failed decision falls back or refuses is the caller's policy:
 // Allow reports unavailability as an error wrapping [ErrUnavailable].
@@ -89,6 +94,8 @@ type Store struct {
 	calls, denyHits, fallbacks atomic.Uint64
 	lastErr                    atomic.Value // string: the last failure the breaker counted
 
+	releases pendingReleases
+
 	descState, descCalls, descDenyHits *prometheus.Desc
 }
 
@@ -128,6 +135,7 @@ func New(primary tollgate.Store, opts Options) *Store {
 	if opts.DenyCacheSize > 0 {
 		s.deny = newDenyCache(opts.DenyCacheSize)
 	}
+	s.releases.stop = make(chan struct{})
 	s.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "store",
 		MaxRequests: 1,
@@ -157,8 +165,13 @@ func New(primary tollgate.Store, opts Options) *Store {
 	return s
 }
 
-// Close releases the local fallback store.
-func (s *Store) Close() error { return s.local.Close() }
+// Close stops retrying releases (what is still pending is tried once more,
+// while the store answers; the rest expires by its TTL) and releases the
+// local fallback store.
+func (s *Store) Close() error {
+	s.releases.close()
+	return s.local.Close()
+}
 
 // Allow implements [tollgate.Store]: the deny cache first, then the store
 // behind the breaker and the deadline.
@@ -286,7 +299,12 @@ func (s *Store) Settle(ctx context.Context, req algo.Request, h algo.Hold, charg
 }
 
 // Acquire passes a lease request to the store behind the breaker and the
-// deadline.
+// deadline. When it fails and the store may still take the lease (the
+// call was sent: it timed out, the connection failed, the caller gave
+// up), the lease is the Store's to give back: it releases req.ID in the
+// background as soon as the store answers again, and the store's Release
+// frees the slot whether the late acquire reaches it before or after (see
+// [tollgate.Leaser]). The caller treats the lease as not held.
 func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error) {
 	l, ok := s.primary.(tollgate.Leaser)
 	if !ok {
@@ -297,17 +315,119 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 		got, err = l.Acquire(ctx, req)
 		return err
 	})
+	if err != nil && !algo.IsInvalid(err) && !errors.Is(err, gobreaker.ErrOpenState) && !errors.Is(err, gobreaker.ErrTooManyRequests) {
+		s.releaseLater(l, req)
+	}
 	return got, err
 }
 
 // Release passes a lease release to the store behind the breaker and the
-// deadline.
+// deadline. A release that fails (other than as invalid) is retried in the
+// background until the store answers; the error still says it failed.
 func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
 	l, ok := s.primary.(tollgate.Leaser)
 	if !ok {
 		return errors.New("releasing a lease: the store cannot")
 	}
-	return s.guarded(ctx, func(ctx context.Context) error { return l.Release(ctx, req) })
+	err := s.guarded(ctx, func(ctx context.Context) error { return l.Release(ctx, req) })
+	if err != nil && !algo.IsInvalid(err) {
+		s.releaseLater(l, req)
+	}
+	return err
+}
+
+// MaxPendingReleases bounds the releases a Store keeps retrying; beyond
+// it, a lease is left to expire by its TTL.
+const MaxPendingReleases = 100_000
+
+// releaseRetry is how often pending releases are tried while the store
+// does not answer. A try through the open breaker costs nothing; once the
+// breaker lets a probe through, a release may be that probe.
+const releaseRetry = 25 * time.Millisecond
+
+// pendingReleases is the releases the store has not confirmed, oldest
+// first, and the goroutine retrying them (running while there are any).
+type pendingReleases struct {
+	mu      sync.Mutex
+	queue   []algo.LeaseRequest
+	running bool
+	closed  bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// releaseLater queues the release of req and starts retrying if no one
+// is.
+func (s *Store) releaseLater(l tollgate.Leaser, req algo.LeaseRequest) {
+	p := &s.releases
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	if len(p.queue) >= MaxPendingReleases {
+		s.log.LogAttrs(context.Background(), slog.LevelWarn, "too many lease releases pending: this one is left to expire",
+			slog.Duration("ttl", req.TTL))
+		return
+	}
+	p.queue = append(p.queue, req)
+	if !p.running {
+		p.running = true
+		p.wg.Add(1)
+		go s.retryReleases(l)
+	}
+}
+
+// retryReleases releases the queued leases in order, waiting releaseRetry
+// whenever the store does not answer, until none is left or the store is
+// closed; then it makes one last pass while the store answers.
+func (s *Store) retryReleases(l tollgate.Leaser) {
+	p := &s.releases
+	defer p.wg.Done()
+	t := time.NewTimer(releaseRetry)
+	defer t.Stop()
+	stopping := false
+	for {
+		p.mu.Lock()
+		if len(p.queue) == 0 {
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		req := p.queue[0]
+		p.mu.Unlock()
+		err := s.guarded(context.Background(), func(ctx context.Context) error { return l.Release(ctx, req) })
+		if err == nil || algo.IsInvalid(err) {
+			p.mu.Lock()
+			p.queue[0] = algo.LeaseRequest{}
+			p.queue = p.queue[1:]
+			p.mu.Unlock()
+			continue
+		}
+		if stopping {
+			p.mu.Lock()
+			p.queue, p.running = nil, false
+			p.mu.Unlock()
+			return
+		}
+		t.Reset(releaseRetry)
+		select {
+		case <-t.C:
+		case <-p.stop:
+			stopping = true
+		}
+	}
+}
+
+// close stops the retries after their last pass.
+func (p *pendingReleases) close() {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.stop)
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
 }
 
 // guarded runs f against the store behind the breaker and the deadline,
@@ -396,11 +516,17 @@ type Stats struct {
 	Calls     uint64 // calls made to the shared store
 	DenyHits  uint64 // refusals answered from the deny cache
 	Fallbacks uint64 // decisions made by Fallback
+	// PendingReleases is how many lease releases wait for the store to
+	// answer again.
+	PendingReleases int
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Calls: s.calls.Load(), DenyHits: s.denyHits.Load(), Fallbacks: s.fallbacks.Load()}
+	s.releases.mu.Lock()
+	pending := len(s.releases.queue)
+	s.releases.mu.Unlock()
+	return Stats{Calls: s.calls.Load(), DenyHits: s.denyHits.Load(), Fallbacks: s.fallbacks.Load(), PendingReleases: pending}
 }
 
 // Ping checks the store behind, when it can be pinged.

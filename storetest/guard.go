@@ -200,8 +200,12 @@ func RunReserver(t *testing.T, r tollgate.Reserver) {
 }
 
 // RunLeases checks concurrency slots: exactly Limit granted under
-// contention, a release frees one, and an unreleased lease expires.
+// contention, a release frees one, and an unreleased lease expires; a
+// release is idempotent, and one that arrives before its acquire (which
+// timed out at its caller and reached the store late) makes the acquire
+// take nothing, until the released id's TTL has passed.
 func RunLeases(t *testing.T, l tollgate.Leaser) {
+	t.Run("ReleaseBeforeAcquire", func(t *testing.T) { runReleaseFirst(t, l) })
 	ctx := context.Background()
 	p := policy(t)
 	req := func(id string, at time.Time) algo.LeaseRequest {
@@ -249,5 +253,61 @@ func RunLeases(t *testing.T, l tollgate.Leaser) {
 	}
 	if _, err := l.Acquire(ctx, algo.LeaseRequest{Policy: p, Subject: "s", ID: "x", Limit: 0, TTL: time.Second}); err == nil {
 		t.Fatal("a limit of 0 was accepted")
+	}
+}
+
+func runReleaseFirst(t *testing.T, l tollgate.Leaser) {
+	ctx := context.Background()
+	p := policy(t)
+	req := func(id string, at time.Time) algo.LeaseRequest {
+		return algo.LeaseRequest{Policy: p, Subject: "s", ID: id, Limit: 2, TTL: 30 * time.Second, Now: at}
+	}
+	acquire := func(id string, at time.Time) bool {
+		t.Helper()
+		ok, err := l.Acquire(ctx, req(id, at))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	release := func(id string, at time.Time) {
+		t.Helper()
+		if err := l.Release(ctx, req(id, at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The release of "late" reaches the store first: its acquire, when it
+	// comes, takes no slot.
+	release("late", base)
+	release("late", base) // idempotent
+	if acquire("late", base.Add(time.Second)) {
+		t.Fatal("an acquire that came after its release took a slot")
+	}
+	if !acquire("a", base.Add(time.Second)) || !acquire("b", base.Add(time.Second)) {
+		t.Fatal("the released id kept a slot from others")
+	}
+	if acquire("c", base.Add(time.Second)) {
+		t.Fatal("a third lease under a limit of 2")
+	}
+	// Releasing a held lease twice frees one slot, once.
+	release("a", base.Add(2*time.Second))
+	release("a", base.Add(2*time.Second))
+	if !acquire("d", base.Add(2*time.Second)) {
+		t.Fatal("a release did not free its slot")
+	}
+	if acquire("e", base.Add(2*time.Second)) {
+		t.Fatal("a second release of one lease freed a second slot")
+	}
+	// A released id is remembered for the lease TTL, and then forgotten.
+	release("again", base.Add(2*time.Second))
+	release("b", base.Add(3*time.Second))
+	if acquire("again", base.Add(31*time.Second)) {
+		t.Fatal("a released id took a slot within the TTL of its release")
+	}
+	if !acquire("again", base.Add(32*time.Second)) {
+		t.Fatal("a released id was remembered past the TTL of its release")
+	}
+	if err := l.Release(ctx, algo.LeaseRequest{Policy: p, Subject: "s", ID: "x", Limit: 2}); !algo.IsInvalid(err) {
+		t.Fatalf("a release without a TTL: %v, want an invalid-request error", err)
 	}
 }

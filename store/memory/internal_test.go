@@ -241,11 +241,27 @@ func TestGhosts(t *testing.T) {
 	if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "g", Subject: "s", Rule: rule, Op: algo.LockCheck}); err != nil || r.Locked {
 		t.Fatalf("check of a swept account: %+v, %v", r, err)
 	}
-	if err := s.Release(ctx, lease); err != nil {
-		t.Fatal(err)
-	}
 	if k := s.Stats().Keys; k != 0 {
 		t.Fatalf("keys = %d after queries, want 0", k)
+	}
+	// A release of a lease not held is no query: the store cannot tell it
+	// from the release of a lease whose acquire is still to come, so it
+	// keeps the id (a key) for the lease's TTL, and that acquire takes
+	// nothing.
+	late := algo.LeaseRequest{Policy: "l2", Subject: "s", ID: "late", Limit: 1, TTL: time.Second}
+	if err := s.Release(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	if k := s.Stats().Keys; k != 1 {
+		t.Fatalf("keys = %d after a release of a lease not held, want 1", k)
+	}
+	if ok, err := s.Acquire(ctx, late); err != nil || ok {
+		t.Fatalf("acquire after its release = %v, %v, want refused", ok, err)
+	}
+	now += 1000
+	s.Sweep()
+	if k := s.Stats().Keys; k != 0 {
+		t.Fatalf("keys = %d once the released id's TTL passed, want 0", k)
 	}
 	// Charged requests bring the keys back, fresh.
 	fill()

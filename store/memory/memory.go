@@ -1129,7 +1129,8 @@ func (s *Store) setState(e *entry, st *algo.State, from uint8) {
 
 // Acquire implements [tollgate.Leaser]: a lease is a hold on the
 // subject's lease key (see updateHeld), granted while fewer than the limit
-// are held, counting those in the subject's overflow slot.
+// are held, counting those in the subject's overflow slot, and unless its
+// id was released first (see Release).
 func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("acquiring a lease in memory: %w", err)
@@ -1137,21 +1138,25 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 	if err := req.Validate(); err != nil {
 		return false, fmt.Errorf("acquiring a lease in memory: %w", err)
 	}
-	ms := s.msOf(req.Now)
-	k := &key{alg: leaseKind, policy: req.Policy, subject: req.Subject}
-	h, sh := s.hashes(k, nil)
-	var buf [96]byte
-	kb := k.appendTo(buf[:0])
 	ok := false
-	err := s.updateHeld(sh, h, kb, func() []byte { return s.slotKey(leaseKind, req.Policy, "", req.Subject, 0) }, algo.State{}, ms,
-		func(_ *algo.State, leases algo.Holds) (bool, int64, bool) {
-			if int64(len(leases)) >= req.Limit {
-				return false, 0, false
+	err := s.leaseOp(req, func(ms int64, leases algo.Holds) bool {
+		held, released := leaseHolds(req.ID)
+		if _, ok := leases[released]; ok {
+			return false
+		}
+		n := int64(0)
+		for id := range leases {
+			if id[0] == leaseHeld {
+				n++
 			}
-			leases[req.ID] = ms + req.TTL.Milliseconds()
-			ok = true
-			return true, 0, false
-		}, nil)
+		}
+		if n >= req.Limit {
+			return false
+		}
+		leases[held] = ms + req.TTL.Milliseconds()
+		ok = true
+		return true
+	})
 	if errors.Is(err, errNoRoom) {
 		return false, nil
 	}
@@ -1161,38 +1166,53 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 	return ok, nil
 }
 
-// releaseLease deletes lease id from e, which the caller has locked.
-func (s *Store) releaseLease(e *entry, id string) {
-	if e.ghost() || e.ext == nil {
-		return
+// Release implements [tollgate.Leaser]. A lease that is not held is
+// remembered as released for req.TTL, as the Redis store does, so that an
+// Acquire of its id made afterwards takes nothing. (Here no Acquire runs
+// after its caller has stopped waiting, so when the store is full and
+// that memory would need room it is not kept.)
+func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
+	if err := req.Validate(); err != nil {
+		return fmt.Errorf("releasing a lease in memory: %w", err)
 	}
-	if _, ok := e.ext.leases[id]; ok {
-		delete(e.ext.leases, id)
-		e.ext.leaseIDs -= allocBytes(len(id))
-		s.bytes.Add(-allocBytes(len(id)))
+	err := s.leaseOp(req, func(ms int64, leases algo.Holds) bool {
+		held, released := leaseHolds(req.ID)
+		if _, ok := leases[held]; ok {
+			delete(leases, held)
+		} else {
+			leases[released] = ms + req.TTL.Milliseconds()
+		}
+		return true
+	})
+	if err != nil && !errors.Is(err, errNoRoom) && !errors.Is(err, ErrFull) {
+		return fmt.Errorf("releasing a lease in memory: %w", err)
 	}
+	return nil
 }
 
-// Release implements [tollgate.Leaser].
-func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
+// The leases of a subject are holds (see updateHeld) whose ids are the
+// lease's id after a byte that says what it is: a lease held, or one
+// released before it was acquired.
+const (
+	leaseHeld     = 'L'
+	leaseReleased = 'R'
+)
+
+// leaseHolds returns the hold ids of lease id held and released.
+func leaseHolds(id string) (held, released string) {
+	return string(leaseHeld) + id, string(leaseReleased) + id
+}
+
+// leaseOp runs op on the live leases of req's subject at the request's
+// time; op reports whether it changed them.
+func (s *Store) leaseOp(req algo.LeaseRequest, op func(ms int64, leases algo.Holds) bool) error {
+	ms := s.msOf(req.Now)
 	k := &key{alg: leaseKind, policy: req.Policy, subject: req.Subject}
 	h, sh := s.hashes(k, nil)
 	var buf [96]byte
 	kb := k.appendTo(buf[:0])
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e := s.findLocked(sh, h, kb); e != nil {
-		s.releaseLease(e, req.ID)
-		e.mu.Unlock()
-	}
-	if sh.slots.Load() > 0 {
-		// The lease may be held in the subject's overflow slot.
-		if slot := s.findSlot(sh, s.slotKey(leaseKind, req.Policy, "", req.Subject, 0)); slot != nil {
-			s.releaseLease(slot, req.ID)
-			slot.mu.Unlock()
-		}
-	}
-	return nil
+	return s.updateHeld(sh, h, kb, func() []byte { return s.slotKey(leaseKind, req.Policy, "", req.Subject, 0) }, algo.State{}, ms,
+		func(_ *algo.State, leases algo.Holds) (bool, int64, bool) { return op(ms, leases), 0, false }, nil)
 }
 
 // msOf returns t, or the store's time if t is zero, in ms since the epoch.

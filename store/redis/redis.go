@@ -360,7 +360,10 @@ func (s *Store) holdOp(ctx context.Context, req algo.Request, h algo.Hold, op in
 	return outs[0].decision(l), nil
 }
 
-// Acquire implements [tollgate.Leaser] with one script call.
+// Acquire implements [tollgate.Leaser] with one script call. If ctx ends
+// first, Acquire returns its error and the lease may still be taken, as
+// Redis runs the call whenever it reads it: a caller that does not know
+// whether it holds the lease releases it (see [Store.Release]).
 func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error) {
 	if err := req.Validate(); err != nil {
 		return false, fmt.Errorf("acquiring a lease in redis: %w", err)
@@ -372,8 +375,15 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 	return v == 1, nil
 }
 
-// Release implements [tollgate.Leaser].
+// Release implements [tollgate.Leaser]. A lease that is not held (its
+// acquire has not reached Redis yet, or was refused, or the lease expired)
+// is remembered as released for req.TTL, in a sorted set beside the
+// leases: an Acquire of req.ID that Redis runs meanwhile takes nothing, so
+// a release and the acquire it cancels may reach Redis in either order.
 func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
+	if err := req.Validate(); err != nil {
+		return fmt.Errorf("releasing a lease in redis: %w", err)
+	}
 	if _, err := s.leaseOp(ctx, req, 2); err != nil {
 		return fmt.Errorf("releasing a lease in redis: %w", err)
 	}
@@ -389,7 +399,8 @@ func (s *Store) leaseOp(ctx context.Context, req algo.LeaseRequest, op int) (int
 	if err != nil {
 		return 0, err
 	}
-	vals, err := s.lease.Exec(ctx, c, []string{leaseKey(req.Policy, req.Subject)}, []string{now, slack, strconv.Itoa(op),
+	key := leaseKey(req.Policy, req.Subject)
+	vals, err := s.lease.Exec(ctx, c, []string{key, key + ":released"}, []string{now, slack, strconv.Itoa(op),
 		strconv.FormatInt(req.Limit, 10), strconv.FormatInt(req.TTL.Milliseconds(), 10), req.ID}).AsIntSlice()
 	if err != nil {
 		return 0, err

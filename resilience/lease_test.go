@@ -1,0 +1,136 @@
+package resilience_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/resilience"
+)
+
+// freeSlots returns how many of limit slots a subject's leases leave free:
+// it takes as many as it can, with ids never used before, and gives them
+// back.
+func freeSlots(t *testing.T, s *resilience.Store, req algo.LeaseRequest, round *int) int {
+	// Each probe is a new id: a released id stays released.
+	t.Helper()
+	ctx := context.Background()
+	n := 0
+	var taken []algo.LeaseRequest
+	for i := int64(0); i < req.Limit && n >= 0; i++ {
+		*round++
+		r := req
+		r.ID = fmt.Sprintf("probe-%d", *round)
+		ok, err := s.Acquire(ctx, r)
+		switch {
+		case err != nil:
+			n = -1 // the store is not answering yet (the Store gives this lease back)
+		case ok:
+			n++
+			taken = append(taken, r)
+		}
+	}
+	for _, r := range taken {
+		s.Release(ctx, r) // retried by the Store if it fails
+	}
+	return n
+}
+
+// waitFree waits until all of req.Limit slots are free, and fails the test
+// if that takes longer than within.
+func waitFree(t *testing.T, s *resilience.Store, req algo.LeaseRequest, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	round, free := 0, 0
+	for time.Since(start) < within {
+		if free = freeSlots(t, s, req, &round); free == int(req.Limit) {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%d of %d slots free %v after Redis resumed; leases whose acquire timed out are held until their TTL (%v)",
+		free, req.Limit, within, req.TTL)
+	return 0
+}
+
+// TestLeaseAcquireTimedOut is the reported chaos run in miniature: Redis
+// stops (SIGSTOP) while a subject's Acquires are on their way; each gives
+// up at the 20 ms deadline, but Redis runs them all when it resumes, and
+// nobody holds the leases they take. They must come back as soon as Redis
+// answers again, not after their minute-long TTL.
+func TestLeaseAcquireTimedOut(t *testing.T) {
+	rs := redistest.Start(t)
+	s := resilience.New(redisStore(t, rs.Addr), resilience.Options{Timeout: 20 * time.Millisecond, FailuresToOpen: 1000})
+	defer s.Close()
+	ctx := context.Background()
+	req := algo.LeaseRequest{Policy: uniq("lease-paused"), Subject: "s", Limit: 10, TTL: time.Minute}
+	// Redis has the script (as it has in production), so what it reads
+	// on resuming runs.
+	round := 0
+	if n := freeSlots(t, s, req, &round); n != 10 {
+		t.Fatalf("%d slots free at the start", n)
+	}
+	if err := rs.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			rs.Resume()
+		}
+	}()
+	for i := 0; i < 10; i++ {
+		r := req
+		r.ID = fmt.Sprintf("timed-out-%d", i)
+		if ok, err := s.Acquire(ctx, r); !errors.Is(err, resilience.ErrUnavailable) || ok {
+			t.Fatalf("acquire %d while Redis is stopped: %v %v, want ErrUnavailable", i, ok, err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := rs.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	took := waitFree(t, s, req, 5*time.Second)
+	t.Logf("all 10 slots free %v after Redis resumed", took)
+}
+
+// TestLeaseReleaseRefused: releases refused while Redis is stopped (the
+// first times out and opens the breaker, which fails the others at once,
+// so they are never sent) are not lost: the slots come back once Redis
+// answers again.
+func TestLeaseReleaseRefused(t *testing.T) {
+	rs := redistest.Start(t)
+	s := resilience.New(redisStore(t, rs.Addr), resilience.Options{Timeout: 20 * time.Millisecond, FailuresToOpen: 1, OpenFor: 100 * time.Millisecond})
+	defer s.Close()
+	ctx := context.Background()
+	req := algo.LeaseRequest{Policy: uniq("release-paused"), Subject: "s", Limit: 10, TTL: time.Minute}
+	var held []algo.LeaseRequest
+	for i := 0; i < 10; i++ {
+		r := req
+		r.ID = fmt.Sprintf("held-%d", i)
+		if ok, err := s.Acquire(ctx, r); err != nil || !ok {
+			t.Fatalf("acquire %d: %v %v", i, ok, err)
+		}
+		held = append(held, r)
+	}
+	if err := rs.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range held {
+		if err := s.Release(ctx, r); !errors.Is(err, resilience.ErrUnavailable) {
+			rs.Resume()
+			t.Fatalf("release %d while Redis is stopped: %v, want ErrUnavailable", i, err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := rs.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	took := waitFree(t, s, req, 5*time.Second)
+	t.Logf("all 10 slots free %v after Redis resumed", took)
+}
