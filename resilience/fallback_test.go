@@ -205,3 +205,62 @@ func TestFallbackOnOOM(t *testing.T) {
 		t.Fatalf("the fallback admitted %d with Redis out of memory, want the 40 left", n)
 	}
 }
+
+// TestCalendarFallbackShare: with CalendarShare, a calendar quota gets the
+// instance's share of what the store last said remained, and fails closed
+// for a key the instance has not seen the store decide.
+func TestCalendarFallbackShare(t *testing.T) {
+	ctx := context.Background()
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name      string
+		limit     algo.Limit
+		instances int
+		spent     int64
+		want      int
+		retry     time.Duration // of the refusal once it is all spent
+	}{
+		{"day used up", algo.Limit{Algorithm: algo.FixedWindow, Rate: 30, Period: algo.Day, Calendar: algo.Daily}, 1, 30, 0, 16*time.Hour - 3*time.Second},
+		{"day, 10 of 30", algo.Limit{Algorithm: algo.FixedWindow, Rate: 30, Period: algo.Day, Calendar: algo.Daily}, 1, 10, 20, 16*time.Hour - 3*time.Second},
+		{"day, 10 of 30, 2 instances", algo.Limit{Algorithm: algo.FixedWindow, Rate: 30, Period: algo.Day, Calendar: algo.Daily}, 2, 10, 10, 16*time.Hour - 3*time.Second},
+		// 2027-01-15 09:00:03 in Paris; February starts 16 days, 15 h later.
+		{"month, Paris", algo.Limit{Algorithm: algo.FixedWindow, Rate: 1000, Period: algo.Month, Calendar: algo.Monthly, Zone: paris}, 4, 600, 100, 16*24*time.Hour + 15*time.Hour - 3*time.Second},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			now := minute
+			opts := resilience.Options{Timeout: 5 * time.Second, Instances: c.instances, CalendarFallback: resilience.CalendarShare, Now: fixedClock(&now)}
+			s := resilience.New(redisStore(t, srv.Addr), opts)
+			defer s.Close()
+			req := algo.Request{Policy: uniq("cal-share"), Subject: "k", Limit: c.limit, Cost: c.spent, Now: now}
+			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
+				t.Fatalf("on Redis: %+v %v", d, err)
+			}
+			req.Cost = 1
+			n, refused := drain(t, 1000, func() (algo.Decision, error) { return s.Fallback(ctx, req) })
+			if n != c.want || refused.RetryAfter != c.retry {
+				t.Fatalf("fallback admitted %d, refusal %+v; want %d, then RetryAfter %v", n, refused, c.want, c.retry)
+			}
+			// After a restart, this instance knows nothing of the key.
+			s2 := resilience.New(redisStore(t, srv.Addr), opts)
+			defer s2.Close()
+			if d, err := s2.Fallback(ctx, req); !errors.Is(err, resilience.ErrUnavailable) || d.Allowed {
+				t.Fatalf("unknown key: %+v %v, want ErrUnavailable", d, err)
+			}
+		})
+	}
+}
+
+func TestParseCalendarFallback(t *testing.T) {
+	for in, want := range map[string]resilience.CalendarFallback{"": resilience.CalendarClosed, "closed": resilience.CalendarClosed, "share": resilience.CalendarShare} {
+		if got, err := resilience.ParseCalendarFallback(in); err != nil || got != want || (in != "" && got.String() != in) {
+			t.Errorf("ParseCalendarFallback(%q) = %v, %v", in, got, err)
+		}
+	}
+	if _, err := resilience.ParseCalendarFallback("open"); err == nil {
+		t.Error("ParseCalendarFallback(open) succeeded")
+	}
+}
