@@ -73,6 +73,17 @@ type memoEntry struct {
 
 	owed      int64 // admitted by the fallback, not yet charged to the store
 	owedUntil int64 // when what is owed stops counting
+	// paying is open while a request carries what is owed to the store:
+	// the key's other requests wait for it, rather than pass without.
+	paying chan struct{}
+}
+
+// forget resets e for limit l, waking whoever waits on it.
+func (e *memoEntry) forget(l *algo.Limit) {
+	if e.paying != nil {
+		close(e.paying)
+	}
+	*e = memoEntry{limit: *l}
 }
 
 // owedAt returns what is owed at now, forgetting it once it has expired.
@@ -115,7 +126,7 @@ func (m *memo) entry(sh *memoShard, k memoKey, l *algo.Limit, now int64) *memoEn
 	e := sh.m[k]
 	if e != nil {
 		if !sameLimit(&e.limit, l) {
-			*e = memoEntry{limit: *l}
+			e.forget(l)
 		}
 		return e
 	}
@@ -134,6 +145,7 @@ func (m *memo) entry(sh *memoShard, k memoKey, l *algo.Limit, now int64) *memoEn
 				break
 			}
 		}
+		sh.m[victim].forget(l)
 		delete(sh.m, victim)
 	}
 	e = &memoEntry{limit: *l}
@@ -150,12 +162,20 @@ func lookup(sh *memoShard, k *memoKey, l *algo.Limit) *memoEntry {
 	return e
 }
 
-// take removes from what req's key owes as much as req can carry to the
-// store on top of its cost, and returns it (0 for a query, which charges
-// nothing).
-func (m *memo) take(req *algo.Request, now int64) int64 {
+// A debt is what a key owes the store, carried by one of its requests.
+type debt struct {
+	extra  int64         // what the request carries on top of its cost
+	paying chan struct{} // closed when it is settled; nil with no debt
+}
+
+// take returns what req carries to the store of what its key owes, on
+// top of its cost: all of it, up to the capacity (none for a query, which
+// charges nothing). The key's other requests then wait until the debt is
+// settled; while another request carries it, take returns that request's
+// channel to wait on instead.
+func (m *memo) take(req *algo.Request, now int64) (d debt, wait <-chan struct{}) {
 	if req.Cost == 0 {
-		return 0
+		return d, nil
 	}
 	k := keyOf(req)
 	sh := m.shard(&k)
@@ -163,29 +183,40 @@ func (m *memo) take(req *algo.Request, now int64) int64 {
 	defer sh.mu.Unlock()
 	e := lookup(sh, &k, &req.Limit)
 	if e == nil {
-		return 0
+		return d, nil
 	}
-	extra := min(e.owedAt(now), req.Limit.Capacity()-req.Cost)
-	if extra <= 0 {
-		return 0
+	if e.paying != nil {
+		return d, e.paying
 	}
-	e.owed -= extra
-	return extra
+	d.extra = min(e.owedAt(now), req.Limit.Capacity()-req.Cost)
+	if d.extra <= 0 {
+		return debt{}, nil
+	}
+	e.owed -= d.extra
+	e.paying = make(chan struct{})
+	d.paying = e.paying
+	return d, nil
 }
 
-// giveBack returns to req's key what take took, when the store did not
-// charge it.
-func (m *memo) giveBack(req *algo.Request, extra int64) {
-	if extra == 0 {
+// settle ends a debt taken for req: paid, or given back to the key when
+// the store did not charge it.
+func (m *memo) settle(req *algo.Request, d debt, paid bool) {
+	if d.paying == nil {
 		return
 	}
 	k := keyOf(req)
 	sh := m.shard(&k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := lookup(sh, &k, &req.Limit); e != nil {
-		e.owed += extra
+	e := sh.m[k]
+	if e == nil || e.paying != d.paying {
+		return // forgotten meanwhile, which closed the channel
 	}
+	if !paid {
+		e.owed += d.extra
+	}
+	close(e.paying)
+	e.paying = nil
 }
 
 // record remembers the store's decision d for req, received at now, and

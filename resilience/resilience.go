@@ -276,31 +276,38 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 			return d, nil
 		}
 	}
-	var extra int64
+	var dt debt
 	if s.memo != nil {
-		extra = s.memo.take(&req, now.UnixMilli())
+		for {
+			var wait <-chan struct{}
+			if dt, wait = s.memo.take(&req, now.UnixMilli()); wait == nil {
+				break
+			}
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return algo.Decision{}, fmt.Errorf("deciding: waiting for what the fallback admitted to be charged: %w", ctx.Err())
+			}
+		}
 	}
 	charged := req
-	charged.Cost += extra
+	charged.Cost += dt.extra
 	var d algo.Decision
+	paid := false
+	defer func() { s.memo.settle(&req, dt, paid) }()
 	if err := s.guarded(ctx, func(ctx context.Context) (err error) {
 		d, err = s.primary.Allow(ctx, charged)
 		return err
 	}); err != nil {
-		if s.memo != nil {
-			s.memo.giveBack(&req, extra)
-		}
 		return d, err
 	}
 	if s.memo != nil {
-		if !d.Allowed {
-			s.memo.giveBack(&req, extra)
-		}
+		paid = d.Allowed
 		if owed := s.memo.record(&req, &d, s.now(req.Now).UnixMilli()); req.Cost == 0 {
 			d.Remaining = max(0, d.Remaining-owed)
 		}
 	}
-	if !d.Allowed && d.RetryAfter > 0 && s.deny != nil && extra == 0 && (req.Cost == 1 || req.Limit.Algorithm == algo.FixedWindow) {
+	if !d.Allowed && d.RetryAfter > 0 && s.deny != nil && dt.extra == 0 && (req.Cost == 1 || req.Limit.Algorithm == algo.FixedWindow) {
 		s.deny.put(req, d, now)
 	}
 	return d, nil
@@ -343,35 +350,32 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			}
 		}
 	}
-	charged, extras := reqs, []int64(nil)
-	if s.memo != nil {
-		for i := range reqs {
-			if x := s.memo.take(&reqs[i], now.UnixMilli()); x > 0 {
-				if extras == nil {
-					charged, extras = append([]algo.Request(nil), reqs...), make([]int64, len(reqs))
-				}
-				charged[i].Cost += x
-				extras[i] = x
-			}
+	debts, err := s.debts(ctx, reqs, now.UnixMilli())
+	if err != nil {
+		return nil, err
+	}
+	charged := reqs
+	if debts != nil {
+		charged = append([]algo.Request(nil), reqs...)
+		for i, dt := range debts {
+			charged[i].Cost += dt.extra
 		}
 	}
-	giveBack := func() {
-		for i, x := range extras {
-			s.memo.giveBack(&reqs[i], x)
+	paid := false
+	defer func() {
+		for i, dt := range debts {
+			s.memo.settle(&reqs[i], dt, paid)
 		}
-	}
+	}()
 	var ds []algo.Decision
 	if err := s.guarded(ctx, func(ctx context.Context) (err error) {
 		ds, err = ms.AllowAll(ctx, charged)
 		return err
 	}); err != nil {
-		giveBack()
 		return nil, err
 	}
 	if s.memo != nil {
-		if !tollgate.Admitted(ds) {
-			giveBack()
-		}
+		paid = tollgate.Admitted(ds)
 		at := s.now(reqs[0].Now).UnixMilli()
 		for i := range reqs {
 			if owed := s.memo.record(&reqs[i], &ds[i], at); reqs[i].Cost == 0 {
@@ -379,7 +383,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			}
 		}
 	}
-	if s.deny != nil && extras == nil && !tollgate.Admitted(ds) {
+	if s.deny != nil && debts == nil && !tollgate.Admitted(ds) {
 		worst := -1
 		for i, d := range ds {
 			if !d.Allowed && d.RetryAfter > 0 && (reqs[i].Cost == 1 || reqs[i].Limit.Algorithm == algo.FixedWindow) &&
@@ -392,6 +396,43 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		}
 	}
 	return ds, nil
+}
+
+// debts takes what the keys of a group owe the store (nil if nothing).
+// While another request carries one key's debt, it takes none and waits
+// for it, so that no two requests wait on each other.
+func (s *Store) debts(ctx context.Context, reqs []algo.Request, now int64) ([]debt, error) {
+	if s.memo == nil {
+		return nil, nil
+	}
+	for {
+		var debts []debt
+		var wait <-chan struct{}
+		for i := range reqs {
+			dt, w := s.memo.take(&reqs[i], now)
+			if w != nil {
+				wait = w
+				break
+			}
+			if dt.paying != nil {
+				if debts == nil {
+					debts = make([]debt, len(reqs))
+				}
+				debts[i] = dt
+			}
+		}
+		if wait == nil {
+			return debts, nil
+		}
+		for i, dt := range debts {
+			s.memo.settle(&reqs[i], dt, false)
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("deciding together: waiting for what the fallback admitted to be charged: %w", ctx.Err())
+		}
+	}
 }
 
 // Lockout passes a login-guard operation to the store behind the breaker
