@@ -87,3 +87,20 @@ func TestMemoBytes(t *testing.T) {
 	}
 	runtime.KeepAlive(subjects)
 }
+
+// BenchmarkMemoRecord is what remembering costs each decision of the store.
+func BenchmarkMemoRecord(b *testing.B) {
+	m := newMemo(DefaultRememberSize)
+	reqs := make([]algo.Request, 1024)
+	for i := range reqs {
+		reqs[i] = algo.Request{Policy: "p", Subject: fmt.Sprintf("%043d", i), Limit: algo.Limit{Rate: 100, Period: time.Minute}, Cost: 1}
+	}
+	d := algo.Decision{Allowed: true, Remaining: 10, ResetAfter: time.Second}
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			m.record(&reqs[i%len(reqs)], &d, int64(i))
+			i++
+		}
+	})
+}

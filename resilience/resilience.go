@@ -33,9 +33,10 @@
 //
 // What the fallback admits, the store does not know. The key's next
 // request to the store carries it on top of its own cost (up to the
-// capacity), all or nothing: admitted, the debt is paid; refused, it
-// stays, until what it stands for would have left the limit. A query
-// (cost 0) reports Remaining less the debt.
+// capacity), all or nothing, and the key's other requests wait for that
+// one: admitted, the debt is paid; refused, it stays, until what it
+// stands for would have left the limit. A query (cost 0) reports
+// Remaining less the debt.
 //
 // Calendar quotas (fixed windows by day or month: "1,000 a day") fail
 // closed in the fallback by default ([CalendarClosed]): Fallback returns
@@ -50,12 +51,13 @@
 //
 // where L_i is what instance i admitted locally and never charged to the
 // store (the debt of an instance whose next store request was refused,
-// or that expired first), and k is what was in flight when the store came
-// back (requests that did not carry the debt while another did). With one
-// instance L_1 is 0: a debt is refused only when the limit had no room
-// for it. With N instances, L_i is at most ⌊R_i × s / C⌋ in the window
-// where the outage begins (R_i: the remaining instance i last saw) and s
-// in each later window, so the total is at most A + N × s + k, about 2A.
+// or that expired first), and k is what was in flight when the store
+// failed or came back (answers that arrive out of order leave the last
+// decision remembered a little behind). With one instance L_1 is 0: a
+// debt is refused only when the limit had no room for it. With N
+// instances, L_i is at most ⌊R_i × s / C⌋ in the window where the outage
+// begins (R_i: the remaining instance i last saw) and s in each later
+// window, so the total is at most A + N × s + k, about 2A.
 // Calendar quotas that fail closed get A. A key this instance does not
 // remember (it restarted, or the key was evicted from the bounded memory,
 // Options.RememberSize) starts from a full share: up to s more.
