@@ -3,6 +3,8 @@ package resilience_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,5 +264,75 @@ func TestParseCalendarFallback(t *testing.T) {
 	}
 	if _, err := resilience.ParseCalendarFallback("open"); err == nil {
 		t.Error("ParseCalendarFallback(open) succeeded")
+	}
+}
+
+// TestFallbackDebtConcurrent: after the fallback admitted all that was
+// left, 50 requests at once find Redis with room for them, but the debt
+// has none: the one that carries it is refused, and the others, which
+// wait for it rather than pass without it, are refused too.
+func TestFallbackDebtConcurrent(t *testing.T) {
+	ctx := context.Background()
+	now := minute
+	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	defer s.Close()
+	req := algo.Request{Policy: uniq("debt-at-once"), Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
+	if _, err := s.Allow(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	req.Cost = 1
+	if n, _ := drain(t, 300, func() (algo.Decision, error) { return s.Fallback(ctx, req) }); n != 40 {
+		t.Fatalf("fallback admitted %d, want 40", n)
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := s.Allow(ctx, req)
+			if err != nil {
+				t.Error(err)
+			}
+			if d.Allowed {
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 0 {
+		t.Fatalf("%d of 50 requests at once admitted after the fallback spent what was left", admitted.Load())
+	}
+}
+
+// TestFallbackDebtGroup: a group's requests carry their keys' debts, all
+// or nothing.
+func TestFallbackDebtGroup(t *testing.T) {
+	ctx := context.Background()
+	now := minute
+	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	defer s.Close()
+	pm, ph := uniq("debt-min"), uniq("debt-hour")
+	group := func(cost int64) []algo.Request {
+		return []algo.Request{
+			{Policy: pm, Subject: "k", Limit: algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Minute}, Cost: cost, Now: now},
+			{Policy: ph, Subject: "k", Limit: algo.Limit{Algorithm: algo.FixedWindow, Rate: 1000, Period: time.Hour}, Cost: cost, Now: now},
+		}
+	}
+	if _, err := s.AllowAll(ctx, group(60)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 30; i++ {
+		if ds, err := s.FallbackAll(ctx, group(1)); err != nil || !ds[0].Allowed || !ds[1].Allowed {
+			t.Fatalf("fallback %d: %+v %v", i, ds, err)
+		}
+	}
+	ds, err := s.AllowAll(ctx, group(1))
+	if err != nil || !ds[0].Allowed || ds[0].Remaining != 9 || ds[1].Remaining != 909 {
+		t.Fatalf("after the outage: %+v %v, want admitted with 9 and 909 left", ds, err)
+	}
+	ds, err = s.AllowAll(ctx, group(10))
+	if err != nil || ds[0].Allowed || ds[1].Remaining != 909 {
+		t.Fatalf("10 more: %+v %v, want refused by the minute, nothing charged", ds, err)
 	}
 }
