@@ -340,13 +340,18 @@ func (g *Gateway) openStore() error {
 			return fmt.Errorf("opening redis store: %w", err)
 		}
 		g.closers = append(g.closers, rs.Close)
+		calendar, err := resilience.ParseCalendarFallback(spec.CalendarFallback)
+		if err != nil {
+			return fmt.Errorf("opening redis store: %w", err)
+		}
 		res := resilience.New(rs, resilience.Options{
-			Timeout:        spec.Timeout,
-			FailuresToOpen: spec.Breaker.Failures,
-			OpenFor:        spec.Breaker.OpenFor,
-			Instances:      spec.Instances,
-			Logger:         g.log,
-			Now:            g.opts.Clock,
+			Timeout:          spec.Timeout,
+			FailuresToOpen:   spec.Breaker.Failures,
+			OpenFor:          spec.Breaker.OpenFor,
+			Instances:        spec.Instances,
+			CalendarFallback: calendar,
+			Logger:           g.log,
+			Now:              g.opts.Clock,
 		})
 		g.closers = append(g.closers, func() { res.Close() })
 		g.registry.MustRegister(res)

@@ -112,16 +112,26 @@ func readyz(t *testing.T, g *running) string {
 }
 
 // TestRedisKilledAndRestarted kills Redis under load: fail_open routes go on
-// within this instance's share (instances: 2, so 50 of Free's 100), only
-// the fail_closed /login answers 5xx, and the added latency stays near the
+// within this instance's share (instances: 2, so 49 of the 99 Free had
+// left; its daily quota too, with calendar_fallback: share), only the
+// fail_closed /login answers 5xx, and the added latency stays near the
 // store deadline. Then Redis comes back empty on the same port: scripts are
-// reloaded, the breaker closes and limiting is shared again.
+// reloaded, the breaker closes and limiting is shared again, charged with
+// what the fallback admitted.
 func TestRedisKilledAndRestarted(t *testing.T) {
 	rs := redistest.Start(t)
 	up := newUpstream(t)
 	p := config(t, up.URL, "[]")
 	p.Store.Instances = 2
+	p.Store.CalendarFallback = "share"
 	g := start(t, p, "redis://"+rs.Addr+"/0")
+	// Redis decides one free request (a call that misses the deadline on
+	// a loaded machine fails closed: the instance knows nothing yet of
+	// the key's daily quota).
+	waitFor(t, "a free request decided on Redis", 5*time.Second, func() bool {
+		code, _ := timed(t, "GET", g.public+"/api/items", "X-API-Key", freeKey)
+		return code == 200
+	})
 
 	// Baseline latency, Redis up (the pro key's 1,000 leave room).
 	var before []time.Duration
@@ -166,15 +176,15 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("Redis down: free key admitted %d of 200 (local share 50), refused %d; /login 503 x%d; other statuses %d",
+	t.Logf("Redis down: free key admitted %d of 200 (local share of the 99 left: 49), refused %d; /login 503 x%d; other statuses %d",
 		admitted.Load(), refused.Load(), login503.Load(), other.Load())
 	t.Logf("latency p99: Redis up %v, Redis down %v, added %v (store deadline %v)",
 		p99(before), p99(during), p99(during)-p99(before), p.Store.Timeout)
 	if other.Load() != 0 {
 		t.Fatalf("%d responses were neither 200/429 on fail_open nor 503 on fail_closed", other.Load())
 	}
-	if a := admitted.Load(); a < 45 || a > 55 {
-		t.Fatalf("admitted %d during the outage, want the local share 50 ±10%%", a)
+	if a := admitted.Load(); a != 49 {
+		t.Fatalf("admitted %d during the outage, want the local share of what was left, 49", a)
 	}
 	if login503.Load() != 20 {
 		t.Fatalf("/login answered 503 %d times of 20", login503.Load())
@@ -198,14 +208,15 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		return code == 200 && evalCalls(t, rs) > 0 && metric(t, g, "tollgate_store_breaker_state") == 0
 	})
 	t.Logf("Redis restarted: decisions back on Redis (scripts reloaded, breaker closed) after %v", gap)
-	// Shared again: the free key's fresh Redis budget is the whole 100. A
-	// call that misses the 20ms deadline on a loaded machine is decided
+	// Shared again: the free key's fresh Redis budget is the whole 100,
+	// less the 49 the fallback admitted, which its first request charges.
+	// A call that misses the 20ms deadline on a loaded machine is decided
 	// locally instead (and counted): allow for exactly those.
 	fb := metric(t, g, `tollgate_fallback_decisions_total{mode="fail_open",policy="free"}`)
 	n, _, _ := admitUntilRefused(t, g.public+"/api/items", 150, "X-API-Key", freeKey)
 	extra := metric(t, g, `tollgate_fallback_decisions_total{mode="fail_open",policy="free"}`) - fb
-	if extra == 0 && n != 100 || extra > 0 && (n > 100 || float64(n) < 100-extra) {
-		t.Fatalf("after the restart the free key got %d (%v local fallbacks), want 100 from Redis", n, extra)
+	if want := 100 - int(admitted.Load()); extra == 0 && n != want || extra > 0 && (n > want || float64(n) < float64(want)-extra) {
+		t.Fatalf("after the restart the free key got %d (%v local fallbacks), want %d from Redis", n, extra, want)
 	}
 	if !strings.Contains(readyz(t, g), `"status":"ready"`) {
 		t.Fatalf("readyz after recovery: %s", readyz(t, g))
@@ -333,5 +344,133 @@ func TestStartsWithoutRedis(t *testing.T) {
 	t.Logf("gateway started without Redis; Redis taken back %v after it appeared", gap)
 	if code, _ := timedLogin(t, g2.public+"/login"); code == 503 {
 		t.Fatal("fail_closed route still refused after Redis came back")
+	}
+}
+
+// TestFallbackWorstCase is the issue's timeline through the gateway: a
+// subject limited to 100 per window spends about 60, then Redis is paused
+// (SIGSTOP) for half a window. Before, the fallback granted a full budget
+// and Redis then its own rest: about 200 in one window. Now the fallback
+// starts from what Redis last said remained and charges Redis what it
+// admitted, so that one instance admits at most the limit and what was in
+// flight (the README's worst case, C + k). Meanwhile a daily quota that
+// was used up on Redis is never granted again: refused (the deny cache
+// remembers the refusal) or failing closed (503), and so after a restart
+// of the gateway with Redis down.
+func TestFallbackWorstCase(t *testing.T) {
+	const (
+		c       = 100
+		period  = 3 * time.Second
+		workers = 4
+	)
+	rs := redistest.Start(t)
+	up := newUpstream(t)
+	p := quickstart(t, up.URL,
+		`pro:       {algorithm: sliding_log, rate: 1000, period: 1m}`, `pro:       {algorithm: sliding_log, rate: 100, period: 3s}`,
+		`{name: day, calendar: day, rate: 1000}`, `{name: day, calendar: day, rate: 30}`)
+	p.Store.Timeout = 50 * time.Millisecond
+	g := start(t, p, "redis://"+rs.Addr+"/0")
+	if n, _, _ := admitUntilRefused(t, g.public+"/api/items", 100, "X-API-Key", freeKey); n != 30 {
+		t.Fatalf("free key: %d admitted on Redis, want its daily 30", n)
+	}
+
+	type span struct{ sent, got time.Time }
+	var (
+		mu                   sync.Mutex
+		adm                  []span
+		other                atomic.Int64
+		freeAdmitted, freeOK atomic.Int64
+	)
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	gap := period * workers / (4 * c) // four times the limit in all
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				sent := time.Now()
+				code, _ := timed(t, "GET", g.public+"/api/items", "X-API-Key", proKey)
+				got := time.Now()
+				switch code {
+				case 200:
+					mu.Lock()
+					adm = append(adm, span{sent, got})
+					mu.Unlock()
+				case 429:
+				default:
+					other.Add(1)
+				}
+				if i%10 == 0 {
+					switch code, _ := timed(t, "GET", g.public+"/api/items", "X-API-Key", freeKey); code {
+					case 200:
+						freeAdmitted.Add(1)
+					case 429, 503: // refused (from the deny cache), or failing closed
+						freeOK.Add(1)
+					}
+				}
+				time.Sleep(gap - time.Since(sent))
+			}
+		}()
+	}
+	start := time.Now()
+	time.Sleep(period * 3 / 20)
+	began := time.Now()
+	if err := rs.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(period / 2)
+	if err := rs.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2*period - period*3/20 - period/2)
+	stop()
+	wg.Wait()
+
+	before, most := 0, 0
+	var at time.Time
+	sort.Slice(adm, func(i, j int) bool { return adm[i].sent.Before(adm[j].sent) })
+	for i, a := range adm {
+		if a.got.Before(began) {
+			before++
+		}
+		// Certainly decided within one window (a millisecond shorter:
+		// the algorithms count whole milliseconds).
+		n := 0
+		for _, b := range adm[i:] {
+			if b.got.Before(a.sent.Add(period - time.Millisecond)) {
+				n++
+			}
+		}
+		if n > most {
+			most, at = n, a.sent
+		}
+	}
+	fb := metric(t, g, `tollgate_fallback_decisions_total{mode="fail_open",policy="pro"}`)
+	t.Logf("Redis paused from %v to %v of a %v window: pro key admitted %d before, %d in all, most in one window %d (from %v), %v fallback decisions; "+
+		"free key (daily quota used up) admitted %d, refused or 503 %d times",
+		began.Sub(start).Round(time.Millisecond), began.Sub(start).Round(time.Millisecond)+period/2, period,
+		before, len(adm), most, at.Sub(start).Round(time.Millisecond), fb, freeAdmitted.Load(), freeOK.Load())
+	if other.Load() != 0 {
+		t.Fatalf("%d pro responses were neither 200 nor 429", other.Load())
+	}
+	if fb == 0 {
+		t.Fatal("no fallback decision: the pause was not seen")
+	}
+	if most > c+workers {
+		t.Fatalf("%d admitted in one window, above the worst case C + k = %d", most, c+workers)
+	}
+	if freeAdmitted.Load() != 0 || freeOK.Load() == 0 {
+		t.Fatalf("the used-up daily quota: %d admitted, %d refused or 503 during the outage", freeAdmitted.Load(), freeOK.Load())
+	}
+
+	// A restarted gateway, Redis down: the daily quota still fails closed.
+	rs.Kill()
+	g2 := startNoWait(t, p, "redis://"+rs.Addr+"/0")
+	if code, _ := timed(t, "GET", g2.public+"/api/items", "X-API-Key", freeKey); code != 503 {
+		t.Fatalf("restarted gateway, Redis down, daily quota: %d, want 503", code)
+	}
+	if code, _ := timed(t, "GET", g2.public+"/api/items", "X-API-Key", proKey); code != 200 {
+		t.Fatalf("restarted gateway, Redis down, pro key: %d, want 200 from the fallback", code)
 	}
 }

@@ -512,14 +512,16 @@ func (m *middleware) storeFailed(w http.ResponseWriter, r *http.Request, err err
 	if !errors.Is(err, resilience.ErrUnavailable) {
 		m.logSampled(r.Context(), slog.LevelError, "store error", sub, name, group, slog.String("error", err.Error()))
 	}
-	if route != nil && route.FailClosed {
+	failClosed := func() {
 		m.fallback(name, "fail_closed")
 		m.count(name, group, sub.Plan.Name, "fail_closed")
 		WriteProblem(w, Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
 			Detail: "the rate limiter is unavailable and this route does not proceed without it"})
+	}
+	if route != nil && route.FailClosed {
+		failClosed()
 		return nil, false
 	}
-	m.fallback(name, "fail_open")
 	if fb, ok := m.opts.Store.(Fallbacker); ok {
 		var ds []tollgate.Decision
 		var ferr error
@@ -531,10 +533,18 @@ func (m *middleware) storeFailed(w http.ResponseWriter, r *http.Request, err err
 			ds, ferr = fb.FallbackAll(r.Context(), reqs)
 		}
 		if ferr == nil {
+			m.fallback(name, "fail_open")
 			return ds, true
+		}
+		if errors.Is(ferr, resilience.ErrUnavailable) {
+			// A budget that fails closed on any route (a calendar quota;
+			// see resilience.CalendarFallback).
+			failClosed()
+			return nil, false
 		}
 		m.logSampled(r.Context(), slog.LevelError, "local fallback failed, allowing", sub, name, group, slog.String("error", ferr.Error()))
 	}
+	m.fallback(name, "fail_open")
 	m.count(name, group, sub.Plan.Name, "fail_open")
 	m.pass(w, r, route, sub, tollgate.Decision{Allowed: true}, policy.CleanPath(r.URL.Path))
 	return nil, false

@@ -139,6 +139,12 @@ type StoreSpec struct {
 	// unavailable, a fail_open route is limited locally to 1/Instances of
 	// its limit (default 1).
 	Instances int `yaml:"instances"`
+	// CalendarFallback is what a fail_open route does with calendar quotas
+	// (calendar: day or month) while Redis is unavailable: "closed" (the
+	// default) answers 503, as a fail_closed route; "share" gives this
+	// instance's share of what Redis last said remained (503 for a
+	// subject this instance has not seen Redis decide since it started).
+	CalendarFallback string `yaml:"calendar_fallback"`
 	// Breaker tunes the circuit breaker in front of Redis.
 	Breaker BreakerSpec `yaml:"breaker"`
 }

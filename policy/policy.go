@@ -521,6 +521,11 @@ func (c *compiler) compile(f *File) *Policy {
 	if p.Store.Instances < 0 {
 		c.addf("store.instances", "must not be negative")
 	}
+	switch p.Store.CalendarFallback {
+	case "", "closed", "share":
+	default:
+		c.addf("store.calendar_fallback", "want closed or share, got %q", p.Store.CalendarFallback)
+	}
 	if p.Store.Breaker.OpenFor < 0 {
 		c.addf("store.breaker.open_for", "must not be negative")
 	}

@@ -101,6 +101,7 @@ func TestInvalidFiles(t *testing.T) {
 		{"bad version", "version: v1", "version: \"v 1\"", []string{"p.yaml:1:", "version must be"}},
 		{"sub-millisecond store timeout", "identity:", "store: {timeout: 10us}\nidentity:", []string{"p.yaml:3:", "store.timeout", "at least 1ms"}},
 		{"negative instances", "identity:", "store: {instances: -2}\nidentity:", []string{"p.yaml:3:", "store.instances"}},
+		{"unknown calendar fallback", "identity:", "store: {calendar_fallback: open}\nidentity:", []string{"p.yaml:3:", "store.calendar_fallback", "closed or share"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

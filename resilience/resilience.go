@@ -25,6 +25,47 @@
 //
 // Whether a failed decision falls back or refuses is the caller's policy:
 // Allow reports unavailability as an error wrapping [ErrUnavailable].
+//
+// # What the fallback admits
+//
+// The store wrapper remembers, for each key (policy, algorithm, tag,
+// subject), the store's last decision: what remained and when the whole
+// capacity is back. The fallback starts a key from it rather than from a
+// full budget: with R of capacity C remaining until T, an instance's
+// fallback holds ⌊R × s / C⌋ of its share s (s = C / Options.Instances,
+// at least 1), spent as of that decision, so that the rest comes back when
+// it would have in the store; after T, its whole share.
+//
+// What the fallback admits, the store does not know. The key's next
+// request to the store carries it on top of its own cost (up to the
+// capacity), all or nothing, and the key's other requests wait for that
+// one: admitted, the debt is paid; refused, it stays, until what it
+// stands for would have left the limit. A query (cost 0) reports
+// Remaining less the debt.
+//
+// Calendar quotas (fixed windows by day or month: "1,000 a day") fail
+// closed in the fallback by default ([CalendarClosed]): Fallback returns
+// an error wrapping [ErrUnavailable]. With [CalendarShare] they get the
+// instance's share of what remained, as above, and fail closed only for
+// a key the store has not decided for since this instance started.
+//
+// In one window of a limit that alone admits A there (C for the window
+// algorithms), across an outage, a subject gets at most
+//
+//	A + Σ_i L_i + k
+//
+// where L_i is what instance i admitted locally and never charged to the
+// store (the debt of an instance whose next store request was refused,
+// or that expired first), and k is what was in flight when the store
+// failed or came back (answers that arrive out of order leave the last
+// decision remembered a little behind). With one instance L_1 is 0: a
+// debt is refused only when the limit had no room for it. With N
+// instances, L_i is at most ⌊R_i × s / C⌋ in the window where the outage
+// begins (R_i: the remaining instance i last saw) and s in each later
+// window, so the total is at most A + N × s + k, about 2A.
+// Calendar quotas that fail closed get A. A key this instance does not
+// remember (it restarted, or the key was evicted from the bounded memory,
+// Options.RememberSize) starts from a full share: up to s more.
 package resilience
 
 import (
@@ -33,6 +74,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,7 +99,53 @@ const (
 	DefaultFailuresToOpen = 5
 	DefaultOpenFor        = time.Second
 	DefaultDenyCacheSize  = 100_000
+	DefaultRememberSize   = 100_000
 )
+
+// CalendarFallback says what the local fallback does with calendar quotas
+// (fixed windows by day or month).
+type CalendarFallback uint8
+
+const (
+	// CalendarClosed refuses every request under a calendar quota while
+	// the store is unavailable: Fallback returns an error wrapping
+	// [ErrUnavailable], which a gateway answers as a fail_closed route.
+	// A quota counts a long window; granting it again locally would give
+	// a day's or a month's budget per outage. It is the default.
+	CalendarClosed CalendarFallback = iota
+	// CalendarShare decides a calendar quota like any limit: the
+	// instance's share of what the store last said remained. A key the
+	// store has not decided for since this instance started (or since it
+	// was evicted from its memory) fails closed, as with CalendarClosed.
+	CalendarShare
+)
+
+// String returns "closed" or "share".
+func (c CalendarFallback) String() string {
+	switch c {
+	case CalendarClosed:
+		return "closed"
+	case CalendarShare:
+		return "share"
+	}
+	return "calendar_fallback(" + strconv.Itoa(int(c)) + ")"
+}
+
+// ParseCalendarFallback returns the CalendarFallback named "closed" or
+// "share"; the empty string is the default, closed.
+func ParseCalendarFallback(s string) (CalendarFallback, error) {
+	switch s {
+	case "", "closed":
+		return CalendarClosed, nil
+	case "share":
+		return CalendarShare, nil
+	}
+	return 0, fmt.Errorf("parsing calendar fallback: %q is not closed or share", s)
+}
+
+// errUnknown reports a calendar quota whose key the store has not decided
+// for since this instance started.
+var errUnknown = errors.New("no decision of the store remembered for this key")
 
 // Options configures a [Store]. The zero value is the default.
 type Options struct {
@@ -75,6 +163,16 @@ type Options struct {
 	// DenyCacheSize bounds the deny cache (default 100,000 subjects; a
 	// negative value disables the cache).
 	DenyCacheSize int
+	// CalendarFallback says what the fallback does with calendar quotas
+	// (default CalendarClosed: they fail closed).
+	CalendarFallback CalendarFallback
+	// RememberSize bounds how many keys' last store decisions (and
+	// fallback debts) are remembered for the fallback (default 100,000
+	// keys, about 230 bytes each; a negative value remembers none: every
+	// key then falls back from a full share, and every calendar quota
+	// fails closed). When full, the key whose knowledge ends first, of a
+	// few taken at random, is forgotten: it is then as a key never seen.
+	RememberSize int
 	// Logger receives one line per breaker state change; nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -89,6 +187,7 @@ type Store struct {
 	cb      *gobreaker.CircuitBreaker[struct{}]
 	local   *memory.Store
 	deny    *denyCache
+	memo    *memo // nil when Options.RememberSize is negative
 	log     *slog.Logger
 
 	calls, denyHits, fallbacks atomic.Uint64
@@ -116,6 +215,9 @@ func New(primary tollgate.Store, opts Options) *Store {
 	if opts.DenyCacheSize == 0 {
 		opts.DenyCacheSize = DefaultDenyCacheSize
 	}
+	if opts.RememberSize == 0 {
+		opts.RememberSize = DefaultRememberSize
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -136,6 +238,9 @@ func New(primary tollgate.Store, opts Options) *Store {
 		s.deny = newDenyCache(opts.DenyCacheSize)
 	}
 	s.releases.stop = make(chan struct{})
+	if opts.RememberSize > 0 {
+		s.memo = newMemo(opts.RememberSize)
+	}
 	s.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "store",
 		MaxRequests: 1,
@@ -174,29 +279,61 @@ func (s *Store) Close() error {
 }
 
 // Allow implements [tollgate.Store]: the deny cache first, then the store
-// behind the breaker and the deadline.
+// behind the breaker and the deadline. The request also carries what the
+// fallback admitted for its key and the store does not know of yet (see
+// the package documentation); the decision is remembered for the
+// fallback.
 func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
-	now := req.Now
-	if now.IsZero() {
-		now = s.opts.Now()
-	}
+	now := s.now(req.Now)
 	if s.deny != nil && req.Cost > 0 {
 		if d, ok := s.deny.get(req, now); ok {
 			s.denyHits.Add(1)
 			return d, nil
 		}
 	}
+	var dt debt
+	if s.memo != nil {
+		for {
+			var wait <-chan struct{}
+			if dt, wait = s.memo.take(&req, now.UnixMilli()); wait == nil {
+				break
+			}
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return algo.Decision{}, fmt.Errorf("deciding: waiting for what the fallback admitted to be charged: %w", ctx.Err())
+			}
+		}
+	}
+	charged := req
+	charged.Cost += dt.extra
 	var d algo.Decision
+	paid := false
+	defer func() { s.memo.settle(&req, dt, paid) }()
 	if err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		d, err = s.primary.Allow(ctx, req)
+		d, err = s.primary.Allow(ctx, charged)
 		return err
 	}); err != nil {
 		return d, err
 	}
-	if !d.Allowed && d.RetryAfter > 0 && s.deny != nil && (req.Cost == 1 || req.Limit.Algorithm == algo.FixedWindow) {
+	if s.memo != nil {
+		paid = d.Allowed
+		if owed := s.memo.record(&req, &d, s.now(req.Now).UnixMilli()); req.Cost == 0 {
+			d.Remaining = max(0, d.Remaining-owed)
+		}
+	}
+	if !d.Allowed && d.RetryAfter > 0 && s.deny != nil && dt.extra == 0 && (req.Cost == 1 || req.Limit.Algorithm == algo.FixedWindow) {
 		s.deny.put(req, d, now)
 	}
 	return d, nil
+}
+
+// now returns t, or the store's clock for the zero Time.
+func (s *Store) now(t time.Time) time.Time {
+	if t.IsZero() {
+		return s.opts.Now()
+	}
+	return t
 }
 
 // AllowAll decides a group of requests all or nothing through the store
@@ -214,10 +351,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	if err := algo.CheckGroup(reqs); err != nil {
 		return nil, err
 	}
-	now := reqs[0].Now
-	if now.IsZero() {
-		now = s.opts.Now()
-	}
+	now := s.now(reqs[0].Now)
 	if s.deny != nil {
 		for i, r := range reqs {
 			if r.Cost == 0 {
@@ -231,14 +365,40 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			}
 		}
 	}
+	debts, err := s.debts(ctx, reqs, now.UnixMilli())
+	if err != nil {
+		return nil, err
+	}
+	charged := reqs
+	if debts != nil {
+		charged = append([]algo.Request(nil), reqs...)
+		for i, dt := range debts {
+			charged[i].Cost += dt.extra
+		}
+	}
+	paid := false
+	defer func() {
+		for i, dt := range debts {
+			s.memo.settle(&reqs[i], dt, paid)
+		}
+	}()
 	var ds []algo.Decision
 	if err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		ds, err = ms.AllowAll(ctx, reqs)
+		ds, err = ms.AllowAll(ctx, charged)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	if s.deny != nil && !tollgate.Admitted(ds) {
+	if s.memo != nil {
+		paid = tollgate.Admitted(ds)
+		at := s.now(reqs[0].Now).UnixMilli()
+		for i := range reqs {
+			if owed := s.memo.record(&reqs[i], &ds[i], at); reqs[i].Cost == 0 {
+				ds[i].Remaining = max(0, ds[i].Remaining-owed)
+			}
+		}
+	}
+	if s.deny != nil && debts == nil && !tollgate.Admitted(ds) {
 		worst := -1
 		for i, d := range ds {
 			if !d.Allowed && d.RetryAfter > 0 && (reqs[i].Cost == 1 || reqs[i].Limit.Algorithm == algo.FixedWindow) &&
@@ -251,6 +411,43 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		}
 	}
 	return ds, nil
+}
+
+// debts takes what the keys of a group owe the store (nil if nothing).
+// While another request carries one key's debt, it takes none and waits
+// for it, so that no two requests wait on each other.
+func (s *Store) debts(ctx context.Context, reqs []algo.Request, now int64) ([]debt, error) {
+	if s.memo == nil {
+		return nil, nil
+	}
+	for {
+		var debts []debt
+		var wait <-chan struct{}
+		for i := range reqs {
+			dt, w := s.memo.take(&reqs[i], now)
+			if w != nil {
+				wait = w
+				break
+			}
+			if dt.paying != nil {
+				if debts == nil {
+					debts = make([]debt, len(reqs))
+				}
+				debts[i] = dt
+			}
+		}
+		if wait == nil {
+			return debts, nil
+		}
+		for i, dt := range debts {
+			s.memo.settle(&reqs[i], dt, false)
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("deciding together: waiting for what the fallback admitted to be charged: %w", ctx.Err())
+		}
+	}
 }
 
 // Lockout passes a login-guard operation to the store behind the breaker
@@ -455,29 +652,61 @@ func (s *Store) guarded(ctx context.Context, f func(context.Context) error) erro
 }
 
 // FallbackAll decides a group in memory, all or nothing, with this
-// instance's share of each limit. A cost larger than a share is refused
-// for a period rather than reported as an error, so a fail-open route
-// stays available for cheaper requests.
+// instance's share of each limit, starting each key from the store's last
+// decision for it (see the package documentation). A cost larger than a
+// share is refused for a period rather than reported as an error, so a
+// fail-open route stays available for cheaper requests. A group holding a
+// calendar quota that fails closed (see [CalendarFallback]) is not
+// decided: the error wraps [ErrUnavailable].
 func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
 	s.fallbacks.Add(1)
+	for _, r := range reqs {
+		if r.Limit.Calendar != algo.NoCalendar && (s.opts.CalendarFallback != CalendarShare || s.memo == nil) {
+			return nil, fmt.Errorf("deciding locally: %w: %s is a calendar quota, which fails closed", ErrUnavailable, r.Policy)
+		}
+	}
+	now := s.now(reqs[0].Now)
 	local := make([]algo.Request, len(reqs))
 	for i, r := range reqs {
-		r.Limit = Share(r.Limit, s.opts.Instances)
-		if r.Cost > r.Limit.Capacity() {
+		share := Share(r.Limit, s.opts.Instances)
+		if r.Cost > share.Capacity() {
 			ds := make([]algo.Decision, len(reqs))
 			for j := range ds {
 				ds[j] = algo.Decision{Allowed: j != i, Limit: Share(reqs[j].Limit, s.opts.Instances).Capacity()}
 			}
-			ds[i].RetryAfter, ds[i].ResetAfter = r.Limit.Period, r.Limit.Period
+			ds[i].RetryAfter, ds[i].ResetAfter = share.Period, share.Period
 			return ds, nil
 		}
-		local[i] = r
+		if s.memo == nil {
+			r.Limit = share
+			local[i] = r
+			continue
+		}
+		var err error
+		local[i], err = s.memo.local(&reqs[i], &share, now.UnixMilli(), r.Limit.Calendar != algo.NoCalendar, func(seed algo.Request) error {
+			_, err := s.local.Allow(ctx, seed)
+			return err
+		})
+		if errors.Is(err, errUnknown) {
+			return nil, fmt.Errorf("deciding locally: %w: %s is a calendar quota this instance knows nothing of yet, which fails closed", ErrUnavailable, r.Policy)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("deciding locally: starting from the last decision: %w", err)
+		}
 	}
-	return s.local.AllowAll(ctx, local)
+	ds, err := s.local.AllowAll(ctx, local)
+	if err == nil && s.memo != nil && tollgate.Admitted(ds) {
+		at := now.UnixMilli()
+		for i := range reqs {
+			s.memo.owe(&reqs[i], &ds[i], at)
+		}
+	}
+	return ds, err
 }
 
-// Fallback decides req in memory with this instance's share of its limit.
-// It is for fail-open policies while Allow reports [ErrUnavailable].
+// Fallback decides req in memory with this instance's share of its limit,
+// as [Store.FallbackAll] decides a group of one. It is for fail-open
+// policies while Allow reports [ErrUnavailable].
 func (s *Store) Fallback(ctx context.Context, req algo.Request) (algo.Decision, error) {
 	ds, err := s.FallbackAll(ctx, []algo.Request{req})
 	if err != nil {

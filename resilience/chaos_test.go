@@ -1,0 +1,202 @@
+package resilience_test
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/resilience"
+	rstore "github.com/tollgate/tollgate/store/redis"
+)
+
+// span is when an admitted request was sent and when its answer came: the
+// store (or the fallback) decided it in between.
+type span struct{ sent, got time.Time }
+
+// mostInOneWindow returns the most admissions certainly decided within one
+// window of length p: those sent at or after some start and answered
+// before start+p. Counting by when requests were decided, which lies in
+// their span, a window can only hold more.
+func mostInOneWindow(adm []span, p time.Duration) (n int, at time.Time) {
+	sort.Slice(adm, func(i, j int) bool { return adm[i].sent.Before(adm[j].sent) })
+	for i, a := range adm {
+		c := 0
+		for _, b := range adm[i:] {
+			if b.got.Before(a.sent.Add(p)) {
+				c++
+			}
+		}
+		if c > n {
+			n, at = c, a.sent
+		}
+	}
+	return n, at
+}
+
+// outage is a fault of a real Redis, begun at the start of a run and ended
+// some time later.
+type outage struct {
+	name       string
+	begin, end func(t *testing.T, rs *redistest.Server, c rueidis.Client)
+}
+
+var outages = []outage{
+	{"paused (SIGSTOP)",
+		func(t *testing.T, rs *redistest.Server, _ rueidis.Client) {
+			if err := rs.Pause(); err != nil {
+				t.Error(err)
+			}
+		},
+		func(t *testing.T, rs *redistest.Server, _ rueidis.Client) {
+			if err := rs.Resume(); err != nil {
+				t.Error(err)
+			}
+		}},
+	{"out of memory",
+		func(t *testing.T, _ *redistest.Server, c rueidis.Client) { setMaxMemory(t, c, "1") },
+		func(t *testing.T, _ *redistest.Server, c rueidis.Client) { setMaxMemory(t, c, "0") }},
+}
+
+func setMaxMemory(t *testing.T, c rueidis.Client, v string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", v).Build()).Error(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestChaosWorstCase measures what one subject gets in one window across
+// a Redis outage, against the worst case the package documentation
+// states. Workers send one subject's requests at four times its limit,
+// through Allow and, when Redis is unavailable, Fallback. Redis fails
+// when the subject has spent about 60 of its 100, and comes back half a
+// window later. With one instance the worst case is C + k: the limit, and
+// what was in flight when Redis came back (at most one request per
+// worker). With two instances, each deciding for half the workers, it is
+// C + Σ L_i + k ≤ C + 2s + k, and in the window where the outage begins
+// L_i ≤ ⌊R_i × s / C⌋, R_i being what instance i last saw remaining: at
+// most what remained when the outage began, and what the other instance
+// had in flight.
+func TestChaosWorstCase(t *testing.T) {
+	const (
+		c       = 100
+		period  = 3 * time.Second
+		workers = 4
+	)
+	for _, o := range outages {
+		for _, instances := range []int{1, 2} {
+			t.Run(o.name+"/"+map[int]string{1: "one instance", 2: "two instances"}[instances], func(t *testing.T) {
+				rs := redistest.Start(t)
+				admin := rs.NewClient(t)
+				stores := make([]*resilience.Store, instances)
+				for i := range stores {
+					st, err := rstore.New(rs.NewClient(t), rstore.Options{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					stores[i] = resilience.New(st, resilience.Options{Instances: instances, OpenFor: 200 * time.Millisecond})
+					defer stores[i].Close()
+				}
+				gap := period * workers / (4 * c) // 4 × the limit in all
+				req := algo.Request{Policy: "chaos", Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: c, Period: period}, Cost: 1}
+				var (
+					mu       sync.Mutex
+					adm      []span
+					local    atomic.Int64
+					failures atomic.Int64
+				)
+				ctx, stop := context.WithCancel(context.Background())
+				var wg sync.WaitGroup
+				for w := 0; w < workers; w++ {
+					wg.Add(1)
+					go func(st *resilience.Store) {
+						defer wg.Done()
+						for ctx.Err() == nil {
+							sent := time.Now()
+							d, err := st.Allow(context.Background(), req)
+							if errors.Is(err, resilience.ErrUnavailable) {
+								local.Add(1)
+								d, err = st.Fallback(context.Background(), req)
+							}
+							got := time.Now()
+							if err != nil {
+								failures.Add(1)
+								t.Errorf("deciding: %v", err)
+								return
+							}
+							if d.Allowed {
+								mu.Lock()
+								adm = append(adm, span{sent, got})
+								mu.Unlock()
+							}
+							time.Sleep(gap - time.Since(sent))
+						}
+					}(stores[w%instances])
+				}
+				start := time.Now()
+				time.Sleep(period * 3 / 20)
+				began := time.Now()
+				o.begin(t, rs, admin)
+				time.Sleep(period / 2)
+				o.end(t, rs, admin)
+				time.Sleep(2*period - period*3/20 - period/2)
+				stop()
+				wg.Wait()
+
+				// The algorithm counts whole milliseconds: a window is
+				// certainly within one of the limit's if a millisecond
+				// shorter.
+				w := period - time.Millisecond
+				s := int(resilience.Share(req.Limit, instances).Capacity())
+				before := 0
+				for _, a := range adm {
+					if a.got.Before(began) {
+						before++
+					}
+				}
+				n, at := mostInOneWindow(adm, w)
+				first := inWindow(adm, start, w)
+				t.Logf("Redis %s from %v to %v of a %v window: %d admitted before, %d in all, %d decisions by the fallback; "+
+					"most in one window %d (from %v), in the window where the outage began %d; limit %d, share %d, %d workers",
+					o.name, began.Sub(start).Round(time.Millisecond), began.Sub(start).Round(time.Millisecond)+period/2, period,
+					before, len(adm), local.Load(), n, at.Sub(start).Round(time.Millisecond), first, c, s, workers)
+				if local.Load() == 0 {
+					t.Fatal("the fallback decided nothing: no outage was seen")
+				}
+				// The worst cases of the package documentation.
+				firstBound, bound := c+workers, c+workers
+				if instances > 1 {
+					left := c - before + workers
+					firstBound = c + instances*(left*s/c) + workers
+					bound = c + instances*s + workers
+				}
+				if n > bound {
+					t.Fatalf("%d admitted in one window, above the worst case %d", n, bound)
+				}
+				if first > firstBound {
+					t.Fatalf("%d admitted in the window where the outage began, above the worst case %d", first, firstBound)
+				}
+			})
+		}
+	}
+}
+
+// inWindow returns how many admissions were certainly decided in the
+// window of length p that starts at from.
+func inWindow(adm []span, from time.Time, p time.Duration) int {
+	n := 0
+	for _, a := range adm {
+		if !a.sent.Before(from) && a.got.Before(from.Add(p)) {
+			n++
+		}
+	}
+	return n
+}
