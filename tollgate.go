@@ -41,6 +41,12 @@ type Decision = algo.Decision
 // Request is one question put to a [Store]; see [algo.Request].
 type Request = algo.Request
 
+// ErrUnavailable wraps every error that means a store could not decide
+// (a timeout, a lost connection, an open circuit breaker), as opposed to a
+// request the store refuses because it is invalid. Callers choose between
+// failing open and failing closed on it.
+var ErrUnavailable = errors.New("rate-limit store unavailable")
+
 // Errors for invalid input. A refusal is a Decision, never an error.
 var (
 	ErrInvalidLimit     = algo.ErrInvalidLimit

@@ -91,7 +91,7 @@ import (
 // ErrUnavailable wraps every error that means the store could not decide
 // (timeout, connection failure, open breaker). Invalid requests are
 // reported as themselves, never as ErrUnavailable.
-var ErrUnavailable = errors.New("rate-limit store unavailable")
+var ErrUnavailable = tollgate.ErrUnavailable
 
 // Defaults for [Options].
 const (

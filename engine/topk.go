@@ -1,4 +1,4 @@
-package httplimit
+package engine
 
 import (
 	"container/heap"

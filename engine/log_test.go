@@ -1,4 +1,4 @@
-package httplimit
+package engine
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // TestDroppedLogLineAllocatesNothing: a refusal logged while its message
 // is over its sampling budget (a flood of refusals) costs no allocation.
 func TestDroppedLogLineAllocatesNothing(t *testing.T) {
-	m := &middleware{log: slog.New(logsample.New(slog.NewJSONHandler(io.Discard, nil), logsample.Options{}))}
+	m := &Engine{log: slog.New(logsample.New(slog.NewJSONHandler(io.Discard, nil), logsample.Options{}))}
 	sub := Subject{ID: "x", Kind: "ip"}
 	log := func() {
 		m.logSampled(context.Background(), slog.LevelInfo, "refused", sub, "p", "g", slog.Int64("retry_after_s", 3))

@@ -1,10 +1,10 @@
-package httplimit_test
+package engine_test
 
 import (
 	"fmt"
 	"testing"
 
-	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/engine"
 )
 
 // TestTopRefusedUnderFlood: heavy hitters stay on top while a flood of
@@ -12,7 +12,7 @@ import (
 // whose size stays bounded (space-saving finds every subject refused
 // more than N/size times: here 101,500/128, about 800).
 func TestTopRefusedUnderFlood(t *testing.T) {
-	top := httplimit.NewTopRefused(128)
+	top := engine.NewTopRefused(128)
 	for i := 0; i < 100_000; i++ {
 		top.Add(fmt.Sprint("one-off-", i))
 		if i%50 == 0 {

@@ -1,0 +1,451 @@
+// Package engine decides rate-limit calls without knowing how they
+// arrived: a call names the route, the subject, the cost and, for a login,
+// the account; the engine runs every check the policy asks for and
+// answers with a [Verdict] that carries every budget it charged, the one
+// to report, a delay for shaping limits and the outcome. The HTTP
+// middleware (package httplimit) is one front over it; others (a
+// forward-auth endpoint, a gRPC service) ask the same engine.
+//
+// The engine owns the order of the checks, which is what makes a refusal
+// cost nothing whichever check refuses (see [Engine.Check]); the login
+// guard's holds and the concurrency lease, which last until the service
+// behind has answered; shadow budgets, evaluated after the answer, never
+// before it; and what happens when the store cannot decide: the local
+// fallback, or failing closed, per route.
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/logsample"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// Options configures an [Engine]. Policy and Store are required; the zero
+// value of every other field is the default.
+type Options struct {
+	Policy *policy.Policy
+	Store  tollgate.Store
+	// Logger receives refusals (sampled) and store errors; nil means
+	// slog.Default(). Subjects are logged only as pseudonyms.
+	Logger *slog.Logger
+	// Metrics, if set, counts decisions and store calls.
+	Metrics *Metrics
+	// LogRefusalsPerSecond bounds the log lines of each repeated event (a
+	// refusal, a store error; default 1 per second after a burst of 10)
+	// when Logger is not already sampled (see package internal/logsample).
+	LogRefusalsPerSecond float64
+	// Now, if set, is the clock every decision is made at (tests walk it);
+	// nil means the store's own clock (Redis TIME for Redis).
+	Now func() time.Time
+}
+
+// Fallbacker is a store that can decide locally while it is unavailable
+// (see package resilience).
+type Fallbacker interface {
+	Fallback(ctx context.Context, req tollgate.Request) (tollgate.Decision, error)
+	FallbackAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error)
+}
+
+// Engine decides calls under one policy. It is safe for concurrent use.
+type Engine struct {
+	opts    Options
+	policy  *policy.Policy
+	log     *slog.Logger
+	metrics *Metrics
+	penalty *penaltyBox
+	// The store's capabilities, found once.
+	multi    tollgate.MultiStore
+	reserver tollgate.Reserver
+	guard    tollgate.Guard
+	leaser   tollgate.Leaser
+	fallback Fallbacker // nil: no local fallback
+	// holdTTL is how long a login attempt holds its places if it is never
+	// settled: longer than the service behind may take to answer.
+	holdTTL time.Duration
+}
+
+// New returns an engine deciding under opts.Policy through opts.Store. It
+// fails if the store cannot do what the policy asks of it (decide groups,
+// hold places, keep login-guard state or concurrency leases): a check the
+// store cannot make is an error here, never skipped on a request.
+func New(opts Options) (*Engine, error) {
+	if opts.Policy == nil || opts.Store == nil {
+		return nil, errors.New("creating engine: Policy and Store are required")
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	e := &Engine{
+		opts:    opts,
+		policy:  opts.Policy,
+		log:     slog.New(logsample.New(logger.Handler(), logsample.Options{PerSecond: opts.LogRefusalsPerSecond})),
+		metrics: opts.Metrics,
+		penalty: &penaltyBox{until: map[string]time.Time{}},
+		holdTTL: min(algo.MaxHoldTTL, max(opts.Policy.UpstreamTimeout, 30*time.Second)+10*time.Second),
+	}
+	var ok bool
+	if e.multi, ok = opts.Store.(tollgate.MultiStore); !ok {
+		return nil, errors.New("creating engine: the store cannot decide several limits together (it is no tollgate.MultiStore)")
+	}
+	if e.reserver, ok = opts.Store.(tollgate.Reserver); !ok {
+		return nil, errors.New("creating engine: the store cannot hold places (it is no tollgate.Reserver)")
+	}
+	if e.guard, ok = opts.Store.(tollgate.Guard); !ok {
+		return nil, errors.New("creating engine: the store keeps no login-guard state (it is no tollgate.Guard)")
+	}
+	if e.leaser, ok = opts.Store.(tollgate.Leaser); !ok {
+		return nil, errors.New("creating engine: the store keeps no concurrency leases (it is no tollgate.Leaser)")
+	}
+	e.fallback, _ = opts.Store.(Fallbacker)
+	return e, nil
+}
+
+// Policy returns the policy the engine decides under.
+func (e *Engine) Policy() *policy.Policy { return e.policy }
+
+// Check decides c. A refused call is charged nothing, whichever check
+// refuses it: the checks whose state can be given back come first, each
+// given back if a later one refuses (the concurrency slot, the login
+// guard's holds, a place held in the route's global budget); the one step
+// that cannot be undone comes last, one atomic decision on the subject's
+// (and tenant's) limits, all charged or none. Only if it admits is the
+// held global place charged (the hold guarantees it fits). Shadow budgets
+// are evaluated in [Verdict.Done], once the service behind has answered.
+//
+// The verdict of an admitted call (Allowed or FailOpen) holds what lasts
+// while the call is served: its caller must call Done when the call
+// ends, and Answered as soon as the service's status is known.
+func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
+	v := &Verdict{e: e, Report: -1, group: c.group(), plan: planName(c.Subject.Plan)}
+	if c.Key != KeyNone && !e.checkKey(ctx, v, c) {
+		return v
+	}
+	route := c.Route
+	plan, cost := c.Subject.Plan, c.cost()
+	if route != nil && route.Limit != nil {
+		plan = route.Limit
+	}
+	var ch charges
+	if plan != nil {
+		ch = e.plannedCharges(plan, c.Subject, cost)
+	}
+	if route != nil && route.Candidate != nil {
+		b := route.Candidate
+		ch.add(b, tollgate.Request{Policy: b.StoreName, Subject: c.Subject.ID, Limit: b.Limit, Cost: cost})
+	}
+	if route != nil && route.Global != nil && route.Global.Shadow {
+		b := route.Global
+		ch.add(b, tollgate.Request{Policy: b.StoreName, Subject: "route", Limit: b.Limit, Cost: cost})
+	}
+	v.shadow = ch.shadow
+	if len(ch.reqs) == 0 {
+		// Every limit here is in shadow: the call passes untouched.
+		v.Outcome = Allowed
+		e.count("-", v.group, v.plan, "allowed")
+		return v
+	}
+	if route != nil && route.Concurrency != nil && !e.acquireSlot(ctx, v, c) {
+		return v
+	}
+	if route != nil && route.Login != nil && !e.loginBegin(ctx, v, c) {
+		v.giveBack(ctx)
+		return v
+	}
+	if route != nil && route.Global != nil && !route.Global.Shadow && !e.holdGlobal(ctx, v, c, cost) {
+		v.giveBack(ctx)
+		return v
+	}
+	ds, err := e.decide(ctx, ch.reqs)
+	if err != nil {
+		var ok bool
+		if ds, ok = e.storeFailed(ctx, v, err, c, ch.budgets, ch.reqs); !ok {
+			return v
+		}
+	}
+	budgets := ch.budgets
+	if v.global != nil && tollgate.Admitted(ds) {
+		gd, ok := e.chargeGlobal(ctx, v, c)
+		if !ok {
+			return v
+		}
+		budgets, ds = append(budgets, route.Global), append(ds, gd)
+	}
+	v.Charges = make([]Charge, len(ds))
+	for i := range ds {
+		v.Charges[i] = Charge{Budget: budgets[i], Decision: ds[i]}
+		v.Delay = max(v.Delay, ds[i].Delay)
+	}
+	v.Report = mostRestrictive(ds)
+	b, d := budgets[v.Report], ds[v.Report]
+	if !tollgate.Admitted(ds) {
+		v.Delay = 0
+		e.refuse(ctx, v, c.Subject, b, d)
+		v.giveBack(ctx)
+		return v
+	}
+	v.Outcome = Allowed
+	e.count(b.Name, v.group, v.plan, "allowed")
+	return v
+}
+
+// charges are the budgets a call is decided under and their store
+// requests: the enforced ones, decided together, and the shadow ones,
+// each decided on its own after the call.
+type charges struct {
+	budgets []*policy.Budget
+	reqs    []tollgate.Request
+	shadow  []shadowCharge
+}
+
+type shadowCharge struct {
+	budget *policy.Budget
+	req    tollgate.Request
+}
+
+func (ch *charges) add(b *policy.Budget, req tollgate.Request) {
+	if b.Shadow {
+		ch.shadow = append(ch.shadow, shadowCharge{b, req})
+		return
+	}
+	ch.budgets = append(ch.budgets, b)
+	ch.reqs = append(ch.reqs, req)
+}
+
+// plannedCharges returns what charging cost to sub under plan takes: one
+// request per limit of the plan and, for a subject with a tenant, one for
+// the tenant's budget, all in the tenant's group so one call decides them.
+func (e *Engine) plannedCharges(plan *policy.Plan, sub Subject, cost int64) charges {
+	tag := ""
+	if plan.Tenant != nil && sub.Tenant != "" {
+		tag = sub.Tenant
+	}
+	ch := charges{budgets: make([]*policy.Budget, 0, len(plan.Limits)+1), reqs: make([]tollgate.Request, 0, len(plan.Limits)+1)}
+	for _, b := range plan.Limits {
+		ch.add(b, tollgate.Request{Policy: b.StoreName, Subject: sub.ID, Tag: tag, Limit: b.Limit, Cost: cost})
+	}
+	if tag != "" {
+		b := plan.Tenant
+		ch.add(b, tollgate.Request{Policy: b.StoreName, Subject: tag, Tag: tag, Limit: b.Limit, Cost: cost})
+	}
+	return ch
+}
+
+// refuse records that b's decision d refused the call.
+func (e *Engine) refuse(ctx context.Context, v *Verdict, sub Subject, b *policy.Budget, d tollgate.Decision) {
+	v.Outcome, v.Reason, v.RetryAfter = Refused, ReasonRate, d.RetryAfter
+	e.count(b.Name, v.group, v.plan, "refused")
+	if e.metrics != nil {
+		e.metrics.TopRefused.Add(sub.ID)
+	}
+	e.logSampled(ctx, slog.LevelInfo, "refused", sub, b.Name, v.group, slog.Int64("retry_after_s", retrySeconds(d.RetryAfter)))
+}
+
+// mostRestrictive picks the decision to report: among refusals the one
+// that lasts longest, else the least remaining.
+func mostRestrictive(ds []tollgate.Decision) int {
+	best := 0
+	for i, d := range ds[1:] {
+		i++
+		b := ds[best]
+		switch {
+		case !d.Allowed && b.Allowed:
+			best = i
+		case !d.Allowed && !b.Allowed && d.RetryAfter > b.RetryAfter:
+			best = i
+		case d.Allowed && b.Allowed && (d.Remaining < b.Remaining || d.Remaining == b.Remaining && d.ResetAfter > b.ResetAfter):
+			best = i
+		}
+	}
+	return best
+}
+
+// decide asks the store: a single request through Allow (where a deny
+// cache works), a group through AllowAll.
+func (e *Engine) decide(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+	start := time.Now()
+	if e.opts.Now != nil {
+		now := e.opts.Now()
+		for i := range reqs {
+			reqs[i].Now = now
+		}
+	}
+	var ds []tollgate.Decision
+	var err error
+	if len(reqs) == 1 && reqs[0].Tag == "" {
+		var d tollgate.Decision
+		d, err = e.opts.Store.Allow(ctx, reqs[0])
+		ds = []tollgate.Decision{d}
+	} else {
+		ds, err = e.multi.AllowAll(ctx, reqs)
+	}
+	if mt := e.metrics; mt != nil {
+		mt.StoreLatency.Observe(time.Since(start).Seconds())
+		if err != nil {
+			mt.StoreErrors.WithLabelValues(reqs[0].Policy).Inc()
+		}
+	}
+	return ds, err
+}
+
+// storeFailed applies the route's failure policy when the store could not
+// decide reqs. It returns the decisions to go on with (the local
+// fallback's), or false when the verdict is final: failed closed, invalid,
+// or admitted without a decision (FailOpen).
+func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, c Call, budgets []*policy.Budget, reqs []tollgate.Request) ([]tollgate.Decision, bool) {
+	name := budgets[0].Name
+	if algo.IsInvalid(err) {
+		// The policy compiler rules these out; never let one through.
+		e.log.LogAttrs(ctx, slog.LevelError, "invalid rate-limit request", slog.String("policy", name), slog.String("error", err.Error()))
+		v.Outcome, v.Reason, v.Err = Invalid, ReasonMisconfigured, err
+		v.giveBack(ctx)
+		return nil, false
+	}
+	if ctx.Err() != nil {
+		// The caller went away: nothing to answer.
+		v.Outcome, v.Reason, v.Err = FailClosed, ReasonCanceled, ctx.Err()
+		v.giveBack(ctx)
+		return nil, false
+	}
+	if !errors.Is(err, tollgate.ErrUnavailable) {
+		e.logSampled(ctx, slog.LevelError, "store error", c.Subject, name, v.group, slog.String("error", err.Error()))
+	}
+	if c.Route != nil && c.Route.FailClosed {
+		e.failClosed(ctx, v, name, err)
+		return nil, false
+	}
+	if e.fallback != nil {
+		var ds []tollgate.Decision
+		var ferr error
+		if len(reqs) == 1 {
+			var d tollgate.Decision
+			d, ferr = e.fallback.Fallback(ctx, reqs[0])
+			ds = []tollgate.Decision{d}
+		} else {
+			ds, ferr = e.fallback.FallbackAll(ctx, reqs)
+		}
+		if ferr == nil {
+			e.countFallback(name, "fail_open")
+			v.Local = true
+			return ds, true
+		}
+		if errors.Is(ferr, tollgate.ErrUnavailable) {
+			// A budget that fails closed on any route (a calendar quota;
+			// see resilience.CalendarFallback).
+			e.failClosed(ctx, v, name, ferr)
+			return nil, false
+		}
+		e.logSampled(ctx, slog.LevelError, "local fallback failed, allowing", c.Subject, name, v.group, slog.String("error", ferr.Error()))
+	}
+	e.countFallback(name, "fail_open")
+	e.count(name, v.group, v.plan, "fail_open")
+	v.Outcome, v.Err = FailOpen, err
+	// What was held for the decision is given back; the concurrency slot
+	// and the login holds last while the call is served.
+	v.global.giveBack(ctx)
+	return nil, false
+}
+
+// failClosed refuses the call because the store could not decide it.
+func (e *Engine) failClosed(ctx context.Context, v *Verdict, name string, err error) {
+	e.countFallback(name, "fail_closed")
+	e.count(name, v.group, v.plan, "fail_closed")
+	v.Outcome, v.Reason, v.Err, v.RetryAfter = FailClosed, ReasonUnavailable, err, time.Second
+	v.giveBack(ctx)
+}
+
+// checkKey applies the invalid-key limit to a call that presented an API
+// key. An address over its budget gets no answer about any key, valid or
+// not; an invalid key is charged to the address's budget. It reports
+// whether the call goes on (a valid key from an address in good
+// standing); otherwise the verdict is final.
+func (e *Engine) checkKey(ctx context.Context, v *Verdict, c Call) bool {
+	ik := e.policy.InvalidKey
+	client := c.Subject.Client
+	if until, ok := e.penalty.get(client, e.now()); ok {
+		e.count(ik.Name, v.group, "-", "refused")
+		v.Outcome, v.Reason, v.RetryAfter = Refused, ReasonInvalidKeys, until.Sub(e.now())
+		return false
+	}
+	if c.Key == KeyValid {
+		return true
+	}
+	ds, err := e.decide(ctx, []tollgate.Request{{Policy: ik.StoreName, Subject: client, Limit: ik.Limit, Cost: 1}})
+	if err == nil && !ds[0].Allowed {
+		d := ds[0]
+		e.penalty.set(client, e.now().Add(d.RetryAfter))
+		e.count(ik.Name, v.group, "-", "refused")
+		e.logSampled(ctx, slog.LevelWarn, "refused: too many invalid API keys", Subject{Kind: "ip", ID: client}, ik.Name, v.group,
+			slog.Int64("retry_after_s", retrySeconds(d.RetryAfter)))
+		v.Outcome, v.Reason, v.RetryAfter = Refused, ReasonInvalidKeys, d.RetryAfter
+		return false
+	}
+	e.count(ik.Name, v.group, "-", "invalid_key")
+	v.Outcome, v.Reason = Invalid, ReasonInvalidKey
+	return false
+}
+
+// clockTime is the explicit decision time, or zero for the store's clock.
+func (e *Engine) clockTime() time.Time {
+	if e.opts.Now != nil {
+		return e.opts.Now()
+	}
+	return time.Time{}
+}
+
+// now is the engine's clock.
+func (e *Engine) now() time.Time {
+	if e.opts.Now != nil {
+		return e.opts.Now()
+	}
+	return time.Now()
+}
+
+// Count records a decision the caller took itself (a front's own checks,
+// such as an unreadable login body) under the engine's metrics.
+func (e *Engine) Count(policyName, group, plan, outcome string) { e.count(policyName, group, plan, outcome) }
+
+func (e *Engine) count(policyName, group, plan, outcome string) {
+	if mt := e.metrics; mt != nil {
+		if plan == "" {
+			plan = "-"
+		}
+		mt.Decisions.WithLabelValues(policyName, group, plan, outcome).Inc()
+	}
+}
+
+func (e *Engine) countFallback(policyName, mode string) {
+	if mt := e.metrics; mt != nil {
+		mt.Fallbacks.WithLabelValues(policyName, mode).Inc()
+	}
+}
+
+// Log logs an event about sub through the engine's sampled logger.
+func (e *Engine) Log(ctx context.Context, level slog.Level, msg string, sub Subject, policyName, group string, attrs ...slog.Attr) {
+	e.logSampled(ctx, level, msg, sub, policyName, group, attrs...)
+}
+
+// logSampled logs an event about sub; like every line of the engine's
+// logger, it is sampled per message.
+func (e *Engine) logSampled(ctx context.Context, level slog.Level, msg string, sub Subject, policyName, group string, attrs ...slog.Attr) {
+	// On the stack: a line the sampler drops costs no allocation.
+	var buf [8]slog.Attr
+	all := append(buf[:0],
+		slog.String("subject", sub.ID),
+		slog.String("subject_kind", sub.Kind),
+		slog.String("policy", policyName),
+		slog.String("route_group", group))
+	e.log.LogAttrs(ctx, level, msg, append(all, attrs...)...)
+}
+
+// retrySeconds is d in whole seconds, rounded up, and at least 1: what a
+// Retry-After of a refusal says.
+func retrySeconds(d time.Duration) int64 {
+	return max(1, int64((d+time.Second-1)/time.Second))
+}

@@ -1,0 +1,231 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// Call is one request to decide.
+type Call struct {
+	// Route is the route the request matched; nil for none (the subject's
+	// plan applies at cost 1, in route group "unmatched").
+	Route *policy.Route
+	// Subject is who the request is charged to.
+	Subject Subject
+	// Key says whether the request presented an API key and what became
+	// of it; the zero value is none.
+	Key KeyStatus
+	// Cost overrides the route's cost when positive.
+	Cost int64
+	// Account is the pseudonym of the account a login names; required
+	// on a route with a login guard.
+	Account string
+}
+
+// KeyStatus is what became of the API key a request presented.
+type KeyStatus uint8
+
+// The key statuses.
+const (
+	KeyNone      KeyStatus = iota // no key presented
+	KeyValid                      // a configured key: the Subject is its
+	KeyUnknown                    // well formed, but no configured key
+	KeyMalformed                  // not a key at all
+)
+
+// Subject is who a call is charged to.
+type Subject struct {
+	Kind string // "key", "user" or "ip"
+	// ID is the pseudonym used in store keys and logs.
+	ID string
+	// Plan is the subject's plan (nil for a request refused before one
+	// applied).
+	Plan *policy.Plan
+	// Tenant is the pseudonym of the key's tenant ("" if none).
+	Tenant string
+	// Client is the pseudonym of the client address's group: what the
+	// invalid-key limit and the login guard's failure budget count.
+	Client string
+}
+
+func (c Call) group() string {
+	if c.Route == nil {
+		return "unmatched"
+	}
+	return c.Route.Group
+}
+
+func (c Call) cost() int64 {
+	switch {
+	case c.Cost > 0:
+		return c.Cost
+	case c.Route != nil:
+		return c.Route.Cost
+	}
+	return 1
+}
+
+// planName is p's name for metrics, "-" for none.
+func planName(p *policy.Plan) string {
+	if p == nil {
+		return "-"
+	}
+	return p.Name
+}
+
+// Outcome is what became of a call.
+type Outcome uint8
+
+// The outcomes.
+const (
+	// Refused: a check refused the call (see Reason); nothing was
+	// charged.
+	Refused Outcome = iota
+	// Allowed: every check admitted the call, and it was charged.
+	Allowed
+	// FailOpen: the store could not decide and the route proceeds
+	// without it (no local fallback decided either).
+	FailOpen
+	// FailClosed: the store could not decide and the route (or the
+	// budget) does not proceed without it.
+	FailClosed
+	// Invalid: the call cannot be decided as made: an invalid API key,
+	// or a limit the store refuses (see Reason).
+	Invalid
+)
+
+var outcomeNames = [...]string{"refused", "allowed", "fail_open", "fail_closed", "invalid"}
+
+func (o Outcome) String() string { return outcomeNames[o] }
+
+// Admitted reports whether the call goes on to the service.
+func (o Outcome) Admitted() bool { return o == Allowed || o == FailOpen }
+
+// Reason says which check refused a call, or why it could not be decided.
+type Reason uint8
+
+// The reasons.
+const (
+	ReasonNone          Reason = iota
+	ReasonRate                 // a rate budget: Charges[Report]
+	ReasonConcurrency          // the route's concurrency limit
+	ReasonLoginAddress         // too many failed logins from the client address
+	ReasonLoginLocked          // the account is locked
+	ReasonLoginBusy            // too many attempts for the account in progress
+	ReasonInvalidKey           // an unknown or malformed API key
+	ReasonInvalidKeys          // too many invalid API keys from the client address
+	ReasonUnavailable          // the store (or the login guard) is unavailable
+	ReasonMisconfigured        // the store refused a limit as invalid
+	ReasonCanceled             // the caller went away before a decision
+)
+
+// Charge is one budget a call was decided under, and its decision.
+type Charge struct {
+	Budget   *policy.Budget
+	Decision tollgate.Decision
+}
+
+// Verdict is the engine's answer to a call.
+type Verdict struct {
+	Outcome Outcome
+	Reason  Reason
+	// Charges lists every enforced budget decided for the call, in the
+	// order of RateLimit-Policy; empty when a check before them refused
+	// the call, or when the store could not decide.
+	Charges []Charge
+	// Report is the index in Charges of the budget to report (the most
+	// restrictive), or -1.
+	Report int
+	// RetryAfter, for a refusal or a failure closed, is how long until
+	// the call could be admitted.
+	RetryAfter time.Duration
+	// Delay, for an admitted call, is how long a shaping limit asks it to
+	// wait before it proceeds.
+	Delay time.Duration
+	// Local reports that the store was unavailable and the decisions are
+	// the local fallback's.
+	Local bool
+	// Err is the store's error, for a call not decided by it.
+	Err error
+	// Lock, for ReasonLoginLocked, is the lock's level; Held and
+	// Failures, for ReasonLoginBusy, are the account's attempts in
+	// progress and its failures.
+	Lock, Held, Failures int64
+
+	e      *Engine
+	group  string
+	plan   string
+	shadow []shadowCharge
+	lease  *lease
+	login  *loginAttempt
+	global *globalHold
+	mu     sync.Mutex
+	done   bool
+}
+
+// Reported returns the budget to report and its decision, if any.
+func (v *Verdict) Reported() (Charge, bool) {
+	if v.Report < 0 {
+		return Charge{}, false
+	}
+	return v.Charges[v.Report], true
+}
+
+// Budgets returns the budgets of Charges, in order.
+func (v *Verdict) Budgets() []*policy.Budget {
+	bs := make([]*policy.Budget, len(v.Charges))
+	for i, c := range v.Charges {
+		bs[i] = c.Budget
+	}
+	return bs
+}
+
+// Answered settles the call's login attempt by the service's status, as
+// soon as it is known (before the client sees it, so that a lock the
+// failure earns is in place before the client can try again). A status of
+// zero means no answer. It does nothing for calls without a login guard
+// and after the first call.
+func (v *Verdict) Answered(ctx context.Context, status int) {
+	if v.login != nil {
+		v.login.finish(ctx, status)
+	}
+}
+
+// Deferred reports whether Done has store calls to make (shadow budgets
+// to evaluate), so that a front can finish its response first.
+func (v *Verdict) Deferred() bool { return v.Outcome == Allowed && len(v.shadow) > 0 }
+
+// Done ends an admitted call: it settles a login attempt the service did
+// not answer, releases the concurrency slot, and evaluates the shadow
+// budgets. Its caller calls it once the response is complete (or the
+// client went away); calling it again does nothing.
+func (v *Verdict) Done(ctx context.Context) {
+	v.mu.Lock()
+	done := v.done
+	v.done = true
+	v.mu.Unlock()
+	if done {
+		return
+	}
+	v.giveBack(ctx)
+	if v.Outcome == Allowed && len(v.shadow) > 0 {
+		v.e.evalShadow(ctx, v.shadow, v.group)
+	}
+}
+
+// giveBack ends everything the verdict holds: a login attempt not
+// answered is settled as no answer, the concurrency slot released, a
+// place held in a global budget and not charged given back.
+func (v *Verdict) giveBack(ctx context.Context) {
+	if v.login != nil {
+		v.login.finish(ctx, 0)
+	}
+	v.global.giveBack(ctx)
+	if v.lease != nil {
+		v.lease.release(ctx)
+	}
+}
