@@ -409,7 +409,9 @@ func (e *Engine) now() time.Time {
 
 // Count records a decision the caller took itself (a front's own checks,
 // such as an unreadable login body) under the engine's metrics.
-func (e *Engine) Count(policyName, group, plan, outcome string) { e.count(policyName, group, plan, outcome) }
+func (e *Engine) Count(policyName, group, plan, outcome string) {
+	e.count(policyName, group, plan, outcome)
+}
 
 func (e *Engine) count(policyName, group, plan, outcome string) {
 	if mt := e.metrics; mt != nil {

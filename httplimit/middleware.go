@@ -22,8 +22,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/policy"
@@ -302,4 +302,3 @@ func (m *middleware) peerTrusted(r *http.Request) bool {
 	peer, ok := identity.PeerAddr(r)
 	return ok && m.trusted.Contains(peer)
 }
-
