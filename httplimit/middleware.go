@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/identity"
