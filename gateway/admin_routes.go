@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// AdminHandler returns the admin handler: /healthz, /readyz, /metrics, the
+// policy and override endpoints and the dashboard, behind the checks of
+// guardAdmin (Host without a token, the token, and for state-changing
+// requests same-origin and Content-Type: application/json).
+func (g *Gateway) AdminHandler() http.Handler { return g.admin }
+
+func (g *Gateway) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		// A gateway whose store is down still serves, by each route's
+		// failure policy: it is ready, but says it is degraded.
+		status, detail := "ready", "store ok"
+		if p, ok := g.store.(pinger); ok {
+			ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+			defer cancel()
+			if err := p.Ping(ctx); err != nil {
+				status, detail = "degraded", "store unavailable: "+err.Error()
+			}
+		}
+		if d, ok := g.store.(interface{ Degraded() bool }); ok && d.Degraded() && status == "ready" {
+			status, detail = "degraded", "store circuit breaker not closed"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]string{"status": status, "detail": detail, "policy_version": g.Policy().Version})
+	})
+	mux.HandleFunc("GET /dashboard", g.dashboardPage)
+	mux.HandleFunc("GET /dashboard/data", g.dashboardData)
+	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, r *http.Request) {
+		a := g.active.Load()
+		out := map[string]any{"version": a.pol.Version, "hash": a.pol.Hash, "source": a.pol.Source, "loaded_at": a.loaded.UTC()}
+		if p := g.previous.Load(); p != nil {
+			out["previous"] = map[string]any{"version": p.pol.Version, "hash": p.pol.Hash}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
+	})
+	override := func(w http.ResponseWriter, change policy.Overrides) {
+		if err := g.Override(change); err != nil {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusUnprocessableEntity, Detail: err.Error()})
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+	mux.HandleFunc("GET /overrides", func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		out := g.overrides
+		g.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
+	})
+	mux.HandleFunc("PUT /keys/{id}", func(w http.ResponseWriter, r *http.Request) {
+		var k policy.KeySpec
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&k); err != nil {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusBadRequest, Detail: "want a JSON key: digest, tenant, user, plan"})
+			return
+		}
+		override(w, policy.Overrides{Keys: map[string]*policy.KeySpec{r.PathValue("id"): &k}})
+	})
+	mux.HandleFunc("DELETE /keys/{id}", func(w http.ResponseWriter, r *http.Request) {
+		override(w, policy.Overrides{Keys: map[string]*policy.KeySpec{r.PathValue("id"): nil}})
+	})
+	mux.HandleFunc("PUT /tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) {
+		var t struct{ Plan string }
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&t); err != nil || t.Plan == "" {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusBadRequest, Detail: `want {"plan": "<name>"}`})
+			return
+		}
+		override(w, policy.Overrides{Tenants: map[string]string{r.PathValue("tenant"): t.Plan}})
+	})
+	mux.HandleFunc("DELETE /tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) {
+		override(w, policy.Overrides{Tenants: map[string]string{r.PathValue("tenant"): ""}})
+	})
+	mux.HandleFunc("POST /policy/rollback", func(w http.ResponseWriter, r *http.Request) {
+		if err := g.Rollback(); err != nil {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:no-previous-policy", Status: http.StatusConflict, Detail: err.Error()})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]string{"version": g.Policy().Version, "hash": g.Policy().Hash})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
+	return guardAdmin(mux, g.pol.AdminToken)
+}

@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/tollgate/tollgate/policy"
+)
+
+// Override applies a runtime change (API keys, tenant plans) over the
+// active policy file, atomically; it persists across reloads of the file.
+// An override that does not fit the policy is refused and changes nothing.
+func (g *Gateway) Override(change policy.Overrides) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	next := policy.Overrides{Keys: map[string]*policy.KeySpec{}, Tenants: map[string]string{}}
+	for k, v := range g.overrides.Keys {
+		next.Keys[k] = v
+	}
+	for k, v := range g.overrides.Tenants {
+		next.Tenants[k] = v
+	}
+	for k, v := range change.Keys {
+		next.Keys[k] = v
+	}
+	for k, v := range change.Tenants {
+		next.Tenants[k] = v
+	}
+	old := g.overrides
+	g.overrides = next
+	sv, err := g.build(g.active.Load().base)
+	if err != nil {
+		g.overrides = old
+		return err
+	}
+	g.active.Store(sv) // the same version: no rollback point
+	g.log.Info("runtime override applied", slog.Int("keys", len(change.Keys)), slog.Int("tenants", len(change.Tenants)))
+	return nil
+}
+
+func (g *Gateway) activate(sv *served) {
+	if old := g.active.Swap(sv); old != nil {
+		g.previous.Store(old)
+		g.info.DeleteLabelValues(old.pol.Version)
+	}
+	g.info.WithLabelValues(sv.pol.Version).Set(1)
+}
+
+// Policy returns the active policy.
+func (g *Gateway) Policy() *policy.Policy { return g.active.Load().pol }
+
+// Reload validates p completely and swaps it in atomically: requests in
+// flight finish under the old policy, new ones get p. Settings that need a
+// restart (listeners, store, admin token) must not change. On error the
+// active policy stays, and the failure is logged and counted.
+func (g *Gateway) Reload(p *policy.Policy) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cur := g.pol
+	if p.Public != cur.Public || p.Admin != cur.Admin || p.AdminToken != cur.AdminToken || p.Conns != cur.Conns ||
+		p.Store.Type != cur.Store.Type || p.Store.URL != cur.Store.URL || p.Store.Mode != cur.Store.Mode {
+		g.reloads.WithLabelValues("refused").Inc()
+		err := errors.New("reloading policy: listeners (and their timeouts and caps), store and admin token need a restart to change")
+		g.log.Error("policy reload refused", slog.String("version", p.Version), slog.String("error", err.Error()))
+		return err
+	}
+	sv, err := g.build(p)
+	if err != nil {
+		g.reloads.WithLabelValues("invalid").Inc()
+		g.log.Error("policy reload failed", slog.String("error", err.Error()))
+		return err
+	}
+	g.activate(sv)
+	g.reloads.WithLabelValues("ok").Inc()
+	for _, w := range p.Warnings {
+		g.log.Warn("policy warning", slog.String("warning", w.Msg), slog.String("file", w.File), slog.Int("line", w.Line), slog.String("path", w.Path))
+	}
+	g.log.Info("policy reloaded", slog.String("version", p.Version), slog.String("hash", p.Hash))
+	return nil
+}
+
+// ReloadFile loads the policy file at path and reloads it. An invalid file
+// is refused (logged and counted) and the active policy keeps serving.
+func (g *Gateway) ReloadFile(path string) error {
+	p, err := policy.Load(path)
+	if err != nil {
+		g.reloads.WithLabelValues("invalid").Inc()
+		g.log.Error("policy file refused, keeping the active policy", slog.String("file", path),
+			slog.String("active_version", g.Policy().Version), slog.String("error", err.Error()))
+		return err
+	}
+	return g.Reload(p)
+}
+
+// Rollback restores the policy that was active before the last reload.
+func (g *Gateway) Rollback() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	prev := g.previous.Load()
+	if prev == nil {
+		return errors.New("rolling back: no previous policy")
+	}
+	g.activate(prev)
+	g.reloads.WithLabelValues("rollback").Inc()
+	g.log.Info("policy rolled back", slog.String("version", prev.pol.Version), slog.String("hash", prev.pol.Hash))
+	return nil
+}
+
+// Watch reloads the policy file at path whenever it, or the keys file it
+// names, changes (it watches their directories, so editors that replace a
+// file are seen), until ctx ends. API keys and their plans thus change
+// without a restart.
+func (g *Gateway) Watch(ctx context.Context, path string) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching policy: %w", err)
+	}
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		w.Close()
+		return fmt.Errorf("watching policy: %w", err)
+	}
+	watched := func(name string) bool {
+		name = filepath.Clean(name)
+		if name == filepath.Clean(path) {
+			return true
+		}
+		kp := g.Policy().KeysPath
+		return kp != "" && name == filepath.Clean(kp)
+	}
+	if kp := g.Policy().KeysPath; kp != "" && filepath.Dir(kp) != filepath.Dir(path) {
+		if err := w.Add(filepath.Dir(kp)); err != nil {
+			g.log.Warn("not watching the keys file; SIGHUP still reloads it", slog.String("error", err.Error()))
+		}
+	}
+	go func() {
+		defer w.Close()
+		var debounce <-chan time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if watched(ev.Name) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
+					debounce = time.After(100 * time.Millisecond)
+				}
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				g.log.Warn("watching policy", slog.String("error", err.Error()))
+			case <-debounce:
+				debounce = nil
+				g.ReloadFile(path)
+			}
+		}
+	}()
+	return nil
+}

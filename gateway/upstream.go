@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// transport returns the upstream transport for a response-header timeout,
+// made once and shared by every policy (and reload) that uses the timeout,
+// so reloads reuse its connection pool. Builds run one at a time.
+func (g *Gateway) transport(timeout time.Duration) *http.Transport {
+	if t, ok := g.transports[timeout]; ok {
+		return t
+	}
+	t := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ResponseHeaderTimeout: timeout,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	if g.transports == nil {
+		g.transports = map[time.Duration]*http.Transport{}
+	}
+	g.transports[timeout] = t
+	g.closers = append(g.closers, t.CloseIdleConnections)
+	return t
+}
+
+// upstreams returns the handler that sends an admitted request to its
+// route's upstream.
+func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
+	transport := g.transport(p.UpstreamTimeout)
+	echo := Echo()
+	proxies := map[string]http.Handler{}
+	for _, r := range p.Routes {
+		if r.Upstream == policy.BuiltinEcho || proxies[r.Upstream] != nil {
+			continue
+		}
+		target, err := url.Parse(r.Upstream)
+		if err != nil {
+			return nil, fmt.Errorf("creating gateway: route %s: %w", r.Name, err)
+		}
+		proxies[r.Upstream] = &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				if info, ok := httplimit.FromContext(pr.In.Context()); ok {
+					pr.Out.URL.Path, pr.Out.URL.RawPath = info.Path, ""
+					// The client charged, and the chain vouched for; the
+					// peer is appended below.
+					if ff := info.Subject.ForwardedFor(); ff != "" {
+						pr.Out.Header.Set("X-Forwarded-For", ff)
+					}
+					if a := info.Subject.Addr; a.IsValid() {
+						pr.Out.Header.Set("X-Real-Ip", a.String())
+					}
+				}
+				pr.SetURL(target)
+				pr.SetXForwarded()
+			},
+			Transport:    transport,
+			ErrorHandler: g.upstreamError,
+			ErrorLog:     g.proxyLog,
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info, ok := httplimit.FromContext(r.Context())
+		if !ok || info.Route == nil {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: httplimit.ProblemNotFound, Status: http.StatusNotFound})
+			return
+		}
+		if info.Route.Upstream == policy.BuiltinEcho {
+			r2 := r.Clone(r.Context())
+			r2.URL.Path, r2.URL.RawPath = info.Path, ""
+			echo.ServeHTTP(w, r2)
+			return
+		}
+		proxies[info.Route.Upstream].ServeHTTP(w, r)
+	}), nil
+}
+
+func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if bodyTimedOut(r.Context()) {
+		// The client, not the upstream, was too slow: its body did not
+		// arrive in time. (net/http has cancelled the request's context.)
+		w.Header().Set("Connection", "close")
+		httplimit.WriteProblem(w, httplimit.Problem{Type: httplimit.ProblemBodyTimeout, Status: http.StatusRequestTimeout,
+			Detail: "the request body did not arrive in time"})
+		return
+	}
+	if r.Context().Err() != nil {
+		return // the client went away; nobody to answer
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		httplimit.WriteProblem(w, httplimit.Problem{Type: httplimit.ProblemUpstreamSlow, Status: http.StatusGatewayTimeout,
+			Detail: "the upstream did not answer in time"})
+		return
+	}
+	g.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed", slog.String("error", err.Error()))
+	httplimit.WriteProblem(w, httplimit.Problem{Type: httplimit.ProblemBadGateway, Status: http.StatusBadGateway,
+		Detail: "the upstream could not be reached"})
+}
