@@ -67,32 +67,48 @@ func PerHour(n int64) Limit { return Limit{Rate: n, Period: time.Hour} }
 func PerDay(n int64) Limit { return Limit{Rate: n, Period: 24 * time.Hour} }
 
 // Store keeps rate-limit state and makes decisions atomically: two
-// concurrent requests never spend the same budget. Implementations must pass
-// the conformance suite in package storetest.
+// concurrent requests never spend the same budget. It is one contract,
+// implemented whole by both of Tollgate's stores (and by package
+// resilience in front of them) and required whole by the conformance
+// suite in package storetest: rate decisions one at a time and in
+// all-or-nothing groups, held places, login-guard state, concurrency
+// leases and a health check.
 //
-// Allow returns an error only when the request is invalid (see
-// [ErrCostExceedsBurst]) or the store cannot answer; a refusal is a
-// Decision with Allowed false.
+// Its methods return an error only when the request is invalid (see
+// [ErrCostExceedsBurst]) or the store cannot answer (wrapping
+// [ErrUnavailable] where the store knows it); a refusal is a Decision
+// with Allowed false.
 type Store interface {
+	// Allow decides one request, and charges it if it is allowed.
 	Allow(ctx context.Context, req Request) (Decision, error)
-}
-
-// MultiStore is a Store that can also decide several requests of one
-// group (see [algo.Request.Tag]) atomically: either every request is
-// charged or none is. Both of Tollgate's stores implement it.
-//
-// AllowAll returns one Decision per request, in order. The requests were
-// charged if and only if every Decision is Allowed. When they were not, a
-// limit that would have admitted its request reports Allowed true and its
-// state as it is (nothing was spent), and the refusing limits report their
-// RetryAfter as usual.
-type MultiStore interface {
-	Store
+	// AllowAll decides several requests of one group (see
+	// [algo.Request.Tag]) atomically: either every request is charged or
+	// none is. It returns one Decision per request, in order; they were
+	// charged if and only if every Decision is Allowed. When they were
+	// not, a limit that would have admitted its request reports Allowed
+	// true and its state as it is (nothing was spent), and the refusing
+	// limits report their RetryAfter as usual. An error about one request
+	// of the group is an [ItemError] naming it.
 	AllowAll(ctx context.Context, reqs []Request) ([]Decision, error)
+	Reserver
+	Guard
+	Leaser
+	Health
+	// Close releases what the store holds. Calls after Close may fail.
+	Close() error
 }
 
-// Guard is a store that keeps login-guard state: per-account failure
-// counts and growing locks (see [algo.Lockout]). Both stores implement it.
+// ItemError is the error of one request of a group; see [algo.ItemError].
+type ItemError = algo.ItemError
+
+// Health is what a readiness probe asks of a store.
+type Health interface {
+	// Ping reports whether the store can answer now.
+	Ping(ctx context.Context) error
+}
+
+// Guard keeps login-guard state: per-account failure counts and growing
+// locks (see [algo.Lockout]).
 type Guard interface {
 	Lockout(ctx context.Context, req algo.LockoutRequest) (algo.LockoutResult, error)
 }
@@ -100,10 +116,10 @@ type Guard interface {
 // Hold is an attempt whose outcome is not known yet; see [algo.Hold].
 type Hold = algo.Hold
 
-// Reserver is a store that can hold a request's cost while the outcome
-// that decides whether to charge it is not known (a login whose password
-// is being checked), so that requests made at once get no further than
-// requests made one at a time. Both stores implement it.
+// Reserver holds a request's cost while the outcome that decides whether
+// to charge it is not known (a login whose password is being checked), so
+// that requests made at once get no further than requests made one at a
+// time.
 type Reserver interface {
 	// Reserve admits the request only if its limit could take the cost of
 	// every request held under its key and this one, and then holds it
@@ -116,8 +132,7 @@ type Reserver interface {
 	Settle(ctx context.Context, req Request, h Hold, charge bool) (Decision, error)
 }
 
-// Leaser is a store that hands out concurrency slots as leases with a
-// TTL. Both stores implement it.
+// Leaser hands out concurrency slots as leases with a TTL.
 //
 // The caller names each lease (req.ID, unique among the leases of one
 // policy and subject), so that it can give back a lease it does not know

@@ -162,7 +162,7 @@ var (
 	// ErrInvalidLimit reports a Limit that cannot be enforced.
 	ErrInvalidLimit = errors.New("invalid limit")
 	// ErrInvalidRequest reports a login-guard rule, a lease or a hold that
-	// cannot be used.
+	// cannot be used, or a group that repeats a request.
 	ErrInvalidRequest = errors.New("invalid request")
 	// ErrCostExceedsBurst reports a cost larger than the limit's capacity
 	// (Burst, or Rate for window algorithms): such a request could never be
@@ -350,9 +350,22 @@ const MaxGroup = 16
 // group or a time.
 var ErrMixedGroup = errors.New("requests decided together must share one group and one time")
 
+// ItemError is the error of one request of a group that could not be
+// decided (an invalid limit or cost, a request that repeats another):
+// Index is its position in the group.
+type ItemError struct {
+	Index int
+	Err   error
+}
+
+func (e *ItemError) Error() string { return fmt.Sprintf("request %d: %v", e.Index, e.Err) }
+
+// Unwrap returns the request's error.
+func (e *ItemError) Unwrap() error { return e.Err }
+
 // CheckGroup validates requests to be decided together, all or nothing:
 // between 1 and MaxGroup of them, one group, one time, each limit and cost
-// valid.
+// valid. An error about one request is an [ItemError].
 func CheckGroup(reqs []Request) error {
 	if len(reqs) == 0 || len(reqs) > MaxGroup {
 		return fmt.Errorf("deciding together: %d requests (want 1 to %d)", len(reqs), MaxGroup)
@@ -360,18 +373,18 @@ func CheckGroup(reqs []Request) error {
 	g, now := reqs[0].Group(), reqs[0].Now
 	for i, r := range reqs {
 		if r.Group() != g || !r.Now.Equal(now) {
-			return fmt.Errorf("deciding together: request %d: %w", i, ErrMixedGroup)
+			return fmt.Errorf("deciding together: %w", &ItemError{i, ErrMixedGroup})
 		}
 		for _, o := range reqs[:i] {
 			if o.Policy == r.Policy && o.Subject == r.Subject && o.Limit.Algorithm == r.Limit.Algorithm {
-				return fmt.Errorf("deciding together: request %d repeats policy %q for the same subject", i, r.Policy)
+				return fmt.Errorf("deciding together: %w", &ItemError{i, fmt.Errorf("%w: it repeats policy %q for the same subject", ErrInvalidRequest, r.Policy)})
 			}
 		}
 		if err := r.Limit.Validate(); err != nil {
-			return fmt.Errorf("deciding together: request %d: %w", i, err)
+			return fmt.Errorf("deciding together: %w", &ItemError{i, err})
 		}
 		if err := r.Limit.CheckCost(r.Cost); err != nil {
-			return fmt.Errorf("deciding together: request %d: %w", i, err)
+			return fmt.Errorf("deciding together: %w", &ItemError{i, err})
 		}
 	}
 	return nil

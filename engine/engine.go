@@ -54,26 +54,19 @@ type Fallbacker interface {
 
 // Engine decides calls under one policy. It is safe for concurrent use.
 type Engine struct {
-	opts    Options
-	policy  *policy.Policy
-	log     *slog.Logger
-	metrics *Metrics
-	penalty *penaltyBox
-	// The store's capabilities, found once.
-	multi    tollgate.MultiStore
-	reserver tollgate.Reserver
-	guard    tollgate.Guard
-	leaser   tollgate.Leaser
+	opts     Options
+	policy   *policy.Policy
+	log      *slog.Logger
+	metrics  *Metrics
+	penalty  *penaltyBox
+	store    tollgate.Store
 	fallback Fallbacker // nil: no local fallback
 	// holdTTL is how long a login attempt holds its places if it is never
 	// settled: longer than the service behind may take to answer.
 	holdTTL time.Duration
 }
 
-// New returns an engine deciding under opts.Policy through opts.Store. It
-// fails if the store cannot do what the policy asks of it (decide groups,
-// hold places, keep login-guard state or concurrency leases): a check the
-// store cannot make is an error here, never skipped on a request.
+// New returns an engine deciding under opts.Policy through opts.Store.
 func New(opts Options) (*Engine, error) {
 	if opts.Policy == nil || opts.Store == nil {
 		return nil, errors.New("creating engine: Policy and Store are required")
@@ -88,20 +81,8 @@ func New(opts Options) (*Engine, error) {
 		log:     slog.New(logsample.New(logger.Handler(), logsample.Options{PerSecond: opts.LogRefusalsPerSecond})),
 		metrics: opts.Metrics,
 		penalty: &penaltyBox{until: map[string]time.Time{}},
+		store:   opts.Store,
 		holdTTL: min(algo.MaxHoldTTL, max(opts.Policy.UpstreamTimeout, 30*time.Second)+10*time.Second),
-	}
-	var ok bool
-	if e.multi, ok = opts.Store.(tollgate.MultiStore); !ok {
-		return nil, errors.New("creating engine: the store cannot decide several limits together (it is no tollgate.MultiStore)")
-	}
-	if e.reserver, ok = opts.Store.(tollgate.Reserver); !ok {
-		return nil, errors.New("creating engine: the store cannot hold places (it is no tollgate.Reserver)")
-	}
-	if e.guard, ok = opts.Store.(tollgate.Guard); !ok {
-		return nil, errors.New("creating engine: the store keeps no login-guard state (it is no tollgate.Guard)")
-	}
-	if e.leaser, ok = opts.Store.(tollgate.Leaser); !ok {
-		return nil, errors.New("creating engine: the store keeps no concurrency leases (it is no tollgate.Leaser)")
 	}
 	e.fallback, _ = opts.Store.(Fallbacker)
 	return e, nil
@@ -280,10 +261,10 @@ func (e *Engine) decide(ctx context.Context, reqs []tollgate.Request) ([]tollgat
 	var err error
 	if len(reqs) == 1 && reqs[0].Tag == "" {
 		var d tollgate.Decision
-		d, err = e.opts.Store.Allow(ctx, reqs[0])
+		d, err = e.store.Allow(ctx, reqs[0])
 		ds = []tollgate.Decision{d}
 	} else {
-		ds, err = e.multi.AllowAll(ctx, reqs)
+		ds, err = e.store.AllowAll(ctx, reqs)
 	}
 	if mt := e.metrics; mt != nil {
 		mt.StoreLatency.Observe(time.Since(start).Seconds())

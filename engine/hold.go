@@ -32,7 +32,7 @@ func (e *Engine) acquireSlot(ctx context.Context, v *Verdict, c Call) bool {
 	}
 	req := algo.LeaseRequest{Policy: k.StoreName, Subject: subject, ID: newLeaseID(),
 		Limit: k.Limit, TTL: k.LeaseTTL, Now: e.clockTime()}
-	got, err := e.leaser.Acquire(ctx, req)
+	got, err := e.store.Acquire(ctx, req)
 	if err != nil {
 		if route.FailClosed {
 			e.countFallback("concurrency."+route.Group, "fail_closed")
@@ -63,7 +63,7 @@ func (l *lease) release(ctx context.Context) {
 	l.released = true
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := l.e.leaser.Release(ctx, l.req); err != nil {
+	if err := l.e.store.Release(ctx, l.req); err != nil {
 		l.e.log.LogAttrs(ctx, slog.LevelWarn, "releasing a concurrency slot (retried when the store is resilience's, else it expires)", slog.String("error", err.Error()))
 	}
 }
@@ -102,7 +102,7 @@ func (e *Engine) holdGlobal(ctx context.Context, v *Verdict, c Call, cost int64)
 	gh := &globalHold{e: e, req: tollgate.Request{Policy: g.StoreName, Subject: "route", Limit: g.Limit, Cost: cost}}
 	gh.req.Now = e.clockTime()
 	gh.hold = tollgate.Hold{ID: newLeaseID(), TTL: globalHoldTTL}
-	d, err := e.reserver.Reserve(ctx, gh.req, gh.hold)
+	d, err := e.store.Reserve(ctx, gh.req, gh.hold)
 	switch {
 	case err != nil && algo.IsInvalid(err):
 		_, ok := e.storeFailed(ctx, v, err, c, []*policy.Budget{g}, []tollgate.Request{gh.req})
@@ -142,7 +142,7 @@ func (e *Engine) chargeGlobal(ctx context.Context, v *Verdict, c Call) (tollgate
 	gh.settled = true
 	req := gh.req
 	req.Now = e.clockTime()
-	d, err := e.reserver.Settle(context.WithoutCancel(ctx), req, gh.hold, true)
+	d, err := e.store.Settle(context.WithoutCancel(ctx), req, gh.hold, true)
 	if err != nil {
 		// The place stays held until the hold's TTL, in place of the
 		// charge: the call is admitted, as its reservation said.
@@ -164,7 +164,7 @@ func (gh *globalHold) giveBack(ctx context.Context) {
 	defer cancel()
 	req := gh.req
 	req.Now = gh.e.clockTime()
-	if _, err := gh.e.reserver.Settle(ctx, req, gh.hold, false); err != nil {
+	if _, err := gh.e.store.Settle(ctx, req, gh.hold, false); err != nil {
 		gh.e.log.LogAttrs(ctx, slog.LevelWarn, "giving back a held place in a global budget (it expires by itself)", slog.String("error", err.Error()))
 	}
 }

@@ -48,7 +48,7 @@ func (e *Engine) loginBegin(ctx context.Context, v *Verdict, c Call) bool {
 		v.Outcome, v.Reason, v.Err, v.RetryAfter = FailClosed, ReasonUnavailable, err, time.Second
 		return false
 	}
-	d, err := e.reserver.Reserve(ctx, a.ip, a.hold)
+	d, err := e.store.Reserve(ctx, a.ip, a.hold)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -58,7 +58,7 @@ func (e *Engine) loginBegin(ctx context.Context, v *Verdict, c Call) bool {
 		v.Outcome, v.Reason, v.RetryAfter = Refused, ReasonLoginAddress, d.RetryAfter
 		return false
 	}
-	res, err := e.guard.Lockout(ctx, algo.LockoutRequest{Policy: lg.StoreName, Subject: a.account, Rule: lg.Rule,
+	res, err := e.store.Lockout(ctx, algo.LockoutRequest{Policy: lg.StoreName, Subject: a.account, Rule: lg.Rule,
 		Op: algo.LockReserve, Hold: a.hold, Now: a.ip.Now})
 	if err != nil || !res.Reserved {
 		a.settleIP(ctx, false)
@@ -102,7 +102,7 @@ func (a *loginAttempt) finish(ctx context.Context, status int) {
 			op = algo.LockSucceed
 		}
 		a.settleIP(ctx, op == algo.LockFail)
-		if _, err := a.e.guard.Lockout(ctx, algo.LockoutRequest{Policy: a.guard.StoreName, Subject: a.account, Rule: a.guard.Rule,
+		if _, err := a.e.store.Lockout(ctx, algo.LockoutRequest{Policy: a.guard.StoreName, Subject: a.account, Rule: a.guard.Rule,
 			Op: op, Hold: a.hold, Now: a.e.clockTime()}); err != nil {
 			a.e.logSampled(ctx, slog.LevelError, "recording a login outcome (the attempt's hold expires by itself)", Subject{Kind: "account", ID: a.account},
 				"login_lock", "login", slog.String("error", err.Error()))
@@ -115,7 +115,7 @@ func (a *loginAttempt) finish(ctx context.Context, status int) {
 func (a *loginAttempt) settleIP(ctx context.Context, charge bool) {
 	ip := a.ip
 	ip.Now = a.e.clockTime()
-	if _, err := a.e.reserver.Settle(ctx, ip, a.hold, charge); err != nil {
+	if _, err := a.e.store.Settle(ctx, ip, a.hold, charge); err != nil {
 		a.e.logSampled(ctx, slog.LevelError, "recording a login outcome for the address (the attempt's hold expires by itself)", Subject{Kind: "ip", ID: ip.Subject},
 			a.guard.IPFailures.Name, "login", slog.String("error", err.Error()))
 	}

@@ -27,12 +27,10 @@ func (g *Gateway) adminHandler() http.Handler {
 		// A gateway whose store is down still serves, by each route's
 		// failure policy: it is ready, but says it is degraded.
 		status, detail := "ready", "store ok"
-		if p, ok := g.store.(pinger); ok {
-			ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-			defer cancel()
-			if err := p.Ping(ctx); err != nil {
-				status, detail = "degraded", "store unavailable: "+err.Error()
-			}
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := g.store.Ping(ctx); err != nil {
+			status, detail = "degraded", "store unavailable: "+err.Error()
 		}
 		if d, ok := g.store.(interface{ Degraded() bool }); ok && d.Degraded() && status == "ready" {
 			status, detail = "degraded", "store circuit breaker not closed"

@@ -80,9 +80,6 @@ type served struct {
 	loaded  time.Time
 }
 
-// pinger is a store that can tell whether it is reachable.
-type pinger interface{ Ping(context.Context) error }
-
 // New builds a Gateway: it opens the store, the proxies and the metrics.
 func New(opts Options) (*Gateway, error) {
 	if opts.Policy == nil {
@@ -176,16 +173,16 @@ func (g *Gateway) openStore() error {
 		}
 		// Open does not wait for Redis: the gateway serves (degraded, by
 		// each route's failure policy) until Redis appears.
-		rs, err := rstore.Open(opt, 0)
+		rs, err := rstore.Open(opt, rstore.Options{})
 		if err != nil {
 			return fmt.Errorf("opening redis store: %w", err)
 		}
-		g.closers = append(g.closers, rs.Close)
+		g.closers = append(g.closers, func() { rs.Close() })
 		calendar, err := resilience.ParseCalendarFallback(spec.CalendarFallback)
 		if err != nil {
 			return fmt.Errorf("opening redis store: %w", err)
 		}
-		res := resilience.New(rs, resilience.Options{
+		res := resilience.New(rs, memory.New(memory.Options{Now: g.opts.Clock}), resilience.Options{
 			Timeout:          spec.Timeout,
 			FailuresToOpen:   spec.Breaker.Failures,
 			OpenFor:          spec.Breaker.OpenFor,

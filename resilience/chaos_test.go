@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/resilience"
+	"github.com/tollgate/tollgate/store/memory"
 	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
@@ -102,7 +103,7 @@ func TestChaosWorstCase(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					stores[i] = resilience.New(st, resilience.Options{Instances: instances, OpenFor: 200 * time.Millisecond})
+					stores[i] = resilience.New(st, memory.New(memory.Options{}), resilience.Options{Instances: instances, OpenFor: 200 * time.Millisecond})
 					defer stores[i].Close()
 				}
 				gap := period * workers / (4 * c) // 4 × the limit in all

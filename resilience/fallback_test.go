@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/resilience"
+	"github.com/tollgate/tollgate/store/memory"
 	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
@@ -45,7 +46,7 @@ func TestFallbackStartsFromLastDecision(t *testing.T) {
 	for _, alg := range algo.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
 			now := minute
-			s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+			s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
 			defer s.Close()
 			req := algo.Request{Policy: uniq("from-last"), Subject: "k", Limit: algo.Limit{Algorithm: alg, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
 			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 40 {
@@ -74,7 +75,7 @@ func TestFallbackStartsFromLastDecision(t *testing.T) {
 func TestFallbackShareOfWhatRemained(t *testing.T) {
 	ctx := context.Background()
 	now := minute
-	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second, Instances: 4, Now: fixedClock(&now)})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Instances: 4, Now: fixedClock(&now)})
 	defer s.Close()
 	req := algo.Request{Policy: uniq("share-rest"), Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
 	if _, err := s.Allow(ctx, req); err != nil {
@@ -98,7 +99,7 @@ func TestFallbackShareOfWhatRemained(t *testing.T) {
 func TestFallbackOwedAfterRecovery(t *testing.T) {
 	ctx := context.Background()
 	now := minute
-	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
 	defer s.Close()
 	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Minute}
 	req := algo.Request{Policy: uniq("owed"), Subject: "k", Limit: l, Cost: 60, Now: now}
@@ -151,13 +152,13 @@ func TestCalendarFallbackClosedByDefault(t *testing.T) {
 	now := minute
 	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 30, Period: algo.Day, Calendar: algo.Daily}
 	req := algo.Request{Policy: uniq("daily"), Subject: "k", Limit: l, Cost: 30, Now: now}
-	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
 	defer s.Close()
 	if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
 		t.Fatalf("on Redis: %+v %v", d, err)
 	}
 	req.Cost = 1
-	for _, st := range []*resilience.Store{s, resilience.New(redisStore(t, srv.Addr), resilience.Options{Now: fixedClock(&now)})} {
+	for _, st := range []*resilience.Store{s, resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Now: fixedClock(&now)})} {
 		d, err := st.Fallback(ctx, req)
 		if !errors.Is(err, resilience.ErrUnavailable) || d.Allowed {
 			t.Fatalf("calendar quota in fallback: %+v %v, want ErrUnavailable", d, err)
@@ -182,7 +183,7 @@ func TestFallbackOnOOM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := resilience.New(st, resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	s := resilience.New(st, memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
 	defer s.Close()
 	l := algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}
 	req := algo.Request{Policy: "oom", Subject: "k", Limit: l, Cost: 60, Now: now}
@@ -235,7 +236,7 @@ func TestCalendarFallbackShare(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			now := minute
 			opts := resilience.Options{Timeout: 5 * time.Second, Instances: c.instances, CalendarFallback: resilience.CalendarShare, Now: fixedClock(&now)}
-			s := resilience.New(redisStore(t, srv.Addr), opts)
+			s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), opts)
 			defer s.Close()
 			req := algo.Request{Policy: uniq("cal-share"), Subject: "k", Limit: c.limit, Cost: c.spent, Now: now}
 			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
@@ -247,7 +248,7 @@ func TestCalendarFallbackShare(t *testing.T) {
 				t.Fatalf("fallback admitted %d, refusal %+v; want %d, then RetryAfter %v", n, refused, c.want, c.retry)
 			}
 			// After a restart, this instance knows nothing of the key.
-			s2 := resilience.New(redisStore(t, srv.Addr), opts)
+			s2 := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), opts)
 			defer s2.Close()
 			if d, err := s2.Fallback(ctx, req); !errors.Is(err, resilience.ErrUnavailable) || d.Allowed {
 				t.Fatalf("unknown key: %+v %v, want ErrUnavailable", d, err)
@@ -274,7 +275,7 @@ func TestParseCalendarFallback(t *testing.T) {
 func TestFallbackDebtConcurrent(t *testing.T) {
 	ctx := context.Background()
 	now := minute
-	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
 	defer s.Close()
 	req := algo.Request{Policy: uniq("debt-at-once"), Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
 	if _, err := s.Allow(ctx, req); err != nil {
@@ -310,7 +311,7 @@ func TestFallbackDebtConcurrent(t *testing.T) {
 func TestFallbackDebtGroup(t *testing.T) {
 	ctx := context.Background()
 	now := minute
-	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
 	defer s.Close()
 	pm, ph := uniq("debt-min"), uniq("debt-hour")
 	group := func(cost int64) []algo.Request {

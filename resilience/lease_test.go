@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/resilience"
+	"github.com/tollgate/tollgate/store/memory"
 )
 
 // freeSlots returns how many of limit slots a subject's leases leave free:
@@ -64,7 +65,7 @@ func waitFree(t *testing.T, s *resilience.Store, req algo.LeaseRequest, within t
 // answers again, not after their minute-long TTL.
 func TestLeaseAcquireTimedOut(t *testing.T) {
 	rs := redistest.Start(t)
-	s := resilience.New(redisStore(t, rs.Addr), resilience.Options{Timeout: 20 * time.Millisecond, FailuresToOpen: 1000})
+	s := resilience.New(redisStore(t, rs.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 20 * time.Millisecond, FailuresToOpen: 1000})
 	defer s.Close()
 	ctx := context.Background()
 	req := algo.LeaseRequest{Policy: uniq("lease-paused"), Subject: "s", Limit: 10, TTL: time.Minute}
@@ -105,7 +106,7 @@ func TestLeaseAcquireTimedOut(t *testing.T) {
 // answers again.
 func TestLeaseReleaseRefused(t *testing.T) {
 	rs := redistest.Start(t)
-	s := resilience.New(redisStore(t, rs.Addr), resilience.Options{Timeout: 20 * time.Millisecond, FailuresToOpen: 1, OpenFor: 100 * time.Millisecond})
+	s := resilience.New(redisStore(t, rs.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 20 * time.Millisecond, FailuresToOpen: 1, OpenFor: 100 * time.Millisecond})
 	defer s.Close()
 	ctx := context.Background()
 	req := algo.LeaseRequest{Policy: uniq("release-paused"), Subject: "s", Limit: 10, TTL: time.Minute}

@@ -85,7 +85,6 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/logsample"
-	"github.com/tollgate/tollgate/store/memory"
 )
 
 // ErrUnavailable wraps every error that means the store could not decide
@@ -185,7 +184,7 @@ type Store struct {
 	primary tollgate.Store
 	opts    Options
 	cb      *gobreaker.CircuitBreaker[struct{}]
-	local   *memory.Store
+	local   tollgate.Store
 	deny    *denyCache
 	memo    *memo // nil when Options.RememberSize is negative
 	log     *slog.Logger
@@ -198,8 +197,12 @@ type Store struct {
 	descState, descCalls, descDenyHits *prometheus.Desc
 }
 
-// New wraps primary. Call Close to release the local fallback store.
-func New(primary tollgate.Store, opts Options) *Store {
+// New wraps primary, with local to decide while primary cannot (a memory
+// store: see package store/memory). The Store owns local, which only it
+// may use: it keeps what the fallback admitted there, and decides there at
+// its own clock (Options.Now), whatever local's; Close closes local.
+// primary stays its caller's to close.
+func New(primary, local tollgate.Store, opts Options) *Store {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
@@ -224,7 +227,7 @@ func New(primary tollgate.Store, opts Options) *Store {
 	s := &Store{
 		primary: primary,
 		opts:    opts,
-		local:   memory.New(memory.Options{Now: opts.Now}),
+		local:   local,
 		log:     opts.Logger,
 		descState: prometheus.NewDesc("tollgate_store_breaker_state",
 			"State of the store's circuit breaker: 0 closed, 1 half-open, 2 open.", nil, nil),
@@ -337,17 +340,12 @@ func (s *Store) now(t time.Time) time.Time {
 }
 
 // AllowAll decides a group of requests all or nothing through the store
-// (which must implement [tollgate.MultiStore]) behind the breaker and the
-// deadline. A group refused by one of its limits is remembered by the deny
+// behind the breaker and the deadline. A group refused by one of its limits is remembered by the deny
 // cache like a single request: until that limit's RetryAfter, the group is
 // refused without a store call. The refusing limit's Decision is then exact
 // (it is the one RateLimit reports); the other limits' Decisions are as the
 // store last reported them.
 func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
-	ms, ok := s.primary.(tollgate.MultiStore)
-	if !ok {
-		return nil, errors.New("deciding together: the store cannot decide groups")
-	}
 	if err := algo.CheckGroup(reqs); err != nil {
 		return nil, err
 	}
@@ -384,7 +382,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	}()
 	var ds []algo.Decision
 	if err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		ds, err = ms.AllowAll(ctx, charged)
+		ds, err = s.primary.AllowAll(ctx, charged)
 		return err
 	}); err != nil {
 		return nil, err
@@ -453,13 +451,9 @@ func (s *Store) debts(ctx context.Context, reqs []algo.Request, now int64) ([]de
 // Lockout passes a login-guard operation to the store behind the breaker
 // and the deadline. There is no fallback: the guard fails closed.
 func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.LockoutResult, error) {
-	g, ok := s.primary.(tollgate.Guard)
-	if !ok {
-		return algo.LockoutResult{}, errors.New("guarding login: the store cannot")
-	}
 	var res algo.LockoutResult
 	err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		res, err = g.Lockout(ctx, req)
+		res, err = s.primary.Lockout(ctx, req)
 		return err
 	})
 	return res, err
@@ -468,13 +462,9 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 // Reserve passes a reservation to the store behind the breaker and the
 // deadline. There is no fallback: what holds attempts fails closed.
 func (s *Store) Reserve(ctx context.Context, req algo.Request, h algo.Hold) (algo.Decision, error) {
-	r, ok := s.primary.(tollgate.Reserver)
-	if !ok {
-		return algo.Decision{}, errors.New("reserving: the store cannot")
-	}
 	var d algo.Decision
 	err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		d, err = r.Reserve(ctx, req, h)
+		d, err = s.primary.Reserve(ctx, req, h)
 		return err
 	})
 	return d, err
@@ -483,13 +473,9 @@ func (s *Store) Reserve(ctx context.Context, req algo.Request, h algo.Hold) (alg
 // Settle passes the end of a hold to the store behind the breaker and the
 // deadline.
 func (s *Store) Settle(ctx context.Context, req algo.Request, h algo.Hold, charge bool) (algo.Decision, error) {
-	r, ok := s.primary.(tollgate.Reserver)
-	if !ok {
-		return algo.Decision{}, errors.New("settling: the store cannot")
-	}
 	var d algo.Decision
 	err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		d, err = r.Settle(ctx, req, h, charge)
+		d, err = s.primary.Settle(ctx, req, h, charge)
 		return err
 	})
 	return d, err
@@ -503,17 +489,13 @@ func (s *Store) Settle(ctx context.Context, req algo.Request, h algo.Hold, charg
 // frees the slot whether the late acquire reaches it before or after (see
 // [tollgate.Leaser]). The caller treats the lease as not held.
 func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error) {
-	l, ok := s.primary.(tollgate.Leaser)
-	if !ok {
-		return false, errors.New("acquiring a lease: the store cannot")
-	}
 	var got bool
 	err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		got, err = l.Acquire(ctx, req)
+		got, err = s.primary.Acquire(ctx, req)
 		return err
 	})
 	if err != nil && !algo.IsInvalid(err) && !errors.Is(err, gobreaker.ErrOpenState) && !errors.Is(err, gobreaker.ErrTooManyRequests) {
-		s.releaseLater(l, req)
+		s.releaseLater(req)
 	}
 	return got, err
 }
@@ -522,13 +504,9 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 // deadline. A release that fails (other than as invalid) is retried in the
 // background until the store answers; the error still says it failed.
 func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
-	l, ok := s.primary.(tollgate.Leaser)
-	if !ok {
-		return errors.New("releasing a lease: the store cannot")
-	}
-	err := s.guarded(ctx, func(ctx context.Context) error { return l.Release(ctx, req) })
+	err := s.guarded(ctx, func(ctx context.Context) error { return s.primary.Release(ctx, req) })
 	if err != nil && !algo.IsInvalid(err) {
-		s.releaseLater(l, req)
+		s.releaseLater(req)
 	}
 	return err
 }
@@ -555,7 +533,7 @@ type pendingReleases struct {
 
 // releaseLater queues the release of req and starts retrying if no one
 // is.
-func (s *Store) releaseLater(l tollgate.Leaser, req algo.LeaseRequest) {
+func (s *Store) releaseLater(req algo.LeaseRequest) {
 	p := &s.releases
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -571,14 +549,14 @@ func (s *Store) releaseLater(l tollgate.Leaser, req algo.LeaseRequest) {
 	if !p.running {
 		p.running = true
 		p.wg.Add(1)
-		go s.retryReleases(l)
+		go s.retryReleases()
 	}
 }
 
 // retryReleases releases the queued leases in order, waiting releaseRetry
 // whenever the store does not answer, until none is left or the store is
 // closed; then it makes one last pass while the store answers.
-func (s *Store) retryReleases(l tollgate.Leaser) {
+func (s *Store) retryReleases() {
 	p := &s.releases
 	defer p.wg.Done()
 	t := time.NewTimer(releaseRetry)
@@ -593,7 +571,7 @@ func (s *Store) retryReleases(l tollgate.Leaser) {
 		}
 		req := p.queue[0]
 		p.mu.Unlock()
-		err := s.guarded(context.Background(), func(ctx context.Context) error { return l.Release(ctx, req) })
+		err := s.guarded(context.Background(), func(ctx context.Context) error { return s.primary.Release(ctx, req) })
 		if err == nil || algo.IsInvalid(err) {
 			p.mu.Lock()
 			p.queue[0] = algo.LeaseRequest{}
@@ -694,6 +672,9 @@ func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.De
 			return nil, fmt.Errorf("deciding locally: starting from the last decision: %w", err)
 		}
 	}
+	for i := range local {
+		local[i].Now = now
+	}
 	ds, err := s.local.AllowAll(ctx, local)
 	if err == nil && s.memo != nil && tollgate.Admitted(ds) {
 		at := now.UnixMilli()
@@ -758,13 +739,9 @@ func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), DenyHits: s.denyHits.Load(), Fallbacks: s.fallbacks.Load(), PendingReleases: pending}
 }
 
-// Ping checks the store behind, when it can be pinged.
-func (s *Store) Ping(ctx context.Context) error {
-	if p, ok := s.primary.(interface{ Ping(context.Context) error }); ok {
-		return p.Ping(ctx)
-	}
-	return nil
-}
+// Ping checks the store behind (not through the breaker: a readiness
+// probe asks whether it answers now).
+func (s *Store) Ping(ctx context.Context) error { return s.primary.Ping(ctx) }
 
 // Describe implements [prometheus.Collector].
 func (s *Store) Describe(ch chan<- *prometheus.Desc) {

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate/tollgate/internal/faultproxy"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/resilience"
+	"github.com/tollgate/tollgate/store/memory"
 	rstore "github.com/tollgate/tollgate/store/redis"
 	"github.com/tollgate/tollgate/storetest"
 
@@ -45,31 +46,30 @@ func redisStore(t *testing.T, addr string) *rstore.Store {
 	return s
 }
 
-// singleOnly hides AllowAll, so storetest.Run checks the single-request
-// path (where the deny cache's answers are exact) without the group suite.
-type singleOnly struct{ tollgate.Store }
-
-// The wrapped store is still a Store: it passes the conformance suite
-// (with a deadline generous enough for -race on two cores), deny cache on.
-// The group suite runs with the cache off: for a group refused from the
-// cache only the refusing limit's decision is exact (see TestDenyCacheGroup).
+// The wrapped store is still a Store: it passes the whole conformance
+// suite with the deny cache off (with a deadline generous enough for -race
+// on two cores), and the single-decision part with it on. (For a group
+// refused from the cache only the refusing limit's decision is exact; see
+// TestDenyCacheGroup.)
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) tollgate.Store {
-		s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second})
-		t.Cleanup(func() { s.Close() })
-		return singleOnly{s}
-	})
-	storetest.RunMulti(t, func(t *testing.T) tollgate.MultiStore {
-		s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second, DenyCacheSize: -1})
+		s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, DenyCacheSize: -1})
 		t.Cleanup(func() { s.Close() })
 		return s
+	})
+	t.Run("DenyCache", func(t *testing.T) {
+		storetest.RunDecisions(t, func(t *testing.T) tollgate.Store {
+			s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second})
+			t.Cleanup(func() { s.Close() })
+			return s
+		})
 	})
 }
 
 // TestDenyCacheGroup: a group refused by one limit is refused from the
 // cache until that limit's RetryAfter, with that limit's decision exact.
 func TestDenyCacheGroup(t *testing.T) {
-	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second})
 	defer s.Close()
 	ctx := context.Background()
 	now := time.UnixMilli(1_800_000_000_000)
@@ -130,7 +130,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fp.Close()
-	s := resilience.New(redisStore(t, fp.Addr), resilience.Options{Timeout: 20 * time.Millisecond, OpenFor: 200 * time.Millisecond})
+	s := resilience.New(redisStore(t, fp.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 20 * time.Millisecond, OpenFor: 200 * time.Millisecond})
 	defer s.Close()
 	ctx := context.Background()
 	breakerP := uniq("breaker")
@@ -178,7 +178,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 // TestDenyCache checks that refusals are served locally until RetryAfter,
 // only for costs at least the refused one, and with the same contract.
 func TestDenyCache(t *testing.T) {
-	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Timeout: 5 * time.Second})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second})
 	defer s.Close()
 	ctx := context.Background()
 	now := time.UnixMilli(1_800_000_000_000)
@@ -229,7 +229,7 @@ func TestDenyCache(t *testing.T) {
 
 // TestFallbackShare checks the local share and a cost larger than it.
 func TestFallbackShare(t *testing.T) {
-	s := resilience.New(redisStore(t, srv.Addr), resilience.Options{Instances: 4})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Instances: 4})
 	defer s.Close()
 	ctx := context.Background()
 	l := algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}

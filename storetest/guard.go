@@ -18,7 +18,7 @@ var lockRule = algo.LockoutRule{Threshold: 5, Lock: time.Minute, MaxLock: time.H
 // against the pure algo.Lockout, and that concurrent failures lock an
 // account exactly once and concurrent reservations hold exactly the
 // attempts the account has left.
-func RunGuard(t *testing.T, g tollgate.Guard) {
+func RunGuard(t *testing.T, g tollgate.Store) {
 	ctx := context.Background()
 	t.Run("MatchesModel", func(t *testing.T) {
 		p := policy(t)
@@ -116,7 +116,7 @@ func RunGuard(t *testing.T, g tollgate.Guard) {
 // reservations made at once hold exactly what the limit has left, a
 // charge spends and a give-back frees a place, a hold that is never
 // settled expires, and the decisions match algo.Prepared.Reserve.
-func RunReserver(t *testing.T, r tollgate.Reserver) {
+func RunReserver(t *testing.T, r tollgate.Store) {
 	ctx := context.Background()
 	for _, a := range algo.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
@@ -204,7 +204,7 @@ func RunReserver(t *testing.T, r tollgate.Reserver) {
 // release is idempotent, and one that arrives before its acquire (which
 // timed out at its caller and reached the store late) makes the acquire
 // take nothing, until the released id's TTL has passed.
-func RunLeases(t *testing.T, l tollgate.Leaser) {
+func RunLeases(t *testing.T, l tollgate.Store) {
 	t.Run("ReleaseBeforeAcquire", func(t *testing.T) { runReleaseFirst(t, l) })
 	ctx := context.Background()
 	p := policy(t)

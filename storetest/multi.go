@@ -12,15 +12,15 @@ import (
 	"github.com/tollgate/tollgate/algo"
 )
 
-// RunMulti runs the all-or-nothing suite against a MultiStore.
-func RunMulti(t *testing.T, newStore func(t *testing.T) tollgate.MultiStore) {
+// RunMulti runs the all-or-nothing suite (AllowAll).
+func RunMulti(t *testing.T, newStore NewStore) {
 	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore(t)) })
 	t.Run("MatchesModel", func(t *testing.T) { testMultiModel(t, newStore(t)) })
 	t.Run("InvalidGroups", func(t *testing.T) { testInvalidGroups(t, newStore(t)) })
-	t.Run("Concurrency", func(t *testing.T) { RunMultiConcurrency(t, []tollgate.MultiStore{newStore(t)}) })
+	t.Run("Concurrency", func(t *testing.T) { RunMultiConcurrency(t, []tollgate.Store{newStore(t)}) })
 }
 
-func allowAll(t *testing.T, s tollgate.MultiStore, reqs ...algo.Request) []algo.Decision {
+func allowAll(t *testing.T, s tollgate.Store, reqs ...algo.Request) []algo.Decision {
 	t.Helper()
 	ds, err := s.AllowAll(context.Background(), reqs)
 	if err != nil {
@@ -32,7 +32,7 @@ func allowAll(t *testing.T, s tollgate.MultiStore, reqs ...algo.Request) []algo.
 	return ds
 }
 
-func testAllOrNothing(t *testing.T, s tollgate.MultiStore) {
+func testAllOrNothing(t *testing.T, s tollgate.Store) {
 	for _, a := range algo.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			p1, p2 := policy(t), policy(t)
@@ -60,7 +60,7 @@ func testAllOrNothing(t *testing.T, s tollgate.MultiStore) {
 
 // testMultiModel drives random groups of limits and checks every decision
 // against the pure algorithms applied all or nothing.
-func testMultiModel(t *testing.T, s tollgate.MultiStore) {
+func testMultiModel(t *testing.T, s tollgate.Store) {
 	seed := uint32(7)
 	next := func(n int) int64 { seed = seed*1664525 + 1013904223; return int64((seed >> 8) % uint32(n)) }
 	for round := 0; round < 12; round++ {
@@ -112,7 +112,7 @@ func testMultiModel(t *testing.T, s tollgate.MultiStore) {
 	}
 }
 
-func testInvalidGroups(t *testing.T, s tollgate.MultiStore) {
+func testInvalidGroups(t *testing.T, s tollgate.Store) {
 	ctx := context.Background()
 	l := limitFor(algo.GCRA, 5, time.Minute)
 	a := algo.Request{Policy: policy(t), Subject: "a", Limit: l, Cost: 1, Now: base}
@@ -128,8 +128,14 @@ func testInvalidGroups(t *testing.T, s tollgate.MultiStore) {
 	}
 	big := a
 	big.Policy, big.Cost = policy(t), 6
-	if _, err := s.AllowAll(ctx, []algo.Request{a, big}); !errors.Is(err, algo.ErrCostExceedsBurst) {
-		t.Errorf("cost above burst: %v", err)
+	var item *algo.ItemError
+	if _, err := s.AllowAll(ctx, []algo.Request{a, big}); !errors.Is(err, algo.ErrCostExceedsBurst) || !errors.As(err, &item) || item.Index != 1 {
+		t.Errorf("cost above burst in the second request: %v (want an ItemError at index 1)", err)
+	}
+	bad := a
+	bad.Policy, bad.Limit = policy(t), algo.Limit{Rate: -1, Period: time.Minute}
+	if _, err := s.AllowAll(ctx, []algo.Request{bad, a}); !errors.Is(err, algo.ErrInvalidLimit) || !errors.As(err, &item) || item.Index != 0 {
+		t.Errorf("invalid limit in the first request: %v (want an ItemError at index 0)", err)
 	}
 	// Nothing was charged by the invalid calls.
 	if d := allow(t, s, a.Policy, "a", l, 0, base); d.Remaining != 5 {
@@ -144,7 +150,7 @@ func testInvalidGroups(t *testing.T, s tollgate.MultiStore) {
 //     and the 50 is charged exactly 30;
 //   - a hierarchy: three users limited to 10 each within a tenant limited
 //     to 25 admit exactly 25, no user more than 10.
-func RunMultiConcurrency(t *testing.T, stores []tollgate.MultiStore) {
+func RunMultiConcurrency(t *testing.T, stores []tollgate.Store) {
 	const goroutines, perG = 200, 25
 	for _, clock := range []string{"fixed", "store"} {
 		var now time.Time
@@ -159,7 +165,7 @@ func RunMultiConcurrency(t *testing.T, stores []tollgate.MultiStore) {
 				{Policy: p2, Subject: "s", Limit: limitFor(algo.SlidingWindowLog, 50, slow), Cost: 1, Now: now},
 			}
 			var admitted atomic.Int64
-			hammer(t, goroutines, perG, stores, func(s tollgate.MultiStore, _ int) {
+			hammer(t, goroutines, perG, stores, func(s tollgate.Store, _ int) {
 				ds, err := s.AllowAll(context.Background(), reqs)
 				if err != nil {
 					t.Error(err)
@@ -180,7 +186,7 @@ func RunMultiConcurrency(t *testing.T, stores []tollgate.MultiStore) {
 			pu, pt := policy(t), policy(t)
 			users := []string{"u1", "u2", "u3"}
 			var perUser [3]atomic.Int64
-			hammer(t, goroutines, perG, stores, func(s tollgate.MultiStore, g int) {
+			hammer(t, goroutines, perG, stores, func(s tollgate.Store, g int) {
 				u := g % 3
 				ds, err := s.AllowAll(context.Background(), []algo.Request{
 					{Policy: pu, Subject: users[u], Tag: "tenant-a", Limit: limitFor(algo.TokenBucket, 10, slow), Cost: 1, Now: now},
@@ -207,7 +213,7 @@ func RunMultiConcurrency(t *testing.T, stores []tollgate.MultiStore) {
 	}
 }
 
-func hammer(t *testing.T, goroutines, perG int, stores []tollgate.MultiStore, f func(s tollgate.MultiStore, g int)) {
+func hammer(t *testing.T, goroutines, perG int, stores []tollgate.Store, f func(s tollgate.Store, g int)) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for g := 0; g < goroutines; g++ {

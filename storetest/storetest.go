@@ -36,9 +36,21 @@ func policy(t *testing.T) string {
 // base is an aligned instant the suite's explicit times start from.
 var base = time.UnixMilli(1_800_000_000_000)
 
-// Run runs the whole suite against the stores newStore makes, including
-// [RunMulti] when they implement [tollgate.MultiStore].
+// Run runs the whole suite against the stores newStore makes: every part
+// of the [tollgate.Store] contract, which a store implements whole.
 func Run(t *testing.T, newStore NewStore) {
+	RunDecisions(t, newStore)
+	t.Run("Guard", func(t *testing.T) { RunGuard(t, newStore(t)) })
+	t.Run("Reserver", func(t *testing.T) { RunReserver(t, newStore(t)) })
+	t.Run("Leases", func(t *testing.T) { RunLeases(t, newStore(t)) })
+	t.Run("Multi", func(t *testing.T) { RunMulti(t, newStore) })
+	t.Run("Health", func(t *testing.T) { testHealth(t, newStore) })
+}
+
+// RunDecisions runs the part of the suite about single decisions (Allow):
+// the shared test vectors, invalid input, isolation of keys, the store's
+// clock, calendar windows and exact admission under concurrency.
+func RunDecisions(t *testing.T, newStore NewStore) {
 	t.Run("Vectors", func(t *testing.T) { testVectors(t, newStore) })
 	t.Run("InvalidInput", func(t *testing.T) { testInvalidInput(t, newStore(t)) })
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newStore(t)) })
@@ -49,19 +61,15 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("DistinctKeys", func(t *testing.T) { testDistinctKeys(t, newStore(t)) })
 	t.Run("CanceledContext", func(t *testing.T) { testCanceledContext(t, newStore(t)) })
 	t.Run("Concurrency", func(t *testing.T) { RunConcurrency(t, []tollgate.Store{newStore(t)}) })
-	if g, ok := newStore(t).(tollgate.Guard); ok {
-		t.Run("Guard", func(t *testing.T) { RunGuard(t, g) })
-	}
-	if r, ok := newStore(t).(tollgate.Reserver); ok {
-		t.Run("Reserver", func(t *testing.T) { RunReserver(t, r) })
-	}
-	if l, ok := newStore(t).(tollgate.Leaser); ok {
-		t.Run("Leases", func(t *testing.T) { RunLeases(t, l) })
-	}
-	if _, ok := newStore(t).(tollgate.MultiStore); ok {
-		t.Run("Multi", func(t *testing.T) {
-			RunMulti(t, func(t *testing.T) tollgate.MultiStore { return newStore(t).(tollgate.MultiStore) })
-		})
+}
+
+// testHealth: a store answers Ping while it can decide.
+func testHealth(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping of a working store: %v", err)
 	}
 }
 

@@ -199,6 +199,19 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// ErrClosed is what Ping reports of a closed store.
+var ErrClosed = errors.New("memory store closed")
+
+// Ping implements [tollgate.Health]: the store answers while it is open.
+func (s *Store) Ping(ctx context.Context) error {
+	select {
+	case <-s.stop:
+		return ErrClosed
+	default:
+		return ctx.Err()
+	}
+}
+
 // Allow implements [tollgate.Store].
 func (s *Store) Allow(ctx context.Context, req algo.Request) (d algo.Decision, err error) {
 	// The decision is written to d field by field; see decision.
@@ -441,7 +454,7 @@ func decision(d *algo.Decision, r *algo.Result) {
 	d.Delay = algo.Millis(r.Delay)
 }
 
-// AllowAll implements [tollgate.MultiStore]: the requests, which share a
+// AllowAll implements [tollgate.Store]: the requests, which share a
 // group and so a shard, are decided under the shard lock and their
 // entries' locks on copies of their state, and written back only if all
 // are allowed.

@@ -30,9 +30,9 @@ func TestCluster(t *testing.T) {
 		return s
 	}
 	storetest.Run(t, newStore)
-	stores := make([]tollgate.MultiStore, 4)
+	stores := make([]tollgate.Store, 4)
 	for i := range stores {
-		stores[i] = newStore(t).(tollgate.MultiStore)
+		stores[i] = newStore(t)
 	}
 	t.Run("MultiFourClients", func(t *testing.T) { storetest.RunMultiConcurrency(t, stores) })
 

@@ -193,6 +193,9 @@ type Options struct {
 	// FCALL, which costs Redis less per call, and falls back to scripts
 	// where Redis refuses to load functions.
 	NoFunctions bool
+	// ConnectRetry is how often a store from [Open] tries to reach Redis
+	// while it cannot; zero means 500ms.
+	ConnectRetry time.Duration
 }
 
 // Store is the Redis [tollgate.Store]. It is safe for concurrent use.
@@ -413,15 +416,16 @@ func (s *Store) leaseOp(ctx context.Context, req algo.LeaseRequest, op int) (int
 
 // Open returns a Store for the Redis opt describes, without waiting for
 // it: while Redis cannot be reached, Allow fails with [ErrNotConnected] and
-// the store keeps trying in the background (every retry, default 500ms),
-// so a gateway can start, and serve by its failure policy, before Redis is
+// the store keeps trying in the background (every opts.ConnectRetry), so
+// a gateway can start, and serve by its failure policy, before Redis is
 // up. Close stops the attempts and closes the client.
-func Open(opt rueidis.ClientOption, retry time.Duration) (*Store, error) {
-	s, err := newStore(Options{})
+func Open(opt rueidis.ClientOption, opts Options) (*Store, error) {
+	s, err := newStore(opts)
 	if err != nil {
 		return nil, err
 	}
 	s.owned = true
+	retry := opts.ConnectRetry
 	if retry <= 0 {
 		retry = 500 * time.Millisecond
 	}
@@ -447,13 +451,14 @@ func Open(opt rueidis.ClientOption, retry time.Duration) (*Store, error) {
 // and, for a store from Open, closes its client (first, so that those
 // batches end at once). A store from New stays usable after Close, with
 // every request its own call.
-func (s *Store) Close() {
+func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
 	if c := s.client.Load(); c != nil && s.owned {
 		(*c).Close()
 	}
 	s.batch.close()
+	return nil
 }
 
 // Connected reports whether the store has a client (a store from Open may
@@ -518,7 +523,7 @@ func timeArgs(t time.Time) (now, slack string, err error) {
 	return strconv.FormatInt(ms, 10), strconv.FormatInt(explicitTimeSlack.Milliseconds(), 10), nil
 }
 
-// AllowAll implements [tollgate.MultiStore]: one script call decides every
+// AllowAll implements [tollgate.Store]: one script call decides every
 // request, all or nothing. The requests share a group, so their keys share
 // a hash tag and one Cluster slot.
 func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
@@ -550,7 +555,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	ds := make([]algo.Decision, len(reqs))
 	for i, r := range reqs {
 		if outs[i].err != nil {
-			return nil, fmt.Errorf("deciding in redis: %w", outs[i].err)
+			return nil, fmt.Errorf("deciding in redis: %w", &algo.ItemError{Index: i, Err: outs[i].err})
 		}
 		ds[i] = outs[i].decision(r.Limit)
 	}

@@ -59,11 +59,7 @@ func TestConcurrencyFourClients(t *testing.T) {
 		stores[i] = newStore(t)
 	}
 	storetest.RunConcurrency(t, stores)
-	multi := make([]tollgate.MultiStore, 4)
-	for i := range multi {
-		multi[i] = newStore(t)
-	}
-	storetest.RunMultiConcurrency(t, multi)
+	storetest.RunMultiConcurrency(t, stores)
 }
 
 func TestKeyLayout(t *testing.T) {
