@@ -197,8 +197,7 @@ func LimitName(l Limit) string {
 // concurrent use.
 type Limiter struct {
 	store  Store
-	limit  Limit
-	policy string
+	handle *algo.Handle
 }
 
 // NewLimiter returns a Limiter enforcing limit through store. It fails if
@@ -214,14 +213,18 @@ func NewLimiter(store Store, limit Limit, opts Options) (*Limiter, error) {
 	if policy == "" {
 		policy = LimitName(limit)
 	}
-	return &Limiter{store: store, limit: limit, policy: policy}, nil
+	h, err := algo.NewHandle(policy, limit)
+	if err != nil {
+		return nil, fmt.Errorf("creating limiter: %w", err)
+	}
+	return &Limiter{store: store, handle: h}, nil
 }
 
 // Limit returns the limit the Limiter enforces.
-func (l *Limiter) Limit() Limit { return l.limit }
+func (l *Limiter) Limit() Limit { return l.handle.Limit() }
 
 // Policy returns the name under which the Limiter stores its state.
-func (l *Limiter) Policy() string { return l.policy }
+func (l *Limiter) Policy() string { return l.handle.Name() }
 
 // Allow decides whether subject may spend cost now, by the store's clock,
 // and charges it if so. A cost of zero reports the state without spending.
@@ -233,5 +236,7 @@ func (l *Limiter) Allow(ctx context.Context, subject string, cost int64) (Decisi
 // store's clock; the zero Time means the store's clock. It exists for tests
 // that walk fixed instants.
 func (l *Limiter) AllowAt(ctx context.Context, subject string, cost int64, now time.Time) (Decision, error) {
-	return l.store.Allow(ctx, Request{Policy: l.policy, Subject: subject, Limit: l.limit, Cost: cost, Now: now})
+	req := l.handle.Request(subject, cost)
+	req.Now = now
+	return l.store.Allow(ctx, req)
 }

@@ -332,6 +332,10 @@ type Request struct {
 	// (Redis' TIME for the Redis store), which is what production uses;
 	// explicit times are for tests and test vectors.
 	Now time.Time
+	// Handle, when set, is the limit prepared once (see [Handle.Request]);
+	// stores then skip validating and preparing Limit. It is ignored when
+	// Policy or Limit no longer match it.
+	Handle *Handle
 }
 
 // Group returns the request's group: its Tag, or its Subject when the Tag
@@ -365,7 +369,8 @@ func (e *ItemError) Unwrap() error { return e.Err }
 
 // CheckGroup validates requests to be decided together, all or nothing:
 // between 1 and MaxGroup of them, one group, one time, each limit and cost
-// valid. An error about one request is an [ItemError].
+// valid (a limit that comes with its handle was validated when the handle
+// was made). An error about one request is an [ItemError].
 func CheckGroup(reqs []Request) error {
 	if len(reqs) == 0 || len(reqs) > MaxGroup {
 		return fmt.Errorf("deciding together: %d requests (want 1 to %d)", len(reqs), MaxGroup)
@@ -380,8 +385,10 @@ func CheckGroup(reqs []Request) error {
 				return fmt.Errorf("deciding together: %w", &ItemError{i, fmt.Errorf("%w: it repeats policy %q for the same subject", ErrInvalidRequest, r.Policy)})
 			}
 		}
-		if err := r.Limit.Validate(); err != nil {
-			return fmt.Errorf("deciding together: %w", &ItemError{i, err})
+		if r.Prepared() == nil {
+			if err := r.Limit.Validate(); err != nil {
+				return fmt.Errorf("deciding together: %w", &ItemError{i, err})
+			}
 		}
 		if err := r.Limit.CheckCost(r.Cost); err != nil {
 			return fmt.Errorf("deciding together: %w", &ItemError{i, err})

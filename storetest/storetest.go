@@ -116,15 +116,32 @@ func testInvalidInput(t *testing.T, s tollgate.Store) {
 				{1, algo.Limit{Algorithm: a, Rate: 10, Period: 0}, algo.ErrInvalidLimit},
 				{1, algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute, Burst: -5}, algo.ErrInvalidLimit},
 			}
+			h, err := algo.NewHandle(p, l)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, c := range cases {
 				_, err := s.Allow(ctx, algo.Request{Policy: p, Subject: "x", Limit: c.lim, Cost: c.cost, Now: base})
 				if !errors.Is(err, c.want) {
 					t.Errorf("cost %d, limit %+v: err = %v, want %v", c.cost, c.lim, err, c.want)
 				}
+				// The same request, carrying a handle of the valid limit
+				// that no longer describes it: validated all the same.
+				req := h.Request("x", c.cost)
+				req.Limit, req.Now = c.lim, base
+				if _, err := s.Allow(ctx, req); !errors.Is(err, c.want) {
+					t.Errorf("with a stale handle: cost %d, limit %+v: err = %v, want %v", c.cost, c.lim, err, c.want)
+				}
+			}
+			// A request that carries its handle is decided as one without.
+			req := h.Request("x", 1)
+			req.Now = base
+			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 6 {
+				t.Errorf("with its handle: %+v, %v; want allowed, 6 left", d, err)
 			}
 			// Nothing stored was lost or changed by the bad requests.
-			if d := allow(t, s, p, "x", l, 0, base); d.Remaining != 7 {
-				t.Errorf("after invalid requests Remaining = %d, want 7", d.Remaining)
+			if d := allow(t, s, p, "x", l, 0, base); d.Remaining != 6 {
+				t.Errorf("after invalid requests Remaining = %d, want 6", d.Remaining)
 			}
 		})
 	}

@@ -30,7 +30,7 @@ func TestNoRequestWaitsForASweep(t *testing.T) {
 	}
 	now += 1000 // some time later: nothing has expired
 	k := key{alg: algo.GCRA, policy: "p", subject: "s7"}
-	h, sh := s.hashes(&k, nil)
+	h, sh := s.hashes(&k)
 	e := s.find(sh, h, k.appendTo(nil))
 	if e == nil {
 		t.Fatal("s7 not found")
@@ -82,7 +82,7 @@ func TestEvictionTakesLeastSpent(t *testing.T) {
 		}
 	}
 	present := func(s *Store, k key) bool {
-		h, sh := s.hashes(&k, nil)
+		h, sh := s.hashes(&k)
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		e := s.findLocked(sh, h, k.appendTo(nil))

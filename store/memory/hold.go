@@ -258,7 +258,7 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 	}
 	ms := s.msOf(req.Now)
 	k := &key{alg: lockoutKind, policy: req.Policy, subject: req.Subject}
-	h, sh := s.hashes(k, nil)
+	h, sh := s.hashes(k)
 	var buf [96]byte
 	kb := k.appendTo(buf[:0])
 	var res algo.LockoutResult
@@ -318,23 +318,28 @@ func (s *Store) holdOp(ctx context.Context, req *algo.Request, h algo.Hold, rese
 	if err := h.Validate(); err != nil {
 		return algo.Decision{}, err
 	}
-	var tmp algo.Prepared
-	pl, err := s.prepare(&req.Limit, &tmp)
-	if err != nil {
-		return algo.Decision{}, err
+	pl := (*algo.Prepared)(nil)
+	if h := req.Prepared(); h != nil {
+		pl = h.Prepared()
+	} else {
+		p, err := req.Limit.Prepare()
+		if err != nil {
+			return algo.Decision{}, err
+		}
+		pl = &p
 	}
 	if err := req.Limit.CheckCost(req.Cost); err != nil {
 		return algo.Decision{}, err
 	}
 	ms := s.msOf(req.Now)
 	k := keyOf(req)
-	hash, sh := s.hashes(&k, nil)
+	hash, sh := s.hashes(&k)
 	var buf [96]byte
 	kb := k.appendTo(buf[:0])
 	sk := func() []byte { return s.slotKey(k.alg, k.policy, k.tag, k.subject, s.limitFP(&req.Limit)) }
 	var r algo.Result
 	var opErr error
-	err = s.updateHeld(sh, hash, kb, sk, algo.State{E: scale(&req.Limit)}, ms, func(st *algo.State, holds algo.Holds) (bool, int64, bool) {
+	err := s.updateHeld(sh, hash, kb, sk, algo.State{E: scale(&req.Limit)}, ms, func(st *algo.State, holds algo.Holds) (bool, int64, bool) {
 		if reserve {
 			_, again := holds[h.ID]
 			held := int64(len(holds))

@@ -131,13 +131,13 @@ func TestEntriesReused(t *testing.T) {
 	}
 }
 
-// TestManyPolicies checks that policies and limits past the caches' size
+// TestManyPolicies checks that many policies and limits, without handles,
 // are decided correctly and without allocating.
 func TestManyPolicies(t *testing.T) {
 	now := int64(1_800_000_000_000)
 	s := newTestStore(t, &now)
 	ctx := context.Background()
-	const n = 4 * limitCache
+	const n = 256
 	reqs := make([]algo.Request, n)
 	for i := range reqs {
 		reqs[i] = algo.Request{Policy: "policy-" + strconv.Itoa(i), Subject: "s", Limit: algo.Limit{Rate: int64(i + 1), Period: time.Hour}, Cost: 1}

@@ -26,16 +26,9 @@ func keyOf(r *algo.Request) key {
 	return k
 }
 
-// appendPrefix appends the bytes of a key up to the tag.
-func appendPrefix(b []byte, alg algo.Algorithm, policy string) []byte {
-	b = append(b, byte(alg))
-	b = binary.AppendUvarint(b, uint64(len(policy)))
-	return append(b, policy...)
-}
-
 // appendTo appends the key's bytes to b.
 func (k *key) appendTo(b []byte) []byte {
-	b = appendPrefix(b, k.alg, k.policy)
+	b = algo.AppendKeyPrefix(b, k.alg, k.policy)
 	b = binary.AppendUvarint(b, uint64(len(k.tag)))
 	b = append(b, k.tag...)
 	return append(b, k.subject...)
@@ -44,18 +37,13 @@ func (k *key) appendTo(b []byte) []byte {
 // hashes returns the hash of key k and the shard of its group. The
 // requests of one group share a shard so that [Store.AllowAll] can decide
 // them under one lock. A key without a tag hashes as its subject's hash
-// (which also picks the shard, by its top bits) xor the hash of its prefix,
-// which c, if not nil, holds.
-func (s *Store) hashes(k *key, c *policyEntry) (uint64, *shard) {
+// (which also picks the shard, by its top bits) xor the hash of its
+// prefix ([algo.AppendKeyPrefix]).
+func (s *Store) hashes(k *key) (uint64, *shard) {
 	if k.tag == "" {
 		hg := maphash.String(s.seed, k.subject)
-		var ph uint64
-		if c != nil {
-			ph = c.ph
-		} else {
-			var buf [64]byte
-			ph = maphash.Bytes(s.seed, appendPrefix(buf[:0], k.alg, k.policy))
-		}
+		var buf [64]byte
+		ph := maphash.Bytes(s.seed, algo.AppendKeyPrefix(buf[:0], k.alg, k.policy))
 		return hg ^ ph, &s.shards[hg>>s.shift]
 	}
 	var buf [96]byte

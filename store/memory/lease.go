@@ -89,7 +89,7 @@ func leaseHolds(id string) (held, released string) {
 func (s *Store) leaseOp(req algo.LeaseRequest, op func(ms int64, leases algo.Holds) bool) error {
 	ms := s.msOf(req.Now)
 	k := &key{alg: leaseKind, policy: req.Policy, subject: req.Subject}
-	h, sh := s.hashes(k, nil)
+	h, sh := s.hashes(k)
 	var buf [96]byte
 	kb := k.appendTo(buf[:0])
 	return s.updateHeld(sh, h, kb, func() []byte { return s.slotKey(leaseKind, req.Policy, "", req.Subject, 0) }, algo.State{}, ms,

@@ -66,7 +66,7 @@ func (s *Store) limitFP(l *algo.Limit) int64 {
 func (s *Store) slotKey(alg algo.Algorithm, policy, tag, subject string, fp int64) []byte {
 	b := make([]byte, 0, 24+len(policy)+len(tag))
 	b = append(b, slotMark)
-	b = appendPrefix(b, alg, policy)
+	b = algo.AppendKeyPrefix(b, alg, policy)
 	b = binary.AppendUvarint(b, uint64(len(tag)))
 	b = append(b, tag...)
 	b = binary.LittleEndian.AppendUint64(b, uint64(fp))

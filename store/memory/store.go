@@ -115,9 +115,7 @@ type Store struct {
 	maxSlots int32
 	slotWays uint64
 
-	ents     entrySlab
-	limits   [limitCache]atomic.Pointer[prepared]
-	policies [limitCache]atomic.Pointer[policyEntry]
+	ents entrySlab
 
 	keys      atomic.Int64 // keys held: live entries but ghosts and overflow slots
 	bytes     atomic.Int64 // bytes charged: entries in tables, their parts, tables
@@ -225,31 +223,26 @@ func (s *Store) allow(ctx context.Context, req *algo.Request, d *algo.Decision) 
 		return fmt.Errorf("deciding in memory: %w", err)
 	}
 	k := keyOf(req)
-	c := s.policy(&k)
-	if c != nil && sameLimit(&c.limit, &req.Limit) {
-		return s.decide(req, &k, c, &c.pl, d)
+	if h := req.Prepared(); h != nil {
+		return s.decide(req, &k, h.KeyPrefix(), h.Prepared(), d)
 	}
-	var tmp algo.Prepared
-	pl, err := s.prepare(&req.Limit, &tmp)
+	pl, err := req.Limit.Prepare()
 	if err != nil {
 		return fmt.Errorf("deciding in memory: %w", err)
 	}
-	if c == nil && k.tag == "" {
-		s.cachePolicy(&k, &req.Limit)
-	}
-	return s.decide(req, &k, c, pl, d)
+	return s.decide(req, &k, nil, &pl, d)
 }
 
-// decide decides req, whose key is k, under pl into d; c is the cached
-// policy of k, if any.
-func (s *Store) decide(req *algo.Request, k *key, c *policyEntry, pl *algo.Prepared, d *algo.Decision) error {
+// decide decides req, whose key is k, under pl into d; prefix, if not
+// nil, is the prefix of k's algorithm and policy (its handle's).
+func (s *Store) decide(req *algo.Request, k *key, prefix []byte, pl *algo.Prepared, d *algo.Decision) error {
 	var h uint64
 	var sh *shard
-	if c != nil { // hashes, inline
+	if prefix != nil && k.tag == "" { // hashes, inline
 		hg := maphash.String(s.seed, k.subject)
-		h, sh = hg^c.ph, &s.shards[hg>>s.shift]
+		h, sh = hg^maphash.Bytes(s.seed, prefix), &s.shards[hg>>s.shift]
 	} else {
-		h, sh = s.hashes(k, c)
+		h, sh = s.hashes(k)
 	}
 	// The table is the one thing read in no particular order: start
 	// reading the key's first slot, then build the key meanwhile.
@@ -257,9 +250,10 @@ func (s *Store) decide(req *algo.Request, k *key, c *policyEntry, pl *algo.Prepa
 	v := t.slots[h&t.mask].Load()
 	var buf [96]byte
 	var kb []byte
-	if c != nil && len(c.prefix)+len(k.subject) <= len(buf) {
-		n := copy(buf[:], c.prefix)
-		kb = buf[:n+copy(buf[n:], k.subject)]
+	if prefix != nil && k.tag == "" && len(prefix)+1+len(k.subject) <= len(buf) {
+		n := copy(buf[:], prefix)
+		buf[n] = 0 // no tag
+		kb = buf[:n+1+copy(buf[n+1:], k.subject)]
 	} else {
 		kb = k.appendTo(buf[:0])
 	}
@@ -473,10 +467,19 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	keys := make([][]byte, n)
 	hashes := make([]uint64, n)
 	var sh *shard
+	pls := make([]algo.Prepared, n)
 	for i := range reqs {
+		if h := reqs[i].Prepared(); h != nil {
+			pls[i] = *h.Prepared()
+		} else {
+			var err error
+			if pls[i], err = reqs[i].Limit.Prepare(); err != nil {
+				return nil, fmt.Errorf("deciding in memory: %w", &algo.ItemError{Index: i, Err: err})
+			}
+		}
 		ks[i] = keyOf(&reqs[i])
 		keys[i] = ks[i].appendTo(nil)
-		hashes[i], sh = s.hashes(&ks[i], nil) // one group: one shard
+		hashes[i], sh = s.hashes(&ks[i]) // one group: one shard
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -536,7 +539,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		}
 		states[i].Log = states[i].Log.Clone()
 		var err error
-		if res[i], ttls[i], err = algo.Decide(r.Limit, &states[i], ms, r.Cost); err != nil {
+		if res[i], ttls[i], err = pls[i].Decide(&states[i], ms, r.Cost); err != nil {
 			return nil, fmt.Errorf("deciding in memory: %w", err)
 		}
 		all = all && res[i].Allowed
@@ -545,10 +548,10 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	if !all {
 		// Nothing is spent: report the limits that would have allowed as
 		// they stand.
-		for i, r := range reqs {
+		for i := range reqs {
 			if res[i].Allowed {
 				st := bases[i]
-				res[i], _, _ = algo.Decide(r.Limit, &st, ms, 0)
+				res[i], _, _ = pls[i].Decide(&st, ms, 0)
 			} else if e := entries[i]; e != nil && e.expire > ms {
 				e.flags |= entryHeld
 			}

@@ -39,10 +39,6 @@ func (s *Store) Sweep() {
 		s.sweepShard(&s.shards[i], ms)
 	}
 	s.ents.trim()
-	for i := range s.limits {
-		s.limits[i].Store(nil)
-		s.policies[i].Store(nil)
-	}
 }
 
 // sweepShard makes sh's expired keys ghosts and deletes the ghosts left by

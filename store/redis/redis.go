@@ -328,11 +328,7 @@ func (s *Store) Settle(ctx context.Context, req algo.Request, h algo.Hold, charg
 }
 
 func (s *Store) holdOp(ctx context.Context, req algo.Request, h algo.Hold, op int) (algo.Decision, error) {
-	l := req.Limit
-	if err := l.Validate(); err != nil {
-		return algo.Decision{}, err
-	}
-	if err := l.CheckCost(req.Cost); err != nil {
+	if err := checkRequest(&req); err != nil {
 		return algo.Decision{}, err
 	}
 	if err := h.Validate(); err != nil {
@@ -360,7 +356,7 @@ func (s *Store) holdOp(ctx context.Context, req algo.Request, h algo.Hold, op in
 	if outs[0].err != nil {
 		return algo.Decision{}, outs[0].err
 	}
-	return outs[0].decision(l), nil
+	return outs[0].decision(req.Limit), nil
 }
 
 // Acquire implements [tollgate.Leaser] with one script call. If ctx ends
@@ -470,11 +466,7 @@ func (s *Store) Connected() bool { return s.client.Load() != nil }
 // [Options.MaxBatch]). If ctx ends first, Allow returns its error; the
 // request may still be decided, as with any call that times out.
 func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
-	l := req.Limit
-	if err := l.Validate(); err != nil {
-		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
-	}
-	if err := l.CheckCost(req.Cost); err != nil {
+	if err := checkRequest(&req); err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
 	}
 	now, slack, err := timeArgs(req.Now)
@@ -497,7 +489,7 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	if o.err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", o.err)
 	}
-	return o.decision(l), nil
+	return o.decision(req.Limit), nil
 }
 
 // zoneTime is the time around which a calendar limit's windows are
@@ -560,6 +552,17 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		ds[i] = outs[i].decision(r.Limit)
 	}
 	return ds, nil
+}
+
+// checkRequest validates req's limit, unless it comes with its handle
+// (validated when the handle was made), and its cost.
+func checkRequest(req *algo.Request) error {
+	if req.Prepared() == nil {
+		if err := req.Limit.Validate(); err != nil {
+			return err
+		}
+	}
+	return req.Limit.CheckCost(req.Cost)
 }
 
 // conn returns the client, or ErrNotConnected for a store from Open that
