@@ -1,10 +1,9 @@
 package policy
 
 import (
-	"crypto/rand"
+	"bytes"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 
 	"github.com/tollgate/tollgate/identity"
@@ -12,12 +11,12 @@ import (
 
 // identity compiles the identity secret, the user header and the trusted
 // proxies.
-func (c *compiler) identity(p *Policy, id IdentitySpec) {
+func (c *compiler) identity(p *Policy, id IdentitySpec, env Env) {
 	switch {
 	case id.Secret != "" && id.SecretEnv != "":
 		c.addf("identity.secret_env", "set secret or secret_env, not both")
 	case id.SecretEnv != "":
-		if v := os.Getenv(id.SecretEnv); v == "" {
+		if v := env.Vars[id.SecretEnv]; v == "" {
 			c.addf("identity.secret_env", "environment variable %s is empty or unset", id.SecretEnv)
 		} else {
 			p.Secret = []byte(v)
@@ -32,8 +31,10 @@ func (c *compiler) identity(p *Policy, id IdentitySpec) {
 		if p.Store.Type == "redis" {
 			c.addf("identity", "a shared store needs identity.secret or identity.secret_env, so every instance hashes subjects alike")
 		}
-		p.Secret = make([]byte, 32)
-		rand.Read(p.Secret)
+		if len(env.Secret) < 16 {
+			c.addf("identity", "set identity.secret or identity.secret_env: no secret was generated for this policy")
+		}
+		p.Secret = bytes.Clone(env.Secret)
 		p.SecretGenerated = true
 	}
 	if id.UserHeader != "" && !headerPattern.MatchString(id.UserHeader) {

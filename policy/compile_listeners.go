@@ -2,7 +2,6 @@ package policy
 
 import (
 	"net"
-	"os"
 	"time"
 
 	"github.com/tollgate/tollgate/identity"
@@ -87,14 +86,14 @@ func (c *compiler) connLimits(s ListenerSpec) ConnLimits {
 
 // listeners compiles the listen addresses, the admin token and the
 // connection bounds.
-func (c *compiler) listeners(p *Policy, s ListenerSpec) {
+func (c *compiler) listeners(p *Policy, s ListenerSpec, env Env) {
 	p.Public, p.Admin = s.Public, s.Admin
 	if p.Admin == "" {
 		p.Admin = "127.0.0.1:9090"
 	}
-	if env := s.AdminTokenEnv; env != "" {
-		if p.AdminToken = os.Getenv(env); len(p.AdminToken) < 16 {
-			c.addf("listeners.admin_token_env", "environment variable %s must hold a token of at least 16 bytes", env)
+	if name := s.AdminTokenEnv; name != "" {
+		if p.AdminToken = env.Vars[name]; len(p.AdminToken) < 16 {
+			c.addf("listeners.admin_token_env", "environment variable %s must hold a token of at least 16 bytes", name)
 		}
 	}
 	if host, _, err := net.SplitHostPort(p.Admin); err == nil && !identity.LoopbackHost(host) && p.AdminToken == "" {

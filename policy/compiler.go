@@ -158,8 +158,8 @@ var (
 )
 
 // compile compiles the file's every section but the API keys (compileKeys),
-// in the order they depend on each other.
-func (c *compiler) compile(f *File) *Policy {
+// in the order they depend on each other. It reads nothing but f and env.
+func (c *compiler) compile(f *File, env Env) *Policy {
 	p := &Policy{
 		Version:         f.Version,
 		Store:           f.Store,
@@ -177,9 +177,9 @@ func (c *compiler) compile(f *File) *Policy {
 	if !versionPattern.MatchString(f.Version) {
 		c.addf("version", "version must be 1-32 letters, digits, '.', '_' or '-' (got %q)", f.Version)
 	}
-	c.listeners(p, f.Listeners)
+	c.listeners(p, f.Listeners, env)
 	c.store(p)
-	c.identity(p, f.Identity)
+	c.identity(p, f.Identity, env)
 	c.plans(p, f)
 	c.tenants(p, f)
 	c.invalidKey(p, f.InvalidKeyLimit)

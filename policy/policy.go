@@ -32,7 +32,8 @@ type Policy struct {
 	AdminToken string
 	Store      StoreSpec
 	// Secret keys the identity HMAC. When the file sets none (memory store
-	// only) it is random per process and SecretGenerated is true.
+	// only) it is the Env's (ProcessEnv's: random, drawn once per process,
+	// so a reload keeps it) and SecretGenerated is true.
 	Secret          []byte
 	SecretGenerated bool
 	UserHeader      string
@@ -218,18 +219,26 @@ func (e *ValidationError) Error() string {
 	return "invalid policy:\n  " + strings.Join(lines, "\n  ")
 }
 
-// Load reads and compiles the policy file at path (and its keys file).
+// Load reads and compiles the policy file at path (and its keys file),
+// with the process's environment (ProcessEnv).
 func Load(path string) (*Policy, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("loading policy: %w", err)
 	}
-	return Parse(data, path)
+	return ParseEnv(data, path, ProcessEnv())
 }
 
-// Parse compiles a policy from YAML. name is used in error messages and
-// to find a keys_file relative to it.
+// Parse compiles a policy from YAML, with the process's environment
+// (ProcessEnv). name is used in error messages and to find a keys_file
+// relative to it.
 func Parse(data []byte, name string) (*Policy, error) {
+	return ParseEnv(data, name, ProcessEnv())
+}
+
+// ParseEnv compiles a policy from YAML as Parse does, taking environment
+// variables and the generated secret from env alone.
+func ParseEnv(data []byte, name string, env Env) (*Policy, error) {
 	c := &compiler{file: name}
 	var f File
 	c.lines = c.decode(data, name, &f)
@@ -262,7 +271,7 @@ func Parse(data []byte, name string) (*Policy, error) {
 			keys, keyLines, keyFile = kf.APIKeys, kl, kp
 		}
 	}
-	p := c.compile(&f)
+	p := c.compile(&f, env)
 	c.compileKeys(p, keys, keyLines, keyFile)
 	if len(c.problems) > 0 {
 		return nil, c.err()
