@@ -1,11 +1,8 @@
 package policy
 
 import (
-	"fmt"
 	"strings"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // store checks the store section and fills in its defaults.
@@ -57,12 +54,4 @@ func (c *compiler) store(p *Policy) {
 	if p.Store.Breaker.OpenFor < 0 {
 		c.addf("store.breaker.open_for", "must not be negative")
 	}
-}
-
-// CheckRedisURL reports whether u is a Redis URL the store can use.
-func CheckRedisURL(u string) error {
-	if _, err := rueidis.ParseURL(u); err != nil {
-		return fmt.Errorf("parsing redis url: %w", err)
-	}
-	return nil
 }
