@@ -24,7 +24,7 @@ func (c *compiler) invalidKey(p *Policy, s *LimitSpec) {
 		ik = *s
 	}
 	if l, ok := c.limit("invalid_key_limit", ik); ok {
-		p.InvalidKey = newBudget("invalid_key", "invalid_key", l, false)
+		p.InvalidKey = newBudget("invalid_key", invalidKeyID(), l, false)
 	}
 }
 

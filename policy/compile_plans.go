@@ -61,7 +61,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
 		return nil
 	case inline:
 		if l, ok := c.limit(path, spec.LimitSpec); ok {
-			pl.Limits = []*Budget{newBudget(name, "plan/"+name, l, spec.Shadow)}
+			pl.Limits = []*Budget{newBudget(name, planID(name), l, spec.Shadow)}
 		}
 	case len(spec.Limits) > 0:
 		if len(spec.Limits) > 8 {
@@ -79,7 +79,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
 			}
 			seen[ln] = true
 			if l, ok := c.limit(lp, ls.LimitSpec); ok {
-				pl.Limits = append(pl.Limits, newBudget(name+"."+ln, "plan/"+name+"/"+ln, l, ls.Shadow))
+				pl.Limits = append(pl.Limits, newBudget(name+"."+ln, planLimitID(name, ln), l, ls.Shadow))
 			}
 		}
 	default:
@@ -88,7 +88,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
 	}
 	if spec.Tenant != nil {
 		if l, ok := c.limit(path+".tenant", *spec.Tenant); ok {
-			pl.Tenant = newBudget(name+".tenant", "tenant/"+name, l, spec.Tenant.Shadow)
+			pl.Tenant = newBudget(name+".tenant", tenantID(name), l, spec.Tenant.Shadow)
 		}
 	}
 	if len(pl.Limits) == 0 {

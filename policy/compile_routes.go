@@ -63,12 +63,12 @@ func (c *compiler) routes(p *Policy, f *File) {
 		}
 		if rs.Limit != nil {
 			if l, ok := c.limit(path+".limit", *rs.Limit); ok {
-				r.Limit = &Plan{Name: r.Group, Limits: []*Budget{newBudget(r.Group, "route/"+r.Group, l, rs.Limit.Shadow)}}
+				r.Limit = &Plan{Name: r.Group, Limits: []*Budget{newBudget(r.Group, routeID(r.Group), l, rs.Limit.Shadow)}}
 			}
 		}
 		if rs.Global != nil {
 			if l, ok := c.limit(path+".global", *rs.Global); ok {
-				r.Global = newBudget("global."+r.Group, "global/"+r.Group, l, rs.Global.Shadow)
+				r.Global = newBudget("global."+r.Group, globalID(r.Group), l, rs.Global.Shadow)
 				if r.Cost > l.Capacity() {
 					c.addf(path+".cost", "cost %d exceeds the global budget's capacity %d: no request could pass", r.Cost, l.Capacity())
 				}
@@ -76,14 +76,14 @@ func (c *compiler) routes(p *Policy, f *File) {
 		}
 		if rs.ShadowLimit != nil {
 			if l, ok := c.limit(path+".shadow_limit", *rs.ShadowLimit); ok {
-				r.Candidate = newBudget("candidate."+r.Group, "candidate/"+r.Group, l, true)
+				r.Candidate = newBudget("candidate."+r.Group, candidateID(r.Group), l, true)
 			}
 		}
 		if rs.Login != nil {
 			r.Login = c.login(path+".login", rs.Login, r.Group)
 		}
 		if rs.Concurrency != nil {
-			r.Concurrency = c.concurrency(path+".concurrency", rs.Concurrency, "concurrency/"+r.Group, f.Upstream.Timeout)
+			r.Concurrency = c.concurrency(path+".concurrency", rs.Concurrency, r.Group, f.Upstream.Timeout)
 		}
 		// A cost no limit could ever admit is a configuration error.
 		if r.Limit != nil {
@@ -103,7 +103,7 @@ func (c *compiler) login(path string, s *LoginSpec, group string) *Login {
 		AccountField:    orDefault(s.AccountField, "username"),
 		MaxBody:         orDefault(s.MaxBody, 64<<10),
 		FailureStatuses: map[int]bool{},
-		StoreName:       "login/" + group,
+		StoreName:       loginStoreName(group),
 		Rule: algo.LockoutRule{
 			Threshold: orDefault(s.MaxFailures, 5),
 			Lock:      orDefault(s.Lock, time.Minute),
@@ -133,7 +133,7 @@ func (c *compiler) login(path string, s *LoginSpec, group string) *Login {
 		ip = *s.IPFailures
 	}
 	if lim, ok := c.limit(path+".ip_failures", ip); ok {
-		l.IPFailures = newBudget("login_ip_failures", "login_ip/"+group, lim, false)
+		l.IPFailures = newBudget("login_ip_failures", loginIPID(group), lim, false)
 	}
 	return l
 }
@@ -142,9 +142,9 @@ func (c *compiler) login(path string, s *LoginSpec, group string) *Login {
 // release was lost stays taken.
 const MaxLeaseTTL = time.Hour
 
-// concurrency compiles a concurrency limit.
-func (c *compiler) concurrency(path string, s *ConcurrencySpec, store string, upstream time.Duration) *Concurrency {
-	k := &Concurrency{Limit: s.Limit, LeaseTTL: s.LeaseTTL, StoreName: store}
+// concurrency compiles the concurrency limit of a route group.
+func (c *compiler) concurrency(path string, s *ConcurrencySpec, group string, upstream time.Duration) *Concurrency {
+	k := &Concurrency{Limit: s.Limit, LeaseTTL: s.LeaseTTL, StoreName: concurrencyStoreName(group)}
 	if s.Limit < 1 {
 		c.addf(path+".limit", "at least 1 request in flight, got %d", s.Limit)
 	}

@@ -69,8 +69,8 @@ type Budget struct {
 	Name  string
 	Limit tollgate.Limit
 	// StoreName names the budget's state in the store: what the budget is
-	// (its kind and names, see newBudget) and the identity of its limit
-	// (see storeName), never the policy's version. So a new version that
+	// (its kind and names) and the identity of its limit, never the
+	// policy's version (storenames.go lists every name). So a new version that
 	// leaves a limit as it was keeps what was spent of it, a daily or
 	// monthly quota included, and a limit changed in anything it enforces
 	// (algorithm, rate, period, burst, max_delay, calendar, time zone, a
@@ -84,11 +84,7 @@ type Budget struct {
 }
 
 // newBudget returns the budget whose header name is name, enforcing l,
-// whose state is stored under id: "plan/<plan>" for a plan's one limit,
-// "plan/<plan>/<limit>" for one of several, "tenant/<plan>",
-// "route/<group>", "global/<group>", "candidate/<group>", "invalid_key"
-// or "login_ip/<group>". Names hold no '/' or '@' (namePattern), so no
-// two budgets share an id.
+// whose state is stored under id (made in storenames.go).
 func newBudget(name, id string, l tollgate.Limit, shadow bool) *Budget {
 	b := &Budget{Name: name, id: id, Shadow: shadow}
 	b.setLimit(l)
@@ -99,17 +95,6 @@ func newBudget(name, id string, l tollgate.Limit, shadow bool) *Budget {
 func (b *Budget) setLimit(l tollgate.Limit) {
 	b.Limit = l
 	b.StoreName = storeName(b.id, l)
-}
-
-// storeName returns "<id>@<hash>", the hash being the first 10 hex digits
-// (40 bits) of the SHA-256 of the limit's [tollgate.LimitName], which
-// differs for limits that enforce anything differently: a changed limit
-// keeps its old state only if the hashes collide, once in 2^40 changes.
-// The hash keeps keys as short as "<version>:plan:free" made them with a
-// 10-character version, so a store holds as many.
-func storeName(id string, l tollgate.Limit) string {
-	sum := sha256.Sum256([]byte(tollgate.LimitName(l)))
-	return id + "@" + hex.EncodeToString(sum[:5])
 }
 
 // Plan is what a subject is entitled to.
