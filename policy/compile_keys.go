@@ -22,6 +22,9 @@ func (c *compiler) invalidKey(p *Policy, s *LimitSpec) {
 	ik := LimitSpec{Algorithm: "fixed_window", Rate: 10, Period: time.Minute}
 	if s != nil {
 		ik = *s
+		if ik.Shadow {
+			c.addf("invalid_key_limit.shadow", "the invalid-key limit is a guard, always enforced: it cannot be in shadow")
+		}
 	}
 	if l, ok := c.limit("invalid_key_limit", ik); ok {
 		p.InvalidKey = newBudget("invalid_key", invalidKeyID(), l, false)

@@ -4,7 +4,7 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// region scales every budget to this region's share.
+// region scales every budget to this region's share (see Policy.Budgets).
 func (c *compiler) region(p *Policy, r *RegionSpec) {
 	switch {
 	case !namePattern.MatchString(r.Name):
@@ -18,23 +18,8 @@ func (c *compiler) region(p *Policy, r *RegionSpec) {
 		return
 	}
 	p.Region = r.Name
-	scale := func(b *Budget) {
-		if b == nil {
-			return
-		}
+	for _, b := range p.Budgets() {
 		b.setLimit(RegionShare(b.Limit, r.Count, r.Margin))
-	}
-	for _, pl := range p.Plans {
-		for _, b := range pl.Limits {
-			scale(b)
-		}
-		scale(pl.Tenant)
-	}
-	for _, rt := range p.Routes {
-		if rt.Limit != nil {
-			scale(rt.Limit.Limits[0])
-		}
-		scale(rt.Global)
 	}
 }
 

@@ -131,6 +131,9 @@ func (c *compiler) login(path string, s *LoginSpec, group string) *Login {
 	ip := LimitSpec{Algorithm: "fixed_window", Rate: 20, Period: 10 * time.Minute}
 	if s.IPFailures != nil {
 		ip = *s.IPFailures
+		if ip.Shadow {
+			c.addf(path+".ip_failures.shadow", "the failed logins per address are a guard, always enforced: they cannot be in shadow")
+		}
 	}
 	if lim, ok := c.limit(path+".ip_failures", ip); ok {
 		l.IPFailures = newBudget("login_ip_failures", loginIPID(group), lim, false)

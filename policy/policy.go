@@ -17,7 +17,8 @@ import (
 	"github.com/tollgate/tollgate/identity"
 )
 
-// Policy is a validated, compiled policy file. It is immutable.
+// Policy is a validated, compiled policy file. It is immutable. Budgets
+// walks every budget it holds.
 type Policy struct {
 	Version string
 	Source  string // the file it was loaded from
@@ -52,7 +53,7 @@ type Policy struct {
 	LegacyHeaders   bool
 	UpstreamTimeout time.Duration
 	// Region is this gateway's region ("" without regions); every budget
-	// below already holds this region's share.
+	// (Budgets) already holds this region's share.
 	Region string
 	// Warnings lists what the file allows that is probably a mistake but
 	// not an error (trusted_proxies covering every address): tollgate
@@ -77,7 +78,9 @@ type Budget struct {
 	// region's share) starts afresh. Shadow mode is not part of it: a
 	// shadow budget is charged as an enforced one would be.
 	StoreName string
-	// Shadow budgets are evaluated and counted but never enforced.
+	// Shadow budgets are evaluated and counted but never enforced. A
+	// file-level shadow: true sets it on every budget but the guards
+	// (BudgetRole.Guard), which are never in shadow.
 	Shadow bool
 
 	id string // the kind and names part of StoreName

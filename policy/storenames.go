@@ -22,9 +22,10 @@ import (
 //	login/<group>                a login guard's accounts (Login.StoreName)
 //	concurrency/<group>          a concurrency limit's leases (Concurrency.StoreName)
 //
-// A budget's name is its kind and names (its id, which no two budgets
-// share: names hold no '/' or '@', see namePattern) and the hash of its
-// limit (storeName), never the policy's version: see Budget.StoreName.
+// A budget's name is its kind (its BudgetRole) and names, its id, which
+// no two budgets share (names hold no '/' or '@', see namePattern), and
+// the hash of its limit (storeName); never the policy's version: see
+// Budget.StoreName.
 // The guard state of logins and the leases of concurrency limits record
 // what happened, whatever the rule, so their names hold no limit.
 
@@ -34,28 +35,28 @@ func storeID(kind string, names ...string) string {
 }
 
 // planID is the id of a plan's one limit.
-func planID(plan string) string { return storeID("plan", plan) }
+func planID(plan string) string { return storeID(string(RolePlan), plan) }
 
 // planLimitID is the id of one of a plan's several limits.
-func planLimitID(plan, limit string) string { return storeID("plan", plan, limit) }
+func planLimitID(plan, limit string) string { return storeID(string(RolePlan), plan, limit) }
 
 // tenantID is the id of a plan's tenant budget.
-func tenantID(plan string) string { return storeID("tenant", plan) }
+func tenantID(plan string) string { return storeID(string(RoleTenant), plan) }
 
 // routeID is the id of a route group's own limit.
-func routeID(group string) string { return storeID("route", group) }
+func routeID(group string) string { return storeID(string(RoleRoute), group) }
 
 // globalID is the id of a route group's global budget.
-func globalID(group string) string { return storeID("global", group) }
+func globalID(group string) string { return storeID(string(RoleGlobal), group) }
 
 // candidateID is the id of a route group's candidate (shadow_limit).
-func candidateID(group string) string { return storeID("candidate", group) }
+func candidateID(group string) string { return storeID(string(RoleCandidate), group) }
 
 // invalidKeyID is the id of the per-IP invalid-key limit.
-func invalidKeyID() string { return storeID("invalid_key") }
+func invalidKeyID() string { return storeID(string(RoleInvalidKey)) }
 
 // loginIPID is the id of a login guard's failures per IP.
-func loginIPID(group string) string { return storeID("login_ip", group) }
+func loginIPID(group string) string { return storeID(string(RoleLoginIP), group) }
 
 // loginStoreName names a login guard's account state.
 func loginStoreName(group string) string { return storeID("login", group) }
