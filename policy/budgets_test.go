@@ -172,3 +172,23 @@ api_keys:
 		t.Errorf("with a plan made by hand: %d budgets, want %d", n, len(want)+1)
 	}
 }
+
+// TestCostWithinRegionShare: a route cost that no budget could admit is an
+// error, and a region's share is what its budgets admit: a cost of 5 fits
+// team.second's 10 but not the 4 the region enforces, a cost of 300 the
+// global 500 but not its share 225.
+func TestCostWithinRegionShare(t *testing.T) {
+	for _, c := range []struct{ edit, with, want string }{
+		{"upstream: builtin:echo, global", "upstream: builtin:echo, cost: 5, global", `cost 5 exceeds plan "team"'s capacity 4 (team.second)`},
+		{"upstream: builtin:echo, global", "upstream: builtin:echo, cost: 300, limit: {rate: 1000, period: 1s}, global", "cost 300 exceeds the global budget's capacity 225"},
+	} {
+		src := strings.Replace(scaled, c.edit, c.with, 1)
+		if _, err := policy.Parse([]byte(strings.Replace(src, "region:", "#", 1)), "s.yaml"); err != nil {
+			t.Fatalf("%s without the region: %v", c.with, err)
+		}
+		_, err := policy.Parse([]byte(src), "s.yaml")
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "region") {
+			t.Errorf("%s: %v, want %q", c.with, err, c.want)
+		}
+	}
+}

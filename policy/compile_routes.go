@@ -69,9 +69,6 @@ func (c *compiler) routes(p *Policy, f *File) {
 		if rs.Global != nil {
 			if l, ok := c.limit(path+".global", *rs.Global); ok {
 				r.Global = newBudget("global."+r.Group, globalID(r.Group), l, rs.Global.Shadow)
-				if r.Cost > l.Capacity() {
-					c.addf(path+".cost", "cost %d exceeds the global budget's capacity %d: no request could pass", r.Cost, l.Capacity())
-				}
 			}
 		}
 		if rs.ShadowLimit != nil {
@@ -84,14 +81,6 @@ func (c *compiler) routes(p *Policy, f *File) {
 		}
 		if rs.Concurrency != nil {
 			r.Concurrency = c.concurrency(path+".concurrency", rs.Concurrency, r.Group, f.Upstream.Timeout)
-		}
-		// A cost no limit could ever admit is a configuration error.
-		if r.Limit != nil {
-			c.checkCost(path+".cost", r.Cost, r.Limit, "the route limit")
-		} else {
-			for _, n := range slices.Sorted(maps.Keys(p.Plans)) {
-				c.checkCost(path+".cost", r.Cost, p.Plans[n], fmt.Sprintf("plan %q", n))
-			}
 		}
 		p.Routes = append(p.Routes, r)
 	}
@@ -171,15 +160,38 @@ func (c *compiler) concurrency(path string, s *ConcurrencySpec, group string, up
 	return k
 }
 
+// costs reports every route cost that some budget it is charged to could
+// never admit: a configuration error. It runs once the budgets hold this
+// region's share, which is all they admit.
+func (c *compiler) costs(p *Policy) {
+	where := ""
+	if p.Region != "" {
+		where = " in region " + p.Region
+	}
+	for i, r := range p.Routes {
+		path := fmt.Sprintf("routes[%d].cost", i)
+		if r.Limit != nil {
+			c.checkCost(path, r.Cost, r.Limit, "the route limit", where)
+		} else {
+			for _, n := range slices.Sorted(maps.Keys(p.Plans)) {
+				c.checkCost(path, r.Cost, p.Plans[n], fmt.Sprintf("plan %q", n), where)
+			}
+		}
+		if g := r.Global; g != nil && r.Cost > g.Limit.Capacity() {
+			c.addf(path, "cost %d exceeds the global budget's capacity %d%s: no request could pass", r.Cost, g.Limit.Capacity(), where)
+		}
+	}
+}
+
 // checkCost reports a route cost larger than some budget of pl can admit.
-func (c *compiler) checkCost(path string, cost int64, pl *Plan, what string) {
+func (c *compiler) checkCost(path string, cost int64, pl *Plan, what, where string) {
 	all := append([]*Budget(nil), pl.Limits...)
 	if pl.Tenant != nil {
 		all = append(all, pl.Tenant)
 	}
 	for _, b := range all {
 		if capacity := b.Limit.Capacity(); cost > capacity {
-			c.addf(path, "cost %d exceeds %s's capacity %d (%s): no request on it could pass", cost, what, capacity, b.Name)
+			c.addf(path, "cost %d exceeds %s's capacity %d (%s)%s: no request on it could pass", cost, what, capacity, b.Name, where)
 			return
 		}
 	}

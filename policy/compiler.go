@@ -187,6 +187,7 @@ func (c *compiler) compile(f *File, env Env) *Policy {
 	if f.Region != nil {
 		c.region(p, f.Region)
 	}
+	c.costs(p)
 	if f.Shadow {
 		c.shadow(p)
 	}
