@@ -33,12 +33,19 @@ type File struct {
 	Headers         HeaderSpec   `yaml:"headers"`
 	Upstream        UpstreamSpec `yaml:"upstream"`
 	// Region, if set, makes this gateway enforce one region's share of
-	// every limit against its own store.
+	// every budget against its own store: the plans', tenants', route
+	// limits, globals, candidates, the invalid-key limit and the logins'
+	// failures per address (see Policy.Budgets).
 	Region *RegionSpec `yaml:"region"`
 	// TimeZone is the IANA zone of calendar quotas that name none
 	// (default UTC).
 	TimeZone string `yaml:"time_zone"`
-	// Shadow puts every limit of the file in shadow: nothing is refused.
+	// Shadow puts every rate limit and quota of the file in shadow (the
+	// plans', tenants', route limits and globals; candidates always are):
+	// they are counted, and refuse nothing. The guards stay enforced: the
+	// invalid-key limit, the login guard (account locks and failures per
+	// address) and concurrency limits, so a file tried in shadow opens no
+	// window for guessing keys or passwords (see BudgetRole.Guard).
 	Shadow bool `yaml:"shadow"`
 	// Tenants overrides, per tenant, the plan of every API key of that
 	// tenant (e.g. acme: {plan: pro}).
@@ -68,8 +75,9 @@ type NamedLimitSpec struct {
 	LimitSpec `yaml:",inline"`
 }
 
-// RegionSpec splits every limit across regions that each count against
-// their own store: this region enforces (1 - Margin) / Count of each.
+// RegionSpec splits every budget across regions that each count against
+// their own store: this region enforces (1 - Margin) / Count of each
+// (RegionShare), guards and candidates included (see Policy.Budgets).
 // Together the regions never admit more than the global limit; a client
 // that uses one region only gets that region's share.
 type RegionSpec struct {
@@ -196,7 +204,8 @@ type LimitSpec struct {
 	TimeZone string `yaml:"time_zone"`
 	// Shadow evaluates and counts this limit exactly as if enforced, but
 	// it never refuses a request or changes a response: for trying a limit
-	// on live traffic before enforcing it.
+	// on live traffic before enforcing it. The guards (invalid_key_limit,
+	// a login's ip_failures) are always enforced and refuse it.
 	Shadow bool `yaml:"shadow"`
 }
 

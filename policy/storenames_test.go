@@ -126,7 +126,8 @@ func TestStoreNamesFollowTheLimits(t *testing.T) {
 		{"a login guard's rule", []string{"max_failures: 5, lock: 1m", "max_failures: 3, lock: 2m"}, nil},
 		{"a concurrency limit", []string{"concurrency: {limit: 10}", "concurrency: {limit: 20, lease_ttl: 10s}"}, nil},
 		{"a region's share", []string{"version: v1", "version: v1\nregion: {name: eu, count: 2}"}, []string{"plan free",
-			"plan team.second", "plan team.day", "plan shaped", "tenant team", "route api", "global api"}},
+			"plan team.second", "plan team.day", "plan shaped", "tenant team", "route api", "global api", "candidate api",
+			"invalid_key", "login ip login"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,6 +1,11 @@
 package policy
 
-import "time"
+import (
+	"net"
+	"time"
+
+	"github.com/tollgate/tollgate/identity"
+)
 
 // ConnLimits bounds the listeners' connections and how long a client may
 // take over each part of a request. Every field holds its default when the
@@ -77,4 +82,30 @@ func (c *compiler) connLimits(s ListenerSpec) ConnLimits {
 		c.addf("listeners.admin_max_conns", "want at least 1 connection, got %d", l.AdminMaxConns)
 	}
 	return l
+}
+
+// listeners compiles the listen addresses, the admin token and the
+// connection bounds.
+func (c *compiler) listeners(p *Policy, s ListenerSpec, env Env) {
+	p.Public, p.Admin = s.Public, s.Admin
+	if p.Admin == "" {
+		p.Admin = "127.0.0.1:9090"
+	}
+	if name := s.AdminTokenEnv; name != "" {
+		if p.AdminToken = env.Vars[name]; len(p.AdminToken) < 16 {
+			c.addf("listeners.admin_token_env", "environment variable %s must hold a token of at least 16 bytes", name)
+		}
+	}
+	if host, _, err := net.SplitHostPort(p.Admin); err == nil && !identity.LoopbackHost(host) && p.AdminToken == "" {
+		c.addf("listeners.admin", "the admin listener on %s is not loopback: set admin_token_env so it requires a token", p.Admin)
+	}
+	for _, l := range []struct{ path, addr string }{{"listeners.public", p.Public}, {"listeners.admin", p.Admin}} {
+		if _, port, err := net.SplitHostPort(l.addr); err != nil || port == "" {
+			c.addf(l.path, "want host:port, got %q", l.addr)
+		}
+	}
+	if p.Public != "" && p.Public == p.Admin {
+		c.addf("listeners.admin", "the admin listener must not share the public address %s", p.Public)
+	}
+	p.Conns = c.connLimits(s)
 }

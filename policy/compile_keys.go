@@ -1,0 +1,65 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// tenants compiles the tenants' plan overrides.
+func (c *compiler) tenants(p *Policy, f *File) {
+	p.TenantPlans = map[string]*Plan{}
+	for t, ts := range f.Tenants {
+		if pl := c.planRef(p, f, "tenants."+t+".plan", ts.Plan); pl != nil {
+			p.TenantPlans[t] = pl
+		} else if ts.Plan == "" {
+			c.addf("tenants."+t, "name the tenant's plan")
+		}
+	}
+}
+
+// invalidKey compiles the per-IP limit on invalid API keys.
+func (c *compiler) invalidKey(p *Policy, s *LimitSpec) {
+	ik := LimitSpec{Algorithm: "fixed_window", Rate: 10, Period: time.Minute}
+	if s != nil {
+		ik = *s
+		if ik.Shadow {
+			c.addf("invalid_key_limit.shadow", "the invalid-key limit is a guard, always enforced: it cannot be in shadow")
+		}
+	}
+	if l, ok := c.limit("invalid_key_limit", ik); ok {
+		p.InvalidKey = newBudget("invalid_key", invalidKeyID(), l, false)
+	}
+}
+
+// compileKeys compiles the API keys, listed in file (whose line map is
+// lines): each gets its own plan, or its tenant's override.
+func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, file string) {
+	ids := map[string]bool{}
+	for i, k := range keys {
+		path := fmt.Sprintf("api_keys[%d]", i)
+		if !namePattern.MatchString(k.ID) {
+			c.add(lines, file, path+".id", "key ids are 1-64 letters, digits, '.', '_' or '-' (got %q)", k.ID)
+		} else if ids[k.ID] {
+			c.add(lines, file, path+".id", "key id %q is already used", k.ID)
+		}
+		ids[k.ID] = true
+		if !digestPattern.MatchString(k.Digest) {
+			c.add(lines, file, path+".digest", `want "sha256:" and 64 lower-case hex digits (tollgate hash-key KEY prints it); never the key itself`)
+		} else if _, dup := p.Keys[k.Digest]; dup {
+			c.add(lines, file, path+".digest", "the same key is listed twice")
+		}
+		if len(k.Tenant) > 128 || len(k.User) > 128 {
+			c.add(lines, file, path, "tenant and user are at most 128 bytes")
+		}
+		pl, ok := p.Plans[k.Plan]
+		if !ok {
+			c.add(lines, file, path+".plan", "no plan named %q", k.Plan)
+			continue
+		}
+		inForce := pl
+		if tp := p.TenantPlans[k.Tenant]; tp != nil && k.Tenant != "" {
+			inForce = tp
+		}
+		p.Keys[k.Digest] = &APIKey{ID: k.ID, Tenant: k.Tenant, User: k.User, Plan: inForce, OwnPlan: pl}
+	}
+}

@@ -1,0 +1,105 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
+)
+
+// limit validates one limit spec.
+func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
+	if s.Calendar != "" {
+		return c.calendar(path, s)
+	}
+	if s.TimeZone != "" {
+		c.addf(path+".time_zone", "time_zone is for calendar quotas (calendar: day or month)")
+		return tollgate.Limit{}, false
+	}
+	a := algo.GCRA
+	if s.Algorithm != "" {
+		var err error
+		if a, err = algo.ParseAlgorithm(s.Algorithm); err != nil {
+			c.addf(path+".algorithm", "%v", err)
+			return tollgate.Limit{}, false
+		}
+	}
+	l := tollgate.Limit{Algorithm: a, Rate: s.Rate, Period: s.Period, Burst: s.Burst, MaxDelay: s.MaxDelay}
+	if s.Rate == 0 && s.Period == 0 {
+		c.addf(path, "a limit needs rate and period (e.g. rate: 100, period: 1m)")
+		return l, false
+	}
+	if err := l.Validate(); err != nil {
+		c.addf(path, "%v", err)
+		return l, false
+	}
+	if l.MaxDelay > MaxShapingDelay {
+		c.addf(path+".max_delay", "max_delay %v is longer than %v: each delayed request holds its connection while it waits", l.MaxDelay, MaxShapingDelay)
+		return l, false
+	}
+	// Each waiting request holds at least one unit of the delay × rate that
+	// the bucket may run ahead.
+	if q := l.MaxDelay.Milliseconds() * l.Rate / l.Period.Milliseconds(); q > MaxShapingQueue {
+		c.addf(path+".max_delay", "max_delay %v at %d per %v lets %d requests wait at once under one budget (at most %d): shorten max_delay or lower the rate", l.MaxDelay, l.Rate, l.Period, q, MaxShapingQueue)
+		return l, false
+	}
+	return l, true
+}
+
+// Shaping bounds. A shaping limit (leaky_bucket with max_delay) admits a
+// request on condition that the gateway holds it up to max_delay, and lets
+// up to max_delay × rate / period requests of one budget wait at once; each
+// holds a connection, a goroutine and its buffers meanwhile.
+const (
+	// MaxShapingDelay bounds max_delay: as long as the default
+	// upstream.timeout, and within the 30-60 s after which clients and load
+	// balancers commonly give up on a response.
+	MaxShapingDelay = 30 * time.Second
+	// MaxShapingQueue bounds the requests one budget can hold waiting
+	// (nginx's limit_req burst, which is this queue, is typically 5-100).
+	MaxShapingQueue = 1000
+)
+
+// calendar validates a calendar quota: fixed windows of local days or
+// months.
+func (c *compiler) calendar(path string, s LimitSpec) (tollgate.Limit, bool) {
+	l := tollgate.Limit{Algorithm: algo.FixedWindow, Rate: s.Rate}
+	ok := true
+	switch s.Calendar {
+	case "day":
+		l.Calendar, l.Period = algo.Daily, algo.Day
+	case "month":
+		l.Calendar, l.Period = algo.Monthly, algo.Month
+	default:
+		c.addf(path+".calendar", "want day or month, got %q", s.Calendar)
+		ok = false
+	}
+	if s.Algorithm != "" && s.Algorithm != "fixed_window" {
+		c.addf(path+".algorithm", "a calendar quota counts fixed windows; leave the algorithm out")
+		ok = false
+	}
+	if s.Period != 0 || s.Burst != 0 || s.MaxDelay != 0 {
+		c.addf(path, "a calendar quota takes rate (and time_zone), not period, burst or max_delay")
+		ok = false
+	}
+	zone := s.TimeZone
+	if zone == "" {
+		zone = c.zone
+	}
+	if zone != "" {
+		z, err := time.LoadLocation(zone)
+		if err != nil {
+			c.addf(path+".time_zone", "unknown time zone %q", zone)
+			ok = false
+		}
+		l.Zone = z
+	}
+	if !ok {
+		return l, false
+	}
+	if err := l.Validate(); err != nil {
+		c.addf(path, "%v", err)
+		return l, false
+	}
+	return l, true
+}

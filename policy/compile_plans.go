@@ -1,0 +1,98 @@
+package policy
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+)
+
+// plans compiles the plans, and the plans identity names.
+func (c *compiler) plans(p *Policy, f *File) {
+	if len(f.Plans) == 0 {
+		c.addf("plans", "define at least one plan")
+	}
+	names := make([]string, 0, len(f.Plans))
+	for n := range f.Plans {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		path := "plans." + n
+		if !namePattern.MatchString(n) {
+			c.addf(path, "plan names are 1-64 letters, digits, '.', '_' or '-'")
+		}
+		if pl := c.plan(path, n, f.Plans[n]); pl != nil {
+			p.Plans[n] = pl
+		}
+	}
+	id := f.Identity
+	if id.AnonymousPlan == "" {
+		c.addf("identity.anonymous_plan", "name the plan for requests identified only by client IP")
+	}
+	p.AnonymousPlan = c.planRef(p, f, "identity.anonymous_plan", id.AnonymousPlan)
+	p.UserPlan = c.planRef(p, f, "identity.user_plan", id.UserPlan)
+	if p.UserPlan == nil && id.UserPlan == "" {
+		p.UserPlan = p.AnonymousPlan
+	}
+}
+
+// planRef returns the plan named at path, or nil: for "", and for a name
+// no plan has (a problem, unless the plan is defined but did not compile).
+func (c *compiler) planRef(p *Policy, f *File, path, name string) *Plan {
+	if name == "" {
+		return nil
+	}
+	pl, ok := p.Plans[name]
+	if !ok {
+		if _, defined := f.Plans[name]; !defined {
+			c.addf(path, "no plan named %q", name)
+		}
+	}
+	return pl
+}
+
+// plan compiles one plan.
+func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
+	pl := &Plan{Name: name}
+	inline := spec.LimitSpec != (LimitSpec{})
+	switch {
+	case inline && len(spec.Limits) > 0:
+		c.addf(path, "write the plan's limit inline or under limits, not both")
+		return nil
+	case inline:
+		if l, ok := c.limit(path, spec.LimitSpec); ok {
+			pl.Limits = []*Budget{newBudget(name, planID(name), l, spec.Shadow)}
+		}
+	case len(spec.Limits) > 0:
+		if len(spec.Limits) > 8 {
+			c.addf(path+".limits", "at most 8 limits per plan")
+		}
+		seen := map[string]bool{}
+		for i, ls := range spec.Limits {
+			lp := fmt.Sprintf("%s.limits[%d]", path, i)
+			ln := ls.Name
+			if ln == "" {
+				ln = strconv.Itoa(i)
+			}
+			if !namePattern.MatchString(ln) || seen[ln] {
+				c.addf(lp+".name", "limit names are unique in a plan, 1-64 letters, digits, '.', '_' or '-' (got %q)", ls.Name)
+			}
+			seen[ln] = true
+			if l, ok := c.limit(lp, ls.LimitSpec); ok {
+				pl.Limits = append(pl.Limits, newBudget(name+"."+ln, planLimitID(name, ln), l, ls.Shadow))
+			}
+		}
+	default:
+		c.addf(path, "a plan needs a limit (rate and period) or limits")
+		return nil
+	}
+	if spec.Tenant != nil {
+		if l, ok := c.limit(path+".tenant", *spec.Tenant); ok {
+			pl.Tenant = newBudget(name+".tenant", tenantID(name), l, spec.Tenant.Shadow)
+		}
+	}
+	if len(pl.Limits) == 0 {
+		return nil
+	}
+	return pl
+}

@@ -1,0 +1,212 @@
+package policy
+
+import (
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+)
+
+// routes compiles the routes.
+func (c *compiler) routes(p *Policy, f *File) {
+	if len(f.Routes) == 0 {
+		c.addf("routes", "define at least one route")
+	}
+	seenName := map[string]bool{}
+	seenMatch := map[string]bool{}
+	for i, rs := range f.Routes {
+		path := fmt.Sprintf("routes[%d]", i)
+		r := &Route{Name: rs.Name, Method: rs.Method, Path: rs.Path, Upstream: rs.Upstream, Group: rs.Group, Cost: rs.Cost}
+		if !namePattern.MatchString(r.Name) {
+			c.addf(path+".name", "route names are 1-64 letters, digits, '.', '_' or '-' (got %q)", r.Name)
+		} else if seenName[r.Name] {
+			c.addf(path+".name", "a route named %q is already defined", r.Name)
+		}
+		seenName[r.Name] = true
+		if r.Method != "" && !methodPattern.MatchString(r.Method) {
+			c.addf(path+".method", "not an HTTP method: %q (use upper case, or leave empty for any)", r.Method)
+		}
+		if err := checkRoutePath(r.Path); err != nil {
+			c.addf(path+".path", "%v", err)
+		}
+		r.Prefix = strings.HasSuffix(r.Path, "/")
+		r.key = MatchKey(r.Path)
+		if m := r.Method + " " + r.key; seenMatch[m] {
+			c.addf(path+".path", "another route already matches %s", strings.TrimSpace(m))
+		} else {
+			seenMatch[m] = true
+		}
+		if err := checkUpstream(r.Upstream); err != nil {
+			c.addf(path+".upstream", "%v", err)
+		}
+		if r.Group == "" {
+			r.Group = r.Name
+		} else if !namePattern.MatchString(r.Group) {
+			c.addf(path+".group", "group names are 1-64 letters, digits, '.', '_' or '-'")
+		}
+		if r.Cost == 0 {
+			r.Cost = 1
+		}
+		if r.Cost < 1 {
+			c.addf(path+".cost", "cost must be at least 1, got %d", r.Cost)
+		}
+		switch rs.OnStoreFailure {
+		case "", "fail_open":
+		case "fail_closed":
+			r.FailClosed = true
+		default:
+			c.addf(path+".on_store_failure", "want fail_open or fail_closed, got %q", rs.OnStoreFailure)
+		}
+		if rs.Limit != nil {
+			if l, ok := c.limit(path+".limit", *rs.Limit); ok {
+				r.Limit = &Plan{Name: r.Group, Limits: []*Budget{newBudget(r.Group, routeID(r.Group), l, rs.Limit.Shadow)}}
+			}
+		}
+		if rs.Global != nil {
+			if l, ok := c.limit(path+".global", *rs.Global); ok {
+				r.Global = newBudget("global."+r.Group, globalID(r.Group), l, rs.Global.Shadow)
+			}
+		}
+		if rs.ShadowLimit != nil {
+			if l, ok := c.limit(path+".shadow_limit", *rs.ShadowLimit); ok {
+				r.Candidate = newBudget("candidate."+r.Group, candidateID(r.Group), l, true)
+			}
+		}
+		if rs.Login != nil {
+			r.Login = c.login(path+".login", rs.Login, r.Group)
+		}
+		if rs.Concurrency != nil {
+			r.Concurrency = c.concurrency(path+".concurrency", rs.Concurrency, r.Group, f.Upstream.Timeout)
+		}
+		p.Routes = append(p.Routes, r)
+	}
+}
+
+// login compiles the login guard of a route group.
+func (c *compiler) login(path string, s *LoginSpec, group string) *Login {
+	l := &Login{
+		AccountField:    orDefault(s.AccountField, "username"),
+		MaxBody:         orDefault(s.MaxBody, 64<<10),
+		FailureStatuses: map[int]bool{},
+		StoreName:       loginStoreName(group),
+		Rule: algo.LockoutRule{
+			Threshold: orDefault(s.MaxFailures, 5),
+			Lock:      orDefault(s.Lock, time.Minute),
+			MaxLock:   orDefault(s.MaxLock, time.Hour),
+			Window:    orDefault(s.FailureWindow, 15*time.Minute),
+			Memory:    orDefault(s.OffenceMemory, 24*time.Hour),
+		},
+	}
+	if err := l.Rule.Validate(); err != nil {
+		c.addf(path, "%v", err)
+	}
+	if l.MaxBody < 1 || l.MaxBody > 1<<20 {
+		c.addf(path+".max_body", "want 1 byte to 1 MiB, got %d", l.MaxBody)
+	}
+	statuses := s.FailureStatuses
+	if len(statuses) == 0 {
+		statuses = []int{401, 403}
+	}
+	for _, st := range statuses {
+		if st < 300 || st > 599 {
+			c.addf(path+".failure_statuses", "a failure status is 3xx to 5xx, got %d", st)
+		}
+		l.FailureStatuses[st] = true
+	}
+	ip := LimitSpec{Algorithm: "fixed_window", Rate: 20, Period: 10 * time.Minute}
+	if s.IPFailures != nil {
+		ip = *s.IPFailures
+		if ip.Shadow {
+			c.addf(path+".ip_failures.shadow", "the failed logins per address are a guard, always enforced: they cannot be in shadow")
+		}
+	}
+	if lim, ok := c.limit(path+".ip_failures", ip); ok {
+		l.IPFailures = newBudget("login_ip_failures", loginIPID(group), lim, false)
+	}
+	return l
+}
+
+// MaxLeaseTTL bounds a concurrency slot's lease: how long a slot whose
+// release was lost stays taken.
+const MaxLeaseTTL = time.Hour
+
+// concurrency compiles the concurrency limit of a route group.
+func (c *compiler) concurrency(path string, s *ConcurrencySpec, group string, upstream time.Duration) *Concurrency {
+	k := &Concurrency{Limit: s.Limit, LeaseTTL: s.LeaseTTL, StoreName: concurrencyStoreName(group)}
+	if s.Limit < 1 {
+		c.addf(path+".limit", "at least 1 request in flight, got %d", s.Limit)
+	}
+	switch s.Per {
+	case "", "subject":
+	case "route":
+		k.PerRoute = true
+	default:
+		c.addf(path+".per", "want subject or route, got %q", s.Per)
+	}
+	if k.LeaseTTL == 0 {
+		k.LeaseTTL = orDefault(upstream, 30*time.Second) + 30*time.Second
+		if k.LeaseTTL > MaxLeaseTTL {
+			c.addf(path, "the default lease_ttl (upstream.timeout + 30s) is %v, longer than %v: set lease_ttl", k.LeaseTTL, MaxLeaseTTL)
+		}
+	} else if k.LeaseTTL < time.Second {
+		c.addf(path+".lease_ttl", "at least 1s, got %v", k.LeaseTTL)
+	} else if k.LeaseTTL > MaxLeaseTTL {
+		c.addf(path+".lease_ttl", "at most %v, got %v: a slot whose release is lost (a gateway that stopped, a failed store call) stays taken until its lease expires", MaxLeaseTTL, k.LeaseTTL)
+	}
+	return k
+}
+
+// costs reports every route cost that some budget it is charged to could
+// never admit: a configuration error. It runs once the budgets hold this
+// region's share, which is all they admit.
+func (c *compiler) costs(p *Policy) {
+	where := ""
+	if p.Region != "" {
+		where = " in region " + p.Region
+	}
+	for i, r := range p.Routes {
+		path := fmt.Sprintf("routes[%d].cost", i)
+		if r.Limit != nil {
+			c.checkCost(path, r.Cost, r.Limit, "the route limit", where)
+		} else {
+			for _, n := range slices.Sorted(maps.Keys(p.Plans)) {
+				c.checkCost(path, r.Cost, p.Plans[n], fmt.Sprintf("plan %q", n), where)
+			}
+		}
+		if g := r.Global; g != nil && r.Cost > g.Limit.Capacity() {
+			c.addf(path, "cost %d exceeds the global budget's capacity %d%s: no request could pass", r.Cost, g.Limit.Capacity(), where)
+		}
+	}
+}
+
+// checkCost reports a route cost larger than some budget of pl can admit.
+func (c *compiler) checkCost(path string, cost int64, pl *Plan, what, where string) {
+	all := append([]*Budget(nil), pl.Limits...)
+	if pl.Tenant != nil {
+		all = append(all, pl.Tenant)
+	}
+	for _, b := range all {
+		if capacity := b.Limit.Capacity(); cost > capacity {
+			c.addf(path, "cost %d exceeds %s's capacity %d (%s)%s: no request on it could pass", cost, what, capacity, b.Name, where)
+			return
+		}
+	}
+}
+
+// BuiltinEcho is the upstream name of the built-in demo service.
+const BuiltinEcho = "builtin:echo"
+
+func checkUpstream(s string) error {
+	if s == BuiltinEcho {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("want an http(s) URL or %s, got %q", BuiltinEcho, s)
+	}
+	return nil
+}

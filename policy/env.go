@@ -1,0 +1,45 @@
+package policy
+
+import (
+	"crypto/rand"
+	"os"
+	"strings"
+	"sync"
+)
+
+// Env is all that compiling a policy takes from outside its files: the
+// environment variables a file may name (listeners.admin_token_env,
+// identity.secret_env) and the identity secret to use when the file sets
+// none. Compiling reads nothing else, so the same files and Env compile
+// to the same policy. Load and Parse compile with [ProcessEnv]; ParseEnv
+// with any Env.
+type Env struct {
+	// Vars maps an environment variable's name to its value; a name it
+	// lacks is unset.
+	Vars map[string]string
+	// Secret keys the identity HMAC when the file sets no secret (the
+	// policy's SecretGenerated is then true): at least 16 random bytes,
+	// the same for every policy a process compiles, so that a reload
+	// hashes every subject as before and keeps its budgets.
+	Secret []byte
+}
+
+// processSecret is the secret generated for policies that set none: 32
+// random bytes, drawn once per process.
+var processSecret = sync.OnceValue(func() []byte {
+	b := make([]byte, 32)
+	rand.Read(b) // never fails (crypto/rand crashes the program instead)
+	return b
+})
+
+// ProcessEnv returns this process's environment variables and the secret
+// generated for it, 32 random bytes drawn once per process.
+func ProcessEnv() Env {
+	vars := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	return Env{Vars: vars, Secret: processSecret()}
+}

@@ -1,0 +1,111 @@
+package policy
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CheckRedisURL reports whether u is a Redis URL the store can use:
+// redis:// or rediss:// (TLS; valkey:// and valkeys:// alike) with a host,
+// an optional port and an optional database (/db or ?db=), or unix:// and
+// a socket path; more addresses as ?addr=host:port, a Sentinel master as
+// ?master_set=name, and the options dial_timeout and write_timeout
+// (durations) and skip_verify (a boolean, for TLS). It refuses every URL
+// the Redis store refuses to open, and also those the store would read as
+// what they cannot mean: no host (the store would take localhost), a port
+// out of 1-65535, a negative database, an empty or malformed addr.
+func CheckRedisURL(u string) error {
+	if err := checkRedisURL(u); err != nil {
+		return fmt.Errorf("parsing redis url: %w", err)
+	}
+	return nil
+}
+
+func checkRedisURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	tls := false
+	switch u.Scheme {
+	case "redis", "valkey":
+	case "rediss", "valkeys":
+		tls = true
+	case "unix":
+		if strings.TrimSpace(u.Path) == "" {
+			return fmt.Errorf("want unix:// and the socket's path, got %q", s)
+		}
+	default:
+		return fmt.Errorf("unknown scheme %q (want redis://host:port/db, rediss:// or unix://)", u.Scheme)
+	}
+	if u.Scheme != "unix" {
+		if err := checkRedisAddr(u.Host); err != nil {
+			return err
+		}
+		// The path is empty, or one database number: /0, never / or /0/1.
+		if u.Path != "" {
+			db, more := strings.CutPrefix(u.Path, "/")
+			if !more || strings.Contains(db, "/") {
+				return fmt.Errorf("the path %q is not /<database number>", u.Path)
+			}
+			if err := checkDB(db); err != nil {
+				return err
+			}
+		}
+	}
+	q := u.Query()
+	if q.Has("db") {
+		if err := checkDB(q.Get("db")); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"dial_timeout", "write_timeout"} {
+		if q.Has(name) {
+			if _, err := time.ParseDuration(q.Get(name)); err != nil {
+				return fmt.Errorf("%s=%q is not a duration (e.g. 500ms)", name, q.Get(name))
+			}
+		}
+	}
+	if v := q.Get("skip_verify"); tls && v != "" {
+		if _, err := strconv.ParseBool(v); err != nil {
+			return fmt.Errorf("skip_verify=%q is not true or false", v)
+		}
+	}
+	for _, a := range q["addr"] {
+		if err := checkRedisAddr(a); err != nil {
+			return fmt.Errorf("addr=%q: %w", a, err)
+		}
+	}
+	return nil
+}
+
+// checkRedisAddr checks a host with an optional port.
+func checkRedisAddr(hostport string) error {
+	host, port := hostport, ""
+	if h, p, err := net.SplitHostPort(hostport); err == nil {
+		host, port = h, p
+	} else if strings.HasPrefix(hostport, "[") && strings.HasSuffix(hostport, "]") {
+		host = hostport[1 : len(hostport)-1]
+	}
+	if host == "" {
+		return fmt.Errorf("no host in %q (want host or host:port)", hostport)
+	}
+	if port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("the port %q is not 1-65535", port)
+		}
+	}
+	return nil
+}
+
+// checkDB checks a database number.
+func checkDB(db string) error {
+	if n, err := strconv.Atoi(db); err != nil || n < 0 {
+		return fmt.Errorf("the database number %q is not 0 or more", db)
+	}
+	return nil
+}

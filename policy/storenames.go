@@ -1,0 +1,76 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Store names. Every name under which the store keeps a policy's state is
+// built in this file, and nowhere else:
+//
+//	plan/<plan>@<hash>           a plan's one limit (Plan.Limits[0])
+//	plan/<plan>/<limit>@<hash>   one of a plan's several limits
+//	tenant/<plan>@<hash>         a plan's tenant budget (Plan.Tenant)
+//	route/<group>@<hash>         a route group's own limit (Route.Limit)
+//	global/<group>@<hash>        a route group's global budget (Route.Global)
+//	candidate/<group>@<hash>     a route group's shadow_limit (Route.Candidate)
+//	invalid_key@<hash>           the per-IP invalid-key limit (Policy.InvalidKey)
+//	login_ip/<group>@<hash>      a login guard's failures per IP (Login.IPFailures)
+//	login/<group>                a login guard's accounts (Login.StoreName)
+//	concurrency/<group>          a concurrency limit's leases (Concurrency.StoreName)
+//
+// A budget's name is its kind (its BudgetRole) and names, its id, which
+// no two budgets share (names hold no '/' or '@', see namePattern), and
+// the hash of its limit (storeName); never the policy's version: see
+// Budget.StoreName.
+// The guard state of logins and the leases of concurrency limits record
+// what happened, whatever the rule, so their names hold no limit.
+
+// storeID joins a kind and its names into an id: "plan/free".
+func storeID(kind string, names ...string) string {
+	return strings.Join(append([]string{kind}, names...), "/")
+}
+
+// planID is the id of a plan's one limit.
+func planID(plan string) string { return storeID(string(RolePlan), plan) }
+
+// planLimitID is the id of one of a plan's several limits.
+func planLimitID(plan, limit string) string { return storeID(string(RolePlan), plan, limit) }
+
+// tenantID is the id of a plan's tenant budget.
+func tenantID(plan string) string { return storeID(string(RoleTenant), plan) }
+
+// routeID is the id of a route group's own limit.
+func routeID(group string) string { return storeID(string(RoleRoute), group) }
+
+// globalID is the id of a route group's global budget.
+func globalID(group string) string { return storeID(string(RoleGlobal), group) }
+
+// candidateID is the id of a route group's candidate (shadow_limit).
+func candidateID(group string) string { return storeID(string(RoleCandidate), group) }
+
+// invalidKeyID is the id of the per-IP invalid-key limit.
+func invalidKeyID() string { return storeID(string(RoleInvalidKey)) }
+
+// loginIPID is the id of a login guard's failures per IP.
+func loginIPID(group string) string { return storeID(string(RoleLoginIP), group) }
+
+// loginStoreName names a login guard's account state.
+func loginStoreName(group string) string { return storeID("login", group) }
+
+// concurrencyStoreName names a concurrency limit's leases.
+func concurrencyStoreName(group string) string { return storeID("concurrency", group) }
+
+// storeName returns "<id>@<hash>", the hash being the first 10 hex digits
+// (40 bits) of the SHA-256 of the limit's [tollgate.LimitName], which
+// differs for limits that enforce anything differently: a changed limit
+// keeps its old state only if the hashes collide, once in 2^40 changes.
+// The hash keeps keys as short as "<version>:plan:free" made them with a
+// 10-character version, so a store holds as many.
+func storeName(id string, l tollgate.Limit) string {
+	sum := sha256.Sum256([]byte(tollgate.LimitName(l)))
+	return id + "@" + hex.EncodeToString(sum[:5])
+}
