@@ -119,11 +119,11 @@ func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
 	}
 	if route != nil && route.Candidate != nil {
 		b := route.Candidate
-		ch.add(b, tollgate.Request{Policy: b.StoreName, Subject: c.Subject.ID, Limit: b.Limit, Cost: cost})
+		ch.add(b, b.Request(c.Subject.ID, "", cost))
 	}
 	if route != nil && route.Global != nil && route.Global.Shadow {
 		b := route.Global
-		ch.add(b, tollgate.Request{Policy: b.StoreName, Subject: "route", Limit: b.Limit, Cost: cost})
+		ch.add(b, b.Request("route", "", cost))
 	}
 	v.shadow = ch.shadow
 	if len(ch.reqs) == 0 {
@@ -209,11 +209,11 @@ func (e *Engine) plannedCharges(plan *policy.Plan, sub Subject, cost int64) char
 	}
 	ch := charges{budgets: make([]*policy.Budget, 0, len(plan.Limits)+1), reqs: make([]tollgate.Request, 0, len(plan.Limits)+1)}
 	for _, b := range plan.Limits {
-		ch.add(b, tollgate.Request{Policy: b.StoreName, Subject: sub.ID, Tag: tag, Limit: b.Limit, Cost: cost})
+		ch.add(b, b.Request(sub.ID, tag, cost))
 	}
 	if tag != "" {
 		b := plan.Tenant
-		ch.add(b, tollgate.Request{Policy: b.StoreName, Subject: tag, Tag: tag, Limit: b.Limit, Cost: cost})
+		ch.add(b, b.Request(tag, tag, cost))
 	}
 	return ch
 }
@@ -357,7 +357,7 @@ func (e *Engine) checkKey(ctx context.Context, v *Verdict, c Call) bool {
 	if c.Key == KeyValid {
 		return true
 	}
-	ds, err := e.decide(ctx, []tollgate.Request{{Policy: ik.StoreName, Subject: client, Limit: ik.Limit, Cost: 1}})
+	ds, err := e.decide(ctx, []tollgate.Request{ik.Request(client, "", 1)})
 	if err == nil && !ds[0].Allowed {
 		d := ds[0]
 		e.penalty.set(client, e.now().Add(d.RetryAfter))

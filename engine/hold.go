@@ -99,7 +99,7 @@ type globalHold struct {
 // refusal the verdict is final and it returns false.
 func (e *Engine) holdGlobal(ctx context.Context, v *Verdict, c Call, cost int64) bool {
 	g := c.Route.Global
-	gh := &globalHold{e: e, req: tollgate.Request{Policy: g.StoreName, Subject: "route", Limit: g.Limit, Cost: cost}}
+	gh := &globalHold{e: e, req: g.Request("route", "", cost)}
 	gh.req.Now = e.clockTime()
 	gh.hold = tollgate.Hold{ID: newLeaseID(), TTL: globalHoldTTL}
 	d, err := e.store.Reserve(ctx, gh.req, gh.hold)

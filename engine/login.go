@@ -40,8 +40,9 @@ func (e *Engine) loginBegin(ctx context.Context, v *Verdict, c Call) bool {
 		return false
 	}
 	a := &loginAttempt{e: e, guard: lg, account: c.Account,
-		ip:   tollgate.Request{Policy: lg.IPFailures.StoreName, Subject: sub.Client, Limit: lg.IPFailures.Limit, Cost: 1, Now: e.clockTime()},
+		ip:   lg.IPFailures.Request(sub.Client, "", 1),
 		hold: tollgate.Hold{ID: newLeaseID(), TTL: e.holdTTL}}
+	a.ip.Now = e.clockTime()
 	unavailable := func(err error) bool {
 		e.logSampled(ctx, slog.LevelError, "login guard unavailable, refusing", sub, lg.IPFailures.Name, "login", slog.String("error", err.Error()))
 		e.countFallback("login", "fail_closed")

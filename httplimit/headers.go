@@ -68,34 +68,11 @@ func policyItem(b *policy.Budget) string {
 	return `"` + b.Name + `";q=` + strconv.FormatInt(b.Limit.Rate, 10) + ";w=" + strconv.FormatInt(ceilSeconds(b.Limit.Period), 10)
 }
 
-// newPolicyItems returns the items of every budget p enforces by plan or
-// by route.
+// newPolicyItems returns the items of every budget of p.
 func newPolicyItems(p *policy.Policy) policyItems {
 	items := policyItems{}
-	addPlan := func(pl *policy.Plan) {
-		if pl == nil {
-			return
-		}
-		for _, b := range pl.Limits {
-			items[b] = policyItem(b)
-		}
-		if pl.Tenant != nil {
-			items[pl.Tenant] = policyItem(pl.Tenant)
-		}
-	}
-	for _, pl := range p.Plans {
-		addPlan(pl)
-	}
-	for _, pl := range p.TenantPlans {
-		addPlan(pl)
-	}
-	addPlan(p.AnonymousPlan)
-	addPlan(p.UserPlan)
-	for _, r := range p.Routes {
-		addPlan(r.Limit)
-		if r.Global != nil {
-			items[r.Global] = policyItem(r.Global)
-		}
+	for _, b := range p.Budgets() {
+		items[b] = policyItem(b)
 	}
 	return items
 }

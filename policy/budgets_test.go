@@ -192,3 +192,29 @@ func TestCostWithinRegionShare(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetHandles: compiling prepares every budget once: its handle
+// names its state as the budget does and holds its limit (after the
+// region's share), so the requests it makes need no validating.
+func TestBudgetHandles(t *testing.T) {
+	for _, src := range []string{everyBudget, everyBudget + "region: {name: eu, count: 2}\n"} {
+		p, err := policy.Parse([]byte(src), "p.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, b := range p.Budgets() {
+			n++
+			if b.Handle == nil || b.Handle.Name() != b.StoreName || b.Handle.Limit() != b.Limit {
+				t.Fatalf("%s: handle %+v does not match the budget", b.StoreName, b.Handle)
+			}
+			r := b.Request("s", "g", 1)
+			if r.Prepared() != b.Handle || r.Tag != "g" || r.Subject != "s" {
+				t.Fatalf("%s: request %+v does not carry the handle", b.StoreName, r)
+			}
+		}
+		if n < 10 {
+			t.Fatalf("only %d budgets", n)
+		}
+	}
+}

@@ -191,6 +191,9 @@ func (c *compiler) compile(f *File, env Env) *Policy {
 	if f.Shadow {
 		c.shadow(p)
 	}
+	if len(c.problems) == 0 {
+		c.handles(p)
+	}
 	if p.UpstreamTimeout == 0 {
 		p.UpstreamTimeout = 30 * time.Second
 	} else if p.UpstreamTimeout < 0 {

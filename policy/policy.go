@@ -82,8 +82,23 @@ type Budget struct {
 	// file-level shadow: true sets it on every budget but the guards
 	// (BudgetRole.Guard), which are never in shadow.
 	Shadow bool
+	// Handle is the limit prepared once, under StoreName, for the store
+	// requests of the budget (see Request): stores neither validate nor
+	// prepare it again.
+	Handle *algo.Handle
 
 	id string // the kind and names part of StoreName
+}
+
+// Request returns the store request that charges cost to subject (in
+// group tag, "" for the subject's own) under the budget.
+func (b *Budget) Request(subject, tag string, cost int64) tollgate.Request {
+	if b.Handle == nil { // a budget made outside compile
+		return tollgate.Request{Policy: b.StoreName, Subject: subject, Tag: tag, Limit: b.Limit, Cost: cost}
+	}
+	r := b.Handle.Request(subject, cost)
+	r.Tag = tag
+	return r
 }
 
 // newBudget returns the budget whose header name is name, enforcing l,
