@@ -281,6 +281,17 @@ func (e *Engine) decide(ctx context.Context, reqs []tollgate.Request) ([]tollgat
 // or admitted without a decision (FailOpen).
 func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, c Call, budgets []*policy.Budget, reqs []tollgate.Request) ([]tollgate.Decision, bool) {
 	name := budgets[0].Name
+	var item *tollgate.ItemError
+	if errors.As(err, &item) && item.Index < len(budgets) {
+		name = budgets[item.Index].Name
+	}
+	if errors.Is(err, tollgate.ErrCostExceedsBurst) {
+		// A cost the caller chose (the policy compiler checks the
+		// routes'): no limit changed, the call is refused as invalid.
+		v.Outcome, v.Reason, v.Err = Invalid, ReasonCostExceedsBurst, err
+		v.giveBack(ctx)
+		return nil, false
+	}
 	if algo.IsInvalid(err) {
 		// The policy compiler rules these out; never let one through.
 		e.log.LogAttrs(ctx, slog.LevelError, "invalid rate-limit request", slog.String("policy", name), slog.String("error", err.Error()))

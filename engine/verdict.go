@@ -94,7 +94,8 @@ const (
 	// budget) does not proceed without it.
 	FailClosed
 	// Invalid: the call cannot be decided as made: an invalid API key,
-	// or a limit the store refuses (see Reason).
+	// a cost no limit could admit, or a limit the store refuses (see
+	// Reason).
 	Invalid
 )
 
@@ -110,17 +111,18 @@ type Reason uint8
 
 // The reasons.
 const (
-	ReasonNone          Reason = iota
-	ReasonRate                 // a rate budget: Charges[Report]
-	ReasonConcurrency          // the route's concurrency limit
-	ReasonLoginAddress         // too many failed logins from the client address
-	ReasonLoginLocked          // the account is locked
-	ReasonLoginBusy            // too many attempts for the account in progress
-	ReasonInvalidKey           // an unknown or malformed API key
-	ReasonInvalidKeys          // too many invalid API keys from the client address
-	ReasonUnavailable          // the store (or the login guard) is unavailable
-	ReasonMisconfigured        // the store refused a limit as invalid
-	ReasonCanceled             // the caller went away before a decision
+	ReasonNone             Reason = iota
+	ReasonRate                    // a rate budget: Charges[Report]
+	ReasonConcurrency             // the route's concurrency limit
+	ReasonLoginAddress            // too many failed logins from the client address
+	ReasonLoginLocked             // the account is locked
+	ReasonLoginBusy               // too many attempts for the account in progress
+	ReasonInvalidKey              // an unknown or malformed API key
+	ReasonInvalidKeys             // too many invalid API keys from the client address
+	ReasonUnavailable             // the store (or the login guard) is unavailable
+	ReasonCostExceedsBurst        // the call's cost is more than a limit could ever admit
+	ReasonMisconfigured           // the store refused a limit as invalid
+	ReasonCanceled                // the caller went away before a decision
 )
 
 // Charge is one budget a call was decided under, and its decision.

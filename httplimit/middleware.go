@@ -30,11 +30,31 @@ import (
 	"github.com/tollgate/tollgate/policy"
 )
 
-// Options configures the middleware. Policy and Store are required; the
-// zero value of every other field is the default.
+// Options configures the middleware. Store is required, and either Policy
+// or Limit; the zero value of every other field is the default.
 type Options struct {
+	// Policy is what to enforce: plans, API keys, routes (see package
+	// policy: a file, or a File compiled in code).
 	Policy *policy.Policy
-	Store  tollgate.Store
+	// Limit, without a Policy, is one limit applied to every request, per
+	// client address or per Subject (see policy.ForLimit).
+	Limit tollgate.Limit
+	Store tollgate.Store
+	// Subject, if set, names who a request is charged to: when it returns
+	// true, the id it returns (pseudonymised like every identity) is the
+	// subject, under the policy's user plan (the anonymous plan if it has
+	// none), and API keys and user headers are not looked at; when it
+	// returns false, the request is identified as usual.
+	Subject func(r *http.Request) (id string, ok bool)
+	// Cost, if set, returns a request's cost, replacing its route's; a
+	// cost of zero or less keeps the route's. A cost no limit of the
+	// request could ever admit is answered 400.
+	Cost func(r *http.Request) int64
+	// Refused, if set, answers the requests the middleware does not pass
+	// on, instead of its application/problem+json bodies; the RateLimit
+	// headers are already set, and v says why (see engine.Verdict). Bad
+	// requests (an unreadable path or login body) are answered as usual.
+	Refused func(w http.ResponseWriter, r *http.Request, v *engine.Verdict)
 	// Logger receives refusals (sampled) and store errors; nil means
 	// slog.Default(). Subjects are logged only as HMAC pseudonyms.
 	Logger *slog.Logger
@@ -106,8 +126,18 @@ type middleware struct {
 
 // Middleware returns a function wrapping handlers with rate limiting.
 func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
-	if opts.Policy == nil || opts.Store == nil {
-		return nil, errors.New("creating middleware: Policy and Store are required")
+	if opts.Store == nil {
+		return nil, errors.New("creating middleware: Store is required")
+	}
+	if opts.Policy == nil {
+		if opts.Limit == (tollgate.Limit{}) {
+			return nil, errors.New("creating middleware: a Policy or a Limit is required")
+		}
+		p, err := policy.ForLimit(opts.Limit)
+		if err != nil {
+			return nil, fmt.Errorf("creating middleware: %w", err)
+		}
+		opts.Policy = p
 	}
 	e, err := engine.New(engine.Options{Policy: opts.Policy, Store: opts.Store, Logger: opts.Logger,
 		Metrics: opts.Metrics, LogRefusalsPerSecond: opts.LogRefusalsPerSecond, Now: opts.Now})
@@ -152,6 +182,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	call.Route = route
+	if m.opts.Cost != nil {
+		call.Cost = m.opts.Cost(r)
+	}
 	if route != nil && route.Login != nil && call.Key != engine.KeyUnknown && call.Key != engine.KeyMalformed {
 		if call.Account, ok = m.readLogin(w, r, route.Login, sub); !ok {
 			return
@@ -162,6 +195,10 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		setHeaders(w.Header(), m.items, v.Budgets(), c.Budget, c.Decision, p.LegacyHeaders)
 	}
 	if !v.Outcome.Admitted() {
+		if m.opts.Refused != nil && v.Reason != engine.ReasonCanceled {
+			m.opts.Refused(w, r, v)
+			return
+		}
 		m.writeRefusal(w, call, v)
 		return
 	}
@@ -222,6 +259,8 @@ func (m *middleware) writeRefusal(w http.ResponseWriter, call engine.Call, v *en
 			pr.Detail = "The API key is malformed."
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+	case engine.ReasonCostExceedsBurst:
+		pr = Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request costs more than its rate limit could ever admit"}
 	case engine.ReasonMisconfigured:
 		pr = Problem{Type: ProblemUnavailable, Status: http.StatusInternalServerError, Detail: "the rate limit for this route is misconfigured"}
 	case engine.ReasonUnavailable:
@@ -262,6 +301,15 @@ func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Ca
 	// sub starts as what every subject of this request shares: where it
 	// comes from.
 	sub := Subject{Subject: engine.Subject{Client: ipID}, Addr: ip, chain: chain, trustedPeer: m.peerTrusted(r)}
+	if m.opts.Subject != nil {
+		if id, ok := m.opts.Subject(r); ok {
+			sub.Kind, sub.ID, sub.Plan = "custom", m.hasher.Hash("c", id), p.UserPlan
+			if sub.Plan == nil {
+				sub.Plan = p.AnonymousPlan
+			}
+			return engine.Call{Subject: sub.Subject}, sub, true
+		}
+	}
 	key, present, kerr := identity.APIKey(r.Header)
 	switch {
 	case kerr != nil:

@@ -13,7 +13,7 @@ import (
 
 // routes compiles the routes.
 func (c *compiler) routes(p *Policy, f *File) {
-	if len(f.Routes) == 0 {
+	if len(f.Routes) == 0 && !c.fromCode {
 		c.addf("routes", "define at least one route")
 	}
 	seenName := map[string]bool{}

@@ -19,6 +19,9 @@ type compiler struct {
 	problems []Problem
 	warnings []Problem
 	zone     string // the file's default time zone
+	// fromCode: the File was built in Go (Compile), for a front that may
+	// limit every request by plan alone, so routes are optional.
+	fromCode bool
 }
 
 func (c *compiler) err() error {
