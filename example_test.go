@@ -13,7 +13,7 @@ import (
 func Example() {
 	store := memory.New(memory.Options{})
 	defer store.Close()
-	limiter, err := tollgate.NewLimiter(store, tollgate.PerMinute(3), tollgate.Options{Policy: "api"})
+	limiter, err := tollgate.NewLimiter(store, tollgate.PerMinute(3), tollgate.Options{Name: "api"})
 	if err != nil {
 		panic(err)
 	}

@@ -164,11 +164,11 @@ func Admitted(ds []Decision) bool {
 
 // Options configures a [Limiter]. The zero value is the default.
 type Options struct {
-	// Policy names the limit in the store. Limiters sharing a store must use
+	// Name names the limit in the store. Limiters sharing a store must use
 	// different names for different limits. The default is the limit's
 	// [LimitName], e.g. "gcra_100_60000ms_100": limiters of one store with
 	// default names share state exactly when their limits enforce alike.
-	Policy string
+	Name string
 }
 
 // LimitName returns a name for what a valid limit enforces: its
@@ -209,7 +209,7 @@ func NewLimiter(store Store, limit Limit, opts Options) (*Limiter, error) {
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("creating limiter: %w", err)
 	}
-	policy := opts.Policy
+	policy := opts.Name
 	if policy == "" {
 		policy = LimitName(limit)
 	}
@@ -223,8 +223,8 @@ func NewLimiter(store Store, limit Limit, opts Options) (*Limiter, error) {
 // Limit returns the limit the Limiter enforces.
 func (l *Limiter) Limit() Limit { return l.handle.Limit() }
 
-// Policy returns the name under which the Limiter stores its state.
-func (l *Limiter) Policy() string { return l.handle.Name() }
+// Name returns the name under which the Limiter stores its state.
+func (l *Limiter) Name() string { return l.handle.Name() }
 
 // Allow decides whether subject may spend cost now, by the store's clock,
 // and charges it if so. A cost of zero reports the state without spending.

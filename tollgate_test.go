@@ -49,14 +49,14 @@ func TestNewLimiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Policy() != "gcra_100_60000ms_100" || l.Limit() != tollgate.PerMinute(100) {
-		t.Errorf("policy %q, limit %v", l.Policy(), l.Limit())
+	if l.Name() != "gcra_100_60000ms_100" || l.Limit() != tollgate.PerMinute(100) {
+		t.Errorf("policy %q, limit %v", l.Name(), l.Limit())
 	}
 	if _, err := l.Allow(context.Background(), "x", 101); !errors.Is(err, tollgate.ErrCostExceedsBurst) {
 		t.Errorf("cost 101 of 100: err = %v", err)
 	}
 	d, err := l.Allow(context.Background(), "x", 1)
-	if err != nil || !d.Allowed || d.Limit != 100 || d.Remaining != 99 {
+	if err != nil || !d.Allowed || d.Quota != 100 || d.Remaining != 99 {
 		t.Errorf("first request: %+v, %v", d, err)
 	}
 }
@@ -110,8 +110,8 @@ func TestDefaultPolicyNamesTheLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if (la.Policy() == lb.Policy()) != c.same {
-			t.Errorf("%v and %v: policies %q and %q, want the same: %v", c.a, c.b, la.Policy(), lb.Policy(), c.same)
+		if (la.Name() == lb.Name()) != c.same {
+			t.Errorf("%v and %v: policies %q and %q, want the same: %v", c.a, c.b, la.Name(), lb.Name(), c.same)
 		}
 		sub := fmt.Sprintf("s%d", i)
 		if d, err := la.AllowAt(context.Background(), sub, c.a.Capacity(), now); err != nil || !d.Allowed {

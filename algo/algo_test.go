@@ -332,7 +332,7 @@ func refGCRA(l algo.Limit, s *algo.State, now, cost int64) (algo.Result, int64) 
 	if s.A > now || (s.A == now && s.B > 0) {
 		d = (s.A-now)*n + s.B
 	}
-	r := algo.Result{Limit: capacity}
+	r := algo.Result{Quota: capacity}
 	nd := d + cost*period
 	if nd <= capU {
 		r.Allowed = true

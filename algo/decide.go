@@ -28,7 +28,7 @@ type State struct {
 // it and as the Redis scripts return it.
 type Result struct {
 	Allowed    bool
-	Limit      int64
+	Quota      int64
 	Remaining  int64
 	ResetAfter int64 // ms
 	RetryAfter int64 // ms
@@ -39,7 +39,7 @@ type Result struct {
 func (r Result) Decision() Decision {
 	return Decision{
 		Allowed:    r.Allowed,
-		Limit:      r.Limit,
+		Quota:      r.Quota,
 		Remaining:  r.Remaining,
 		ResetAfter: Millis(r.ResetAfter),
 		RetryAfter: Millis(r.RetryAfter),
@@ -147,7 +147,7 @@ func (pl *Prepared) DecideInto(r *Result, s *State, nowMS, cost int64) (ttl int6
 				retry += off
 			}
 		}
-		r.Allowed, r.Limit, r.Remaining, r.ResetAfter, r.RetryAfter, r.Delay = ok, p.cap, remaining, reset, retry, 0
+		r.Allowed, r.Quota, r.Remaining, r.ResetAfter, r.RetryAfter, r.Delay = ok, p.cap, remaining, reset, retry, 0
 		return reset, nil
 	case TokenBucket, LeakyBucket:
 		*r, eff = leakyBucket(*p, s, nowMS, cost)
@@ -236,7 +236,7 @@ func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 	} else {
 		lvl -= el * p.n
 	}
-	r := Result{Limit: p.cap}
+	r := Result{Quota: p.cap}
 	if need := cost * p.period; lvl+need <= limU {
 		r.Allowed = true
 		lvl += need
@@ -279,7 +279,7 @@ func fixedWindow(p params, s *State, now, cost int64) (Result, int64) {
 	if s.A == w {
 		count = s.B
 	}
-	r := Result{Limit: p.cap}
+	r := Result{Quota: p.cap}
 	if count+cost <= p.n {
 		r.Allowed = true
 		count += cost
@@ -364,7 +364,7 @@ func slidingCounter(p params, s *State, now, cost int64) (Result, int64) {
 	e := now - start
 	carried := prev * (p.period - e) // previous window's weight, in 1/period units
 	capU := p.n * p.period
-	r := Result{Limit: p.cap}
+	r := Result{Quota: p.cap}
 	if carried+(cur+cost)*p.period <= capU {
 		r.Allowed = true
 		cur += cost

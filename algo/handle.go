@@ -42,9 +42,9 @@ func (h *Handle) Prepared() *Prepared { return &h.prepared }
 func (h *Handle) KeyPrefix() []byte { return h.prefix }
 
 // Request returns a request of subject, at cost, under the handle: its
-// Policy and Limit are the handle's, and it carries the handle.
+// Name and Limit are the handle's, and it carries the handle.
 func (h *Handle) Request(subject string, cost int64) Request {
-	return Request{Policy: h.name, Subject: subject, Limit: h.limit, Cost: cost, Handle: h}
+	return Request{Name: h.name, Subject: subject, Limit: h.limit, Cost: cost, Handle: h}
 }
 
 // AppendKeyPrefix appends the start of a key of an in-process store: the
@@ -57,12 +57,12 @@ func AppendKeyPrefix(b []byte, alg Algorithm, name string) []byte {
 }
 
 // Prepared returns r's handle if r carries one that still describes it
-// (r's Policy and Limit are the handle's: a caller that changed either
+// (r's Name and Limit are the handle's: a caller that changed either
 // after taking the request from the handle gets nil, and the store
 // validates the request as one without a handle).
 func (r *Request) Prepared() *Handle {
 	h := r.Handle
-	if h == nil || r.Policy != h.name || !r.Limit.same(&h.limit) {
+	if h == nil || r.Name != h.name || !r.Limit.same(&h.limit) {
 		return nil
 	}
 	return h

@@ -20,7 +20,7 @@ func TestHandle(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := h.Request("s", 2)
-	if r.Policy != "p" || r.Subject != "s" || r.Cost != 2 || r.Limit != l || r.Prepared() != h {
+	if r.Name != "p" || r.Subject != "s" || r.Cost != 2 || r.Limit != l || r.Prepared() != h {
 		t.Fatalf("request %+v", r)
 	}
 	changed := r
@@ -29,7 +29,7 @@ func TestHandle(t *testing.T) {
 		t.Error("a request whose limit changed still uses the handle")
 	}
 	renamed := r
-	renamed.Policy = "q"
+	renamed.Name = "q"
 	if renamed.Prepared() != nil {
 		t.Error("a request whose policy changed still uses the handle")
 	}

@@ -291,9 +291,9 @@ type Decision struct {
 	// Allowed reports whether the request was admitted. An admitted request
 	// has been charged its cost; a refused one has been charged nothing.
 	Allowed bool
-	// Limit is the limit's capacity: the most that can be spent at once
+	// Quota is the limit's capacity: the most that can be spent at once
 	// (Burst for bucket algorithms, Rate per window for window algorithms).
-	Limit int64
+	Quota int64
 	// Remaining is how much more could be spent right now, after this
 	// request, without being refused. It is never negative.
 	Remaining int64
@@ -311,11 +311,11 @@ type Decision struct {
 }
 
 // Request is one question put to a store: may Subject spend Cost under the
-// limit named Policy?
+// limit named Name?
 type Request struct {
-	// Policy names the limit; together with Subject and the algorithm it
+	// Name names the limit; together with Subject and the algorithm it
 	// identifies the stored state. Different limits must use different names.
-	Policy string
+	Name string
 	// Subject is who is limited: an API key id, a user id, a client IP.
 	// Stores may hash it; callers should already pass a hashed identity.
 	Subject string
@@ -334,7 +334,7 @@ type Request struct {
 	Now time.Time
 	// Handle, when set, is the limit prepared once (see [Handle.Request]);
 	// stores then skip validating and preparing Limit. It is ignored when
-	// Policy or Limit no longer match it.
+	// Name or Limit no longer match it.
 	Handle *Handle
 }
 
@@ -381,8 +381,8 @@ func CheckGroup(reqs []Request) error {
 			return fmt.Errorf("deciding together: %w", &ItemError{i, ErrMixedGroup})
 		}
 		for _, o := range reqs[:i] {
-			if o.Policy == r.Policy && o.Subject == r.Subject && o.Limit.Algorithm == r.Limit.Algorithm {
-				return fmt.Errorf("deciding together: %w", &ItemError{i, fmt.Errorf("%w: it repeats policy %q for the same subject", ErrInvalidRequest, r.Policy)})
+			if o.Name == r.Name && o.Subject == r.Subject && o.Limit.Algorithm == r.Limit.Algorithm {
+				return fmt.Errorf("deciding together: %w", &ItemError{i, fmt.Errorf("%w: it repeats policy %q for the same subject", ErrInvalidRequest, r.Name)})
 			}
 		}
 		if r.Prepared() == nil {

@@ -143,7 +143,7 @@ func lockFor(r LockoutRule, level int64) int64 {
 
 // LockoutRequest is one login-guard operation put to a store.
 type LockoutRequest struct {
-	Policy  string // names the rule; part of the storage key
+	Name    string // names the rule; part of the storage key
 	Subject string // the account (a pseudonym)
 	Rule    LockoutRule
 	Op      LockOp
@@ -170,10 +170,10 @@ func (q LockoutRequest) Validate() error {
 }
 
 // LeaseRequest asks a store for, or returns, one of Limit concurrent slots
-// of Subject under Policy. A slot is a lease that expires after TTL unless
+// of Subject under Name. A slot is a lease that expires after TTL unless
 // released, so a crashed holder cannot leak it.
 type LeaseRequest struct {
-	Policy  string
+	Name    string
 	Subject string
 	ID      string // unique per lease
 	Limit   int64

@@ -80,7 +80,7 @@ func slidingLog(p params, s *State, now, cost int64) (Result, int64) {
 	for ; first < g.n && g.ts[g.at(first)] <= cutoff; first++ {
 		used -= g.cost[g.at(first)]
 	}
-	r := Result{Limit: p.cap}
+	r := Result{Quota: p.cap}
 	if used+cost <= p.n {
 		r.Allowed = true
 		if cost > 0 {

@@ -143,7 +143,7 @@ func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
 		v.giveBack(ctx)
 		return v
 	}
-	ds, err := e.decide(ctx, ch.reqs)
+	ds, err := e.decide(ctx, ch.budgets[0].Name, ch.reqs)
 	if err != nil {
 		var ok bool
 		if ds, ok = e.storeFailed(ctx, v, err, c, ch.budgets, ch.reqs); !ok {
@@ -248,8 +248,9 @@ func mostRestrictive(ds []tollgate.Decision) int {
 }
 
 // decide asks the store: a single request through Allow (where a deny
-// cache works), a group through AllowAll.
-func (e *Engine) decide(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+// cache works), a group through AllowAll. budget names the first request's
+// budget in the metrics.
+func (e *Engine) decide(ctx context.Context, budget string, reqs []tollgate.Request) ([]tollgate.Decision, error) {
 	start := time.Now()
 	if e.opts.Now != nil {
 		now := e.opts.Now()
@@ -269,7 +270,7 @@ func (e *Engine) decide(ctx context.Context, reqs []tollgate.Request) ([]tollgat
 	if mt := e.metrics; mt != nil {
 		mt.StoreLatency.Observe(time.Since(start).Seconds())
 		if err != nil {
-			mt.StoreErrors.WithLabelValues(reqs[0].Policy).Inc()
+			mt.StoreErrors.WithLabelValues(budget).Inc()
 		}
 	}
 	return ds, err
@@ -294,7 +295,7 @@ func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, c Call,
 	}
 	if algo.IsInvalid(err) {
 		// The policy compiler rules these out; never let one through.
-		e.log.LogAttrs(ctx, slog.LevelError, "invalid rate-limit request", slog.String("policy", name), slog.String("error", err.Error()))
+		e.log.LogAttrs(ctx, slog.LevelError, "invalid rate-limit request", slog.String("budget", name), slog.String("error", err.Error()))
 		v.Outcome, v.Reason, v.Err = Invalid, ReasonMisconfigured, err
 		v.giveBack(ctx)
 		return nil, false
@@ -368,7 +369,7 @@ func (e *Engine) checkKey(ctx context.Context, v *Verdict, c Call) bool {
 	if c.Key == KeyValid {
 		return true
 	}
-	ds, err := e.decide(ctx, []tollgate.Request{ik.Request(client, "", 1)})
+	ds, err := e.decide(ctx, ik.Name, []tollgate.Request{ik.Request(client, "", 1)})
 	if err == nil && !ds[0].Allowed {
 		d := ds[0]
 		e.penalty.set(client, e.now().Add(d.RetryAfter))
@@ -401,39 +402,39 @@ func (e *Engine) now() time.Time {
 
 // Count records a decision the caller took itself (a front's own checks,
 // such as an unreadable login body) under the engine's metrics.
-func (e *Engine) Count(policyName, group, plan, outcome string) {
-	e.count(policyName, group, plan, outcome)
+func (e *Engine) Count(budget, group, plan, outcome string) {
+	e.count(budget, group, plan, outcome)
 }
 
-func (e *Engine) count(policyName, group, plan, outcome string) {
+func (e *Engine) count(budget, group, plan, outcome string) {
 	if mt := e.metrics; mt != nil {
 		if plan == "" {
 			plan = "-"
 		}
-		mt.Decisions.WithLabelValues(policyName, group, plan, outcome).Inc()
+		mt.Decisions.WithLabelValues(budget, group, plan, outcome).Inc()
 	}
 }
 
-func (e *Engine) countFallback(policyName, mode string) {
+func (e *Engine) countFallback(budget, mode string) {
 	if mt := e.metrics; mt != nil {
-		mt.Fallbacks.WithLabelValues(policyName, mode).Inc()
+		mt.Fallbacks.WithLabelValues(budget, mode).Inc()
 	}
 }
 
 // Log logs an event about sub through the engine's sampled logger.
-func (e *Engine) Log(ctx context.Context, level slog.Level, msg string, sub Subject, policyName, group string, attrs ...slog.Attr) {
-	e.logSampled(ctx, level, msg, sub, policyName, group, attrs...)
+func (e *Engine) Log(ctx context.Context, level slog.Level, msg string, sub Subject, budget, group string, attrs ...slog.Attr) {
+	e.logSampled(ctx, level, msg, sub, budget, group, attrs...)
 }
 
 // logSampled logs an event about sub; like every line of the engine's
 // logger, it is sampled per message.
-func (e *Engine) logSampled(ctx context.Context, level slog.Level, msg string, sub Subject, policyName, group string, attrs ...slog.Attr) {
+func (e *Engine) logSampled(ctx context.Context, level slog.Level, msg string, sub Subject, budget, group string, attrs ...slog.Attr) {
 	// On the stack: a line the sampler drops costs no allocation.
 	var buf [8]slog.Attr
 	all := append(buf[:0],
 		slog.String("subject", sub.ID),
 		slog.String("subject_kind", sub.Kind),
-		slog.String("policy", policyName),
+		slog.String("budget", budget),
 		slog.String("route_group", group))
 	e.log.LogAttrs(ctx, level, msg, append(all, attrs...)...)
 }

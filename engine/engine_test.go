@@ -66,7 +66,7 @@ func (f *fixture) call(path, subject string) engine.Call {
 // spending it.
 func (f *fixture) remaining(t *testing.T, b *policy.Budget, subject string) int64 {
 	t.Helper()
-	d, err := f.store.Allow(context.Background(), tollgate.Request{Policy: b.StoreName, Subject: subject, Limit: b.Limit, Now: f.now})
+	d, err := f.store.Allow(context.Background(), tollgate.Request{Name: b.StoreName, Subject: subject, Limit: b.Limit, Now: f.now})
 	if err != nil {
 		t.Fatal(err)
 	}

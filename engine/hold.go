@@ -30,7 +30,7 @@ func (e *Engine) acquireSlot(ctx context.Context, v *Verdict, c Call) bool {
 	if k.PerRoute {
 		subject = "route"
 	}
-	req := algo.LeaseRequest{Policy: k.StoreName, Subject: subject, ID: newLeaseID(),
+	req := algo.LeaseRequest{Name: k.StoreName, Subject: subject, ID: newLeaseID(),
 		Limit: k.Limit, TTL: k.LeaseTTL, Now: e.clockTime()}
 	got, err := e.store.Acquire(ctx, req)
 	if err != nil {
@@ -130,7 +130,7 @@ func (e *Engine) chargeGlobal(ctx context.Context, v *Verdict, c Call) (tollgate
 	gh := v.global
 	if !gh.held {
 		greq := []tollgate.Request{gh.req}
-		gds, err := e.decide(ctx, greq)
+		gds, err := e.decide(ctx, c.Route.Global.Name, greq)
 		if err != nil {
 			var ok bool
 			if gds, ok = e.storeFailed(ctx, v, err, c, []*policy.Budget{c.Route.Global}, greq); !ok {
@@ -176,9 +176,9 @@ func (e *Engine) evalShadow(ctx context.Context, shadow []shadowCharge, group st
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	for _, s := range shadow {
-		ds, err := e.decide(ctx, []tollgate.Request{s.req})
+		ds, err := e.decide(ctx, s.budget.Name, []tollgate.Request{s.req})
 		if err != nil {
-			e.log.LogAttrs(ctx, slog.LevelWarn, "shadow decision failed", slog.String("policy", s.budget.Name), slog.String("error", err.Error()))
+			e.log.LogAttrs(ctx, slog.LevelWarn, "shadow decision failed", slog.String("budget", s.budget.Name), slog.String("error", err.Error()))
 			continue
 		}
 		outcome := "allowed"

@@ -59,7 +59,7 @@ func (e *Engine) loginBegin(ctx context.Context, v *Verdict, c Call) bool {
 		v.Outcome, v.Reason, v.RetryAfter = Refused, ReasonLoginAddress, d.RetryAfter
 		return false
 	}
-	res, err := e.store.Lockout(ctx, algo.LockoutRequest{Policy: lg.StoreName, Subject: a.account, Rule: lg.Rule,
+	res, err := e.store.Lockout(ctx, algo.LockoutRequest{Name: lg.StoreName, Subject: a.account, Rule: lg.Rule,
 		Op: algo.LockReserve, Hold: a.hold, Now: a.ip.Now})
 	if err != nil || !res.Reserved {
 		a.settleIP(ctx, false)
@@ -103,7 +103,7 @@ func (a *loginAttempt) finish(ctx context.Context, status int) {
 			op = algo.LockSucceed
 		}
 		a.settleIP(ctx, op == algo.LockFail)
-		if _, err := a.e.store.Lockout(ctx, algo.LockoutRequest{Policy: a.guard.StoreName, Subject: a.account, Rule: a.guard.Rule,
+		if _, err := a.e.store.Lockout(ctx, algo.LockoutRequest{Name: a.guard.StoreName, Subject: a.account, Rule: a.guard.Rule,
 			Op: op, Hold: a.hold, Now: a.e.clockTime()}); err != nil {
 			a.e.logSampled(ctx, slog.LevelError, "recording a login outcome (the attempt's hold expires by itself)", Subject{Kind: "account", ID: a.account},
 				"login_lock", "login", slog.String("error", err.Error()))

@@ -6,23 +6,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the middleware's Prometheus metrics. Every label value comes
-// from the policy file (plan, route group, policy names) or a fixed set
-// (outcome), never from a request, so cardinality is bounded by the
-// configuration.
+// Metrics are the engine's Prometheus metrics. Every label value comes
+// from the policy (budget, route group and plan names) or a fixed set
+// (outcome, mode), never from a request, so cardinality is bounded by the
+// configuration. The budget label is a budget's header name, as
+// RateLimit-Policy lists it ("free.minute", "global.search"), or one of
+// the checks that are not budgets ("concurrency.<group>", "login_lock",
+// "login_body").
 type Metrics struct {
-	// Decisions counts decisions by policy, route group, plan and outcome
+	// Decisions counts decisions by budget, route group, plan and outcome
 	// (allowed, refused, invalid_key, fail_open, fail_closed).
 	Decisions *prometheus.CounterVec
 	// StoreLatency observes the duration of store calls.
 	StoreLatency prometheus.Histogram
-	// StoreErrors counts failed store calls by policy.
+	// StoreErrors counts failed store calls by budget.
 	StoreErrors *prometheus.CounterVec
-	// Fallbacks counts decisions taken without the store, by policy and
+	// Fallbacks counts decisions taken without the store, by budget and
 	// mode (fail_open: decided by the local fallback; fail_closed: refused).
 	Fallbacks *prometheus.CounterVec
-	// Shadow counts shadow decisions by policy, route group and outcome
-	// (allowed, or refused: what the policy would have refused).
+	// Shadow counts shadow decisions by budget, route group and outcome
+	// (allowed, or refused: what the budget would have refused).
 	Shadow *prometheus.CounterVec
 	// TopRefused tracks the most refused subjects (pseudonyms) for the
 	// dashboard; it is not a Prometheus metric, so it adds no series.
@@ -35,8 +38,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_decisions_total",
-			Help: "Rate-limit decisions by policy, route group, plan and outcome.",
-		}, []string{"policy", "route_group", "plan", "outcome"}),
+			Help: "Rate-limit decisions by budget, route group, plan and outcome.",
+		}, []string{"budget", "route_group", "plan", "outcome"}),
 		StoreLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_store_duration_seconds",
 			Help:    "Duration of rate-limit store calls.",
@@ -44,16 +47,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_store_errors_total",
-			Help: "Failed rate-limit store calls by policy.",
-		}, []string{"policy"}),
+			Help: "Failed rate-limit store calls by budget.",
+		}, []string{"budget"}),
 		Fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_fallback_decisions_total",
-			Help: "Decisions taken while the store was unavailable, by policy and mode.",
-		}, []string{"policy", "mode"}),
+			Help: "Decisions taken while the store was unavailable, by budget and mode.",
+		}, []string{"budget", "mode"}),
 		Shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_shadow_decisions_total",
-			Help: "Decisions of shadow policies (never enforced) by policy, route group and outcome.",
-		}, []string{"policy", "route_group", "outcome"}),
+			Help: "Decisions of shadow budgets (never enforced) by budget, route group and outcome.",
+		}, []string{"budget", "route_group", "outcome"}),
 		TopRefused: NewTopRefused(512),
 	}
 	if reg != nil {

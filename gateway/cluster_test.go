@@ -26,7 +26,7 @@ func TestClusterFailover(t *testing.T) {
 
 	// The Redis key of the pro key's user ("bob" in the quickstart).
 	pro := p.Plans["pro"].Limits[0]
-	key := rstore.KeyFor(tollgate.Request{Policy: pro.StoreName, Subject: identity.NewHasher(p.Secret).Hash("u", "bob"), Limit: pro.Limit})
+	key := rstore.KeyFor(tollgate.Request{Name: pro.StoreName, Subject: identity.NewHasher(p.Secret).Hash("u", "bob"), Limit: pro.Limit})
 	if code := get(t, g.public+"/api/warm", "X-API-Key", proKey).StatusCode; code != 200 {
 		t.Fatalf("before the failover: %d", code)
 	}

@@ -259,8 +259,8 @@ func TestShadowChargedOnlyWhenAdmitted(t *testing.T) {
 				t.Fatalf("over the route's limit: %d", code)
 			}
 		}
-		allowed := metric(t, g, `tollgate_shadow_decisions_total{outcome="allowed",policy="candidate.cand",route_group="cand"}`)
-		refused := metric(t, g, `tollgate_shadow_decisions_total{outcome="refused",policy="candidate.cand",route_group="cand"}`)
+		allowed := metric(t, g, `tollgate_shadow_decisions_total{budget="candidate.cand",outcome="allowed",route_group="cand"}`)
+		refused := metric(t, g, `tollgate_shadow_decisions_total{budget="candidate.cand",outcome="refused",route_group="cand"}`)
 		if allowed != 3 || refused != 0 {
 			t.Errorf("the candidate counted %v allowed, %v refused; want 3 and 0 (charged only for admitted requests)", allowed, refused)
 		}

@@ -212,9 +212,9 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	// less the 49 the fallback admitted, which its first request charges.
 	// A call that misses the 20ms deadline on a loaded machine is decided
 	// locally instead (and counted): allow for exactly those.
-	fb := metric(t, g, `tollgate_fallback_decisions_total{mode="fail_open",policy="free"}`)
+	fb := metric(t, g, `tollgate_fallback_decisions_total{budget="free",mode="fail_open"}`)
 	n, _, _ := admitUntilRefused(t, g.public+"/api/items", 150, "X-API-Key", freeKey)
-	extra := metric(t, g, `tollgate_fallback_decisions_total{mode="fail_open",policy="free"}`) - fb
+	extra := metric(t, g, `tollgate_fallback_decisions_total{budget="free",mode="fail_open"}`) - fb
 	if want := 100 - int(admitted.Load()); extra == 0 && n != want || extra > 0 && (n > want || float64(n) < float64(want)-extra) {
 		t.Fatalf("after the restart the free key got %d (%v local fallbacks), want %d from Redis", n, extra, want)
 	}
@@ -255,7 +255,7 @@ func TestLatencyInjected(t *testing.T) {
 	if metric(t, g, "tollgate_store_breaker_state") != 2 {
 		t.Fatal("breaker did not open")
 	}
-	if metric(t, g, `tollgate_fallback_decisions_total{mode="fail_open",policy="pro"}`) < 35 {
+	if metric(t, g, `tollgate_fallback_decisions_total{budget="pro",mode="fail_open"}`) < 35 {
 		t.Fatal("fallback decisions were not counted")
 	}
 	fp.SetLatency(0)
@@ -446,7 +446,7 @@ func TestFallbackWorstCase(t *testing.T) {
 			most, at = n, a.sent
 		}
 	}
-	fb := metric(t, g, `tollgate_fallback_decisions_total{mode="fail_open",policy="pro"}`)
+	fb := metric(t, g, `tollgate_fallback_decisions_total{budget="pro",mode="fail_open"}`)
 	t.Logf("Redis paused from %v to %v of a %v window: pro key admitted %d before, %d in all, most in one window %d (from %v), %v fallback decisions; "+
 		"free key (daily quota used up) admitted %d, refused or 503 %d times",
 		began.Sub(start).Round(time.Millisecond), began.Sub(start).Round(time.Millisecond)+period/2, period,

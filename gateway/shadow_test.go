@@ -51,8 +51,8 @@ func TestShadowPolicy(t *testing.T) {
 			t.Fatalf("request %d: headers %v, plain proxy %v", i, got, exp)
 		}
 	}
-	refused := metric(t, g, `tollgate_shadow_decisions_total{outcome="refused",policy="trial",route_group="api"}`)
-	allowed := metric(t, g, `tollgate_shadow_decisions_total{outcome="allowed",policy="trial",route_group="api"}`)
+	refused := metric(t, g, `tollgate_shadow_decisions_total{budget="trial",outcome="refused",route_group="api"}`)
+	allowed := metric(t, g, `tollgate_shadow_decisions_total{budget="trial",outcome="allowed",route_group="api"}`)
 	if refused != 15 || allowed != 5 {
 		t.Fatalf("shadow counted %v refused and %v allowed, want 15 and 5", refused, allowed)
 	}
@@ -75,7 +75,7 @@ func TestShadowCandidate(t *testing.T) {
 			t.Fatalf("request %d: %d %v", i, resp.StatusCode, resp.Header)
 		}
 	}
-	if n := metric(t, g, `tollgate_shadow_decisions_total{outcome="refused",policy="candidate.cand",route_group="cand"}`); n != 7 {
+	if n := metric(t, g, `tollgate_shadow_decisions_total{budget="candidate.cand",outcome="refused",route_group="cand"}`); n != 7 {
 		t.Fatalf("the candidate would have refused %v, want 7", n)
 	}
 }

@@ -94,7 +94,7 @@ type Budget struct {
 // group tag, "" for the subject's own) under the budget.
 func (b *Budget) Request(subject, tag string, cost int64) tollgate.Request {
 	if b.Handle == nil { // a budget made outside compile
-		return tollgate.Request{Policy: b.StoreName, Subject: subject, Tag: tag, Limit: b.Limit, Cost: cost}
+		return tollgate.Request{Name: b.StoreName, Subject: subject, Tag: tag, Limit: b.Limit, Cost: cost}
 	}
 	r := b.Handle.Request(subject, cost)
 	r.Tag = tag

@@ -107,7 +107,7 @@ func TestChaosWorstCase(t *testing.T) {
 					defer stores[i].Close()
 				}
 				gap := period * workers / (4 * c) // 4 × the limit in all
-				req := algo.Request{Policy: "chaos", Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: c, Period: period}, Cost: 1}
+				req := algo.Request{Name: "chaos", Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: c, Period: period}, Cost: 1}
 				var (
 					mu       sync.Mutex
 					adm      []span

@@ -31,7 +31,7 @@ type denyKey struct {
 
 // denyKeyOf returns the deny cache's key of a request.
 func denyKeyOf(req *algo.Request) denyKey {
-	k := denyKey{req.Policy, req.Tag, req.Subject, req.Limit.Algorithm}
+	k := denyKey{req.Name, req.Tag, req.Subject, req.Limit.Algorithm}
 	if k.tag == k.subject {
 		k.tag = ""
 	}
@@ -79,7 +79,7 @@ func (c *denyCache) getGroup(req algo.Request, now time.Time) (algo.Decision, []
 		ok = false
 	}
 	sh.mu.Unlock()
-	if !ok || req.Cost != e.cost || req.Limit.Capacity() != e.d.Limit {
+	if !ok || req.Cost != e.cost || req.Limit.Capacity() != e.d.Quota {
 		return algo.Decision{}, nil, false
 	}
 	// Nothing anyone else does can make the budget come back sooner, so

@@ -16,9 +16,9 @@ func TestDenyCacheFull(t *testing.T) {
 	c := newDenyCache(16 * 1000)
 	now := time.Unix(1_800_000_000, 0)
 	req := func(i int) algo.Request {
-		return algo.Request{Policy: "p", Subject: fmt.Sprint("s", i), Limit: algo.Limit{Rate: 1, Period: time.Hour}, Cost: 1}
+		return algo.Request{Name: "p", Subject: fmt.Sprint("s", i), Limit: algo.Limit{Rate: 1, Period: time.Hour}, Cost: 1}
 	}
-	refused := algo.Decision{Limit: 1, RetryAfter: time.Hour}
+	refused := algo.Decision{Quota: 1, RetryAfter: time.Hour}
 	for i := 0; i < 100_000; i++ {
 		c.put(req(i), refused, now)
 	}

@@ -20,7 +20,7 @@ func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.De
 	s.fallbacks.Add(1)
 	for _, r := range reqs {
 		if r.Limit.Calendar != algo.NoCalendar && (s.opts.CalendarFallback != CalendarShare || s.memo == nil) {
-			return nil, fmt.Errorf("deciding locally: %w: %s is a calendar quota, which fails closed", ErrUnavailable, r.Policy)
+			return nil, fmt.Errorf("deciding locally: %w: %s is a calendar quota, which fails closed", ErrUnavailable, r.Name)
 		}
 	}
 	now := s.now(reqs[0].Now)
@@ -30,7 +30,7 @@ func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.De
 		if r.Cost > share.Capacity() {
 			ds := make([]algo.Decision, len(reqs))
 			for j := range ds {
-				ds[j] = algo.Decision{Allowed: j != i, Limit: Share(reqs[j].Limit, s.opts.Instances).Capacity()}
+				ds[j] = algo.Decision{Allowed: j != i, Quota: Share(reqs[j].Limit, s.opts.Instances).Capacity()}
 			}
 			ds[i].RetryAfter, ds[i].ResetAfter = share.Period, share.Period
 			return ds, nil
@@ -46,7 +46,7 @@ func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.De
 			return err
 		})
 		if errors.Is(err, errUnknown) {
-			return nil, fmt.Errorf("deciding locally: %w: %s is a calendar quota this instance knows nothing of yet, which fails closed", ErrUnavailable, r.Policy)
+			return nil, fmt.Errorf("deciding locally: %w: %s is a calendar quota this instance knows nothing of yet, which fails closed", ErrUnavailable, r.Name)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("deciding locally: starting from the last decision: %w", err)

@@ -48,7 +48,7 @@ func TestFallbackStartsFromLastDecision(t *testing.T) {
 			now := minute
 			s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
 			defer s.Close()
-			req := algo.Request{Policy: uniq("from-last"), Subject: "k", Limit: algo.Limit{Algorithm: alg, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
+			req := algo.Request{Name: uniq("from-last"), Subject: "k", Limit: algo.Limit{Algorithm: alg, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
 			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 40 {
 				t.Fatalf("on Redis: %+v %v", d, err)
 			}
@@ -77,7 +77,7 @@ func TestFallbackShareOfWhatRemained(t *testing.T) {
 	now := minute
 	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Instances: 4, Now: fixedClock(&now)})
 	defer s.Close()
-	req := algo.Request{Policy: uniq("share-rest"), Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
+	req := algo.Request{Name: uniq("share-rest"), Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
 	if _, err := s.Allow(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestFallbackOwedAfterRecovery(t *testing.T) {
 	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
 	defer s.Close()
 	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Minute}
-	req := algo.Request{Policy: uniq("owed"), Subject: "k", Limit: l, Cost: 60, Now: now}
+	req := algo.Request{Name: uniq("owed"), Subject: "k", Limit: l, Cost: 60, Now: now}
 	if _, err := s.Allow(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestFallbackOwedAfterRecovery(t *testing.T) {
 	}
 
 	// A subject that spent 20 of its 40 locally has 20 left on Redis.
-	req = algo.Request{Policy: uniq("owed-part"), Subject: "k", Limit: l, Cost: 60, Now: minute}
+	req = algo.Request{Name: uniq("owed-part"), Subject: "k", Limit: l, Cost: 60, Now: minute}
 	now = minute
 	if _, err := s.Allow(ctx, req); err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestCalendarFallbackClosedByDefault(t *testing.T) {
 	ctx := context.Background()
 	now := minute
 	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 30, Period: algo.Day, Calendar: algo.Daily}
-	req := algo.Request{Policy: uniq("daily"), Subject: "k", Limit: l, Cost: 30, Now: now}
+	req := algo.Request{Name: uniq("daily"), Subject: "k", Limit: l, Cost: 30, Now: now}
 	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
 	defer s.Close()
 	if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
@@ -164,7 +164,7 @@ func TestCalendarFallbackClosedByDefault(t *testing.T) {
 			t.Fatalf("calendar quota in fallback: %+v %v, want ErrUnavailable", d, err)
 		}
 		ds, err := st.FallbackAll(ctx, []algo.Request{
-			{Policy: uniq("minute"), Subject: "k", Limit: algo.Limit{Rate: 10, Period: time.Minute}, Cost: 1, Now: now}, req})
+			{Name: uniq("minute"), Subject: "k", Limit: algo.Limit{Rate: 10, Period: time.Minute}, Cost: 1, Now: now}, req})
 		if !errors.Is(err, resilience.ErrUnavailable) || ds != nil {
 			t.Fatalf("group with a calendar quota in fallback: %+v %v, want ErrUnavailable", ds, err)
 		}
@@ -186,7 +186,7 @@ func TestFallbackOnOOM(t *testing.T) {
 	s := resilience.New(st, memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
 	defer s.Close()
 	l := algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}
-	req := algo.Request{Policy: "oom", Subject: "k", Limit: l, Cost: 60, Now: now}
+	req := algo.Request{Name: "oom", Subject: "k", Limit: l, Cost: 60, Now: now}
 	if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
 		t.Fatalf("on Redis: %+v %v", d, err)
 	}
@@ -200,7 +200,7 @@ func TestFallbackOnOOM(t *testing.T) {
 		t.Fatalf("Redis out of memory: %v, want ErrUnavailable", err)
 	}
 	t.Logf("Redis out of memory: %v", err)
-	_, err = s.AllowAll(ctx, []algo.Request{req, {Policy: "oom-2", Subject: "k", Limit: l, Cost: 1, Now: now}})
+	_, err = s.AllowAll(ctx, []algo.Request{req, {Name: "oom-2", Subject: "k", Limit: l, Cost: 1, Now: now}})
 	if !errors.Is(err, resilience.ErrUnavailable) || algo.IsInvalid(err) {
 		t.Fatalf("Redis out of memory, group: %v, want ErrUnavailable", err)
 	}
@@ -238,7 +238,7 @@ func TestCalendarFallbackShare(t *testing.T) {
 			opts := resilience.Options{Timeout: 5 * time.Second, Instances: c.instances, CalendarFallback: resilience.CalendarShare, Now: fixedClock(&now)}
 			s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), opts)
 			defer s.Close()
-			req := algo.Request{Policy: uniq("cal-share"), Subject: "k", Limit: c.limit, Cost: c.spent, Now: now}
+			req := algo.Request{Name: uniq("cal-share"), Subject: "k", Limit: c.limit, Cost: c.spent, Now: now}
 			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
 				t.Fatalf("on Redis: %+v %v", d, err)
 			}
@@ -277,7 +277,7 @@ func TestFallbackDebtConcurrent(t *testing.T) {
 	now := minute
 	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
 	defer s.Close()
-	req := algo.Request{Policy: uniq("debt-at-once"), Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
+	req := algo.Request{Name: uniq("debt-at-once"), Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
 	if _, err := s.Allow(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -316,8 +316,8 @@ func TestFallbackDebtGroup(t *testing.T) {
 	pm, ph := uniq("debt-min"), uniq("debt-hour")
 	group := func(cost int64) []algo.Request {
 		return []algo.Request{
-			{Policy: pm, Subject: "k", Limit: algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Minute}, Cost: cost, Now: now},
-			{Policy: ph, Subject: "k", Limit: algo.Limit{Algorithm: algo.FixedWindow, Rate: 1000, Period: time.Hour}, Cost: cost, Now: now},
+			{Name: pm, Subject: "k", Limit: algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Minute}, Cost: cost, Now: now},
+			{Name: ph, Subject: "k", Limit: algo.Limit{Algorithm: algo.FixedWindow, Rate: 1000, Period: time.Hour}, Cost: cost, Now: now},
 		}
 	}
 	if _, err := s.AllowAll(ctx, group(60)); err != nil {

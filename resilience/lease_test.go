@@ -68,7 +68,7 @@ func TestLeaseAcquireTimedOut(t *testing.T) {
 	s := resilience.New(redisStore(t, rs.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 20 * time.Millisecond, FailuresToOpen: 1000})
 	defer s.Close()
 	ctx := context.Background()
-	req := algo.LeaseRequest{Policy: uniq("lease-paused"), Subject: "s", Limit: 10, TTL: time.Minute}
+	req := algo.LeaseRequest{Name: uniq("lease-paused"), Subject: "s", Limit: 10, TTL: time.Minute}
 	// Redis has the script (as it has in production), so what it reads
 	// on resuming runs.
 	round := 0
@@ -109,7 +109,7 @@ func TestLeaseReleaseRefused(t *testing.T) {
 	s := resilience.New(redisStore(t, rs.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 20 * time.Millisecond, FailuresToOpen: 1, OpenFor: 100 * time.Millisecond})
 	defer s.Close()
 	ctx := context.Background()
-	req := algo.LeaseRequest{Policy: uniq("release-paused"), Subject: "s", Limit: 10, TTL: time.Minute}
+	req := algo.LeaseRequest{Name: uniq("release-paused"), Subject: "s", Limit: 10, TTL: time.Minute}
 	var held []algo.LeaseRequest
 	for i := 0; i < 10; i++ {
 		r := req

@@ -11,7 +11,7 @@ import (
 	"github.com/tollgate/tollgate/algo"
 )
 
-// memo remembers, for each key (policy, algorithm, tag, subject), what the
+// memo remembers, for each key (name, algorithm, tag, subject), what the
 // store last decided for it and what the local fallback did since:
 //
 //   - the store's last decision: what remained and when the whole
@@ -51,7 +51,7 @@ type memoKey struct {
 }
 
 func keyOf(r *algo.Request) memoKey {
-	k := memoKey{policy: r.Policy, tag: r.Tag, subject: r.Subject, alg: r.Limit.Algorithm}
+	k := memoKey{policy: r.Name, tag: r.Tag, subject: r.Subject, alg: r.Limit.Algorithm}
 	if k.tag == k.subject {
 		k.tag = ""
 	}

@@ -16,7 +16,7 @@ func TestMemoBounded(t *testing.T) {
 	now := int64(1_800_000_000_000)
 	l := algo.Limit{Rate: 100, Period: time.Minute}
 	req := func(i int) algo.Request {
-		return algo.Request{Policy: "p", Subject: fmt.Sprint("s", i), Limit: l, Cost: 1}
+		return algo.Request{Name: "p", Subject: fmt.Sprint("s", i), Limit: l, Cost: 1}
 	}
 	// Keys whose knowledge has ended (an old, reset decision) ...
 	for i := 0; i < 64*100; i++ {
@@ -33,7 +33,7 @@ func TestMemoBounded(t *testing.T) {
 	}
 	lost := 0
 	for i := 100_000; i < 100_000+64*50; i++ {
-		k := keyOf(&algo.Request{Policy: "p", Subject: fmt.Sprint("s", i), Limit: l})
+		k := keyOf(&algo.Request{Name: "p", Subject: fmt.Sprint("s", i), Limit: l})
 		sh := m.shard(&k)
 		if lookup(sh, &k, &l) == nil {
 			lost++
@@ -75,7 +75,7 @@ func TestMemoBytes(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	m := newMemo(n)
 	for i := 0; i < n; i++ {
-		r := algo.Request{Policy: "p", Subject: subjects[i], Limit: l, Cost: 1}
+		r := algo.Request{Name: "p", Subject: subjects[i], Limit: l, Cost: 1}
 		m.record(&r, &algo.Decision{Remaining: 1, ResetAfter: time.Minute}, 1)
 	}
 	runtime.GC()
@@ -93,7 +93,7 @@ func BenchmarkMemoRecord(b *testing.B) {
 	m := newMemo(DefaultRememberSize)
 	reqs := make([]algo.Request, 1024)
 	for i := range reqs {
-		reqs[i] = algo.Request{Policy: "p", Subject: fmt.Sprintf("%043d", i), Limit: algo.Limit{Rate: 100, Period: time.Minute}, Cost: 1}
+		reqs[i] = algo.Request{Name: "p", Subject: fmt.Sprintf("%043d", i), Limit: algo.Limit{Rate: 100, Period: time.Minute}, Cost: 1}
 	}
 	d := algo.Decision{Allowed: true, Remaining: 10, ResetAfter: time.Second}
 	b.RunParallel(func(pb *testing.PB) {

@@ -28,7 +28,7 @@
 //
 // # What the fallback admits
 //
-// The store wrapper remembers, for each key (policy, algorithm, tag,
+// The store wrapper remembers, for each key (name, algorithm, tag,
 // subject), the store's last decision: what remained and when the whole
 // capacity is back. The fallback starts a key from it rather than from a
 // full budget: with R of capacity C remaining until T, an instance's

@@ -76,8 +76,8 @@ func TestDenyCacheGroup(t *testing.T) {
 	pm, pd := uniq("g-min"), uniq("g-day")
 	group := func(at time.Time) []algo.Decision {
 		ds, err := s.AllowAll(ctx, []algo.Request{
-			{Policy: pm, Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 2, Period: time.Minute}, Cost: 1, Now: at},
-			{Policy: pd, Subject: "k", Limit: algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Hour}, Cost: 1, Now: at},
+			{Name: pm, Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 2, Period: time.Minute}, Cost: 1, Now: at},
+			{Name: pd, Subject: "k", Limit: algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Hour}, Cost: 1, Now: at},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -134,7 +134,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	breakerP := uniq("breaker")
-	req := algo.Request{Policy: breakerP, Subject: "s", Limit: algo.Limit{Rate: 1000, Period: time.Minute}, Cost: 1}
+	req := algo.Request{Name: breakerP, Subject: "s", Limit: algo.Limit{Rate: 1000, Period: time.Minute}, Cost: 1}
 	if _, err := s.Allow(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestDenyCache(t *testing.T) {
 	denyP, denySC := uniq("deny"), uniq("deny-sc")
 	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 10, Period: time.Minute}
 	req := func(cost int64, at time.Time) algo.Decision {
-		d, err := s.Allow(ctx, algo.Request{Policy: denyP, Subject: "k", Limit: l, Cost: cost, Now: at})
+		d, err := s.Allow(ctx, algo.Request{Name: denyP, Subject: "k", Limit: l, Cost: cost, Now: at})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +208,7 @@ func TestDenyCache(t *testing.T) {
 	// 1, so such refusals are not cached; cost-1 refusals are.
 	sc := algo.Limit{Algorithm: algo.SlidingWindowCounter, Rate: 4, Period: time.Minute}
 	ask := func(cost int64) {
-		if _, err := s.Allow(ctx, algo.Request{Policy: denySC, Subject: "k", Limit: sc, Cost: cost, Now: now}); err != nil {
+		if _, err := s.Allow(ctx, algo.Request{Name: denySC, Subject: "k", Limit: sc, Cost: cost, Now: now}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -236,7 +236,7 @@ func TestFallbackShare(t *testing.T) {
 	fbP := uniq("fb")
 	admitted := 0
 	for i := 0; i < 100; i++ {
-		d, err := s.Fallback(ctx, algo.Request{Policy: fbP, Subject: "k", Limit: l, Cost: 1})
+		d, err := s.Fallback(ctx, algo.Request{Name: fbP, Subject: "k", Limit: l, Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +247,7 @@ func TestFallbackShare(t *testing.T) {
 	if admitted != 25 {
 		t.Fatalf("fallback admitted %d, want the share 25", admitted)
 	}
-	if d, err := s.Fallback(ctx, algo.Request{Policy: fbP, Subject: "j", Limit: l, Cost: 30}); err != nil || d.Allowed || d.RetryAfter <= 0 {
+	if d, err := s.Fallback(ctx, algo.Request{Name: fbP, Subject: "j", Limit: l, Cost: 30}); err != nil || d.Allowed || d.RetryAfter <= 0 {
 		t.Fatalf("cost above the share: %+v %v", d, err)
 	}
 }

@@ -33,7 +33,7 @@ func RunCalendar(t *testing.T, s tollgate.Store) {
 		cal := l.Calendar
 		_, end := calendartest.Window(zone, cal, at)
 		ask := func(ms int64) algo.Decision {
-			d, err := s.Allow(ctx, algo.Request{Policy: p, Subject: subject, Limit: l, Cost: 1, Now: time.UnixMilli(ms)})
+			d, err := s.Allow(ctx, algo.Request{Name: p, Subject: subject, Limit: l, Cost: 1, Now: time.UnixMilli(ms)})
 			if err != nil {
 				t.Fatalf("%s %s at %v: %v", name, cal, time.UnixMilli(ms).In(zone), err)
 			}

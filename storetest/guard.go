@@ -39,7 +39,7 @@ func RunGuard(t *testing.T, g tollgate.Store) {
 				h = algo.Hold{}
 			}
 			want, _ := algo.Lockout(lockRule, &st, holds, now.UnixMilli(), op, h)
-			got, err := g.Lockout(ctx, algo.LockoutRequest{Policy: p, Subject: "acct", Rule: lockRule, Op: op, Hold: h, Now: now})
+			got, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: op, Hold: h, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,13 +55,13 @@ func RunGuard(t *testing.T, g tollgate.Store) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := g.Lockout(ctx, algo.LockoutRequest{Policy: p, Subject: "acct", Rule: lockRule, Op: algo.LockFail, Now: base}); err != nil {
+				if _, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: algo.LockFail, Now: base}); err != nil {
 					t.Error(err)
 				}
 			}()
 		}
 		wg.Wait()
-		res, err := g.Lockout(ctx, algo.LockoutRequest{Policy: p, Subject: "acct", Rule: lockRule, Op: algo.LockCheck, Now: base})
+		res, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: algo.LockCheck, Now: base})
 		if err != nil || !res.Locked || res.Level != 1 || res.RetryAfter != time.Minute.Milliseconds() {
 			t.Fatalf("after 200 concurrent failures: %+v %v, want one 1-minute lock", res, err)
 		}
@@ -69,7 +69,7 @@ func RunGuard(t *testing.T, g tollgate.Store) {
 	t.Run("ConcurrentReservations", func(t *testing.T) {
 		p := policy(t)
 		req := func(op algo.LockOp, i int) algo.LockoutRequest {
-			return algo.LockoutRequest{Policy: p, Subject: "acct", Rule: lockRule, Op: op, Now: base,
+			return algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: op, Now: base,
 				Hold: algo.Hold{ID: fmt.Sprintf("attempt-%d", i), TTL: time.Minute}}
 		}
 		if _, err := g.Lockout(ctx, req(algo.LockFail, -1)); err != nil {
@@ -106,7 +106,7 @@ func RunGuard(t *testing.T, g tollgate.Store) {
 		if err != nil || res.Reserved || !res.Locked || res.Held != 0 {
 			t.Fatalf("after the held attempts failed: %+v %v, want locked", res, err)
 		}
-		if _, err := g.Lockout(ctx, algo.LockoutRequest{Policy: p, Subject: "acct", Rule: lockRule, Op: algo.LockReserve, Now: base}); !algo.IsInvalid(err) {
+		if _, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: algo.LockReserve, Now: base}); !algo.IsInvalid(err) {
 			t.Fatalf("a reservation without a hold: %v, want an invalid-request error", err)
 		}
 	})
@@ -122,7 +122,7 @@ func RunReserver(t *testing.T, r tollgate.Store) {
 		t.Run(a.String(), func(t *testing.T) {
 			p := policy(t)
 			l := algo.Limit{Algorithm: a, Rate: 20, Period: 10 * time.Minute}
-			req := algo.Request{Policy: p, Subject: "ip", Limit: l, Cost: 1, Now: base}
+			req := algo.Request{Name: p, Subject: "ip", Limit: l, Cost: 1, Now: base}
 			hold := func(i int) algo.Hold { return algo.Hold{ID: fmt.Sprintf("attempt-%d", i), TTL: time.Minute} }
 			// Three charged first: 17 left.
 			for i := 0; i < 3; i++ {
@@ -209,7 +209,7 @@ func RunLeases(t *testing.T, l tollgate.Store) {
 	ctx := context.Background()
 	p := policy(t)
 	req := func(id string, at time.Time) algo.LeaseRequest {
-		return algo.LeaseRequest{Policy: p, Subject: "s", ID: id, Limit: 10, TTL: 30 * time.Second, Now: at}
+		return algo.LeaseRequest{Name: p, Subject: "s", ID: id, Limit: 10, TTL: 30 * time.Second, Now: at}
 	}
 	var got atomic.Int64
 	var wg sync.WaitGroup
@@ -251,7 +251,7 @@ func RunLeases(t *testing.T, l tollgate.Store) {
 	if ok, _ := l.Acquire(ctx, req("expired", base.Add(30*time.Second))); !ok {
 		t.Fatal("leases did not expire after their TTL")
 	}
-	if _, err := l.Acquire(ctx, algo.LeaseRequest{Policy: p, Subject: "s", ID: "x", Limit: 0, TTL: time.Second}); err == nil {
+	if _, err := l.Acquire(ctx, algo.LeaseRequest{Name: p, Subject: "s", ID: "x", Limit: 0, TTL: time.Second}); err == nil {
 		t.Fatal("a limit of 0 was accepted")
 	}
 }
@@ -260,7 +260,7 @@ func runReleaseFirst(t *testing.T, l tollgate.Leaser) {
 	ctx := context.Background()
 	p := policy(t)
 	req := func(id string, at time.Time) algo.LeaseRequest {
-		return algo.LeaseRequest{Policy: p, Subject: "s", ID: id, Limit: 2, TTL: 30 * time.Second, Now: at}
+		return algo.LeaseRequest{Name: p, Subject: "s", ID: id, Limit: 2, TTL: 30 * time.Second, Now: at}
 	}
 	acquire := func(id string, at time.Time) bool {
 		t.Helper()
@@ -307,7 +307,7 @@ func runReleaseFirst(t *testing.T, l tollgate.Leaser) {
 	if !acquire("again", base.Add(32*time.Second)) {
 		t.Fatal("a released id was remembered past the TTL of its release")
 	}
-	if err := l.Release(ctx, algo.LeaseRequest{Policy: p, Subject: "s", ID: "x", Limit: 2}); !algo.IsInvalid(err) {
+	if err := l.Release(ctx, algo.LeaseRequest{Name: p, Subject: "s", ID: "x", Limit: 2}); !algo.IsInvalid(err) {
 		t.Fatalf("a release without a TTL: %v, want an invalid-request error", err)
 	}
 }

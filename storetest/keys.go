@@ -49,7 +49,7 @@ func testDistinctKeys(t *testing.T, s tollgate.Store) {
 	// may also remember), the first is not, whatever came before.
 	l := algo.Limit{Rate: 1, Period: time.Hour}
 	for _, r := range reqs {
-		req := algo.Request{Policy: r.policy, Tag: r.tag, Subject: r.subject, Limit: l, Cost: 1, Now: base}
+		req := algo.Request{Name: r.policy, Tag: r.tag, Subject: r.subject, Limit: l, Cost: 1, Now: base}
 		d, err := s.Allow(ctx, req)
 		if err != nil || !d.Allowed {
 			t.Fatalf("policy %q, tag %q, subject %q: first request %+v, %v: its state is another request's", r.policy, r.tag, r.subject, d, err)
@@ -64,15 +64,15 @@ func testDistinctKeys(t *testing.T, s tollgate.Store) {
 		l := algo.Limit{Rate: 2, Period: time.Hour}
 		p2 := policy(t)
 		for _, r := range reqs {
-			req := algo.Request{Policy: p2 + r.policy[len(p):], Tag: r.tag, Subject: r.subject, Limit: l, Cost: 1, Now: base}
+			req := algo.Request{Name: p2 + r.policy[len(p):], Tag: r.tag, Subject: r.subject, Limit: l, Cost: 1, Now: base}
 			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 1 {
-				t.Fatalf("policy %q, tag %q, subject %q: charging %+v, %v: its state is another request's", req.Policy, r.tag, r.subject, d, err)
+				t.Fatalf("policy %q, tag %q, subject %q: charging %+v, %v: its state is another request's", req.Name, r.tag, r.subject, d, err)
 			}
 			if d, err := rs.Reserve(ctx, req, algo.Hold{ID: "a", TTL: time.Hour}); err != nil || !d.Allowed {
-				t.Fatalf("policy %q, tag %q, subject %q: first hold %+v, %v: its holds are another request's", req.Policy, r.tag, r.subject, d, err)
+				t.Fatalf("policy %q, tag %q, subject %q: first hold %+v, %v: its holds are another request's", req.Name, r.tag, r.subject, d, err)
 			}
 			if d, err := rs.Reserve(ctx, req, algo.Hold{ID: "b", TTL: time.Hour}); err != nil || d.Allowed {
-				t.Fatalf("policy %q, tag %q, subject %q: second hold %+v, %v", req.Policy, r.tag, r.subject, d, err)
+				t.Fatalf("policy %q, tag %q, subject %q: second hold %+v, %v", req.Name, r.tag, r.subject, d, err)
 			}
 		}
 	}
@@ -88,7 +88,7 @@ func testDistinctKeys(t *testing.T, s tollgate.Store) {
 	if g, ok := s.(tollgate.Guard); ok {
 		rule := algo.LockoutRule{Threshold: 1, Lock: time.Hour, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
 		for _, r := range pairs {
-			req := algo.LockoutRequest{Policy: r.policy, Subject: r.subject, Rule: rule, Op: algo.LockCheck, Now: base}
+			req := algo.LockoutRequest{Name: r.policy, Subject: r.subject, Rule: rule, Op: algo.LockCheck, Now: base}
 			if res, err := g.Lockout(ctx, req); err != nil || res.Locked || res.Level != 0 {
 				t.Fatalf("policy %q, account %q: %+v, %v before any failure: its state is another account's", r.policy, r.subject, res, err)
 			}
@@ -100,7 +100,7 @@ func testDistinctKeys(t *testing.T, s tollgate.Store) {
 	}
 	if ls, ok := s.(tollgate.Leaser); ok {
 		for i, r := range pairs {
-			req := algo.LeaseRequest{Policy: r.policy, Subject: r.subject, ID: fmt.Sprintf("lease-%d", i), Limit: 1, TTL: time.Hour, Now: base}
+			req := algo.LeaseRequest{Name: r.policy, Subject: r.subject, ID: fmt.Sprintf("lease-%d", i), Limit: 1, TTL: time.Hour, Now: base}
 			if got, err := ls.Acquire(ctx, req); err != nil || !got {
 				t.Fatalf("policy %q, subject %q: the first lease: %v, %v: its slots are another subject's", r.policy, r.subject, got, err)
 			}

@@ -36,8 +36,8 @@ func testAllOrNothing(t *testing.T, s tollgate.Store) {
 	for _, a := range algo.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			p1, p2 := policy(t), policy(t)
-			short := algo.Request{Policy: p1, Subject: "x", Limit: limitFor(a, 3, time.Minute), Cost: 1, Now: base}
-			long := algo.Request{Policy: p2, Subject: "x", Limit: limitFor(algo.FixedWindow, 5, time.Hour), Cost: 1, Now: base}
+			short := algo.Request{Name: p1, Subject: "x", Limit: limitFor(a, 3, time.Minute), Cost: 1, Now: base}
+			long := algo.Request{Name: p2, Subject: "x", Limit: limitFor(algo.FixedWindow, 5, time.Hour), Cost: 1, Now: base}
 			for i := 0; i < 3; i++ {
 				if ds := allowAll(t, s, short, long); !tollgate.Admitted(ds) {
 					t.Fatalf("request %d refused: %+v", i, ds)
@@ -70,7 +70,7 @@ func testMultiModel(t *testing.T, s tollgate.Store) {
 		for i := range reqs {
 			a := algo.Algorithm(next(6))
 			l := algo.Limit{Algorithm: a, Rate: 2 + next(8), Period: time.Duration(100+next(900)) * time.Millisecond}
-			reqs[i] = algo.Request{Policy: policy(t), Subject: "m", Tag: "grp", Limit: l}
+			reqs[i] = algo.Request{Name: policy(t), Subject: "m", Tag: "grp", Limit: l}
 		}
 		now := base.Add(time.Duration(next(1000)) * time.Millisecond)
 		for step := 0; step < 40; step++ {
@@ -115,8 +115,8 @@ func testMultiModel(t *testing.T, s tollgate.Store) {
 func testInvalidGroups(t *testing.T, s tollgate.Store) {
 	ctx := context.Background()
 	l := limitFor(algo.GCRA, 5, time.Minute)
-	a := algo.Request{Policy: policy(t), Subject: "a", Limit: l, Cost: 1, Now: base}
-	b := algo.Request{Policy: policy(t), Subject: "b", Limit: l, Cost: 1, Now: base}
+	a := algo.Request{Name: policy(t), Subject: "a", Limit: l, Cost: 1, Now: base}
+	b := algo.Request{Name: policy(t), Subject: "b", Limit: l, Cost: 1, Now: base}
 	if _, err := s.AllowAll(ctx, []algo.Request{a, b}); !errors.Is(err, algo.ErrMixedGroup) {
 		t.Errorf("two groups: %v", err)
 	}
@@ -127,18 +127,18 @@ func testInvalidGroups(t *testing.T, s tollgate.Store) {
 		t.Error("no requests accepted")
 	}
 	big := a
-	big.Policy, big.Cost = policy(t), 6
+	big.Name, big.Cost = policy(t), 6
 	var item *algo.ItemError
 	if _, err := s.AllowAll(ctx, []algo.Request{a, big}); !errors.Is(err, algo.ErrCostExceedsBurst) || !errors.As(err, &item) || item.Index != 1 {
 		t.Errorf("cost above burst in the second request: %v (want an ItemError at index 1)", err)
 	}
 	bad := a
-	bad.Policy, bad.Limit = policy(t), algo.Limit{Rate: -1, Period: time.Minute}
+	bad.Name, bad.Limit = policy(t), algo.Limit{Rate: -1, Period: time.Minute}
 	if _, err := s.AllowAll(ctx, []algo.Request{bad, a}); !errors.Is(err, algo.ErrInvalidLimit) || !errors.As(err, &item) || item.Index != 0 {
 		t.Errorf("invalid limit in the first request: %v (want an ItemError at index 0)", err)
 	}
 	// Nothing was charged by the invalid calls.
-	if d := allow(t, s, a.Policy, "a", l, 0, base); d.Remaining != 5 {
+	if d := allow(t, s, a.Name, "a", l, 0, base); d.Remaining != 5 {
 		t.Errorf("after invalid groups Remaining = %d, want 5", d.Remaining)
 	}
 }
@@ -161,8 +161,8 @@ func RunMultiConcurrency(t *testing.T, stores []tollgate.Store) {
 		t.Run("SeveralLimits/"+clock, func(t *testing.T) {
 			p1, p2 := policy(t), policy(t)
 			reqs := []algo.Request{
-				{Policy: p1, Subject: "s", Limit: limitFor(algo.GCRA, 30, slow), Cost: 1, Now: now},
-				{Policy: p2, Subject: "s", Limit: limitFor(algo.SlidingWindowLog, 50, slow), Cost: 1, Now: now},
+				{Name: p1, Subject: "s", Limit: limitFor(algo.GCRA, 30, slow), Cost: 1, Now: now},
+				{Name: p2, Subject: "s", Limit: limitFor(algo.SlidingWindowLog, 50, slow), Cost: 1, Now: now},
 			}
 			var admitted atomic.Int64
 			hammer(t, goroutines, perG, stores, func(s tollgate.Store, _ int) {
@@ -189,8 +189,8 @@ func RunMultiConcurrency(t *testing.T, stores []tollgate.Store) {
 			hammer(t, goroutines, perG, stores, func(s tollgate.Store, g int) {
 				u := g % 3
 				ds, err := s.AllowAll(context.Background(), []algo.Request{
-					{Policy: pu, Subject: users[u], Tag: "tenant-a", Limit: limitFor(algo.TokenBucket, 10, slow), Cost: 1, Now: now},
-					{Policy: pt, Subject: "tenant-a", Tag: "tenant-a", Limit: limitFor(algo.FixedWindow, 25, slow), Cost: 1, Now: now},
+					{Name: pu, Subject: users[u], Tag: "tenant-a", Limit: limitFor(algo.TokenBucket, 10, slow), Cost: 1, Now: now},
+					{Name: pt, Subject: "tenant-a", Tag: "tenant-a", Limit: limitFor(algo.FixedWindow, 25, slow), Cost: 1, Now: now},
 				})
 				if err != nil {
 					t.Error(err)

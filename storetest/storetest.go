@@ -78,7 +78,7 @@ func testVectors(t *testing.T, newStore NewStore) {
 	vectors.Run(t, func(t *testing.T) vectors.DecideFunc {
 		p := policy(t)
 		return func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error) {
-			return s.Allow(context.Background(), algo.Request{Policy: p, Subject: "vector", Limit: l, Cost: cost, Now: now})
+			return s.Allow(context.Background(), algo.Request{Name: p, Subject: "vector", Limit: l, Cost: cost, Now: now})
 		}
 	})
 }
@@ -90,7 +90,7 @@ func limitFor(a algo.Algorithm, n int64, period time.Duration) algo.Limit {
 
 func allow(t *testing.T, s tollgate.Store, p, subject string, l algo.Limit, cost int64, now time.Time) algo.Decision {
 	t.Helper()
-	d, err := s.Allow(context.Background(), algo.Request{Policy: p, Subject: subject, Limit: l, Cost: cost, Now: now})
+	d, err := s.Allow(context.Background(), algo.Request{Name: p, Subject: subject, Limit: l, Cost: cost, Now: now})
 	if err != nil {
 		t.Fatalf("Allow(%s, cost %d): %v", subject, cost, err)
 	}
@@ -121,7 +121,7 @@ func testInvalidInput(t *testing.T, s tollgate.Store) {
 				t.Fatal(err)
 			}
 			for _, c := range cases {
-				_, err := s.Allow(ctx, algo.Request{Policy: p, Subject: "x", Limit: c.lim, Cost: c.cost, Now: base})
+				_, err := s.Allow(ctx, algo.Request{Name: p, Subject: "x", Limit: c.lim, Cost: c.cost, Now: base})
 				if !errors.Is(err, c.want) {
 					t.Errorf("cost %d, limit %+v: err = %v, want %v", c.cost, c.lim, err, c.want)
 				}
@@ -235,7 +235,7 @@ func testHostileSubjects(t *testing.T, s tollgate.Store) {
 func testCanceledContext(t *testing.T, s tollgate.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := s.Allow(ctx, algo.Request{Policy: policy(t), Subject: "x", Limit: limitFor(algo.GCRA, 1, time.Second), Cost: 1})
+	_, err := s.Allow(ctx, algo.Request{Name: policy(t), Subject: "x", Limit: limitFor(algo.GCRA, 1, time.Second), Cost: 1})
 	if err == nil {
 		t.Error("Allow with a canceled context succeeded")
 	}
@@ -266,7 +266,7 @@ func RunConcurrency(t *testing.T, stores []tollgate.Store) {
 					go func(s tollgate.Store) {
 						defer wg.Done()
 						for i := 0; i < perG; i++ {
-							d, err := s.Allow(context.Background(), algo.Request{Policy: p, Subject: "hot", Limit: l, Cost: 1, Now: now})
+							d, err := s.Allow(context.Background(), algo.Request{Name: p, Subject: "hot", Limit: l, Cost: 1, Now: now})
 							if err != nil {
 								errs <- err
 								return

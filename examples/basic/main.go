@@ -50,7 +50,7 @@ func main() {
 		store = m
 	}
 	limit := tollgate.Limit{Algorithm: a, Rate: *rate, Period: *period}
-	limiter, err := tollgate.NewLimiter(store, limit, tollgate.Options{Policy: "example"})
+	limiter, err := tollgate.NewLimiter(store, limit, tollgate.Options{Name: "example"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func main() {
 			if !d.Allowed {
 				verdict = fmt.Sprintf("refused, retry after %v", d.RetryAfter)
 			}
-			fmt.Printf("%-5s #%d: %-28s remaining %d/%d, full again in %v\n", subject, i, verdict, d.Remaining, d.Limit, d.ResetAfter)
+			fmt.Printf("%-5s #%d: %-28s remaining %d/%d, full again in %v\n", subject, i, verdict, d.Remaining, d.Quota, d.ResetAfter)
 		}
 	}
 }

@@ -161,8 +161,8 @@ func Run(t *testing.T, newDecider func(t *testing.T) DecideFunc) {
 							i, s.At, s.Cost, got.Allowed, got.Remaining, got.Reset, got.Retry, got.Delay,
 							want.Allowed, want.Remaining, want.Reset, want.Retry, want.Delay)
 					}
-					if d.Limit != l.Capacity() {
-						t.Errorf("step %d: Limit = %d, want %d", i, d.Limit, l.Capacity())
+					if d.Quota != l.Capacity() {
+						t.Errorf("step %d: Limit = %d, want %d", i, d.Quota, l.Capacity())
 					}
 				}
 			})

@@ -121,14 +121,14 @@ func workload(t *testing.T, s *Store, now *atomic.Int64, seed uint64, n int) (fu
 		l := algo.Limit{Algorithm: a, Rate: int64(3 + 17*p), Period: time.Duration(1+p) * time.Second}
 		switch rng.IntN(6) {
 		case 0, 1:
-			_, err := s.Allow(ctx, algo.Request{Policy: "p" + strconv.Itoa(p), Subject: sub, Limit: l, Cost: int64(rng.IntN(2)), Now: at})
+			_, err := s.Allow(ctx, algo.Request{Name: "p" + strconv.Itoa(p), Subject: sub, Limit: l, Cost: int64(rng.IntN(2)), Now: at})
 			full += check(err)
 		case 2:
 			tag := "t" + strconv.Itoa(rng.IntN(3))
 			_, err := s.AllowAll(ctx, []algo.Request{
-				{Policy: "g1", Subject: sub, Tag: tag, Limit: algo.Limit{Algorithm: a, Rate: 7, Period: time.Second}, Cost: 1, Now: at},
-				{Policy: "g2", Subject: sub, Tag: tag, Limit: algo.Limit{Rate: 10, Period: time.Second}, Cost: 1, Now: at},
-				{Policy: "g3", Subject: tag, Tag: tag, Limit: algo.Limit{Rate: 50, Period: time.Second}, Cost: int64(rng.IntN(2)), Now: at},
+				{Name: "g1", Subject: sub, Tag: tag, Limit: algo.Limit{Algorithm: a, Rate: 7, Period: time.Second}, Cost: 1, Now: at},
+				{Name: "g2", Subject: sub, Tag: tag, Limit: algo.Limit{Rate: 10, Period: time.Second}, Cost: 1, Now: at},
+				{Name: "g3", Subject: tag, Tag: tag, Limit: algo.Limit{Rate: 50, Period: time.Second}, Cost: int64(rng.IntN(2)), Now: at},
 			})
 			full += check(err)
 		case 3:
@@ -138,12 +138,12 @@ func workload(t *testing.T, s *Store, now *atomic.Int64, seed uint64, n int) (fu
 			if op != algo.LockCheck && (op == algo.LockReserve || rng.IntN(2) == 0) {
 				hold = algo.Hold{ID: "a" + strconv.Itoa(rng.IntN(6)), TTL: time.Duration(1+rng.IntN(1500)) * time.Millisecond}
 			}
-			_, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: sub, Rule: rule, Op: op, Hold: hold, Now: at})
+			_, err := s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: sub, Rule: rule, Op: op, Hold: hold, Now: at})
 			full += check(err)
 			if rng.IntN(2) == 0 {
 				// A rate limit with held attempts, as the login guard's
 				// per-address failure budget.
-				req := algo.Request{Policy: "ipf" + strconv.Itoa(p), Subject: sub, Limit: l, Cost: 1, Now: at}
+				req := algo.Request{Name: "ipf" + strconv.Itoa(p), Subject: sub, Limit: l, Cost: 1, Now: at}
 				h := algo.Hold{ID: "h" + strconv.Itoa(rng.IntN(6)), TTL: time.Duration(1+rng.IntN(1500)) * time.Millisecond}
 				if rng.IntN(2) == 0 {
 					_, err = s.Reserve(ctx, req, h)
@@ -153,7 +153,7 @@ func workload(t *testing.T, s *Store, now *atomic.Int64, seed uint64, n int) (fu
 				full += check(err)
 			}
 		case 4:
-			req := algo.LeaseRequest{Policy: "conc", Subject: sub, ID: "id" + strconv.Itoa(rng.IntN(20)), Limit: int64(1 + rng.IntN(12)), TTL: time.Duration(1+rng.IntN(2000)) * time.Millisecond, Now: at}
+			req := algo.LeaseRequest{Name: "conc", Subject: sub, ID: "id" + strconv.Itoa(rng.IntN(20)), Limit: int64(1 + rng.IntN(12)), TTL: time.Duration(1+rng.IntN(2000)) * time.Millisecond, Now: at}
 			if rng.IntN(2) == 0 {
 				_, err := s.Acquire(ctx, req)
 				full += check(err)
@@ -165,7 +165,7 @@ func workload(t *testing.T, s *Store, now *atomic.Int64, seed uint64, n int) (fu
 			ll := algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 200, Period: time.Second}
 			for range 1 + rng.IntN(30) {
 				now.Add(1)
-				_, err := s.Allow(ctx, algo.Request{Policy: "log", Subject: sub, Limit: ll, Cost: 1, Now: time.UnixMilli(now.Load())})
+				_, err := s.Allow(ctx, algo.Request{Name: "log", Subject: sub, Limit: ll, Cost: 1, Now: time.UnixMilli(now.Load())})
 				full += check(err)
 			}
 		}

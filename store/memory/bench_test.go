@@ -31,7 +31,10 @@ func BenchmarkAllow(b *testing.B) {
 			b.Run(a.String()+"/keys="+strconv.Itoa(keys), func(b *testing.B) {
 				s := memory.New(memory.Options{})
 				defer s.Close()
-				l := benchLimit(a)
+				h, err := algo.NewHandle("bench", benchLimit(a))
+				if err != nil {
+					b.Fatal(err)
+				}
 				ctx := context.Background()
 				var next atomic.Uint64
 				b.ReportAllocs()
@@ -40,7 +43,7 @@ func BenchmarkAllow(b *testing.B) {
 					i := next.Add(7919)
 					for pb.Next() {
 						i++
-						if _, err := s.Allow(ctx, algo.Request{Policy: "bench", Subject: subjects[i%uint64(keys)], Limit: l, Cost: 1}); err != nil {
+						if _, err := s.Allow(ctx, h.Request(subjects[i%uint64(keys)], 1)); err != nil {
 							b.Error(err)
 							return
 						}
@@ -49,4 +52,23 @@ func BenchmarkAllow(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkAllowWithoutHandle is BenchmarkAllow's gcra on one key with
+// requests that carry no handle: the store validates and prepares the
+// limit on every call.
+func BenchmarkAllowWithoutHandle(b *testing.B) {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	l := benchLimit(algo.GCRA)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := s.Allow(ctx, algo.Request{Name: "bench", Subject: "subject", Limit: l, Cost: 1}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

@@ -29,7 +29,7 @@ func TestBytesPerKey(t *testing.T) {
 		l := algo.Limit{Algorithm: a, Rate: 100, Period: time.Minute}
 		return func(s *memory.Store, sub string) {
 			for i := range requests {
-				s.Allow(ctx, algo.Request{Policy: policy, Subject: sub, Limit: l, Cost: 1, Now: start.Add(time.Duration(i) * time.Millisecond)})
+				s.Allow(ctx, algo.Request{Name: policy, Subject: sub, Limit: l, Cost: 1, Now: start.Add(time.Duration(i) * time.Millisecond)})
 			}
 		}
 	}
@@ -47,10 +47,10 @@ func TestBytesPerKey(t *testing.T) {
 		{"gcra, key over 41 bytes", pseudonym, allow("plan/free@753c6ec802", algo.GCRA, 1)},
 		{"gcra, 100-byte subject", func(i int) string { return pseudonym(i) + strings.Repeat("x", 75) }, allow("v1:api", algo.GCRA, 1)},
 		{"login guard account", pseudonym, func(s *memory.Store, sub string) {
-			s.Lockout(ctx, algo.LockoutRequest{Policy: "v1:login", Subject: sub, Rule: rule, Op: algo.LockFail, Now: start})
+			s.Lockout(ctx, algo.LockoutRequest{Name: "v1:login", Subject: sub, Rule: rule, Op: algo.LockFail, Now: start})
 		}},
 		{"one lease", pseudonym, func(s *memory.Store, sub string) {
-			s.Acquire(ctx, algo.LeaseRequest{Policy: "v1:conc", Subject: sub, ID: "0123456789abcdef-" + sub[16:], Limit: 10, TTL: time.Minute, Now: start})
+			s.Acquire(ctx, algo.LeaseRequest{Name: "v1:conc", Subject: sub, ID: "0123456789abcdef-" + sub[16:], Limit: 10, TTL: time.Minute, Now: start})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

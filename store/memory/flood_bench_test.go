@@ -29,31 +29,31 @@ func BenchmarkExistingKeyUnderFlood(b *testing.B) {
 	}
 	group := func(sub string) []algo.Request {
 		return []algo.Request{
-			{Policy: "plan:a", Subject: sub, Limit: l, Cost: 1},
-			{Policy: "plan:b", Subject: sub, Limit: l, Cost: 1},
+			{Name: "plan:a", Subject: sub, Limit: l, Cost: 1},
+			{Name: "plan:b", Subject: sub, Limit: l, Cost: 1},
 		}
 	}
 	ops := []struct {
 		name string
 		f    func(sub string)
 	}{
-		{"allow", func(sub string) { s.Allow(ctx, algo.Request{Policy: "ip", Subject: sub, Limit: l, Cost: 1}) }},
+		{"allow", func(sub string) { s.Allow(ctx, algo.Request{Name: "ip", Subject: sub, Limit: l, Cost: 1}) }},
 		{"allow_all", func(sub string) { s.AllowAll(ctx, group(sub)) }},
 		{"lockout", func(sub string) {
-			s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: sub, Rule: rule, Op: algo.LockCheck})
+			s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: sub, Rule: rule, Op: algo.LockCheck})
 		}},
 	}
 	for _, sub := range subjects {
-		s.Allow(ctx, algo.Request{Policy: "ip", Subject: sub, Limit: l, Cost: 1})
+		s.Allow(ctx, algo.Request{Name: "ip", Subject: sub, Limit: l, Cost: 1})
 		s.AllowAll(ctx, group(sub))
-		s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: sub, Rule: rule, Op: algo.LockFail})
+		s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: sub, Rule: rule, Op: algo.LockFail})
 	}
 	next := 0
 	floodOne := func() {
 		sub := "flood-" + strconv.Itoa(next)
 		next++
-		s.Allow(ctx, algo.Request{Policy: "ip", Subject: sub, Limit: l, Cost: 1})
-		s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: sub, Rule: rule, Op: algo.LockFail})
+		s.Allow(ctx, algo.Request{Name: "ip", Subject: sub, Limit: l, Cost: 1})
+		s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: sub, Rule: rule, Op: algo.LockFail})
 	}
 	for range full / 2 {
 		floodOne()

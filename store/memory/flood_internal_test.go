@@ -20,16 +20,16 @@ func TestNoRequestWaitsForASweep(t *testing.T) {
 	ctx := context.Background()
 	l := algo.Limit{Rate: 10, Period: time.Hour}
 	rule := algo.LockoutRule{Threshold: 5, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
-	if _, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct", Rule: rule, Op: algo.LockFail}); err != nil {
+	if _, err := s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "acct", Rule: rule, Op: algo.LockFail}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 99 {
-		if _, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "s" + strconv.Itoa(i), Limit: l, Cost: 1}); err != nil {
+		if _, err := s.Allow(ctx, algo.Request{Name: "p", Subject: "s" + strconv.Itoa(i), Limit: l, Cost: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	now += 1000 // some time later: nothing has expired
-	k := key{alg: algo.GCRA, policy: "p", subject: "s7"}
+	k := key{alg: algo.GCRA, name: "p", subject: "s7"}
 	h, sh := s.hashes(&k)
 	e := s.find(sh, h, k.appendTo(nil))
 	if e == nil {
@@ -47,10 +47,10 @@ func TestNoRequestWaitsForASweep(t *testing.T) {
 		}
 	}
 	within("a new key", func() {
-		s.Allow(ctx, algo.Request{Policy: "p", Subject: "new", Limit: l, Cost: 1})
+		s.Allow(ctx, algo.Request{Name: "p", Subject: "new", Limit: l, Cost: 1})
 	})
 	within("an existing account", func() {
-		s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct", Rule: rule, Op: algo.LockCheck})
+		s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "acct", Rule: rule, Op: algo.LockCheck})
 	})
 	within("the sweep", s.Sweep)
 }
@@ -77,8 +77,8 @@ func TestEvictionTakesLeastSpent(t *testing.T) {
 		for range n {
 			next++
 			sub := "flood-" + strconv.Itoa(next)
-			s.Allow(ctx, algo.Request{Policy: "ip", Subject: sub, Limit: algo.Limit{Rate: 100, Period: time.Hour}, Cost: cost})
-			s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: sub, Rule: rule, Op: algo.LockFail})
+			s.Allow(ctx, algo.Request{Name: "ip", Subject: sub, Limit: algo.Limit{Rate: 100, Period: time.Hour}, Cost: cost})
+			s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: sub, Rule: rule, Op: algo.LockFail})
 		}
 	}
 	present := func(s *Store, k key) bool {
@@ -94,7 +94,7 @@ func TestEvictionTakesLeastSpent(t *testing.T) {
 	for _, a := range algo.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			s := newStore(t)
-			req := algo.Request{Policy: "victim", Subject: "v", Limit: algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}, Cost: 1}
+			req := algo.Request{Name: "victim", Subject: "v", Limit: algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}, Cost: 1}
 			admitted := 0
 			for range 3 {
 				if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
@@ -121,7 +121,7 @@ func TestEvictionTakesLeastSpent(t *testing.T) {
 	t.Run("lockout", func(t *testing.T) {
 		s := newStore(t)
 		rule := algo.LockoutRule{Threshold: 3, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
-		req := algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockFail}
+		req := algo.LockoutRequest{Name: "login", Subject: "victim", Rule: rule, Op: algo.LockFail}
 		for range 2 {
 			if r, err := s.Lockout(ctx, req); err != nil || r.Locked {
 				t.Fatalf("%+v, %v", r, err)
@@ -134,7 +134,7 @@ func TestEvictionTakesLeastSpent(t *testing.T) {
 	})
 	t.Run("least spent", func(t *testing.T) {
 		s := newStore(t)
-		req := algo.Request{Policy: "victim", Subject: "v", Limit: algo.Limit{Rate: 100, Period: time.Minute}, Cost: 3}
+		req := algo.Request{Name: "victim", Subject: "v", Limit: algo.Limit{Rate: 100, Period: time.Minute}, Cost: 3}
 		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
 			t.Fatalf("%+v, %v", d, err)
 		}
@@ -167,7 +167,7 @@ func TestSweepBatches(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	for i := range 20_000 {
-		s.Allow(ctx, algo.Request{Policy: "p", Subject: strconv.Itoa(i), Limit: algo.Limit{Rate: 1, Period: time.Duration(1+i%2) * time.Second}, Cost: 1})
+		s.Allow(ctx, algo.Request{Name: "p", Subject: strconv.Itoa(i), Limit: algo.Limit{Rate: 1, Period: time.Duration(1+i%2) * time.Second}, Cost: 1})
 	}
 	size := len(s.shards[0].tab.Load().slots)
 	batches := 0

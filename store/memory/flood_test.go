@@ -49,11 +49,11 @@ func flood(s *memory.Store, n int) {
 	rule := algo.LockoutRule{Threshold: 100, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
 	for range n {
 		sub := "attacker-" + strconv.FormatInt(attackers.Add(1), 10)
-		s.Allow(ctx, algo.Request{Policy: "ip", Subject: sub, Limit: l, Cost: 1})
-		s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: sub, Rule: rule, Op: algo.LockFail})
+		s.Allow(ctx, algo.Request{Name: "ip", Subject: sub, Limit: l, Cost: 1})
+		s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: sub, Rule: rule, Op: algo.LockFail})
 		s.AllowAll(ctx, []algo.Request{
-			{Policy: "plan:a", Subject: sub, Tag: "tenant", Limit: l, Cost: 1},
-			{Policy: "plan:b", Subject: sub, Tag: "tenant", Limit: l, Cost: 1},
+			{Name: "plan:a", Subject: sub, Tag: "tenant", Limit: l, Cost: 1},
+			{Name: "plan:b", Subject: sub, Tag: "tenant", Limit: l, Cost: 1},
 		})
 	}
 }
@@ -72,7 +72,7 @@ func TestFloodNewSubjectsLimited(t *testing.T) {
 			l := algo.Limit{Algorithm: a, Rate: 5, Period: time.Minute}
 			admitted := 0
 			for range 9 {
-				d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "new-" + a.String(), Limit: l, Cost: 1})
+				d, err := s.Allow(ctx, algo.Request{Name: "p", Subject: "new-" + a.String(), Limit: l, Cost: 1})
 				if err != nil {
 					t.Fatalf("%v: a new subject in a full store: %v", a, err)
 				}
@@ -89,9 +89,9 @@ func TestFloodNewSubjectsLimited(t *testing.T) {
 		admitted := 0
 		for range 9 {
 			ds, err := s.AllowAll(ctx, []algo.Request{
-				{Policy: "plan:x", Subject: "new-user", Tag: "new-tenant", Limit: algo.Limit{Rate: 4, Period: time.Minute}, Cost: 1},
-				{Policy: "plan:y", Subject: "new-user", Tag: "new-tenant", Limit: algo.Limit{Rate: 6, Period: time.Minute}, Cost: 1},
-				{Policy: "tenant", Subject: "new-tenant", Tag: "new-tenant", Limit: algo.Limit{Rate: 7, Period: time.Minute}, Cost: 1},
+				{Name: "plan:x", Subject: "new-user", Tag: "new-tenant", Limit: algo.Limit{Rate: 4, Period: time.Minute}, Cost: 1},
+				{Name: "plan:y", Subject: "new-user", Tag: "new-tenant", Limit: algo.Limit{Rate: 6, Period: time.Minute}, Cost: 1},
+				{Name: "tenant", Subject: "new-tenant", Tag: "new-tenant", Limit: algo.Limit{Rate: 7, Period: time.Minute}, Cost: 1},
 			})
 			if err != nil {
 				t.Fatalf("a new group in a full store: %v", err)
@@ -107,17 +107,17 @@ func TestFloodNewSubjectsLimited(t *testing.T) {
 		// A new account is locked after its threshold, and stays locked.
 		rule := algo.LockoutRule{Threshold: 3, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
 		for i := range 3 {
-			if _, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockFail}); err != nil {
+			if _, err := s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "victim", Rule: rule, Op: algo.LockFail}); err != nil {
 				t.Fatalf("failure %d of a new account in a full store: %v", i, err)
 			}
 		}
 		flood(s, 2000)
-		if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "victim", Rule: rule, Op: algo.LockCheck}); err != nil || !r.Locked {
+		if r, err := s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "victim", Rule: rule, Op: algo.LockCheck}); err != nil || !r.Locked {
 			t.Errorf("an account that failed 3 times in a full store: %+v, %v; want locked", r, err)
 		}
 		// A new subject's concurrency is limited.
 		for i := range 3 {
-			ok, err := s.Acquire(ctx, algo.LeaseRequest{Policy: "conc", Subject: "new", ID: strconv.Itoa(i), Limit: 2, TTL: time.Minute})
+			ok, err := s.Acquire(ctx, algo.LeaseRequest{Name: "conc", Subject: "new", ID: strconv.Itoa(i), Limit: 2, TTL: time.Minute})
 			if err != nil || ok != (i < 2) {
 				t.Errorf("lease %d of a new subject in a full store: %v, %v", i, ok, err)
 			}
@@ -133,21 +133,21 @@ func TestFloodKeepsHeldState(t *testing.T) {
 		ctx := context.Background()
 		l := algo.Limit{Rate: 3, Period: time.Hour}
 		rule := algo.LockoutRule{Threshold: 3, Lock: time.Hour, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
-		lease := algo.LeaseRequest{Policy: "conc", Subject: "holder", ID: "held", Limit: 1, TTL: time.Hour}
+		lease := algo.LeaseRequest{Name: "conc", Subject: "holder", ID: "held", Limit: 1, TTL: time.Hour}
 		var refused algo.Decision
 		for i := range 4 {
 			if i > 0 {
 				clk.Add(time.Second)
 			}
-			refused, _ = s.Allow(ctx, algo.Request{Policy: "p", Subject: "refused", Limit: l, Cost: 1})
+			refused, _ = s.Allow(ctx, algo.Request{Name: "p", Subject: "refused", Limit: l, Cost: 1})
 		}
 		if refused.Allowed {
 			t.Fatal("the fourth request was admitted")
 		}
 		for range 3 {
-			s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockFail})
+			s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "locked", Rule: rule, Op: algo.LockFail})
 		}
-		locked, _ := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockCheck})
+		locked, _ := s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "locked", Rule: rule, Op: algo.LockCheck})
 		if !locked.Locked {
 			t.Fatal("not locked")
 		}
@@ -160,10 +160,10 @@ func TestFloodKeepsHeldState(t *testing.T) {
 		if st := s.Stats(); st.Evictions == 0 {
 			t.Fatalf("after the flood: %+v; want keys evicted", st)
 		}
-		if d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "refused", Limit: l, Cost: 1}); err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter != refused.RetryAfter {
+		if d, err := s.Allow(ctx, algo.Request{Name: "p", Subject: "refused", Limit: l, Cost: 1}); err != nil || d.Allowed || d.Remaining != 0 || d.RetryAfter != refused.RetryAfter {
 			t.Errorf("the refused subject after the flood: %+v, %v; want refused as before (%+v)", d, err, refused)
 		}
-		if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "locked", Rule: rule, Op: algo.LockCheck}); err != nil || r != locked {
+		if r, err := s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "locked", Rule: rule, Op: algo.LockCheck}); err != nil || r != locked {
 			t.Errorf("the locked account after the flood: %+v, %v; want %+v", r, err, locked)
 		}
 		other := lease
@@ -191,12 +191,12 @@ func TestOverflow(t *testing.T) {
 	ctx := context.Background()
 	pin := algo.Limit{Rate: 1, Period: 10 * time.Second}
 	for i := range 100 {
-		if d, err := s.Allow(ctx, algo.Request{Policy: "pin", Subject: strconv.Itoa(i), Limit: pin, Cost: 1}); err != nil || !d.Allowed {
+		if d, err := s.Allow(ctx, algo.Request{Name: "pin", Subject: strconv.Itoa(i), Limit: pin, Cost: 1}); err != nil || !d.Allowed {
 			t.Fatalf("%+v, %v", d, err)
 		}
 	}
 	l := algo.Limit{Rate: 5, Period: time.Hour}
-	req := algo.Request{Policy: "p", Subject: "new", Limit: l, Cost: 1}
+	req := algo.Request{Name: "p", Subject: "new", Limit: l, Cost: 1}
 	for i := range 3 {
 		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != int64(4-i) {
 			t.Fatalf("request %d in overflow: %+v, %v", i, d, err)
@@ -207,8 +207,8 @@ func TestOverflow(t *testing.T) {
 	}
 	group := func() []algo.Request {
 		return []algo.Request{
-			{Policy: "plan:a", Subject: "user", Tag: "tenant", Limit: algo.Limit{Rate: 3, Period: time.Hour}, Cost: 1},
-			{Policy: "tenant", Subject: "tenant", Tag: "tenant", Limit: algo.Limit{Rate: 4, Period: time.Hour}, Cost: 1},
+			{Name: "plan:a", Subject: "user", Tag: "tenant", Limit: algo.Limit{Rate: 3, Period: time.Hour}, Cost: 1},
+			{Name: "tenant", Subject: "tenant", Tag: "tenant", Limit: algo.Limit{Rate: 4, Period: time.Hour}, Cost: 1},
 		}
 	}
 	admitted := 0
@@ -226,13 +226,13 @@ func TestOverflow(t *testing.T) {
 	}
 	rule := algo.LockoutRule{Threshold: 3, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
 	for range 3 {
-		s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct", Rule: rule, Op: algo.LockFail})
+		s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "acct", Rule: rule, Op: algo.LockFail})
 	}
-	if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct", Rule: rule, Op: algo.LockCheck}); err != nil || !r.Locked {
+	if r, err := s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "acct", Rule: rule, Op: algo.LockCheck}); err != nil || !r.Locked {
 		t.Errorf("an account with 3 failures in overflow: %+v, %v; want locked", r, err)
 	}
 	lease := func(id string) algo.LeaseRequest {
-		return algo.LeaseRequest{Policy: "conc", Subject: "new", ID: id, Limit: 2, TTL: time.Hour}
+		return algo.LeaseRequest{Name: "conc", Subject: "new", ID: id, Limit: 2, TTL: time.Hour}
 	}
 	for i, want := range []bool{true, true, false} {
 		if ok, err := s.Acquire(ctx, lease(strconv.Itoa(i))); err != nil || ok != want {
@@ -247,17 +247,17 @@ func TestOverflow(t *testing.T) {
 	}
 	// Held attempts in overflow: a budget of 2 holds 2; a success in a
 	// slot does not clear the failures accounts sharing it counted.
-	ipf := algo.Request{Policy: "ipf", Subject: "new", Limit: algo.Limit{Rate: 2, Period: time.Hour}, Cost: 1}
+	ipf := algo.Request{Name: "ipf", Subject: "new", Limit: algo.Limit{Rate: 2, Period: time.Hour}, Cost: 1}
 	for i, want := range []bool{true, true, false} {
 		if d, err := s.Reserve(ctx, ipf, algo.Hold{ID: strconv.Itoa(i), TTL: time.Minute}); err != nil || d.Allowed != want {
 			t.Errorf("reservation %d in overflow: %+v, %v", i, d, err)
 		}
 	}
 	for range 2 {
-		s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct2", Rule: rule, Op: algo.LockFail})
+		s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "acct2", Rule: rule, Op: algo.LockFail})
 	}
-	s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct2", Rule: rule, Op: algo.LockSucceed})
-	if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct2", Rule: rule, Op: algo.LockCheck}); err != nil || r.Failures < 2 && !r.Locked {
+	s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "acct2", Rule: rule, Op: algo.LockSucceed})
+	if r, err := s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "acct2", Rule: rule, Op: algo.LockCheck}); err != nil || r.Failures < 2 && !r.Locked {
 		t.Errorf("after a success in overflow: %+v, %v; want the slot's failures kept", r, err)
 	}
 
@@ -272,7 +272,7 @@ func TestOverflow(t *testing.T) {
 	if ds, err := s.AllowAll(ctx, group()); err != nil || ds[0].Allowed {
 		t.Errorf("the group after room was made: %+v, %v; want refused", ds, err)
 	}
-	if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct", Rule: rule, Op: algo.LockFail}); err != nil || !r.Locked {
+	if r, err := s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "acct", Rule: rule, Op: algo.LockFail}); err != nil || !r.Locked {
 		t.Errorf("the account after room was made: %+v, %v; want locked", r, err)
 	}
 	if ok, err := s.Acquire(ctx, lease("4")); err != nil || ok {

@@ -257,12 +257,12 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 		return algo.LockoutResult{}, fmt.Errorf("guarding login in memory: %w", err)
 	}
 	ms := s.msOf(req.Now)
-	k := &key{alg: lockoutKind, policy: req.Policy, subject: req.Subject}
+	k := &key{alg: lockoutKind, name: req.Name, subject: req.Subject}
 	h, sh := s.hashes(k)
 	var buf [96]byte
 	kb := k.appendTo(buf[:0])
 	var res algo.LockoutResult
-	err := s.updateHeld(sh, h, kb, func() []byte { return s.slotKey(lockoutKind, req.Policy, "", req.Subject, 0) }, algo.State{}, ms,
+	err := s.updateHeld(sh, h, kb, func() []byte { return s.slotKey(lockoutKind, req.Name, "", req.Subject, 0) }, algo.State{}, ms,
 		func(st *algo.State, holds algo.Holds) (bool, int64, bool) {
 			before, n := *st, len(holds)
 			_, had := holds[req.Hold.ID]
@@ -336,7 +336,7 @@ func (s *Store) holdOp(ctx context.Context, req *algo.Request, h algo.Hold, rese
 	hash, sh := s.hashes(&k)
 	var buf [96]byte
 	kb := k.appendTo(buf[:0])
-	sk := func() []byte { return s.slotKey(k.alg, k.policy, k.tag, k.subject, s.limitFP(&req.Limit)) }
+	sk := func() []byte { return s.slotKey(k.alg, k.name, k.tag, k.subject, s.limitFP(&req.Limit)) }
 	var r algo.Result
 	var opErr error
 	err := s.updateHeld(sh, hash, kb, sk, algo.State{E: scale(&req.Limit)}, ms, func(st *algo.State, holds algo.Holds) (bool, int64, bool) {

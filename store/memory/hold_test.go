@@ -19,7 +19,7 @@ func fullStore(t *testing.T) (*memory.Store, *clock) {
 	t.Cleanup(func() { s.Close() })
 	pin := algo.Limit{Rate: 1, Period: 10 * time.Second}
 	for i := range 100 {
-		if d, err := s.Allow(context.Background(), algo.Request{Policy: "pin", Subject: strconv.Itoa(i), Limit: pin, Cost: 1}); err != nil || !d.Allowed {
+		if d, err := s.Allow(context.Background(), algo.Request{Name: "pin", Subject: strconv.Itoa(i), Limit: pin, Cost: 1}); err != nil || !d.Allowed {
 			t.Fatalf("%+v, %v", d, err)
 		}
 	}
@@ -33,7 +33,7 @@ func fullStore(t *testing.T) (*memory.Store, *clock) {
 func TestHoldInSlotStillCounts(t *testing.T) {
 	s, clk := fullStore(t)
 	ctx := context.Background()
-	ipf := algo.Request{Policy: "ipf", Subject: "a", Limit: algo.Limit{Rate: 2, Period: time.Hour}, Cost: 1}
+	ipf := algo.Request{Name: "ipf", Subject: "a", Limit: algo.Limit{Rate: 2, Period: time.Hour}, Cost: 1}
 	if d, err := s.Reserve(ctx, ipf, algo.Hold{ID: "h1", TTL: time.Hour}); err != nil || !d.Allowed {
 		t.Fatalf("a reservation in the slot: %+v, %v", d, err)
 	}
@@ -56,7 +56,7 @@ func TestSettledHoldLeavesSlot(t *testing.T) {
 	rule := algo.LockoutRule{Threshold: 2, Lock: time.Minute, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
 	op := func(o algo.LockOp, id string) algo.LockoutResult {
 		t.Helper()
-		res, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "login", Subject: "acct", Rule: rule, Op: o, Hold: algo.Hold{ID: id, TTL: time.Hour}})
+		res, err := s.Lockout(ctx, algo.LockoutRequest{Name: "login", Subject: "acct", Rule: rule, Op: o, Hold: algo.Hold{ID: id, TTL: time.Hour}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestHoldsKeepTheBound(t *testing.T) {
 	s := memory.New(memory.Options{SweepInterval: -1, Shards: 1, MaxBytes: 16 << 10})
 	defer s.Close()
 	ctx := context.Background()
-	req := algo.Request{Policy: "big", Subject: "s", Limit: algo.Limit{Rate: 100_000, Period: time.Hour}, Cost: 1}
+	req := algo.Request{Name: "big", Subject: "s", Limit: algo.Limit{Rate: 100_000, Period: time.Hour}, Cost: 1}
 	refused := 0
 	for i := range 1500 {
 		d, err := s.Reserve(ctx, req, algo.Hold{ID: "h" + strconv.Itoa(i), TTL: time.Hour})

@@ -58,15 +58,15 @@ func TestKeys(t *testing.T) {
 	l := algo.Limit{Rate: 1, Period: time.Hour}
 	long := strings.Repeat("x", 200)
 	reqs := []algo.Request{
-		{Policy: "p", Subject: "s"},
-		{Policy: "p", Subject: "s", Tag: "t"},
-		{Policy: "p", Subject: "t", Tag: "s"},
-		{Policy: "ps", Subject: ""},
-		{Policy: "", Subject: "ps"},
-		{Policy: "p", Subject: long},
-		{Policy: long, Subject: "s"},
-		{Policy: "p", Subject: "s", Tag: long},
-		{Policy: "p", Subject: "s" + long},
+		{Name: "p", Subject: "s"},
+		{Name: "p", Subject: "s", Tag: "t"},
+		{Name: "p", Subject: "t", Tag: "s"},
+		{Name: "ps", Subject: ""},
+		{Name: "", Subject: "ps"},
+		{Name: "p", Subject: long},
+		{Name: long, Subject: "s"},
+		{Name: "p", Subject: "s", Tag: long},
+		{Name: "p", Subject: "s" + long},
 	}
 	for i := range reqs {
 		reqs[i].Limit, reqs[i].Cost = l, 1
@@ -98,7 +98,7 @@ func TestEntriesReused(t *testing.T) {
 	}
 	allowAll := func() {
 		for _, sub := range subjects {
-			if _, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: sub, Limit: l, Cost: 1}); err != nil {
+			if _, err := s.Allow(ctx, algo.Request{Name: "p", Subject: sub, Limit: l, Cost: 1}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -140,7 +140,7 @@ func TestManyPolicies(t *testing.T) {
 	const n = 256
 	reqs := make([]algo.Request, n)
 	for i := range reqs {
-		reqs[i] = algo.Request{Policy: "policy-" + strconv.Itoa(i), Subject: "s", Limit: algo.Limit{Rate: int64(i + 1), Period: time.Hour}, Cost: 1}
+		reqs[i] = algo.Request{Name: "policy-" + strconv.Itoa(i), Subject: "s", Limit: algo.Limit{Rate: int64(i + 1), Period: time.Hour}, Cost: 1}
 	}
 	run := func() {
 		for i := range reqs {
@@ -155,7 +155,7 @@ func TestManyPolicies(t *testing.T) {
 	}
 	for i := range reqs { // three requests each so far
 		d, err := s.Allow(ctx, reqs[i])
-		if err != nil || d.Limit != int64(i+1) || d.Remaining != max(0, int64(i+1)-4) || d.Allowed != (i+1 >= 4) {
+		if err != nil || d.Quota != int64(i+1) || d.Remaining != max(0, int64(i+1)-4) || d.Allowed != (i+1 >= 4) {
 			t.Fatalf("policy %d, fourth request: %+v, %v", i, d, err)
 		}
 	}
@@ -172,7 +172,7 @@ func TestAllowAllFullStore(t *testing.T) {
 	ctx := context.Background()
 	l := algo.Limit{Rate: 10, Period: time.Second}
 	req := func(policy string, cost int64) algo.Request {
-		return algo.Request{Policy: policy, Subject: "s", Tag: "g", Limit: l, Cost: cost}
+		return algo.Request{Name: policy, Subject: "s", Tag: "g", Limit: l, Cost: cost}
 	}
 	if _, err := s.AllowAll(ctx, []algo.Request{req("p1", 1), req("p2", 1)}); err != nil {
 		t.Fatal(err)
@@ -213,12 +213,12 @@ func TestGhosts(t *testing.T) {
 	ctx := context.Background()
 	l := algo.Limit{Rate: 2, Period: time.Second}
 	rule := algo.LockoutRule{Threshold: 2, Lock: time.Second, MaxLock: time.Minute, Window: time.Second, Memory: time.Second}
-	lease := algo.LeaseRequest{Policy: "l", Subject: "s", ID: "a", Limit: 1, TTL: time.Second}
+	lease := algo.LeaseRequest{Name: "l", Subject: "s", ID: "a", Limit: 1, TTL: time.Second}
 	fill := func() {
-		if _, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "s", Limit: l, Cost: 2}); err != nil {
+		if _, err := s.Allow(ctx, algo.Request{Name: "p", Subject: "s", Limit: l, Cost: 2}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "g", Subject: "s", Rule: rule, Op: algo.LockFail}); err != nil {
+		if _, err := s.Lockout(ctx, algo.LockoutRequest{Name: "g", Subject: "s", Rule: rule, Op: algo.LockFail}); err != nil {
 			t.Fatal(err)
 		}
 		if ok, err := s.Acquire(ctx, lease); err != nil || !ok {
@@ -235,10 +235,10 @@ func TestGhosts(t *testing.T) {
 		t.Fatalf("after the sweep: %+v, want no keys, 3 expired", st)
 	}
 	// Queries find nothing and add nothing.
-	if d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "s", Limit: l}); err != nil || d.Remaining != 2 {
+	if d, err := s.Allow(ctx, algo.Request{Name: "p", Subject: "s", Limit: l}); err != nil || d.Remaining != 2 {
 		t.Fatalf("query of a swept key: %+v, %v", d, err)
 	}
-	if r, err := s.Lockout(ctx, algo.LockoutRequest{Policy: "g", Subject: "s", Rule: rule, Op: algo.LockCheck}); err != nil || r.Locked {
+	if r, err := s.Lockout(ctx, algo.LockoutRequest{Name: "g", Subject: "s", Rule: rule, Op: algo.LockCheck}); err != nil || r.Locked {
 		t.Fatalf("check of a swept account: %+v, %v", r, err)
 	}
 	if k := s.Stats().Keys; k != 0 {
@@ -248,7 +248,7 @@ func TestGhosts(t *testing.T) {
 	// from the release of a lease whose acquire is still to come, so it
 	// keeps the id (a key) for the lease's TTL, and that acquire takes
 	// nothing.
-	late := algo.LeaseRequest{Policy: "l2", Subject: "s", ID: "late", Limit: 1, TTL: time.Second}
+	late := algo.LeaseRequest{Name: "l2", Subject: "s", ID: "late", Limit: 1, TTL: time.Second}
 	if err := s.Release(ctx, late); err != nil {
 		t.Fatal(err)
 	}
@@ -268,10 +268,10 @@ func TestGhosts(t *testing.T) {
 	if k := s.Stats().Keys; k != 3 {
 		t.Fatalf("keys = %d, want 3", k)
 	}
-	if d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "s", Limit: l}); err != nil || d.Remaining != 0 {
+	if d, err := s.Allow(ctx, algo.Request{Name: "p", Subject: "s", Limit: l}); err != nil || d.Remaining != 0 {
 		t.Fatalf("query after the key came back: %+v, %v", d, err)
 	}
-	if ok, err := s.Acquire(ctx, algo.LeaseRequest{Policy: "l", Subject: "s", ID: "b", Limit: 1, TTL: time.Second}); err != nil || ok {
+	if ok, err := s.Acquire(ctx, algo.LeaseRequest{Name: "l", Subject: "s", ID: "b", Limit: 1, TTL: time.Second}); err != nil || ok {
 		t.Fatalf("second lease = %v, %v, want refused", ok, err)
 	}
 	// Two sweeps without the keys: the ghosts are deleted.
@@ -313,7 +313,7 @@ func TestSweepRace(t *testing.T) {
 				default:
 				}
 				k := i % keys
-				d, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: strconv.Itoa(k), Limit: l, Cost: 1})
+				d, err := s.Allow(ctx, algo.Request{Name: "p", Subject: strconv.Itoa(k), Limit: l, Cost: 1})
 				if err != nil {
 					t.Error(err)
 					return

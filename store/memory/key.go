@@ -7,19 +7,19 @@ import (
 	"github.com/tollgate/tollgate/algo"
 )
 
-// A key names one state: an algorithm (or pseudo-algorithm), a policy, a
+// A key names one state: an algorithm (or pseudo-algorithm), a name, a
 // tag (empty when it is the subject) and a subject. Its bytes are the
-// algorithm, then the policy and the tag, each length-prefixed so that no
+// algorithm, then the name and the tag, each length-prefixed so that no
 // two different keys share bytes, then the subject. Entries hold the bytes,
 // built on the stack for lookups.
 type key struct {
-	alg                  algo.Algorithm
-	policy, tag, subject string
+	alg                algo.Algorithm
+	name, tag, subject string
 }
 
 // keyOf returns the key of a rate-limit request.
 func keyOf(r *algo.Request) key {
-	k := key{alg: r.Limit.Algorithm, policy: r.Policy, tag: r.Tag, subject: r.Subject}
+	k := key{alg: r.Limit.Algorithm, name: r.Name, tag: r.Tag, subject: r.Subject}
 	if k.tag == k.subject {
 		k.tag = ""
 	}
@@ -28,7 +28,7 @@ func keyOf(r *algo.Request) key {
 
 // appendTo appends the key's bytes to b.
 func (k *key) appendTo(b []byte) []byte {
-	b = algo.AppendKeyPrefix(b, k.alg, k.policy)
+	b = algo.AppendKeyPrefix(b, k.alg, k.name)
 	b = binary.AppendUvarint(b, uint64(len(k.tag)))
 	b = append(b, k.tag...)
 	return append(b, k.subject...)
@@ -43,7 +43,7 @@ func (s *Store) hashes(k *key) (uint64, *shard) {
 	if k.tag == "" {
 		hg := maphash.String(s.seed, k.subject)
 		var buf [64]byte
-		ph := maphash.Bytes(s.seed, algo.AppendKeyPrefix(buf[:0], k.alg, k.policy))
+		ph := maphash.Bytes(s.seed, algo.AppendKeyPrefix(buf[:0], k.alg, k.name))
 		return hg ^ ph, &s.shards[hg>>s.shift]
 	}
 	var buf [96]byte

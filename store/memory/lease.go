@@ -88,10 +88,10 @@ func leaseHolds(id string) (held, released string) {
 // time; op reports whether it changed them.
 func (s *Store) leaseOp(req algo.LeaseRequest, op func(ms int64, leases algo.Holds) bool) error {
 	ms := s.msOf(req.Now)
-	k := &key{alg: leaseKind, policy: req.Policy, subject: req.Subject}
+	k := &key{alg: leaseKind, name: req.Name, subject: req.Subject}
 	h, sh := s.hashes(k)
 	var buf [96]byte
 	kb := k.appendTo(buf[:0])
-	return s.updateHeld(sh, h, kb, func() []byte { return s.slotKey(leaseKind, req.Policy, "", req.Subject, 0) }, algo.State{}, ms,
+	return s.updateHeld(sh, h, kb, func() []byte { return s.slotKey(leaseKind, req.Name, "", req.Subject, 0) }, algo.State{}, ms,
 		func(_ *algo.State, leases algo.Holds) (bool, int64, bool) { return op(ms, leases), 0, false }, nil)
 }

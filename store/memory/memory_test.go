@@ -43,7 +43,7 @@ func TestSweepBoundsMemory(t *testing.T) {
 	ctx := context.Background()
 	l := tollgate.PerSecond(10)
 	for i := 0; i < 1000; i++ {
-		if _, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: string(rune('a'+i%26)) + string(rune(i)), Limit: l, Cost: 1}); err != nil {
+		if _, err := s.Allow(ctx, algo.Request{Name: "p", Subject: string(rune('a'+i%26)) + string(rune(i)), Limit: l, Cost: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,7 +66,7 @@ func TestZeroCostOnFreshKeyStoresNothing(t *testing.T) {
 	s := memory.New(memory.Options{SweepInterval: -1})
 	defer s.Close()
 	for _, a := range algo.Algorithms() {
-		d, err := s.Allow(context.Background(), algo.Request{Policy: "p", Subject: "s", Limit: algo.Limit{Algorithm: a, Rate: 3, Period: time.Second}})
+		d, err := s.Allow(context.Background(), algo.Request{Name: "p", Subject: "s", Limit: algo.Limit{Algorithm: a, Rate: 3, Period: time.Second}})
 		if err != nil || !d.Allowed || d.Remaining != 3 {
 			t.Fatalf("%v: %+v, %v", a, d, err)
 		}
@@ -87,7 +87,7 @@ func TestKeyCap(t *testing.T) {
 	ctx := context.Background()
 	l := tollgate.PerMinute(5)
 	req := func(sub string) (algo.Decision, error) {
-		return s.Allow(ctx, algo.Request{Policy: "p", Subject: sub, Limit: l, Cost: 5})
+		return s.Allow(ctx, algo.Request{Name: "p", Subject: sub, Limit: l, Cost: 5})
 	}
 	for i := 0; i < 10; i++ {
 		if _, err := req(string(rune('a' + i))); err != nil {
@@ -129,7 +129,7 @@ tollgate_memory_overflow_total 1
 func TestCollector(t *testing.T) {
 	s := memory.New(memory.Options{SweepInterval: -1})
 	defer s.Close()
-	if _, err := s.Allow(context.Background(), algo.Request{Policy: "p", Subject: "s", Limit: tollgate.PerMinute(5), Cost: 1}); err != nil {
+	if _, err := s.Allow(context.Background(), algo.Request{Name: "p", Subject: "s", Limit: tollgate.PerMinute(5), Cost: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(s); n != 6 {

@@ -13,7 +13,7 @@ import (
 // decides, so that deciding in it takes no other lock; its key cannot be a
 // request's, whose first byte is an algorithm.
 //
-// A key's slot is named by the key's kind, policy and tag, its limit (for
+// A key's slot is named by the key's kind, name and tag, its limit (for
 // a rate limit: a state means something only under its limit) and a
 // number from its subject's hash. A new key whose slot holds state starts
 // from that state, so a subject decided in its slot regains nothing when
@@ -25,7 +25,7 @@ const (
 	// maxSlotsPerShard.
 	minShardSlots = 16
 	maxShardSlots = 4096
-	// A shard has up to maxSlotWays slots for one kind, policy, tag and
+	// A shard has up to maxSlotWays slots for one kind, name, tag and
 	// limit: see Store.slotWays.
 	maxSlotWays = 16
 )
@@ -40,7 +40,7 @@ func maxSlotsPerShard(maxBytes int64, n int) int32 {
 	return int32(min(max(maxBytes/8/int64(n)/entryBytes, minShardSlots), maxShardSlots))
 }
 
-// slotWaysFor returns how many slots a shard has for one kind, policy, tag
+// slotWaysFor returns how many slots a shard has for one kind, name, tag
 // and limit when it may hold maxSlots: 16 but in small stores, so that a
 // shard has slots for 16 of them at least.
 func slotWaysFor(maxSlots int32) uint64 {
@@ -61,12 +61,12 @@ func (s *Store) limitFP(l *algo.Limit) int64 {
 }
 
 // slotKey returns the key of the overflow slot of the key of kind alg,
-// policy, tag and subject, whose limit's fingerprint is fp (0 for a login
+// name, tag and subject, whose limit's fingerprint is fp (0 for a login
 // guard's or a lease's key: their states mean the same under any rule).
-func (s *Store) slotKey(alg algo.Algorithm, policy, tag, subject string, fp int64) []byte {
-	b := make([]byte, 0, 24+len(policy)+len(tag))
+func (s *Store) slotKey(alg algo.Algorithm, name, tag, subject string, fp int64) []byte {
+	b := make([]byte, 0, 24+len(name)+len(tag))
 	b = append(b, slotMark)
-	b = algo.AppendKeyPrefix(b, alg, policy)
+	b = algo.AppendKeyPrefix(b, alg, name)
 	b = binary.AppendUvarint(b, uint64(len(tag)))
 	b = append(b, tag...)
 	b = binary.LittleEndian.AppendUint64(b, uint64(fp))

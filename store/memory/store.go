@@ -35,7 +35,7 @@
 //
 // If the sample offers nothing to evict, the new subject is decided in one
 // of a fixed number of shared overflow slots (tollgate_memory_overflow_total
-// counts the requests charged to them): state per shard, kind, policy, tag
+// counts the requests charged to them): state per shard, kind, name, tag
 // and limit, chosen by the subject's hash, created outside the bound but
 // bounded itself. Subjects sharing a slot share its budget, so each is
 // limited at least as strictly as it would be alone; a key created while
@@ -110,7 +110,7 @@ type Store struct {
 	wall    bool  // now is time.Now: read it with wallMS
 	maxKeys int64 // 0: no bound
 	// maxBytes bounds bytes (<0: no bound); maxSlots bounds each shard's
-	// overflow slots, slotWays of them for one kind, policy, tag and limit.
+	// overflow slots, slotWays of them for one kind, name, tag and limit.
 	maxBytes int64
 	maxSlots int32
 	slotWays uint64
@@ -234,7 +234,7 @@ func (s *Store) allow(ctx context.Context, req *algo.Request, d *algo.Decision) 
 }
 
 // decide decides req, whose key is k, under pl into d; prefix, if not
-// nil, is the prefix of k's algorithm and policy (its handle's).
+// nil, is the prefix of k's algorithm and name (its handle's).
 func (s *Store) decide(req *algo.Request, k *key, prefix []byte, pl *algo.Prepared, d *algo.Decision) error {
 	var h uint64
 	var sh *shard
@@ -333,7 +333,7 @@ func (s *Store) allowNew(sh *shard, h uint64, kb []byte, e *entry, req *algo.Req
 	var sk []byte
 	var slot *entry
 	if sh.slots.Load() > 0 {
-		sk = s.slotKey(k.alg, k.policy, k.tag, k.subject, fp)
+		sk = s.slotKey(k.alg, k.name, k.tag, k.subject, fp)
 		if slot = s.findSlot(sh, sk, e); slot != nil {
 			defer slot.mu.Unlock()
 			from = inherit(&st, slot, ms)
@@ -356,7 +356,7 @@ func (s *Store) allowNew(sh *shard, h uint64, kb []byte, e *entry, req *algo.Req
 			e.st, e.logShift = st, shift
 		default:
 			if sk == nil {
-				sk = s.slotKey(k.alg, k.policy, k.tag, k.subject, fp)
+				sk = s.slotKey(k.alg, k.name, k.tag, k.subject, fp)
 			}
 			if slot == nil {
 				if slot = s.newSlot(sh, sk); slot == nil {
@@ -441,7 +441,7 @@ func markHeld(e *entry, r *algo.Result) {
 // after the struct was written field by field.
 func decision(d *algo.Decision, r *algo.Result) {
 	d.Allowed = r.Allowed
-	d.Limit = r.Limit
+	d.Quota = r.Quota
 	d.Remaining = r.Remaining
 	d.ResetAfter = algo.Millis(r.ResetAfter)
 	d.RetryAfter = algo.Millis(r.RetryAfter)
@@ -520,7 +520,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			// earlier request of the group shares the slot, from the
 			// state that request leaves, so that charging both to the
 			// slot loses neither.
-			sks[i] = s.slotKey(ks[i].alg, ks[i].policy, ks[i].tag, ks[i].subject, s.limitFP(&r.Limit))
+			sks[i] = s.slotKey(ks[i].alg, ks[i].name, ks[i].tag, ks[i].subject, s.limitFP(&r.Limit))
 			if j := indexBytes(sks[:i], sks[i]); j >= 0 {
 				slots[i], bases[i], from[i], states[i] = slots[j], bases[j], from[j], states[j]
 			} else {

@@ -63,7 +63,7 @@ func BenchmarkVersusXRate(b *testing.B) {
 			f    func(string)
 		}{
 			{"tollgate", func(k string) {
-				s.Allow(ctx, algo.Request{Policy: "bench", Subject: k, Limit: l, Cost: 1})
+				s.Allow(ctx, algo.Request{Name: "bench", Subject: k, Limit: l, Cost: 1})
 			}},
 			{"xrate", func(k string) { x.allow(k) }},
 		} {

@@ -66,7 +66,7 @@ type outcome struct {
 // decision returns the decision o reports for a request under l.
 func (o outcome) decision(l algo.Limit) algo.Decision {
 	v := o.vals
-	return algo.Result{Allowed: v[0] == 1, Limit: l.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3], Delay: v[4]}.Decision()
+	return algo.Result{Allowed: v[0] == 1, Quota: l.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3], Delay: v[4]}.Decision()
 }
 
 // outcomes splits a script's reply into k requests' outcomes. A request

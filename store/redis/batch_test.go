@@ -65,7 +65,7 @@ func TestCoalescing(t *testing.T) {
 			var admitted [6]atomic.Int64
 			var decisions atomic.Int64
 			for _, a := range algs { // load the scripts: NOSCRIPT retries would count
-				if _, err := s.Allow(context.Background(), algo.Request{Policy: p, Subject: "warm", Limit: algo.Limit{Algorithm: a, Rate: 1, Period: time.Second}}); err != nil {
+				if _, err := s.Allow(context.Background(), algo.Request{Name: p, Subject: "warm", Limit: algo.Limit{Algorithm: a, Rate: 1, Period: time.Second}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -78,7 +78,7 @@ func TestCoalescing(t *testing.T) {
 					a := algs[g%len(algs)]
 					hot := algo.Limit{Algorithm: a, Rate: budget, Period: 30 * 24 * time.Hour}
 					for i := range perCaller {
-						req := algo.Request{Policy: p, Subject: "hot", Limit: hot, Cost: 1}
+						req := algo.Request{Name: p, Subject: "hot", Limit: hot, Cost: 1}
 						if i%2 == 1 { // a key of its own, alongside
 							req.Subject = fmt.Sprintf("cold-%d-%d", g, i)
 						}
@@ -160,11 +160,11 @@ func TestBatchScriptMatchesSingle(t *testing.T) {
 			keys := make([]string, k)
 			reqs := make([]algo.Request, k)
 			for i := range k {
-				req := algo.Request{Policy: pa, Subject: []string{"x", "y"}[next(2)], Limit: l, Cost: next(l.Capacity() + 1), Now: now}
+				req := algo.Request{Name: pa, Subject: []string{"x", "y"}[next(2)], Limit: l, Cost: next(l.Capacity() + 1), Now: now}
 				if want[i], err = s.Allow(ctx, req); err != nil {
 					t.Fatal(err)
 				}
-				req.Policy = pb
+				req.Name = pb
 				keys[i], reqs[i] = rstore.KeyFor(req), req
 			}
 			args := []string{strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt((10 * time.Minute).Milliseconds(), 10), rstore.Pack(reqs...)}
@@ -177,7 +177,7 @@ func TestBatchScriptMatchesSingle(t *testing.T) {
 			}
 			for i := range k {
 				v := vals[5*i:]
-				got := algo.Result{Allowed: v[0] == 1, Limit: l.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3], Delay: v[4]}.Decision()
+				got := algo.Result{Allowed: v[0] == 1, Quota: l.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3], Delay: v[4]}.Decision()
 				if got != want[i] {
 					t.Fatalf("%v step %d request %d of %d (%s, cost %d):\nsingle %+v\n batch %+v",
 						l, step, i+1, k, keys[i], reqs[i].Cost, want[i], got)
@@ -261,7 +261,7 @@ func TestCoalescedCancel(t *testing.T) {
 	ctx := context.Background()
 	p := unique("cancel")
 	l := algo.Limit{Rate: 100, Period: time.Minute}
-	if _, err := s.Allow(ctx, algo.Request{Policy: p, Subject: "warm", Limit: l, Cost: 1}); err != nil {
+	if _, err := s.Allow(ctx, algo.Request{Name: p, Subject: "warm", Limit: l, Cost: 1}); err != nil {
 		t.Fatal(err) // loads the script
 	}
 	fp.SetLatency(100 * time.Millisecond)
@@ -269,7 +269,7 @@ func TestCoalescedCancel(t *testing.T) {
 	errs := make(chan error, 20)
 	call := func(ctx context.Context, subject string) {
 		defer wg.Done()
-		if d, err := s.Allow(ctx, algo.Request{Policy: p, Subject: subject, Limit: l, Cost: 1}); err != nil {
+		if d, err := s.Allow(ctx, algo.Request{Name: p, Subject: subject, Limit: l, Cost: 1}); err != nil {
 			errs <- err
 		} else if !d.Allowed || d.Remaining != 99 {
 			errs <- fmt.Errorf("%s: %+v", subject, d)
@@ -295,7 +295,7 @@ func TestCoalescedCancel(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = s.Allow(short, algo.Request{Policy: p, Subject: "impatient", Limit: l, Cost: 1})
+	_, err = s.Allow(short, algo.Request{Name: p, Subject: "impatient", Limit: l, Cost: 1})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("queued caller with a 20ms deadline: %v, want %v", err, context.DeadlineExceeded)
 	}
@@ -333,7 +333,7 @@ func TestCloseStopsCoalescing(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 50 {
-				if _, err := s.Allow(context.Background(), algo.Request{Policy: p, Subject: strconv.Itoa(g % 8), Limit: l, Cost: 1}); err != nil {
+				if _, err := s.Allow(context.Background(), algo.Request{Name: p, Subject: strconv.Itoa(g % 8), Limit: l, Cost: 1}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -348,7 +348,7 @@ func TestCloseStopsCoalescing(t *testing.T) {
 	if s.Busy() != 0 {
 		t.Fatalf("%d calls running after Close", s.Busy())
 	}
-	d, err := s.Allow(context.Background(), algo.Request{Policy: p, Subject: "after", Limit: l, Cost: 1})
+	d, err := s.Allow(context.Background(), algo.Request{Name: p, Subject: "after", Limit: l, Cost: 1})
 	if err != nil || !d.Allowed {
 		t.Fatalf("Allow after Close: %+v, %v", d, err)
 	}

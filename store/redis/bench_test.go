@@ -42,6 +42,10 @@ func BenchmarkAllow(b *testing.B) {
 					if a == algo.SlidingWindowLog {
 						l.Rate = 1000
 					}
+					h, err := algo.NewHandle("bench", l)
+					if err != nil {
+						b.Fatal(err)
+					}
 					ctx := context.Background()
 					var next atomic.Uint64
 					b.ReportAllocs()
@@ -52,7 +56,7 @@ func BenchmarkAllow(b *testing.B) {
 						i := next.Add(7919)
 						for pb.Next() {
 							i++
-							if _, err := s.Allow(ctx, algo.Request{Policy: "bench", Subject: subjects[i%uint64(keys)], Limit: l, Cost: 1}); err != nil {
+							if _, err := s.Allow(ctx, h.Request(subjects[i%uint64(keys)], 1)); err != nil {
 								b.Error(err)
 								return
 							}

@@ -36,7 +36,7 @@ func TestCalendarTTLOnRedisClock(t *testing.T) {
 			}
 			p := unique("cal-ttl")
 			before := time.Now().UnixMilli()
-			d, err := s.Allow(ctx, algo.Request{Policy: p, Subject: "s", Limit: l, Cost: 1})
+			d, err := s.Allow(ctx, algo.Request{Name: p, Subject: "s", Limit: l, Cost: 1})
 			after := time.Now().UnixMilli()
 			if err != nil || !d.Allowed {
 				t.Fatalf("%s %s: %+v, %v", name, cal, d, err)

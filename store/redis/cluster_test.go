@@ -77,7 +77,7 @@ func TestCluster(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range 40 {
-					d, err := s.Allow(ctx, algo.Request{Policy: p, Subject: "tenant-" + strconv.Itoa(g%8), Limit: l, Cost: 1})
+					d, err := s.Allow(ctx, algo.Request{Name: p, Subject: "tenant-" + strconv.Itoa(g%8), Limit: l, Cost: 1})
 					if err != nil {
 						t.Error(err)
 						return
@@ -105,8 +105,8 @@ func TestCluster(t *testing.T) {
 	})
 
 	// A hierarchy's keys land on one node: the tenant's.
-	user := rstore.KeyFor(algo.Request{Policy: "p", Subject: "u1", Tag: "tenant-x", Limit: algo.Limit{Algorithm: algo.GCRA}})
-	tenant := rstore.KeyFor(algo.Request{Policy: "t", Subject: "tenant-x", Tag: "tenant-x", Limit: algo.Limit{Algorithm: algo.FixedWindow}})
+	user := rstore.KeyFor(algo.Request{Name: "p", Subject: "u1", Tag: "tenant-x", Limit: algo.Limit{Algorithm: algo.GCRA}})
+	tenant := rstore.KeyFor(algo.Request{Name: "t", Subject: "tenant-x", Tag: "tenant-x", Limit: algo.Limit{Algorithm: algo.FixedWindow}})
 	a, err1 := cl.MasterFor(user)
 	b, err2 := cl.MasterFor(tenant)
 	if err1 != nil || err2 != nil || a != b {
@@ -126,7 +126,7 @@ func testBatchDuringMigration(t *testing.T, cl *redistest.Cluster) {
 		t.Fatal(err)
 	}
 	l := algo.Limit{Rate: 10, Period: time.Hour}
-	reqA := algo.Request{Policy: "migrate", Subject: "m-0", Limit: l, Cost: 3}
+	reqA := algo.Request{Name: "migrate", Subject: "m-0", Limit: l, Cost: 3}
 	slot := rstore.KeySlot(rstore.KeyFor(reqA))
 	reqB := reqA
 	for i := 1; reqB.Subject == reqA.Subject || rstore.KeySlot(rstore.KeyFor(reqB)) != slot; i++ {

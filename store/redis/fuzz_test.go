@@ -90,7 +90,7 @@ func FuzzDifferential(f *testing.F) {
 				now = now.Add(time.Duration(step) * time.Millisecond)
 			}
 			cost := int64(data[i+1]) % (l.Capacity() + 2)
-			req := algo.Request{Policy: policy, Subject: "f", Limit: l, Cost: cost, Now: now}
+			req := algo.Request{Name: policy, Subject: "f", Limit: l, Cost: cost, Now: now}
 			dm, em := mem.Allow(ctx, req)
 			dr, er := fuzzStore.Allow(ctx, req)
 			if (em == nil) != (er == nil) {

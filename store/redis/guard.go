@@ -25,7 +25,7 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 	}
 	r := req.Rule
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-	key, held := lockKeys(req.Policy, req.Subject)
+	key, held := lockKeys(req.Name, req.Subject)
 	vals, err := s.lockout.Exec(ctx, c, []string{key, held}, []string{now, slack, strconv.Itoa(int(req.Op)),
 		strconv.FormatInt(r.Threshold, 10), ms(r.Lock), ms(r.MaxLock), ms(r.Window), ms(r.Memory),
 		req.Hold.ID, ms(req.Hold.TTL)}).AsIntSlice()
@@ -136,7 +136,7 @@ func (s *Store) leaseOp(ctx context.Context, req algo.LeaseRequest, op int) (int
 	if err != nil {
 		return 0, err
 	}
-	key := leaseKey(req.Policy, req.Subject)
+	key := leaseKey(req.Name, req.Subject)
 	vals, err := s.lease.Exec(ctx, c, []string{key, key + ":released"}, []string{now, slack, strconv.Itoa(op),
 		strconv.FormatInt(req.Limit, 10), strconv.FormatInt(req.TTL.Milliseconds(), 10), req.ID}).AsIntSlice()
 	if err != nil {

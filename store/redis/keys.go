@@ -10,20 +10,20 @@ import (
 
 // Key layout. Every key the store writes is
 //
-//	rl:v3:{<group>}:<policy>[:<subject>]:<kind>[:held]
+//	rl:v3:{<group>}:<name>[:<subject>]:<kind>[:held]
 //
 // <group> is the hash tag: a rate request's Group (its Tag, or its
 // Subject), or the subject of a login guard or a lease; on Redis Cluster it
 // alone picks the slot, so the keys of one group, and a key and its held
 // set, share a slot. It is the group as it is when it can stand in a hash
-// tag, and otherwise "h:" and a hash of it (see safeTag). <policy> is the
-// request's Policy and <subject> (present only for a request whose Tag
+// tag, and otherwise "h:" and a hash of it (see safeTag). <name> is the
+// request's Name and <subject> (present only for a request whose Tag
 // groups it with other subjects) its Subject, made safe as the group is;
 // both are escaped, '%' as %25 and ':' as %3A, so neither holds a colon.
 // <kind> is the algorithm's (gcra, tb, lb, fw, sl, sc), or lock for a login
 // guard's state and lease for leases; ":held" follows for the set of held
 // attempts beside a rate limit's or a login guard's state. So the fields
-// between the colons after the tag are the policy, perhaps the subject,
+// between the colons after the tag are the name, perhaps the subject,
 // then one of the kinds, perhaps followed by held: no kind is "held", so
 // the fields read one way only, and no two requests' states share a key.
 // Names without '%' or ':' appear as they are: rl:v3:{user-42}:api:gcra.
@@ -36,7 +36,7 @@ const (
 	heldSuffix  = ":held"
 )
 
-// buildKey returns rl:v3:{<group>}:<policy>[:<subject>]<suffix>, where
+// buildKey returns rl:v3:{<group>}:<name>[:<subject>]<suffix>, where
 // subject is a safeTag (never empty), or empty for none (no Tag, or a Tag
 // equal to the Subject).
 func buildKey(group, policy, subject, suffix string) string {
@@ -79,14 +79,14 @@ func escapePart(s string) string {
 	return b.String()
 }
 
-// Key returns the Redis key holding the state of subject under policy,
+// Key returns the Redis key holding the state of subject under name,
 // for a request without a Tag.
 func Key(policy, subject string, a algo.Algorithm) string {
-	return KeyFor(algo.Request{Policy: policy, Subject: subject, Limit: algo.Limit{Algorithm: a}})
+	return KeyFor(algo.Request{Name: policy, Subject: subject, Limit: algo.Limit{Algorithm: a}})
 }
 
 // KeyFor returns the Redis key of a request's state:
-// rl:v3:{<subject>}:<policy>:<alg>, or rl:v3:{<tag>}:<policy>:<subject>:<alg>
+// rl:v3:{<subject>}:<name>:<alg>, or rl:v3:{<tag>}:<name>:<subject>:<alg>
 // for a request whose Tag groups it with others (see the key layout
 // above).
 func KeyFor(r algo.Request) string {
@@ -94,7 +94,7 @@ func KeyFor(r algo.Request) string {
 	if r.Tag != "" && r.Tag != r.Subject {
 		sub = safeTag(r.Subject)
 	}
-	return buildKey(r.Group(), r.Policy, sub, keySuffix[r.Limit.Algorithm])
+	return buildKey(r.Group(), r.Name, sub, keySuffix[r.Limit.Algorithm])
 }
 
 // heldKey returns the key of the set of attempts held on a request's

@@ -20,8 +20,8 @@ func TestTaggedSubjectKeepsItsOwnState(t *testing.T) {
 	ctx := context.Background()
 	l := algo.Limit{Rate: 3, Period: time.Hour}
 	now := time.UnixMilli(1_800_000_000_000)
-	user := algo.Request{Policy: "P", Subject: "q", Tag: "u", Limit: l, Cost: 3, Now: now}
-	other := algo.Request{Policy: "P:q", Subject: "u", Limit: l, Cost: 1, Now: now}
+	user := algo.Request{Name: "P", Subject: "q", Tag: "u", Limit: l, Cost: 3, Now: now}
+	other := algo.Request{Name: "P:q", Subject: "u", Limit: l, Cost: 1, Now: now}
 	if d, err := s.Allow(ctx, user); err != nil || !d.Allowed {
 		t.Fatalf("the user's first request: %+v, %v", d, err)
 	}
@@ -116,7 +116,7 @@ func FuzzKeyLayout(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, policy, tag, subject string, alg uint8) {
 		a := algo.Algorithm(alg % uint8(len(algSuffix)))
-		req := algo.Request{Policy: policy, Tag: tag, Subject: subject, Limit: algo.Limit{Algorithm: a}}
+		req := algo.Request{Name: policy, Tag: tag, Subject: subject, Limit: algo.Limit{Algorithm: a}}
 		for _, name := range []string{policy, tag, subject} {
 			if st := rstore.SafeTag(name); st != name && (!strings.HasPrefix(st, "h:") || len(st) != 34) {
 				t.Fatalf("SafeTag(%q) = %q: neither the name nor a hash", name, st)
@@ -168,7 +168,7 @@ func TestKeysDistinct(t *testing.T) {
 					tag = "" // the same state
 				}
 				for a := range algo.Algorithms() {
-					req := algo.Request{Policy: p, Tag: tag, Subject: sub, Limit: algo.Limit{Algorithm: algo.Algorithm(a)}}
+					req := algo.Request{Name: p, Tag: tag, Subject: sub, Limit: algo.Limit{Algorithm: algo.Algorithm(a)}}
 					what := fmt.Sprintf("%v state of (%q, %q, %q)", req.Limit.Algorithm, p, tag, sub)
 					add(rstore.KeyFor(req), what)
 					add(rstore.HeldKey(req), "holds of "+what)

@@ -59,7 +59,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 					go func(w int) {
 						defer wg.Done()
 						for i := w; i < keys; i += 64 {
-							if _, err := s.Allow(ctx, algo.Request{Policy: "mem", Subject: fmt.Sprintf("user-%06d", i), Limit: l, Cost: cost}); err != nil {
+							if _, err := s.Allow(ctx, algo.Request{Name: "mem", Subject: fmt.Sprintf("user-%06d", i), Limit: l, Cost: cost}); err != nil {
 								b.Error(err)
 								return
 							}

@@ -21,12 +21,12 @@
 // CPU per decision without delaying any request: a request that finds
 // Redis idle is sent at once, alone.
 //
-// Keys look like rl:v3:{<subject>}:<policy>:<algorithm> (v1 held state
+// Keys look like rl:v3:{<subject>}:<name>:<algorithm> (v1 held state
 // as decimal text); the hash tag keeps
 // all of one subject's keys in one Redis Cluster slot. A subject that is
 // empty, longer than 64 bytes, or holds braces, spaces or control bytes is
 // replaced by a hash of itself (as is one starting with "h:"), and '%' and
-// ':' in a policy or a grouped subject are escaped, so no input can break
+// ':' in a name or a grouped subject are escaped, so no input can break
 // the key layout or alias another request's key (see [KeyFor]).
 package redis
 

@@ -83,7 +83,7 @@ func TestKeyLayout(t *testing.T) {
 		t.Error("hashed subjects collide")
 	}
 	// Every kind of key, and escaped names.
-	req := algo.Request{Policy: "plan/free@1a2b", Subject: "k_user", Tag: "acme", Limit: algo.Limit{Algorithm: algo.FixedWindow}}
+	req := algo.Request{Name: "plan/free@1a2b", Subject: "k_user", Tag: "acme", Limit: algo.Limit{Algorithm: algo.FixedWindow}}
 	lock, held := rstore.LockKeys("login/api", "acct")
 	for _, c := range [][2]string{
 		{rstore.KeyFor(req), "rl:v3:{acme}:plan/free@1a2b:k_user:fw"},
@@ -91,10 +91,10 @@ func TestKeyLayout(t *testing.T) {
 		{lock, "rl:v3:{acct}:login/api:lock"},
 		{held, "rl:v3:{acct}:login/api:lock:held"},
 		{rstore.LeaseKey("conc/api", "k_user"), "rl:v3:{k_user}:conc/api:lease"},
-		{rstore.KeyFor(algo.Request{Policy: "P", Subject: "q", Tag: "u"}), "rl:v3:{u}:P:q:gcra"},
+		{rstore.KeyFor(algo.Request{Name: "P", Subject: "q", Tag: "u"}), "rl:v3:{u}:P:q:gcra"},
 		{rstore.Key("P:q", "u", algo.GCRA), "rl:v3:{u}:P%3Aq:gcra"},
 		{rstore.Key("100%", "u", algo.GCRA), "rl:v3:{u}:100%25:gcra"},
-		{rstore.KeyFor(algo.Request{Policy: "P", Subject: "a:b", Tag: "u"}), "rl:v3:{u}:P:a%3Ab:gcra"},
+		{rstore.KeyFor(algo.Request{Name: "P", Subject: "a:b", Tag: "u"}), "rl:v3:{u}:P:a%3Ab:gcra"},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("key %q, want %q", c[0], c[1])
@@ -115,7 +115,7 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 		}
 		for _, a := range algo.Algorithms() {
 			l := algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}
-			req := algo.Request{Policy: unique("flush"), Subject: "s", Limit: l, Cost: 1}
+			req := algo.Request{Name: unique("flush"), Subject: "s", Limit: l, Cost: 1}
 			if _, err := s.Allow(ctx, req); err != nil {
 				t.Fatal(err)
 			}
@@ -163,7 +163,7 @@ func TestTTLOnEveryKey(t *testing.T) {
 	for _, a := range algo.Algorithms() {
 		l := algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute}
 		p := unique("ttl")
-		d, err := s.Allow(ctx, algo.Request{Policy: p, Subject: "s", Limit: l, Cost: 3})
+		d, err := s.Allow(ctx, algo.Request{Name: p, Subject: "s", Limit: l, Cost: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestSlidingLogMembersUnique(t *testing.T) {
 	l := algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 50, Period: time.Second}
 	p := unique("uniq")
 	for i := 0; i < 10; i++ {
-		if _, err := s.Allow(ctx, algo.Request{Policy: p, Subject: "s", Limit: l, Cost: int64(1 + i%3), Now: now}); err != nil {
+		if _, err := s.Allow(ctx, algo.Request{Name: p, Subject: "s", Limit: l, Cost: int64(1 + i%3), Now: now}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -217,7 +217,7 @@ func TestRedisUnavailable(t *testing.T) {
 	dead.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := s.Allow(ctx, algo.Request{Policy: "p", Subject: "s", Limit: tollgate.PerSecond(1), Cost: 1}); err == nil {
+	if _, err := s.Allow(ctx, algo.Request{Name: "p", Subject: "s", Limit: tollgate.PerSecond(1), Cost: 1}); err == nil {
 		t.Fatal("Allow succeeded with Redis down")
 	}
 }
@@ -250,7 +250,7 @@ func TestFunctionsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := algo.Request{Policy: unique("refused"), Subject: "s", Limit: algo.Limit{Rate: 3, Period: time.Minute}, Cost: 1}
+	req := algo.Request{Name: unique("refused"), Subject: "s", Limit: algo.Limit{Rate: 3, Period: time.Minute}, Cost: 1}
 	before := fcalls(t, admin)
 	for i := range 4 {
 		d, err := s.Allow(ctx, req)

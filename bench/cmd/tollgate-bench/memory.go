@@ -59,10 +59,15 @@ func runMemorySuite(dur time.Duration) []memoryRow {
 	for _, nkeys := range []int{1, 100_000} {
 		keys := makeKeys(nkeys)
 		store := memory.New(memory.Options{})
-		l := algo.Limit{Rate: benchRate, Period: time.Second}
+		// Requests carry the limit's handle, prepared once, as the
+		// gateway's do.
+		h, err := algo.NewHandle("bench", algo.Limit{Rate: benchRate, Period: time.Second})
+		if err != nil {
+			panic(err)
+		}
 		ctx := context.Background()
 		tg := func(key string) {
-			store.Allow(ctx, algo.Request{Policy: "bench", Subject: key, Limit: l, Cost: 1})
+			store.Allow(ctx, h.Request(key, 1))
 		}
 		x := newXrateMap()
 		xr := func(key string) { x.allow(key) }

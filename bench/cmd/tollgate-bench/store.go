@@ -68,7 +68,12 @@ func storeImpls(addr string) []storeImpl {
 	}
 	var impls []storeImpl
 	for _, a := range []algo.Algorithm{algo.GCRA, algo.TokenBucket, algo.SlidingWindowCounter} {
-		l := algo.Limit{Algorithm: a, Rate: benchRate, Period: time.Second}
+		// Requests carry the limit's handle, prepared once, as the
+		// gateway's do.
+		h, err := algo.NewHandle("bench", algo.Limit{Algorithm: a, Rate: benchRate, Period: time.Second})
+		if err != nil {
+			panic(err)
+		}
 		impls = append(impls, storeImpl{name: "tollgate " + a.String(), open: func(int) (decider, func(), error) {
 			c, err := rueidisClient()
 			if err != nil {
@@ -79,7 +84,7 @@ func storeImpls(addr string) []storeImpl {
 				return nil, nil, err
 			}
 			return func(ctx context.Context, key string) error {
-				_, err := s.Allow(ctx, algo.Request{Policy: "bench", Subject: key, Limit: l, Cost: 1})
+				_, err := s.Allow(ctx, h.Request(key, 1))
 				return err
 			}, c.Close, nil
 		}})
