@@ -178,6 +178,7 @@ type Limiter struct {
 	store  Store
 	limit  Limit
 	policy string
+	wait   waitState // Wait's clock and waiting lines (wait.go)
 }
 
 // NewLimiter returns a Limiter enforcing limit through store. It fails if
