@@ -525,8 +525,15 @@ func TestWaitLineOrder(t *testing.T) {
 		ctx, cancel := context.WithDeadline(context.Background(), testBase.Add(999*time.Millisecond))
 		defer cancel()
 		calls := cs.calls.Load()
-		if err := l.Wait(ctx, "o", 1); !errors.Is(err, tollgate.ErrWouldExceedDeadline) {
-			t.Errorf("deadline before the line moves: err = %v", err)
+		late := make(chan error, 1)
+		go func() { late <- l.Wait(ctx, "o", 1) }()
+		select {
+		case err := <-late:
+			if !errors.Is(err, tollgate.ErrWouldExceedDeadline) {
+				t.Errorf("deadline before the line moves: err = %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter whose deadline comes before the line moves waits in it")
 		}
 		if cs.calls.Load() != calls {
 			t.Error("the refused newcomer asked the store")
