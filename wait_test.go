@@ -673,3 +673,91 @@ func TestWaitContention(t *testing.T) {
 		})
 	}
 }
+
+// interleaving is a real store on which another instance charges the
+// same request right after each query (cost 0): the moment between a
+// shaping Wait's query and its charge.
+type interleaving struct {
+	tollgate.Store
+	other int
+}
+
+func (s *interleaving) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	d, err := s.Store.Allow(ctx, req)
+	if err == nil && req.Cost == 0 {
+		s.other++
+		o := req
+		o.Cost = 1
+		if _, err := s.Store.Allow(ctx, o); err != nil {
+			return d, err
+		}
+	}
+	return d, err
+}
+
+// If others lengthen a shaping queue between Wait's query and its charge
+// so that its turn comes after the deadline, Wait returns the error at
+// once and its place stays spent, as it documents.
+func TestWaitShapingQueueGrowsMeanwhile(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 5, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+		c := newClock(true)
+		is := &interleaving{Store: s}
+		l := newLimiter(t, is, shaper, c)
+		for range 2 { // turns at 0 and 200 ms; the next at 400 ms
+			if r, err := l.Reserve(context.Background(), "g", 1); err != nil || !r.OK() {
+				t.Fatalf("place: %+v, %v", r.Decision(), err)
+			}
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), testBase.Add(400*time.Millisecond))
+		defer cancel()
+		err := l.Wait(ctx, "g", 1)
+		if !errors.Is(err, tollgate.ErrWouldExceedDeadline) || is.other != 1 || !c.Now().Equal(testBase) {
+			t.Fatalf("err = %v after %d interleaved charges and %v, want ErrWouldExceedDeadline at once after 1", err, is.other, c.Now().Sub(testBase))
+		}
+		// Four places taken: the interleaved one at 400 ms, Wait's at 600.
+		if q := query(t, l, "g", testBase); q.ResetAfter != 800*time.Millisecond {
+			t.Errorf("queue drains in %v, want 800ms: Wait's place stays spent", q.ResetAfter)
+		}
+	})
+}
+
+// On the real clock (the store's, and real timers), a wait is admitted
+// once the budget has room, and a canceled one returns ctx.Err(). The
+// waits admitted are bounded by 10 ms limits; no duration is asserted.
+func TestWaitRealClock(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		l, err := tollgate.NewLimiter(s, tollgate.Limit{Rate: 1, Period: 10 * time.Millisecond}, tollgate.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for i := range 3 {
+			if err := l.Wait(ctx, "real", 1); err != nil {
+				t.Fatalf("wait %d: %v", i, err)
+			}
+		}
+		if d, err := l.Allow(ctx, "real", 0); err != nil || d.Remaining != 0 {
+			t.Errorf("after the waits: %+v, %v; want nothing remaining", d, err)
+		}
+		slow, err := tollgate.NewLimiter(s, tollgate.PerMinute(1), tollgate.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := slow.Allow(ctx, "real", 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+		canceled, cancel2 := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- slow.Wait(canceled, "real", 1) }()
+		eventually(t, "the waiter is in line", func() bool { return tollgate.Lines(slow) == 1 })
+		cancel2()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Errorf("canceled wait: %v", err)
+		}
+		if tollgate.Lines(slow) != 0 {
+			t.Error("the canceled waiter stays in line")
+		}
+	})
+}
