@@ -198,6 +198,7 @@ func LimitName(l Limit) string {
 type Limiter struct {
 	store  Store
 	handle *algo.Handle
+	wait   waitState // Wait's clock and waiting lines (wait.go)
 }
 
 // NewLimiter returns a Limiter enforcing limit through store. It fails if

@@ -1,0 +1,343 @@
+package tollgate
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// ErrWouldExceedDeadline reports a [Limiter.Wait] that returned at once
+// because the context's deadline comes before the earliest time the cost
+// could be admitted.
+var ErrWouldExceedDeadline = errors.New("would exceed context deadline")
+
+// ErrCannotGiveBack reports a [Reservation.Cancel] of a reservation whose
+// time to act has not come: neither store can return a charge, so its
+// place in the shaping queue stays spent.
+var ErrCannotGiveBack = errors.New("the store cannot give back a charge")
+
+// InfDuration is what [Reservation.Delay] returns for a reservation that
+// was refused, as golang.org/x/time/rate's does.
+const InfDuration = time.Duration(math.MaxInt64)
+
+// Clock is the time [Limiter.Wait] and [Limiter.Reserve] read and sleep on;
+// see [Limiter.WithClock]. Sleep returns nil after d, or ctx.Err() if ctx
+// ends first.
+type Clock interface {
+	Now() time.Time
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitState is a Limiter's clock and its lines of waiters, one per
+// subject with someone waiting.
+type waitState struct {
+	clock Clock // nil: real time, decisions on the store's clock
+	mu    sync.Mutex
+	lines map[string]*line
+}
+
+// A line is the waiters of one subject in the order they came; only its
+// first, the head, asks the store.
+type line struct {
+	waiters list.List // of *waiter
+	next    time.Time // when the head asks next (zero: now)
+}
+
+type waiter struct {
+	turn chan struct{} // closed when the waiter becomes the head
+	elem *list.Element
+}
+
+// WithClock returns a Limiter like l (the same store, limit and name,
+// so the same state) whose Wait and Reserve read the time from c, decide
+// at c.Now() as [Limiter.AllowAt] does, and sleep with c.Sleep. It exists
+// for tests, which step a fake clock instead of sleeping; Allow keeps the
+// store's clock. Without it, Wait and Reserve decide on the store's clock
+// and sleep for real. The two Limiters share state but not their lines of
+// waiters.
+func (l *Limiter) WithClock(c Clock) *Limiter {
+	return &Limiter{store: l.store, handle: l.handle, wait: waitState{clock: c}}
+}
+
+func (l *Limiter) clock() Clock {
+	if l.wait.clock == nil {
+		return realClock{}
+	}
+	return l.wait.clock
+}
+
+// decideAt asks the store for cost at now: on the store's clock without
+// an injected clock, at now with one.
+func (l *Limiter) decideAt(ctx context.Context, subject string, cost int64, now time.Time) (Decision, error) {
+	if l.wait.clock == nil {
+		now = time.Time{}
+	}
+	return l.AllowAt(ctx, subject, cost, now)
+}
+
+// Wait blocks until subject may spend cost and charges it, as Allow would
+// have once the budget had room; it is golang.org/x/time/rate's WaitN for a
+// limit kept in a store.
+//
+// It returns at once, charging nothing, with an error wrapping
+// [ErrCostExceedsBurst] if the cost is above the limit's capacity (it
+// could never be admitted), and with [ErrWouldExceedDeadline] if the
+// context's deadline comes before the earliest time the cost could be
+// admitted: the refusal's RetryAfter from now (plus MaxDelay on a shaping
+// limit, whose admitted requests then wait in its queue) or, behind other
+// waiters, the time the first of them asks next. If the context ends while
+// Wait is waiting for the budget, Wait returns ctx.Err() and has charged
+// nothing. A cost of zero returns at once.
+//
+// Waiting is exact: Wait charges only through the store, at the time the
+// store admits the cost, so waiters on every instance sharing the store
+// never get more than the limit. It is fair within a Limiter: waiters of
+// one subject line up in the order they called, and only the first asks
+// the store, once now and then once at each RetryAfter (the earliest time
+// the refused cost could be admitted), so waiting costs one store call per
+// attempt and no polling. (Allow and Reserve do not wait, and do not line
+// up.) Between instances the first waiters of each
+// race for the budget as it comes back; each admission ends a wait, so
+// every waiter gets through once the limit has admitted the costs ahead of
+// it, but the order between instances is the store's, not the calls'.
+//
+// On a shaping limit (a [LeakyBucket] with MaxDelay) the store itself
+// keeps the queue, for every instance at once: one call places the cost in
+// it and returns the Delay until its turn, which Wait then sleeps. When the
+// context's deadline is closer than MaxDelay, Wait first asks the store
+// (cost 0, which charges nothing) how long the queue is, and returns
+// ErrWouldExceedDeadline without charging if the cost's turn would come
+// after it. The place is charged when it is taken: should other callers
+// lengthen the queue in between so that its turn comes after the deadline
+// anyway, or the context end while Wait sleeps until its turn, Wait
+// returns the error and the place stays spent, since neither store can
+// give back a charge. Only LeakyBucket shapes: the other algorithms have
+// no queue and Wait waits as above.
+func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
+	if err := l.handle.Limit().CheckCost(cost); err != nil {
+		return fmt.Errorf("waiting: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if cost == 0 {
+		return nil
+	}
+	c := l.clock()
+	deadline, hasDeadline := ctx.Deadline()
+	tooLate := func(now time.Time, wait time.Duration) bool {
+		return hasDeadline && deadline.Sub(now) < wait
+	}
+	ln, w, err := l.join(subject, c.Now(), deadline, hasDeadline, cost)
+	if err != nil {
+		return err
+	}
+	inLine := true
+	leave := func() {
+		if inLine {
+			inLine = false
+			l.leave(subject, ln, w)
+		}
+	}
+	defer leave()
+	select {
+	case <-w.turn:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	shaping := l.handle.Limit().MaxDelay > 0
+	for {
+		now := c.Now()
+		if shaping && tooLate(now, l.handle.Limit().MaxDelay) {
+			q, err := l.decideAt(ctx, subject, 0, now)
+			if err != nil {
+				return fmt.Errorf("waiting: %w", err)
+			}
+			if most := shapedDelay(l.handle.Limit(), q, cost); tooLate(c.Now(), most) {
+				return fmt.Errorf("waiting: cost %d: %w (its turn in the queue is %v away)", cost, ErrWouldExceedDeadline, most)
+			}
+		}
+		d, err := l.decideAt(ctx, subject, cost, now)
+		if err != nil {
+			return fmt.Errorf("waiting: %w", err)
+		}
+		now = c.Now()
+		if d.Allowed {
+			if d.Delay <= 0 {
+				return nil
+			}
+			// Placed in the store's queue: the next waiter may queue
+			// behind it while it waits for its turn.
+			leave()
+			if tooLate(now, d.Delay) {
+				return fmt.Errorf("waiting: cost %d: %w (its turn in the queue, %v away, is charged and stays spent)", cost, ErrWouldExceedDeadline, d.Delay)
+			}
+			return c.Sleep(ctx, d.Delay)
+		}
+		retry := max(d.RetryAfter, time.Millisecond)
+		earliest := retry
+		if shaping {
+			earliest += l.handle.Limit().MaxDelay
+		}
+		if tooLate(now, earliest) {
+			return fmt.Errorf("waiting: cost %d: %w (admitted in %v at the earliest)", cost, ErrWouldExceedDeadline, earliest)
+		}
+		l.wait.mu.Lock()
+		ln.next = now.Add(retry)
+		l.wait.mu.Unlock()
+		if err := c.Sleep(ctx, retry); err != nil {
+			return err
+		}
+	}
+}
+
+// shapedDelay returns the longest Delay a shaping limit would give cost
+// now, from q, its answer to a query (cost 0): the level of its bucket is
+// at most ResetAfter × Rate, and the Delay of cost is the time the level
+// with cost added takes to drain to the capacity.
+func shapedDelay(l Limit, q Decision, cost int64) time.Duration {
+	n, p := l.Rate, l.Period.Milliseconds()
+	ms := q.ResetAfter.Milliseconds() - (l.Capacity()-cost)*p/n
+	return time.Duration(max(ms, 0)) * time.Millisecond
+}
+
+// join puts a waiter at the end of subject's line. It refuses one whose
+// deadline comes before the head's next attempt, which it cannot precede.
+func (l *Limiter) join(subject string, now, deadline time.Time, hasDeadline bool, cost int64) (*line, *waiter, error) {
+	l.wait.mu.Lock()
+	defer l.wait.mu.Unlock()
+	ln := l.wait.lines[subject]
+	if ln != nil && hasDeadline && deadline.Before(ln.next) {
+		return nil, nil, fmt.Errorf("waiting: cost %d: %w (the waiters ahead are refused for %v)", cost, ErrWouldExceedDeadline, ln.next.Sub(now))
+	}
+	if ln == nil {
+		if l.wait.lines == nil {
+			l.wait.lines = make(map[string]*line)
+		}
+		ln = &line{}
+		l.wait.lines[subject] = ln
+	}
+	w := &waiter{turn: make(chan struct{})}
+	w.elem = ln.waiters.PushBack(w)
+	if ln.waiters.Len() == 1 {
+		close(w.turn)
+	}
+	return ln, w, nil
+}
+
+// leave takes w out of its line, handing the turn on if it was the head.
+func (l *Limiter) leave(subject string, ln *line, w *waiter) {
+	l.wait.mu.Lock()
+	defer l.wait.mu.Unlock()
+	head := ln.waiters.Front() == w.elem
+	ln.waiters.Remove(w.elem)
+	if !head {
+		return
+	}
+	ln.next = time.Time{}
+	if f := ln.waiters.Front(); f != nil {
+		close(f.Value.(*waiter).turn)
+	} else {
+		delete(l.wait.lines, subject)
+	}
+}
+
+// Reservation is the answer to [Limiter.Reserve]: whether the cost was
+// admitted, and when to act on it.
+type Reservation struct {
+	decision Decision
+	clock    Clock
+	act      time.Time // when the holder may act
+}
+
+// Reserve asks the store for cost now and charges it if admitted, as
+// Allow does, without waiting; it is golang.org/x/time/rate's ReserveN for a
+// limit kept in a store. The cost must be at most the limit's capacity
+// ([ErrCostExceedsBurst] otherwise).
+//
+// On a shaping limit (a [LeakyBucket] with MaxDelay) an admitted
+// reservation may lie in the future: the store has placed the cost in its
+// queue, shared by every instance, and Delay says how long until its turn.
+// On every other limit an admitted reservation is for now (Delay is zero):
+// no other algorithm can charge a future time. Where x/time/rate would
+// reserve further ahead than the limit allows, Reserve is refused: OK is
+// false, nothing is charged, and RetryAfter says when the same cost would
+// be admitted.
+//
+// What [Reservation.Cancel] gives back, on both stores: nothing, since
+// neither can return a charge. A refused reservation, and one whose time
+// to act has come (every reservation on a limit that does not shape), has
+// nothing to give back, as with x/time/rate, and Cancel returns nil; one
+// still waiting for its turn in a shaping queue keeps its place spent, and
+// Cancel says so with [ErrCannotGiveBack]. To decide whether to act before
+// anything is charged, use Allow's refusal (RetryAfter) instead, or a
+// store's holds ([Reserver]) to hold a cost while an outcome is pending.
+func (l *Limiter) Reserve(ctx context.Context, subject string, cost int64) (*Reservation, error) {
+	if err := l.handle.Limit().CheckCost(cost); err != nil {
+		return nil, fmt.Errorf("reserving: %w", err)
+	}
+	c := l.clock()
+	d, err := l.decideAt(ctx, subject, cost, c.Now())
+	if err != nil {
+		return nil, fmt.Errorf("reserving: %w", err)
+	}
+	// Delay counts from the store's answer, which this side sees no
+	// earlier than the store gave it.
+	return &Reservation{decision: d, clock: c, act: c.Now().Add(d.Delay)}, nil
+}
+
+// OK reports whether the cost was admitted (and charged).
+func (r *Reservation) OK() bool { return r.decision.Allowed }
+
+// Decision returns the store's decision.
+func (r *Reservation) Decision() Decision { return r.decision }
+
+// RetryAfter returns, for a refused reservation, the time from the
+// reservation until the same cost would be admitted; zero if admitted.
+func (r *Reservation) RetryAfter() time.Duration { return r.decision.RetryAfter }
+
+// Delay is DelayFrom at the limiter's clock's now.
+func (r *Reservation) Delay() time.Duration { return r.DelayFrom(r.clock.Now()) }
+
+// DelayFrom returns how long after t the holder must wait before acting:
+// zero to act at once, [InfDuration] for a refused reservation.
+func (r *Reservation) DelayFrom(t time.Time) time.Duration {
+	if !r.OK() {
+		return InfDuration
+	}
+	return max(r.act.Sub(t), 0)
+}
+
+// Cancel is CancelAt at the limiter's clock's now.
+func (r *Reservation) Cancel() error { return r.CancelAt(r.clock.Now()) }
+
+// CancelAt says that the holder will not act on the reservation at t, and
+// gives back what can be given back: see [Limiter.Reserve]. It returns nil
+// when there is nothing to give back (a refused reservation, or one whose
+// time to act has come by t), and [ErrCannotGiveBack] for a place in a
+// shaping queue still ahead of t, which stays spent.
+func (r *Reservation) CancelAt(t time.Time) error {
+	if !r.OK() || !t.Before(r.act) {
+		return nil
+	}
+	return fmt.Errorf("canceling a reservation %v ahead: %w: its place in the queue stays spent", r.act.Sub(t), ErrCannotGiveBack)
+}

@@ -1,0 +1,763 @@
+package tollgate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/store/memory"
+	"github.com/tollgate/tollgate/store/redis"
+)
+
+// fakeClock is a Clock whose time moves only when a test moves it. With
+// auto, Sleep moves it by the duration slept (one goroutine's time);
+// without, sleepers wait until Next wakes them.
+type fakeClock struct {
+	mu       sync.Mutex
+	now      time.Time
+	auto     bool
+	sleepers []*sleeper
+}
+
+type sleeper struct {
+	at time.Time
+	ch chan struct{}
+}
+
+// testBase is the fake clocks' start: ahead of the real clock, so that
+// neither store takes the state the tests write for expired, and a
+// context deadline set on the fake clock never ends for real during a
+// test. It is a whole second, so windows start there.
+var testBase = time.Now().Add(time.Hour).Truncate(time.Second)
+
+func newClock(auto bool) *fakeClock { return &fakeClock{now: testBase, auto: auto} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.auto {
+		c.now = c.now.Add(d)
+		c.mu.Unlock()
+		return nil
+	}
+	s := &sleeper{at: c.now.Add(d), ch: make(chan struct{})}
+	c.sleepers = append(c.sleepers, s)
+	c.mu.Unlock()
+	select {
+	case <-s.ch:
+		return nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		c.sleepers = slices.DeleteFunc(c.sleepers, func(o *sleeper) bool { return o == s })
+		c.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// Sleepers returns how many goroutines sleep.
+func (c *fakeClock) Sleepers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.sleepers)
+}
+
+// Next moves the clock to the earliest sleeper's time and wakes every
+// sleeper due then. It reports false if none sleeps.
+func (c *fakeClock) Next() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.sleepers) == 0 {
+		return false
+	}
+	at := c.sleepers[0].at
+	for _, s := range c.sleepers {
+		if s.at.Before(at) {
+			at = s.at
+		}
+	}
+	c.now = at
+	c.sleepers = slices.DeleteFunc(c.sleepers, func(s *sleeper) bool {
+		if s.at.After(at) {
+			return false
+		}
+		close(s.ch)
+		return true
+	})
+	return true
+}
+
+// eventually fails t unless cond holds within 10 s of real time; it
+// bounds waits for other goroutines to reach a state, and asserts no time.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	limit := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(limit) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		runtime.Gosched()
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// counting is a real store that counts the decisions asked of it.
+type counting struct {
+	tollgate.Store
+	calls atomic.Int64
+}
+
+func (c *counting) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	c.calls.Add(1)
+	return c.Store.Allow(ctx, req)
+}
+
+// eachStore runs f on a fresh in-memory store and on a Redis store of a
+// real redis-server (instances opens another client of the same server,
+// as another instance would).
+func eachStore(t *testing.T, f func(t *testing.T, s tollgate.Store, instance func() tollgate.Store)) {
+	t.Run("memory", func(t *testing.T) {
+		s := memory.New(memory.Options{})
+		t.Cleanup(func() { s.Close() })
+		f(t, s, func() tollgate.Store { return s })
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		open := func() tollgate.Store {
+			s, err := redis.New(srv.NewClient(t), redis.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+		f(t, open(), open)
+	})
+}
+
+func newLimiter(t *testing.T, s tollgate.Store, l tollgate.Limit, c tollgate.Clock) *tollgate.Limiter {
+	t.Helper()
+	lim, err := tollgate.NewLimiter(s, l, tollgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim.WithClock(c)
+}
+
+// query reports the subject's state at now without charging.
+func query(t *testing.T, l *tollgate.Limiter, subject string, now time.Time) tollgate.Decision {
+	t.Helper()
+	d, err := l.AllowAt(context.Background(), subject, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// Wait admits at exactly the limit's pace: each waiter at the first
+// instant the algorithm admits it, with one store call per attempt.
+func TestWaitPace(t *testing.T) {
+	gcra := func(burst int64) []time.Duration { // 5/s: burst at once, then every 200 ms
+		var at []time.Duration
+		for k := int64(0); k < 12; k++ {
+			at = append(at, ms(max(0, k-burst+1)*200))
+		}
+		return at
+	}
+	windows := func() []time.Duration { // 3/s in whole seconds
+		var at []time.Duration
+		for k := int64(0); k < 12; k++ {
+			at = append(at, ms(k/3*1000))
+		}
+		return at
+	}
+	cases := []struct {
+		limit tollgate.Limit
+		want  []time.Duration
+		calls int64 // store calls for the 12 waits
+	}{
+		{tollgate.Limit{Rate: 5, Period: time.Second, Burst: 2}, gcra(2), 12 + 10},
+		{tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 5, Period: time.Second, Burst: 3}, gcra(3), 12 + 9},
+		{tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 5, Period: time.Second, Burst: 1}, gcra(1), 12 + 11},
+		// A shaping limit queues in the store: one call each, the store's
+		// Delay slept.
+		{tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 5, Period: time.Second, Burst: 1, MaxDelay: 5 * time.Second}, gcra(1), 12},
+		{tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 3, Period: time.Second}, windows(), 12 + 3},
+		{tollgate.Limit{Algorithm: tollgate.SlidingWindowLog, Rate: 3, Period: time.Second}, windows(), 12 + 3},
+	}
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		for _, tc := range cases {
+			t.Run(tc.limit.String(), func(t *testing.T) {
+				cs := &counting{Store: s}
+				c := newClock(true)
+				l := newLimiter(t, cs, tc.limit, c)
+				var got []time.Duration
+				for range tc.want {
+					if err := l.Wait(context.Background(), "pace", 1); err != nil {
+						t.Fatal(err)
+					}
+					got = append(got, c.Now().Sub(testBase))
+				}
+				if !slices.Equal(got, tc.want) {
+					t.Errorf("admitted at %v, want %v", got, tc.want)
+				}
+				if n := cs.calls.Load(); n != tc.calls {
+					t.Errorf("%d store calls, want %d", n, tc.calls)
+				}
+				if n := tollgate.Lines(l); n != 0 {
+					t.Errorf("%d lines left", n)
+				}
+			})
+		}
+	})
+}
+
+// A deadline before the earliest admission returns at once and charges
+// nothing; a deadline at it is met.
+func TestWaitDeadline(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		t.Run("gcra", func(t *testing.T) {
+			c := newClock(true)
+			l := newLimiter(t, s, tollgate.PerSecond(1), c)
+			if err := l.Wait(context.Background(), "d", 1); err != nil {
+				t.Fatal(err)
+			}
+			before := query(t, l, "d", testBase)
+			ctx, cancel := context.WithDeadline(context.Background(), testBase.Add(999*time.Millisecond))
+			defer cancel()
+			err := l.Wait(ctx, "d", 1)
+			if !errors.Is(err, tollgate.ErrWouldExceedDeadline) {
+				t.Fatalf("err = %v, want ErrWouldExceedDeadline", err)
+			}
+			if !c.Now().Equal(testBase) {
+				t.Errorf("waited until %v before failing", c.Now().Sub(testBase))
+			}
+			if after := query(t, l, "d", testBase); after != before {
+				t.Errorf("state changed by the failed wait: %+v, was %+v", after, before)
+			}
+			ctx, cancel = context.WithDeadline(context.Background(), testBase.Add(time.Second))
+			defer cancel()
+			if err := l.Wait(ctx, "d", 1); err != nil {
+				t.Fatalf("deadline at the earliest admission: %v", err)
+			}
+			if got := c.Now().Sub(testBase); got != time.Second {
+				t.Errorf("admitted at %v, want 1s", got)
+			}
+		})
+		t.Run("shaping", func(t *testing.T) {
+			// 5/s, one at once, up to 1s in the queue: three taken now
+			// leave the next one's turn 600 ms away.
+			shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 5, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+			c := newClock(true)
+			l := newLimiter(t, s, shaper, c)
+			for i := range 3 {
+				r, err := l.Reserve(context.Background(), "q", 1)
+				if err != nil || !r.OK() || r.Delay() != ms(int64(i)*200) {
+					t.Fatalf("reservation %d: %+v, %v", i, r.Decision(), err)
+				}
+			}
+			before := query(t, l, "q", testBase)
+			ctx, cancel := context.WithDeadline(context.Background(), testBase.Add(599*time.Millisecond))
+			defer cancel()
+			if err := l.Wait(ctx, "q", 1); !errors.Is(err, tollgate.ErrWouldExceedDeadline) {
+				t.Fatalf("err = %v, want ErrWouldExceedDeadline", err)
+			}
+			if after := query(t, l, "q", testBase); after != before || !c.Now().Equal(testBase) {
+				t.Errorf("the failed wait charged or waited: %+v, was %+v; clock %v", after, before, c.Now().Sub(testBase))
+			}
+			ctx, cancel = context.WithDeadline(context.Background(), testBase.Add(600*time.Millisecond))
+			defer cancel()
+			if err := l.Wait(ctx, "q", 1); err != nil {
+				t.Fatalf("deadline at its turn: %v", err)
+			}
+			if got := c.Now().Sub(testBase); got != 600*time.Millisecond {
+				t.Errorf("its turn came at %v, want 600ms", got)
+			}
+			// Five more places fill the queue (1 s ahead): the next cost
+			// is admitted once it drains by 200 ms and then waits the
+			// whole MaxDelay, 1.2 s from now.
+			for range 5 {
+				if r, err := l.Reserve(context.Background(), "q", 1); err != nil || !r.OK() {
+					t.Fatalf("place: %+v, %v", r.Decision(), err)
+				}
+			}
+			now := c.Now()
+			before = query(t, l, "q", now)
+			ctx, cancel = context.WithDeadline(context.Background(), now.Add(1199*time.Millisecond))
+			defer cancel()
+			if err := l.Wait(ctx, "q", 1); !errors.Is(err, tollgate.ErrWouldExceedDeadline) {
+				t.Fatalf("full queue: err = %v, want ErrWouldExceedDeadline", err)
+			}
+			if after := query(t, l, "q", now); after != before || !c.Now().Equal(now) {
+				t.Errorf("the failed wait charged or waited: %+v, was %+v", after, before)
+			}
+			ctx, cancel = context.WithDeadline(context.Background(), now.Add(1200*time.Millisecond))
+			defer cancel()
+			if err := l.Wait(ctx, "q", 1); err != nil {
+				t.Fatalf("full queue, deadline at its turn: %v", err)
+			}
+			if got := c.Now().Sub(now); got != 1200*time.Millisecond {
+				t.Errorf("its turn came %v later, want 1.2s", got)
+			}
+		})
+	})
+}
+
+// A wait canceled while it waits for the budget returns ctx.Err() and
+// charges nothing; the next waiter moves up.
+func TestWaitCanceled(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		c := newClock(false)
+		l := newLimiter(t, s, tollgate.PerSecond(1), c)
+		if err := l.Wait(context.Background(), "c", 1); err != nil {
+			t.Fatal(err)
+		}
+		before := query(t, l, "c", testBase)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- l.Wait(ctx, "c", 1) }()
+		eventually(t, "the waiter sleeps", func() bool { return c.Sleepers() == 1 })
+		second := make(chan error, 1)
+		go func() { second <- l.Wait(context.Background(), "c", 1) }()
+		eventually(t, "the second waiter is in line", func() bool { return tollgate.Parked(l) == 1 })
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+		if after := query(t, l, "c", testBase); after != before {
+			t.Errorf("the canceled wait charged: %+v, was %+v", after, before)
+		}
+		// The second waiter asks in turn and is admitted at 1 s.
+		eventually(t, "the second waiter sleeps", func() bool { return c.Sleepers() == 1 })
+		c.Next()
+		if err := <-second; err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Now().Sub(testBase); got != time.Second {
+			t.Errorf("second waiter admitted at %v, want 1s", got)
+		}
+		if tollgate.Lines(l) != 0 {
+			t.Error("a line is left")
+		}
+	})
+}
+
+// A shaping limit charges a waiter's place in its queue when it takes it:
+// canceled while it waits for its turn, the place stays spent (neither
+// store can give back a charge), as Wait documents.
+func TestWaitCanceledInShapingQueue(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 5, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+		c := newClock(false)
+		l := newLimiter(t, s, shaper, c)
+		if err := l.Wait(context.Background(), "s", 1); err != nil { // at once
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- l.Wait(ctx, "s", 1) }()
+		eventually(t, "the waiter sleeps until its turn", func() bool { return c.Sleepers() == 1 })
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+		r, err := l.Reserve(context.Background(), "s", 1)
+		if err != nil || r.Delay() != 400*time.Millisecond {
+			t.Fatalf("next place %v (%v), want 400ms: the canceled place stays in the queue", r.Delay(), err)
+		}
+	})
+}
+
+// Costs that can never be admitted fail at once, without a store call.
+func TestWaitInvalidCost(t *testing.T) {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	cs := &counting{Store: s}
+	l := newLimiter(t, cs, tollgate.Limit{Rate: 10, Period: time.Second, Burst: 3}, newClock(true))
+	if err := l.Wait(context.Background(), "x", 4); !errors.Is(err, tollgate.ErrCostExceedsBurst) {
+		t.Errorf("cost 4 of burst 3: err = %v", err)
+	}
+	if err := l.Wait(context.Background(), "x", -1); !errors.Is(err, tollgate.ErrNegativeCost) {
+		t.Errorf("cost -1: err = %v", err)
+	}
+	if _, err := l.Reserve(context.Background(), "x", 4); !errors.Is(err, tollgate.ErrCostExceedsBurst) {
+		t.Errorf("reserve cost 4 of burst 3: err = %v", err)
+	}
+	if err := l.Wait(context.Background(), "x", 0); err != nil {
+		t.Errorf("cost 0: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Wait(ctx, "x", 1); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled context: err = %v", err)
+	}
+	if n := cs.calls.Load(); n != 0 {
+		t.Errorf("%d store calls", n)
+	}
+}
+
+// Reserve charges what it admits; a refusal charges nothing and says
+// when to retry; Cancel gives back nothing, and says so for a place
+// still ahead in a shaping queue.
+func TestReserve(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		t.Run("gcra", func(t *testing.T) {
+			c := newClock(true)
+			l := newLimiter(t, s, tollgate.Limit{Rate: 2, Period: time.Second}, c)
+			for i := range 2 {
+				r, err := l.Reserve(context.Background(), "r", 1)
+				if err != nil || !r.OK() || r.Delay() != 0 {
+					t.Fatalf("reservation %d: %+v, %v", i, r.Decision(), err)
+				}
+				if err := r.Cancel(); err != nil {
+					t.Errorf("cancel of a reservation for now: %v", err)
+				}
+			}
+			// The canceled reservations stay spent: their time had come.
+			before := query(t, l, "r", testBase)
+			if before.Remaining != 0 {
+				t.Errorf("remaining %d after two reservations, want 0", before.Remaining)
+			}
+			r, err := l.Reserve(context.Background(), "r", 1)
+			if err != nil || r.OK() || r.Delay() != tollgate.InfDuration || r.RetryAfter() != 500*time.Millisecond {
+				t.Fatalf("refused reservation: ok %v delay %v retry %v, %v", r.OK(), r.Delay(), r.RetryAfter(), err)
+			}
+			if err := r.Cancel(); err != nil {
+				t.Errorf("cancel of a refused reservation: %v", err)
+			}
+			if after := query(t, l, "r", testBase); after != before {
+				t.Errorf("the refusal charged: %+v, was %+v", after, before)
+			}
+		})
+		t.Run("shaping", func(t *testing.T) {
+			shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 5, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+			c := newClock(true)
+			l := newLimiter(t, s, shaper, c)
+			if _, err := l.Reserve(context.Background(), "q", 1); err != nil {
+				t.Fatal(err)
+			}
+			r, err := l.Reserve(context.Background(), "q", 1)
+			if err != nil || !r.OK() || r.Delay() != 200*time.Millisecond {
+				t.Fatalf("second place: %+v, %v", r.Decision(), err)
+			}
+			if got := r.DelayFrom(testBase.Add(150 * time.Millisecond)); got != 50*time.Millisecond {
+				t.Errorf("DelayFrom 150ms = %v, want 50ms", got)
+			}
+			before := query(t, l, "q", testBase)
+			if err := r.Cancel(); !errors.Is(err, tollgate.ErrCannotGiveBack) {
+				t.Errorf("cancel of a place ahead: err = %v, want ErrCannotGiveBack", err)
+			}
+			if after := query(t, l, "q", testBase); after != before {
+				t.Errorf("cancel changed the state: %+v, was %+v", after, before)
+			}
+			if err := r.CancelAt(testBase.Add(200 * time.Millisecond)); err != nil {
+				t.Errorf("cancel once its turn has come: %v", err)
+			}
+			// Five places fill the queue; the sixth is refused until the
+			// first has drained.
+			for range 4 {
+				if r, err := l.Reserve(context.Background(), "q", 1); err != nil || !r.OK() {
+					t.Fatalf("place: %+v, %v", r.Decision(), err)
+				}
+			}
+			r, err = l.Reserve(context.Background(), "q", 1)
+			if err != nil || r.OK() || r.RetryAfter() != 200*time.Millisecond {
+				t.Errorf("full queue: ok %v retry %v, %v", r.OK(), r.RetryAfter(), err)
+			}
+		})
+	})
+}
+
+// Waiters of one subject on one Limiter are admitted in the order they
+// came; one whose deadline comes before the first waiter's next attempt
+// is refused at once; a canceled waiter leaves its place to the next.
+func TestWaitLineOrder(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		c := newClock(false)
+		cs := &counting{Store: s}
+		l := newLimiter(t, cs, tollgate.PerSecond(1), c)
+		if err := l.Wait(context.Background(), "o", 1); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var order []string
+		done := make(map[string]chan error)
+		ctxB, cancelB := context.WithCancel(context.Background())
+		start := func(name string, ctx context.Context, parked int) {
+			ch := make(chan error, 1)
+			done[name] = ch
+			go func() {
+				err := l.Wait(ctx, "o", 1)
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+				ch <- err
+			}()
+			if parked < 0 {
+				eventually(t, name+" sleeps", func() bool { return c.Sleepers() == 1 })
+			} else {
+				eventually(t, name+" is in line", func() bool { return tollgate.Parked(l) == parked })
+			}
+		}
+		start("a", context.Background(), -1)
+		start("b", ctxB, 1)
+		start("c", context.Background(), 2)
+		start("d", context.Background(), 3)
+		// a asks next at 1 s: a deadline before that cannot be met.
+		ctx, cancel := context.WithDeadline(context.Background(), testBase.Add(999*time.Millisecond))
+		defer cancel()
+		calls := cs.calls.Load()
+		late := make(chan error, 1)
+		go func() { late <- l.Wait(ctx, "o", 1) }()
+		select {
+		case err := <-late:
+			if !errors.Is(err, tollgate.ErrWouldExceedDeadline) {
+				t.Errorf("deadline before the line moves: err = %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter whose deadline comes before the line moves waits in it")
+		}
+		if cs.calls.Load() != calls {
+			t.Error("the refused newcomer asked the store")
+		}
+		cancelB()
+		if err := <-done["b"]; !errors.Is(err, context.Canceled) {
+			t.Fatalf("b: %v", err)
+		}
+		for i, name := range []string{"a", "c", "d"} {
+			eventually(t, name+" sleeps", func() bool { return c.Sleepers() == 1 })
+			c.Next()
+			if err := <-done[name]; err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got, want := c.Now().Sub(testBase), time.Duration(i+1)*time.Second; got != want {
+				t.Errorf("%s admitted at %v, want %v", name, got, want)
+			}
+		}
+		if !slices.Equal(order, []string{"b", "a", "c", "d"}) {
+			t.Errorf("finished in order %v", order)
+		}
+		// a asks once more, at its retry; c and d once as they reach the
+		// head and once at their retry: no polling.
+		if got := cs.calls.Load() - calls; got != 5 {
+			t.Errorf("%d store calls for three waits, want 5", got)
+		}
+	})
+}
+
+// Many waiters of one subject on several instances sharing the store all
+// get through, never above the limit, and with unit costs at exactly its
+// pace; each instance admits its own in the order they came.
+func TestWaitContention(t *testing.T) {
+	const instances, perInstance = 3, 12
+	limit := tollgate.Limit{Rate: 10, Period: time.Second, Burst: 4} // 100 ms a unit
+	for _, mixed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("mixed_costs=%v", mixed), func(t *testing.T) {
+			eachStore(t, func(t *testing.T, _ tollgate.Store, instance func() tollgate.Store) {
+				c := newClock(false)
+				type admission struct {
+					at       time.Duration
+					cost     int64
+					instance int
+					seq      int
+				}
+				var mu sync.Mutex
+				var admitted []admission
+				var outstanding atomic.Int64 // waiters started and not done
+				var lims []*tollgate.Limiter
+				// quiet reports whether every waiter sleeps, waits in
+				// line or is done, twice alike: only then may the clock
+				// move, as nothing else can happen until it does.
+				snapshot := func() [3]int64 {
+					parked := 0
+					for _, l := range lims {
+						parked += tollgate.Parked(l)
+					}
+					return [3]int64{int64(c.Sleepers()), int64(parked), outstanding.Load()}
+				}
+				quiet := func() bool {
+					s := snapshot()
+					return s[0]+s[1] == s[2] && snapshot() == s
+				}
+				errc := make(chan error, instances*perInstance)
+				total := int64(0)
+				for i := range instances {
+					l := newLimiter(t, instance(), limit, c)
+					lims = append(lims, l)
+					for k := range perInstance {
+						cost := int64(1)
+						if mixed {
+							cost = int64(1 + (i+k)%4)
+						}
+						total += cost
+						outstanding.Add(1)
+						go func() {
+							err := l.Wait(context.Background(), "crowd", cost)
+							if err == nil {
+								mu.Lock()
+								admitted = append(admitted, admission{c.Now().Sub(testBase), cost, i, k})
+								mu.Unlock()
+							}
+							errc <- err
+							outstanding.Add(-1)
+						}()
+						// Let it join its line before the next comes.
+						eventually(t, "the waiter joins", quiet)
+					}
+				}
+				deadline := time.Now().Add(time.Minute)
+				for outstanding.Load() > 0 {
+					if time.Now().After(deadline) {
+						t.Fatal("waiters still waiting after a minute of real time")
+					}
+					if !quiet() {
+						runtime.Gosched()
+						time.Sleep(20 * time.Microsecond)
+						continue
+					}
+					c.Next()
+				}
+				for range instances * perInstance {
+					if err := <-errc; err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Never above the limit: a GCRA of 10/s, burst 4, admits
+				// costs in [t1, t2] only up to 4 + 10 × (t2 - t1) s.
+				sort.SliceStable(admitted, func(a, b int) bool { return admitted[a].at < admitted[b].at })
+				for a := range admitted {
+					sum := int64(0)
+					for b := a; b < len(admitted); b++ {
+						sum += admitted[b].cost
+						if allowed := 4 + int64(admitted[b].at-admitted[a].at)/int64(100*time.Millisecond); sum > allowed {
+							t.Fatalf("%d admitted from %v to %v, the limit allows %d", sum, admitted[a].at, admitted[b].at, allowed)
+						}
+					}
+				}
+				// Each instance in its own order.
+				for i := range instances {
+					last := -1
+					for _, a := range admitted {
+						if a.instance == i {
+							if a.seq < last {
+								t.Errorf("instance %d admitted waiter %d after %d", i, a.seq, last)
+							}
+							last = a.seq
+						}
+					}
+				}
+				end := admitted[len(admitted)-1].at
+				if !mixed && end != time.Duration(total-4)*100*time.Millisecond {
+					t.Errorf("the last of %d admitted at %v, want %v: not at the limit's pace", total, end, time.Duration(total-4)*100*time.Millisecond)
+				}
+				t.Logf("%d waiters, cost %d, through by %v", len(admitted), total, end)
+			})
+		})
+	}
+}
+
+// interleaving is a real store on which another instance charges the
+// same request right after each query (cost 0): the moment between a
+// shaping Wait's query and its charge.
+type interleaving struct {
+	tollgate.Store
+	other int
+}
+
+func (s *interleaving) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	d, err := s.Store.Allow(ctx, req)
+	if err == nil && req.Cost == 0 {
+		s.other++
+		o := req
+		o.Cost = 1
+		if _, err := s.Store.Allow(ctx, o); err != nil {
+			return d, err
+		}
+	}
+	return d, err
+}
+
+// If others lengthen a shaping queue between Wait's query and its charge
+// so that its turn comes after the deadline, Wait returns the error at
+// once and its place stays spent, as it documents.
+func TestWaitShapingQueueGrowsMeanwhile(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 5, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+		c := newClock(true)
+		is := &interleaving{Store: s}
+		l := newLimiter(t, is, shaper, c)
+		for range 2 { // turns at 0 and 200 ms; the next at 400 ms
+			if r, err := l.Reserve(context.Background(), "g", 1); err != nil || !r.OK() {
+				t.Fatalf("place: %+v, %v", r.Decision(), err)
+			}
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), testBase.Add(400*time.Millisecond))
+		defer cancel()
+		err := l.Wait(ctx, "g", 1)
+		if !errors.Is(err, tollgate.ErrWouldExceedDeadline) || is.other != 1 || !c.Now().Equal(testBase) {
+			t.Fatalf("err = %v after %d interleaved charges and %v, want ErrWouldExceedDeadline at once after 1", err, is.other, c.Now().Sub(testBase))
+		}
+		// Four places taken: the interleaved one at 400 ms, Wait's at 600.
+		if q := query(t, l, "g", testBase); q.ResetAfter != 800*time.Millisecond {
+			t.Errorf("queue drains in %v, want 800ms: Wait's place stays spent", q.ResetAfter)
+		}
+	})
+}
+
+// On the real clock (the store's, and real timers), a wait is admitted
+// once the budget has room, and a canceled one returns ctx.Err(). The
+// waits admitted are bounded by 10 ms limits; no duration is asserted.
+func TestWaitRealClock(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		l, err := tollgate.NewLimiter(s, tollgate.Limit{Rate: 1, Period: 10 * time.Millisecond}, tollgate.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for i := range 3 {
+			if err := l.Wait(ctx, "real", 1); err != nil {
+				t.Fatalf("wait %d: %v", i, err)
+			}
+		}
+		if d, err := l.Allow(ctx, "real", 0); err != nil || d.Remaining != 0 {
+			t.Errorf("after the waits: %+v, %v; want nothing remaining", d, err)
+		}
+		slow, err := tollgate.NewLimiter(s, tollgate.PerMinute(1), tollgate.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := slow.Allow(ctx, "real", 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+		canceled, cancel2 := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- slow.Wait(canceled, "real", 1) }()
+		eventually(t, "the waiter is in line", func() bool { return tollgate.Lines(slow) == 1 })
+		cancel2()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Errorf("canceled wait: %v", err)
+		}
+		if tollgate.Lines(slow) != 0 {
+			t.Error("the canceled waiter stays in line")
+		}
+	})
+}
