@@ -16,8 +16,8 @@ import (
 type compiler struct {
 	file     string
 	lines    map[string]int
-	problems []Problem
-	warnings []Problem
+	problems []Issue
+	warnings []Issue
 	zone     string // the file's default time zone
 	// fromCode: the File was built in Go (Compile), for a front that may
 	// limit every request by plan alone, so routes are optional.
@@ -32,7 +32,7 @@ func (c *compiler) err() error {
 		}
 		return a.Line < b.Line
 	})
-	return &ValidationError{Problems: c.problems}
+	return &ValidationError{Issues: c.problems}
 }
 
 // add records a problem at a path of the file whose line map is lines.
@@ -50,7 +50,7 @@ func (c *compiler) warnf(path, format string, args ...any) {
 }
 
 // problemAt places a message at a path of the file whose line map is lines.
-func problemAt(lines map[string]int, file, path, format string, args ...any) Problem {
+func problemAt(lines map[string]int, file, path, format string, args ...any) Issue {
 	line := 0
 	for p := path; p != ""; p = parent(p) {
 		if l, ok := lines[p]; ok {
@@ -58,7 +58,7 @@ func problemAt(lines map[string]int, file, path, format string, args ...any) Pro
 			break
 		}
 	}
-	return Problem{File: file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)}
+	return Issue{File: file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
 // parent returns the enclosing path: "routes[2].cost" -> "routes[2]" -> "routes".
@@ -77,7 +77,7 @@ var yamlLine = regexp.MustCompile(`^line (\d+): (.*)$`)
 func (c *compiler) decode(data []byte, file string, v any) map[string]int {
 	lines := map[string]int{}
 	if len(bytes.TrimSpace(data)) == 0 {
-		c.problems = append(c.problems, Problem{File: file, Msg: "the file is empty"})
+		c.problems = append(c.problems, Issue{File: file, Msg: "the file is empty"})
 		return lines
 	}
 	var root yaml.Node
@@ -103,7 +103,7 @@ func (c *compiler) yamlProblems(file string, err error) {
 		msgs = []string{strings.TrimPrefix(err.Error(), "yaml: ")}
 	}
 	for _, m := range msgs {
-		pr := Problem{File: file, Msg: m}
+		pr := Issue{File: file, Msg: m}
 		if g := yamlLine.FindStringSubmatch(m); g != nil {
 			pr.Line, _ = strconv.Atoi(g[1])
 			pr.Msg = g[2]

@@ -58,7 +58,7 @@ type Policy struct {
 	// Warnings lists what the file allows that is probably a mistake but
 	// not an error (trusted_proxies covering every address): tollgate
 	// check prints them and tollgate serve logs them.
-	Warnings []Problem
+	Warnings []Issue
 
 	// Conns bounds the listeners' connections and how slow a client may be.
 	Conns ConnLimits
@@ -192,15 +192,18 @@ type Concurrency struct {
 	StoreName string
 }
 
-// Problem is one thing wrong with a policy file.
-type Problem struct {
+// Issue is one thing wrong (an error), or probably wrong (a warning),
+// in a policy file: where, and what. (An HTTP problem details body is
+// httplimit.Problem, unrelated.)
+type Issue struct {
 	File string
 	Line int // 0 when unknown
 	Path string
 	Msg  string
 }
 
-func (p Problem) String() string {
+// String returns "file:line: path: message".
+func (p Issue) String() string {
 	loc := p.File
 	if p.Line > 0 {
 		loc += ":" + strconv.Itoa(p.Line)
@@ -211,12 +214,12 @@ func (p Problem) String() string {
 	return fmt.Sprintf("%s: %s", loc, p.Msg)
 }
 
-// ValidationError lists every problem found in a policy file.
-type ValidationError struct{ Problems []Problem }
+// ValidationError lists every issue found in a policy file.
+type ValidationError struct{ Issues []Issue }
 
 func (e *ValidationError) Error() string {
-	lines := make([]string, len(e.Problems))
-	for i, p := range e.Problems {
+	lines := make([]string, len(e.Issues))
+	for i, p := range e.Issues {
 		lines[i] = p.String()
 	}
 	return "invalid policy:\n  " + strings.Join(lines, "\n  ")

@@ -126,7 +126,7 @@ func TestAllProblemsReported(t *testing.T) {
 	src := strings.Replace(strings.Replace(valid, "rate: 1000,", "rate: 0,", 1), "plan: free}", "plan: gold}", 1)
 	_, err := policy.Parse([]byte(src), "p.yaml")
 	var ve *policy.ValidationError
-	if !errors.As(err, &ve) || len(ve.Problems) != 2 {
+	if !errors.As(err, &ve) || len(ve.Issues) != 2 {
 		t.Fatalf("want 2 problems, got %v", err)
 	}
 }

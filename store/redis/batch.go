@@ -199,9 +199,9 @@ func (s *Store) flush(ln *lane) {
 	}
 }
 
-// send decides a batch with one script call and hands out the results.
-// Requests whose callers have gone are dropped; a lone request goes
-// through its algorithm's script.
+// send decides a batch with one call of decide.lua and hands out the
+// results. Requests whose callers have gone are dropped; a lone request is
+// decided as a batch of one (single).
 func (s *Store) send(batch []*pending) {
 	live := batch[:0]
 	for _, p := range batch {

@@ -321,7 +321,8 @@ func (s *Store) Close() error {
 func (s *Store) Connected() bool { return s.client.Load() != nil }
 
 // Allow implements [tollgate.Store]. A request with an explicit Now is one
-// EVALSHA; one on Redis' clock may share its call with concurrent ones (see
+// call of decide.lua (FCALL, or EVALSHA where Redis refuses functions); one
+// on Redis' clock may share its call with concurrent ones (see
 // [Options.MaxBatch]). If ctx ends first, Allow returns its error; the
 // request may still be decided, as with any call that times out.
 func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
