@@ -43,13 +43,28 @@ type Options struct {
 	// Now, if set, is the clock every decision is made at (tests walk it);
 	// nil means the store's own clock (Redis TIME for Redis).
 	Now func() time.Time
+	// DenyCacheSize bounds the deny cache, which answers the store's
+	// refusals again, until their RetryAfter, without a store call (see
+	// denyCache): a subject hammering a used-up budget then costs the
+	// store nothing. Zero means no cache, which suits a store in this
+	// process; for Redis the gateway keeps 100,000 refusals
+	// (DefaultDenyCacheSize).
+	DenyCacheSize int
 }
+
+// DefaultDenyCacheSize is how many refusals the gateway's engine caches
+// in front of Redis.
+const DefaultDenyCacheSize = 100_000
 
 // Fallbacker is a store that can decide locally while it is unavailable
 // (see package resilience).
 type Fallbacker interface {
 	Fallback(ctx context.Context, req tollgate.Request) (tollgate.Decision, error)
 	FallbackAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error)
+	// Owes reports whether req's key has admissions of the fallback the
+	// store has not been charged for yet: the deny cache keeps no refusal
+	// of such a key, which is about what it owes as much as its budget.
+	Owes(req tollgate.Request) bool
 }
 
 // Engine decides calls under one policy. It is safe for concurrent use.
@@ -61,6 +76,7 @@ type Engine struct {
 	penalty  *penaltyBox
 	store    tollgate.Store
 	fallback Fallbacker // nil: no local fallback
+	deny     *denyCache // nil: no deny cache
 	// holdTTL is how long a login attempt holds its places if it is never
 	// settled: longer than the service behind may take to answer.
 	holdTTL time.Duration
@@ -85,6 +101,9 @@ func New(opts Options) (*Engine, error) {
 		holdTTL: min(algo.MaxHoldTTL, max(opts.Policy.UpstreamTimeout, 30*time.Second)+10*time.Second),
 	}
 	e.fallback, _ = opts.Store.(Fallbacker)
+	if opts.DenyCacheSize > 0 {
+		e.deny = newDenyCache(opts.DenyCacheSize)
+	}
 	return e, nil
 }
 
@@ -247,8 +266,8 @@ func mostRestrictive(ds []tollgate.Decision) int {
 	return best
 }
 
-// decide asks the store: a single request through Allow (where a deny
-// cache works), a group through AllowAll. budget names the first request's
+// decide asks the deny cache, then the store: a single request through
+// Allow, a group through AllowAll. budget names the first request's
 // budget in the metrics.
 func (e *Engine) decide(ctx context.Context, budget string, reqs []tollgate.Request) ([]tollgate.Decision, error) {
 	start := time.Now()
@@ -256,6 +275,14 @@ func (e *Engine) decide(ctx context.Context, budget string, reqs []tollgate.Requ
 		now := e.opts.Now()
 		for i := range reqs {
 			reqs[i].Now = now
+		}
+	}
+	if e.deny != nil {
+		if ds, ok := e.deny.lookup(reqs, e.now()); ok {
+			if mt := e.metrics; mt != nil {
+				mt.DenyHits.Inc()
+			}
+			return ds, nil
 		}
 	}
 	var ds []tollgate.Decision
@@ -273,7 +300,24 @@ func (e *Engine) decide(ctx context.Context, budget string, reqs []tollgate.Requ
 			mt.StoreErrors.WithLabelValues(budget).Inc()
 		}
 	}
+	if err == nil && e.deny != nil && !tollgate.Admitted(ds) && !e.owes(reqs) {
+		e.deny.remember(reqs, ds, e.now())
+	}
 	return ds, err
+}
+
+// owes reports whether any of reqs' keys owes the store what the fallback
+// admitted (see Fallbacker).
+func (e *Engine) owes(reqs []tollgate.Request) bool {
+	if e.fallback == nil {
+		return false
+	}
+	for _, r := range reqs {
+		if e.fallback.Owes(r) {
+			return true
+		}
+	}
+	return false
 }
 
 // storeFailed applies the route's failure policy when the store could not

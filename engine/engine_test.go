@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/policy"
@@ -208,4 +211,13 @@ func TestLoginLock(t *testing.T) {
 	if v.Outcome != engine.Refused || v.Reason != engine.ReasonLoginLocked || v.RetryAfter != time.Minute {
 		t.Fatalf("after 2 failures: %v %v retry %v", v.Outcome, v.Reason, v.RetryAfter)
 	}
+}
+
+// counterValue reads a Prometheus counter.
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -27,6 +27,9 @@ type Metrics struct {
 	// Shadow counts shadow decisions by budget, route group and outcome
 	// (allowed, or refused: what the budget would have refused).
 	Shadow *prometheus.CounterVec
+	// DenyHits counts refusals answered from the deny cache without a
+	// store call.
+	DenyHits prometheus.Counter
 	// TopRefused tracks the most refused subjects (pseudonyms) for the
 	// dashboard; it is not a Prometheus metric, so it adds no series.
 	TopRefused *TopRefused
@@ -57,10 +60,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tollgate_shadow_decisions_total",
 			Help: "Decisions of shadow budgets (never enforced) by budget, route group and outcome.",
 		}, []string{"budget", "route_group", "outcome"}),
+		DenyHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_deny_cache_hits_total",
+			Help: "Refusals answered from the local deny cache without a store call.",
+		}),
 		TopRefused: NewTopRefused(512),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors, m.Fallbacks, m.Shadow} {
+		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors, m.Fallbacks, m.Shadow, m.DenyHits} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("registering metrics: %w", err)
 			}

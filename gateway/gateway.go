@@ -21,6 +21,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/logsample"
 	"github.com/tollgate/tollgate/policy"
@@ -50,16 +51,19 @@ type Options struct {
 // Gateway serves a policy, and can swap in a new one while it runs (see
 // Reload). Create it with New and run it with Serve.
 type Gateway struct {
-	opts     Options
-	pol      *policy.Policy // the policy it started with: store, listeners, admin token
-	store    tollgate.Store
-	closers  []func()
-	registry *prometheus.Registry
-	metrics  *httplimit.Metrics
-	public   http.Handler
-	admin    http.Handler
-	log      *slog.Logger
-	proxyLog *log.Logger // ReverseProxy's own errors, into log as JSON
+	opts  Options
+	pol   *policy.Policy // the policy it started with: store, listeners, admin token
+	store tollgate.Store
+	// denyCache is the engine's deny cache size: refusals are answered
+	// again without a store call in front of Redis, not of memory.
+	denyCache int
+	closers   []func()
+	registry  *prometheus.Registry
+	metrics   *httplimit.Metrics
+	public    http.Handler
+	admin     http.Handler
+	log       *slog.Logger
+	proxyLog  *log.Logger // ReverseProxy's own errors, into log as JSON
 
 	mu         sync.Mutex // serialises reloads, overrides and so builds
 	transports map[time.Duration]*http.Transport
@@ -136,6 +140,7 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 	}
 	mw, err := httplimit.Middleware(httplimit.Options{
 		Policy: p, Store: g.store, Logger: g.log, Metrics: g.metrics, RequireRoute: true, Now: g.opts.Clock,
+		DenyCacheSize: g.denyCache,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building policy %s: %w", p.Version, err)
@@ -193,7 +198,7 @@ func (g *Gateway) openStore() error {
 		})
 		g.closers = append(g.closers, func() { res.Close() })
 		g.registry.MustRegister(res)
-		g.store = res
+		g.store, g.denyCache = res, engine.DefaultDenyCacheSize
 	default:
 		s := memory.New(memory.Options{MaxBytes: int64(spec.MaxBytes), MaxKeys: spec.MaxKeys, Now: g.opts.Clock})
 		g.closers = append(g.closers, func() { s.Close() })

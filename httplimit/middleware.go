@@ -71,6 +71,10 @@ type Options struct {
 	// Now, if set, is the clock every decision is made at (tests walk it);
 	// nil means the store's own clock (Redis TIME for Redis).
 	Now func() time.Time
+	// DenyCacheSize bounds the engine's deny cache (see
+	// engine.Options.DenyCacheSize): zero, none; in front of Redis,
+	// engine.DefaultDenyCacheSize.
+	DenyCacheSize int
 }
 
 // Metrics are the decision engine's Prometheus metrics; see
@@ -140,7 +144,7 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 		opts.Policy = p
 	}
 	e, err := engine.New(engine.Options{Policy: opts.Policy, Store: opts.Store, Logger: opts.Logger,
-		Metrics: opts.Metrics, LogRefusalsPerSecond: opts.LogRefusalsPerSecond, Now: opts.Now})
+		Metrics: opts.Metrics, LogRefusalsPerSecond: opts.LogRefusalsPerSecond, Now: opts.Now, DenyCacheSize: opts.DenyCacheSize})
 	if err != nil {
 		return nil, fmt.Errorf("creating middleware: %w", err)
 	}

@@ -93,3 +93,11 @@ func Share(l algo.Limit, n int) algo.Limit {
 	}
 	return l
 }
+
+// Owes reports whether req's key has admissions of the fallback that the
+// store has not been charged for yet (see the package documentation): a
+// refusal of such a key until they are is no answer about the store's own
+// state, so the engine's deny cache does not keep it.
+func (s *Store) Owes(req algo.Request) bool {
+	return s.memo != nil && s.memo.owes(&req, s.now(req.Now).UnixMilli())
+}

@@ -108,8 +108,14 @@ func TestFallbackOwedAfterRecovery(t *testing.T) {
 	}
 	now = now.Add(time.Second)
 	req.Cost, req.Now = 1, now
+	if s.Owes(req) {
+		t.Fatal("a key the fallback has admitted nothing for owes the store")
+	}
 	if n, _ := drain(t, 300, func() (algo.Decision, error) { return s.Fallback(ctx, req) }); n != 40 {
 		t.Fatalf("fallback admitted %d, want the 40 left", n)
+	}
+	if !s.Owes(req) {
+		t.Fatal("the key owes the store the 40 the fallback admitted, but Owes says not")
 	}
 	// Redis is back: it does not know about the 40.
 	now = now.Add(time.Second)
@@ -141,6 +147,9 @@ func TestFallbackOwedAfterRecovery(t *testing.T) {
 	}
 	if n, _ := drain(t, 300, func() (algo.Decision, error) { return s.Allow(ctx, req) }); n != 19 {
 		t.Fatalf("Redis admitted %d more, want 19", n)
+	}
+	if s.Owes(req) {
+		t.Fatal("the key still owes the store after its debt was charged")
 	}
 }
 

@@ -46,12 +46,12 @@ type memoShard struct {
 // memoKey is a request's key, as the stores tell states apart: a tag equal
 // to the subject is no tag.
 type memoKey struct {
-	policy, tag, subject string
-	alg                  algo.Algorithm
+	name, tag, subject string
+	alg                algo.Algorithm
 }
 
 func keyOf(r *algo.Request) memoKey {
-	k := memoKey{policy: r.Name, tag: r.Tag, subject: r.Subject, alg: r.Limit.Algorithm}
+	k := memoKey{name: r.Name, tag: r.Tag, subject: r.Subject, alg: r.Limit.Algorithm}
 	if k.tag == k.subject {
 		k.tag = ""
 	}
@@ -325,4 +325,15 @@ func sameLimit(a, b *algo.Limit) bool {
 		return false
 	}
 	return a.Zone == b.Zone || a.Zone != nil && b.Zone != nil && a.Zone.String() == b.Zone.String()
+}
+
+// owes reports whether req's key has admissions of the fallback not yet
+// charged to the store, or a request carrying them now.
+func (m *memo) owes(req *algo.Request, now int64) bool {
+	k := keyOf(req)
+	sh := m.shard(&k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := lookup(sh, &k, &req.Limit)
+	return e != nil && (e.owedAt(now) > 0 || e.paying != nil)
 }

@@ -6,14 +6,6 @@
 //   - a circuit breaker (github.com/sony/gobreaker/v2): after consecutive
 //     failures it opens and calls fail at once, without waiting on Redis; it
 //     lets a probe through after a pause and closes when Redis answers;
-//   - a local deny cache: when the store refuses subject K with RetryAfter T,
-//     further requests of K with the same cost are refused in process until
-//     T, without a store call, so one abusive client cannot turn its
-//     refusals into Redis load. Only refusals whose whole answer stays exact
-//     until T are cached: those of cost 1 (Remaining is 0 until T on every
-//     algorithm) and all those of a fixed window (nothing changes before
-//     the window ends). Other refusals still go to the store each time.
-//     Groups ([Store.AllowAll]) are cached by their refusing limit;
 //   - a local fallback ([Store.Fallback]) that decides with this instance's
 //     share of each limit (limit / Options.Instances) in memory, for
 //     fail-open policies while the store is unavailable;
@@ -23,8 +15,10 @@
 //     in the background (see [Store.Acquire]), so no slot stays taken for
 //     its TTL because Redis was slow for a moment.
 //
-// Whether a failed decision falls back or refuses is the caller's policy:
-// Allow reports unavailability as an error wrapping [ErrUnavailable].
+// Whether a failed decision falls back or refuses is the caller's choice
+// (package engine's, per route): Allow reports unavailability as an error
+// wrapping [ErrUnavailable]. (The deny cache, which answers refusals again
+// without a store call, is the engine's too.)
 //
 // # What the fallback admits
 //
@@ -95,7 +89,6 @@ const (
 	DefaultTimeout        = 20 * time.Millisecond
 	DefaultFailuresToOpen = 5
 	DefaultOpenFor        = time.Second
-	DefaultDenyCacheSize  = 100_000
 	DefaultRememberSize   = 100_000
 )
 
@@ -173,7 +166,7 @@ type Options struct {
 	// Logger receives one line per breaker state change; nil means
 	// slog.Default().
 	Logger *slog.Logger
-	// Now is the clock of the deny cache and fallback; nil means time.Now.
+	// Now is the clock of the fallback; nil means time.Now.
 	Now func() time.Time
 }
 
@@ -183,16 +176,15 @@ type Store struct {
 	opts    Options
 	cb      *gobreaker.CircuitBreaker[struct{}]
 	local   tollgate.Store
-	deny    *denyCache
 	memo    *memo // nil when Options.RememberSize is negative
 	log     *slog.Logger
 
-	calls, denyHits, fallbacks atomic.Uint64
-	lastErr                    atomic.Value // string: the last failure the breaker counted
+	calls, fallbacks atomic.Uint64
+	lastErr          atomic.Value // string: the last failure the breaker counted
 
 	releases pendingReleases
 
-	descState, descCalls, descDenyHits *prometheus.Desc
+	descState, descCalls *prometheus.Desc
 }
 
 // New wraps primary, with local to decide while primary cannot (a memory
@@ -213,9 +205,6 @@ func New(primary, local tollgate.Store, opts Options) *Store {
 	if opts.Instances < 1 {
 		opts.Instances = 1
 	}
-	if opts.DenyCacheSize == 0 {
-		opts.DenyCacheSize = DefaultDenyCacheSize
-	}
 	if opts.RememberSize == 0 {
 		opts.RememberSize = DefaultRememberSize
 	}
@@ -230,14 +219,9 @@ func New(primary, local tollgate.Store, opts Options) *Store {
 		descState: prometheus.NewDesc("tollgate_store_breaker_state",
 			"State of the store's circuit breaker: 0 closed, 1 half-open, 2 open.", nil, nil),
 		descCalls: prometheus.NewDesc("tollgate_store_calls_total",
-			"Calls made to the shared store (after the deny cache and the breaker).", nil, nil),
-		descDenyHits: prometheus.NewDesc("tollgate_deny_cache_hits_total",
-			"Refusals answered from the local deny cache without a store call.", nil, nil),
+			"Calls made to the shared store (after the breaker).", nil, nil),
 	}
 	s.log = logsample.Logger(s.log)
-	if opts.DenyCacheSize > 0 {
-		s.deny = newDenyCache(opts.DenyCacheSize)
-	}
 	s.releases.stop = make(chan struct{})
 	if opts.RememberSize > 0 {
 		s.memo = newMemo(opts.RememberSize)
@@ -279,19 +263,13 @@ func (s *Store) Close() error {
 	return s.local.Close()
 }
 
-// Allow implements [tollgate.Store]: the deny cache first, then the store
-// behind the breaker and the deadline. The request also carries what the
+// Allow implements [tollgate.Store]: the store behind the breaker and the
+// deadline. The request also carries what the
 // fallback admitted for its key and the store does not know of yet (see
 // the package documentation); the decision is remembered for the
 // fallback.
 func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, error) {
 	now := s.now(req.Now)
-	if s.deny != nil && req.Cost > 0 {
-		if d, ok := s.deny.get(req, now); ok {
-			s.denyHits.Add(1)
-			return d, nil
-		}
-	}
 	var dt debt
 	if s.memo != nil {
 		for {
@@ -323,9 +301,6 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 			d.Remaining = max(0, d.Remaining-owed)
 		}
 	}
-	if !d.Allowed && d.RetryAfter > 0 && s.deny != nil && dt.extra == 0 && (req.Cost == 1 || req.Limit.Algorithm == algo.FixedWindow) {
-		s.deny.put(req, d, now)
-	}
 	return d, nil
 }
 
@@ -338,29 +313,13 @@ func (s *Store) now(t time.Time) time.Time {
 }
 
 // AllowAll decides a group of requests all or nothing through the store
-// behind the breaker and the deadline. A group refused by one of its limits is remembered by the deny
-// cache like a single request: until that limit's RetryAfter, the group is
-// refused without a store call. The refusing limit's Decision is then exact
-// (it is the one RateLimit reports); the other limits' Decisions are as the
-// store last reported them.
+// behind the breaker and the deadline, carrying what the fallback admitted
+// for its keys as Allow does.
 func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
 	if err := algo.CheckGroup(reqs); err != nil {
 		return nil, err
 	}
 	now := s.now(reqs[0].Now)
-	if s.deny != nil {
-		for i, r := range reqs {
-			if r.Cost == 0 {
-				continue
-			}
-			if d, snap, ok := s.deny.getGroup(r, now); ok && len(snap) == len(reqs) {
-				s.denyHits.Add(1)
-				ds := append([]algo.Decision(nil), snap...)
-				ds[i] = d
-				return ds, nil
-			}
-		}
-	}
 	debts, err := s.debts(ctx, reqs, now.UnixMilli())
 	if err != nil {
 		return nil, err
@@ -392,18 +351,6 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			if owed := s.memo.record(&reqs[i], &ds[i], at); reqs[i].Cost == 0 {
 				ds[i].Remaining = max(0, ds[i].Remaining-owed)
 			}
-		}
-	}
-	if s.deny != nil && debts == nil && !tollgate.Admitted(ds) {
-		worst := -1
-		for i, d := range ds {
-			if !d.Allowed && d.RetryAfter > 0 && (reqs[i].Cost == 1 || reqs[i].Limit.Algorithm == algo.FixedWindow) &&
-				(worst < 0 || d.RetryAfter > ds[worst].RetryAfter) {
-				worst = i
-			}
-		}
-		if worst >= 0 {
-			s.deny.putGroup(reqs[worst], ds[worst], now, ds)
 		}
 	}
 	return ds, nil
@@ -513,7 +460,6 @@ func (s *Store) State() string { return s.cb.State().String() }
 // Stats is a snapshot of the store's counters.
 type Stats struct {
 	Calls     uint64 // calls made to the shared store
-	DenyHits  uint64 // refusals answered from the deny cache
 	Fallbacks uint64 // decisions made by Fallback
 	// PendingReleases is how many lease releases wait for the store to
 	// answer again.
@@ -525,7 +471,7 @@ func (s *Store) Stats() Stats {
 	s.releases.mu.Lock()
 	pending := len(s.releases.queue)
 	s.releases.mu.Unlock()
-	return Stats{Calls: s.calls.Load(), DenyHits: s.denyHits.Load(), Fallbacks: s.fallbacks.Load(), PendingReleases: pending}
+	return Stats{Calls: s.calls.Load(), Fallbacks: s.fallbacks.Load(), PendingReleases: pending}
 }
 
 // Ping checks the store behind (not through the breaker: a readiness
@@ -536,12 +482,10 @@ func (s *Store) Ping(ctx context.Context) error { return s.primary.Ping(ctx) }
 func (s *Store) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.descState
 	ch <- s.descCalls
-	ch <- s.descDenyHits
 }
 
 // Collect implements [prometheus.Collector].
 func (s *Store) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(s.descState, prometheus.GaugeValue, float64(s.cb.State()))
 	ch <- prometheus.MustNewConstMetric(s.descCalls, prometheus.CounterValue, float64(s.calls.Load()))
-	ch <- prometheus.MustNewConstMetric(s.descDenyHits, prometheus.CounterValue, float64(s.denyHits.Load()))
 }

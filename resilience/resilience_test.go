@@ -47,58 +47,13 @@ func redisStore(t *testing.T, addr string) *rstore.Store {
 }
 
 // The wrapped store is still a Store: it passes the whole conformance
-// suite with the deny cache off (with a deadline generous enough for -race
-// on two cores), and the single-decision part with it on. (For a group
-// refused from the cache only the refusing limit's decision is exact; see
-// TestDenyCacheGroup.)
+// suite (with a deadline generous enough for -race on two cores).
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) tollgate.Store {
-		s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, DenyCacheSize: -1})
+		s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second})
 		t.Cleanup(func() { s.Close() })
 		return s
 	})
-	t.Run("DenyCache", func(t *testing.T) {
-		storetest.RunDecisions(t, func(t *testing.T) tollgate.Store {
-			s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second})
-			t.Cleanup(func() { s.Close() })
-			return s
-		})
-	})
-}
-
-// TestDenyCacheGroup: a group refused by one limit is refused from the
-// cache until that limit's RetryAfter, with that limit's decision exact.
-func TestDenyCacheGroup(t *testing.T) {
-	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second})
-	defer s.Close()
-	ctx := context.Background()
-	now := time.UnixMilli(1_800_000_000_000)
-	pm, pd := uniq("g-min"), uniq("g-day")
-	group := func(at time.Time) []algo.Decision {
-		ds, err := s.AllowAll(ctx, []algo.Request{
-			{Name: pm, Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 2, Period: time.Minute}, Cost: 1, Now: at},
-			{Name: pd, Subject: "k", Limit: algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Hour}, Cost: 1, Now: at},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ds
-	}
-	group(now)
-	group(now)
-	ds := group(now)
-	if tollgate.Admitted(ds) || ds[0].RetryAfter != time.Minute {
-		t.Fatalf("3rd: %+v", ds)
-	}
-	calls := s.Stats().Calls
-	later := now.Add(20 * time.Second)
-	ds = group(later)
-	if s.Stats().Calls != calls || ds[0].Allowed || ds[0].RetryAfter != 40*time.Second || !ds[1].Allowed {
-		t.Fatalf("cached group refusal: %+v (store calls %d -> %d)", ds, calls, s.Stats().Calls)
-	}
-	if ds = group(now.Add(time.Minute)); !tollgate.Admitted(ds) || s.Stats().Calls != calls+1 {
-		t.Fatalf("after RetryAfter: %+v", ds)
-	}
 }
 
 func TestShare(t *testing.T) {
@@ -172,58 +127,6 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 	}
 	if s.Degraded() {
 		t.Fatal("breaker never closed after the latency went away")
-	}
-}
-
-// TestDenyCache checks that refusals are served locally until RetryAfter,
-// only for costs at least the refused one, and with the same contract.
-func TestDenyCache(t *testing.T) {
-	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second})
-	defer s.Close()
-	ctx := context.Background()
-	now := time.UnixMilli(1_800_000_000_000)
-	denyP, denySC := uniq("deny"), uniq("deny-sc")
-	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 10, Period: time.Minute}
-	req := func(cost int64, at time.Time) algo.Decision {
-		d, err := s.Allow(ctx, algo.Request{Name: denyP, Subject: "k", Limit: l, Cost: cost, Now: at})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	req(8, now)
-	d := req(5, now) // refused until the window ends
-	if d.Allowed || d.RetryAfter != time.Minute {
-		t.Fatalf("refusal: %+v", d)
-	}
-	calls := s.Stats().Calls
-	later := now.Add(10 * time.Second)
-	if c := req(5, later); c.Allowed || c.RetryAfter != 50*time.Second || c.Remaining != 2 || s.Stats().Calls != calls {
-		t.Fatalf("cached refusal: %+v (store calls %d -> %d)", c, calls, s.Stats().Calls)
-	}
-	if c := req(2, later); !c.Allowed || s.Stats().Calls != calls+1 {
-		t.Fatalf("a request of another cost must still ask the store: %+v", c)
-	}
-	// A sliding counter's Remaining grows before RetryAfter for costs above
-	// 1, so such refusals are not cached; cost-1 refusals are.
-	sc := algo.Limit{Algorithm: algo.SlidingWindowCounter, Rate: 4, Period: time.Minute}
-	ask := func(cost int64) {
-		if _, err := s.Allow(ctx, algo.Request{Name: denySC, Subject: "k", Limit: sc, Cost: cost, Now: now}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ask(4)
-	before := s.Stats()
-	ask(2)
-	ask(2)
-	ask(1)
-	ask(1)
-	ask(1)
-	if st := s.Stats(); st.Calls-before.Calls != 3 || st.DenyHits-before.DenyHits != 2 {
-		t.Fatalf("store calls %d, cache hits %d; want 3 and 2", st.Calls-before.Calls, st.DenyHits-before.DenyHits)
-	}
-	if c := req(5, now.Add(time.Minute)); !c.Allowed {
-		t.Fatalf("after RetryAfter: %+v", c)
 	}
 }
 

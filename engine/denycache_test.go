@@ -1,4 +1,4 @@
-package resilience
+package engine
 
 import (
 	"fmt"

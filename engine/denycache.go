@@ -1,16 +1,29 @@
-package resilience
+package engine
 
 import (
 	"hash/maphash"
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
 )
 
-// denyCache remembers refusals until their RetryAfter. It is sharded and
-// bounded: when a shard is full, expired entries are dropped, and if none
-// are, the new refusal is simply not cached.
+// denyCache remembers the store's refusals until their RetryAfter, so that
+// a subject hammering a budget it has used up costs no store call until
+// the budget could admit it again. Nothing anyone else does can make a
+// budget come back sooner, so a cached refusal is the store's answer,
+// reported as of now; it answers only the same cost under the same limit.
+// Only refusals whose Remaining cannot change before RetryAfter are
+// cached: those of cost 1, and any of a fixed window (a sliding counter's
+// Remaining grows before RetryAfter for costs above 1). A group refused by
+// one of its limits is remembered as that limit's refusal, with the
+// group's decisions: until its RetryAfter the group is refused without a
+// store call, the refusing limit's decision exact (it is the one RateLimit
+// reports) and the others' as the store last reported them.
+//
+// It is sharded and bounded: when a shard is full, an entry that ends
+// first among a few is evicted.
 type denyCache struct {
 	seed   maphash.Seed
 	shards [16]denyShard
@@ -25,8 +38,8 @@ type denyShard struct {
 // denyKey names one state as the stores do: a subject's state in its own
 // group (empty tag) is not the same subject's state in another group.
 type denyKey struct {
-	policy, tag, subject string
-	alg                  algo.Algorithm
+	name, tag, subject string
+	alg                algo.Algorithm
 }
 
 // denyKeyOf returns the deny cache's key of a request.
@@ -83,8 +96,7 @@ func (c *denyCache) getGroup(req algo.Request, now time.Time) (algo.Decision, []
 		return algo.Decision{}, nil, false
 	}
 	// Nothing anyone else does can make the budget come back sooner, so
-	// the refusal stands; report it as of now. Remaining is unchanged
-	// (see the package doc for which refusals are cached).
+	// the refusal stands; report it as of now. Remaining is unchanged.
 	d := e.d
 	d.RetryAfter = e.until.Sub(now)
 	d.ResetAfter = max(d.RetryAfter, d.ResetAfter-now.Sub(e.at))
@@ -118,4 +130,59 @@ func (c *denyCache) putGroup(req algo.Request, d algo.Decision, now time.Time, g
 		delete(sh.m, victim)
 	}
 	sh.m[k] = denyEntry{until: now.Add(d.RetryAfter), at: now, cost: req.Cost, d: d, group: group}
+}
+
+// cacheable reports whether d, the store's refusal of req, holds as it is
+// until its RetryAfter (see denyCache).
+func cacheable(req *tollgate.Request, d *tollgate.Decision) bool {
+	return !d.Allowed && d.RetryAfter > 0 && (req.Cost == 1 || req.Limit.Algorithm == algo.FixedWindow)
+}
+
+// lookup answers reqs from the cache: a single request by its own
+// refusal, a group by the refusal of any of its requests.
+func (c *denyCache) lookup(reqs []tollgate.Request, now time.Time) ([]tollgate.Decision, bool) {
+	if len(reqs) == 1 && reqs[0].Tag == "" {
+		if reqs[0].Cost <= 0 {
+			return nil, false
+		}
+		d, ok := c.get(reqs[0], now)
+		if !ok {
+			return nil, false
+		}
+		return []tollgate.Decision{d}, true
+	}
+	for i, r := range reqs {
+		if r.Cost <= 0 {
+			continue
+		}
+		if d, snap, ok := c.getGroup(r, now); ok && len(snap) == len(reqs) {
+			ds := append([]tollgate.Decision(nil), snap...)
+			ds[i] = d
+			return ds, true
+		}
+	}
+	return nil, false
+}
+
+// remember caches the store's decisions ds of reqs if they refuse in a
+// way that holds (cacheable): a group under its longest such refusal.
+func (c *denyCache) remember(reqs []tollgate.Request, ds []tollgate.Decision, now time.Time) {
+	if len(reqs) == 1 && reqs[0].Tag == "" {
+		if cacheable(&reqs[0], &ds[0]) {
+			c.put(reqs[0], ds[0], now)
+		}
+		return
+	}
+	if tollgate.Admitted(ds) {
+		return
+	}
+	worst := -1
+	for i := range ds {
+		if cacheable(&reqs[i], &ds[i]) && (worst < 0 || ds[i].RetryAfter > ds[worst].RetryAfter) {
+			worst = i
+		}
+	}
+	if worst >= 0 {
+		c.putGroup(reqs[worst], ds[worst], now, ds)
+	}
 }
