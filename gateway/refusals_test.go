@@ -259,8 +259,7 @@ func TestShadowChargedOnlyWhenAdmitted(t *testing.T) {
 				t.Fatalf("over the route's limit: %d", code)
 			}
 		}
-		allowed := metric(t, g, `tollgate_shadow_decisions_total{budget="candidate.cand",outcome="allowed",route_group="cand"}`)
-		refused := metric(t, g, `tollgate_shadow_decisions_total{budget="candidate.cand",outcome="refused",route_group="cand"}`)
+		refused, allowed := shadowCounts(t, g, "candidate.cand", "cand", 3)
 		if allowed != 3 || refused != 0 {
 			t.Errorf("the candidate counted %v allowed, %v refused; want 3 and 0 (charged only for admitted requests)", allowed, refused)
 		}

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/policy"
 )
@@ -51,8 +52,7 @@ func TestShadowPolicy(t *testing.T) {
 			t.Fatalf("request %d: headers %v, plain proxy %v", i, got, exp)
 		}
 	}
-	refused := metric(t, g, `tollgate_shadow_decisions_total{budget="trial",outcome="refused",route_group="api"}`)
-	allowed := metric(t, g, `tollgate_shadow_decisions_total{budget="trial",outcome="allowed",route_group="api"}`)
+	refused, allowed := shadowCounts(t, g, "trial", "api", 20)
 	if refused != 15 || allowed != 5 {
 		t.Fatalf("shadow counted %v refused and %v allowed, want 15 and 5", refused, allowed)
 	}
@@ -75,7 +75,23 @@ func TestShadowCandidate(t *testing.T) {
 			t.Fatalf("request %d: %d %v", i, resp.StatusCode, resp.Header)
 		}
 	}
-	if n := metric(t, g, `tollgate_shadow_decisions_total{budget="candidate.cand",outcome="refused",route_group="cand"}`); n != 7 {
+	if n, _ := shadowCounts(t, g, "candidate.cand", "cand", 10); n != 7 {
 		t.Fatalf("the candidate would have refused %v, want 7", n)
 	}
+}
+
+// shadowCounts returns what budget in route group would have refused and
+// allowed, once it has been evaluated for n requests: shadow budgets are
+// evaluated after the response, so the last ones may still be under way
+// when the client has its answer.
+func shadowCounts(t *testing.T, g *running, budget, group string, n float64) (refused, allowed float64) {
+	t.Helper()
+	series := func(outcome string) string {
+		return `tollgate_shadow_decisions_total{budget="` + budget + `",outcome="` + outcome + `",route_group="` + group + `"}`
+	}
+	waitFor(t, "shadow decisions for every admitted request", 5*time.Second, func() bool {
+		refused, allowed = metric(t, g, series("refused")), metric(t, g, series("allowed"))
+		return refused+allowed >= n
+	})
+	return refused, allowed
 }
