@@ -9,10 +9,53 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
+
+	"github.com/tollgate/tollgate/engine"
 )
 
 var metricName = regexp.MustCompile(`tollgate_[a-z_]+`)
+
+// labelUse finds the labels a query groups by, by (…), or matches, {…}.
+var labelUse = regexp.MustCompile(`by \(([^)]*)\)|\{([^}]*)\}`)
+
+// engineLabels returns the label names of the engine's metrics.
+func engineLabels(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := engine.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []*prometheus.CounterVec{m.Decisions, m.StoreErrors, m.Fallbacks, m.Shadow} {
+		v.WithLabelValues(make([]string, labelCount(v))...).Inc()
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]bool{}
+	for _, mf := range mfs {
+		out[mf.GetName()] = map[string]bool{}
+		for _, mt := range mf.GetMetric() {
+			for _, lp := range mt.GetLabel() {
+				out[mf.GetName()][lp.GetName()] = true
+			}
+		}
+	}
+	return out
+}
+
+// labelCount returns how many labels v takes.
+func labelCount(v *prometheus.CounterVec) int {
+	for n := 0; n < 10; n++ {
+		if _, err := v.GetMetricWithLabelValues(make([]string, n)...); err == nil {
+			return n
+		}
+	}
+	return 0
+}
 
 // definedMetrics returns every metric name the code defines (Name: "…" in
 // metric options and prometheus.NewDesc("…")).
@@ -51,6 +94,7 @@ func TestGrafanaExamples(t *testing.T) {
 	if len(defined) < 10 {
 		t.Fatalf("found only %d metric definitions: %v", len(defined), defined)
 	}
+	labels := engineLabels(t)
 	check := func(file, text string) {
 		used := metricName.FindAllString(text, -1)
 		if len(used) == 0 {
@@ -60,6 +104,20 @@ func TestGrafanaExamples(t *testing.T) {
 			base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
 			if !defined[base] {
 				t.Errorf("%s queries %s, which Tollgate does not export", file, m)
+			}
+			// Labels grouped by or matched in a query of a metric whose
+			// labels are known must be among them.
+			known, ok := labels[base]
+			if !ok || len(used) > 1 {
+				continue
+			}
+			for _, g := range labelUse.FindAllStringSubmatch(text, -1) {
+				for _, l := range strings.Split(g[1]+g[2], ",") {
+					l = strings.TrimSpace(strings.FieldsFunc(l, func(r rune) bool { return r == '=' || r == '!' || r == '~' })[0])
+					if l != "" && !known[l] && l != "instance" && l != "job" && l != "le" {
+						t.Errorf("%s groups or matches %s by %q, which it does not have (labels %v)", file, base, l, known)
+					}
+				}
 			}
 		}
 	}
