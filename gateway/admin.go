@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"mime"
@@ -32,6 +33,10 @@ const (
 //   - With a token, Authorization must carry it. A page cannot make a
 //     browser send it, so the Host check is not needed then (and operators
 //     may reach a non-loopback admin listener by any name).
+//   - Except for the probes: GET or HEAD /healthz and /readyz answer
+//     anyone, since orchestrators' probes cannot carry a secret, but say
+//     no more than "ok" and ready or degraded; /readyz adds why, and the
+//     policy version, only for a request that passed the checks above.
 //   - A state-changing request (any method but GET, HEAD and OPTIONS, spelt
 //     exactly so) must not come from another origin, as Sec-Fetch-Site or
 //     Origin tell (http.CrossOriginProtection, no trusted origins), and must
@@ -47,6 +52,11 @@ func guardAdmin(mux http.Handler, token string) http.Handler {
 	}
 	csrf := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz") &&
+			!authorized(r, token, want) {
+			mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), probeOnly{}, true)))
+			return
+		}
 		if token == "" && !loopbackHost(r.Host) {
 			httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminHost, Status: http.StatusForbidden,
 				Detail: "the admin listener has no token, so it answers only requests addressed to localhost or a loopback address " +
@@ -81,6 +91,21 @@ func guardAdmin(mux http.Handler, token string) http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// probeOnly marks, in a request's context, a probe that passed none of
+// the admin checks: it gets the status alone.
+type probeOnly struct{}
+
+// authorized reports whether r passes the admin listener's identity
+// checks: the token when there is one (want is the hash of its
+// Authorization header), else a Host naming this machine.
+func authorized(r *http.Request, token string, want [sha256.Size]byte) bool {
+	if token == "" {
+		return loopbackHost(r.Host)
+	}
+	got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 // jsonContentType reports whether h has exactly one Content-Type, and it is

@@ -36,6 +36,10 @@ func (g *Gateway) adminHandler() http.Handler {
 			status, detail = "degraded", "store circuit breaker not closed"
 		}
 		w.Header().Set("Content-Type", "application/json")
+		if r.Context().Value(probeOnly{}) != nil {
+			json.NewEncoder(w).Encode(map[string]string{"status": status})
+			return
+		}
 		json.NewEncoder(w).Encode(map[string]string{"status": status, "detail": detail, "policy_version": g.Policy().Version})
 	})
 	mux.HandleFunc("GET /dashboard", g.dashboardPage)

@@ -46,6 +46,10 @@ type Options struct {
 	// Clock, if set, is the time every decision is made at, for tests that
 	// walk time (daily quotas, lock expiry). Nil means the store's clock.
 	Clock func() time.Time
+	// Public and Admin, if set, replace the policy file's listen addresses
+	// whenever it is reloaded (tollgate serve --listen, --admin: see
+	// policy.Env).
+	Public, Admin string
 }
 
 // Gateway serves a policy, and can swap in a new one while it runs (see

@@ -573,13 +573,14 @@ func rawStatus(t *testing.T, addr, req string) int {
 }
 
 // TestAdminToken: with a token configured, every admin endpoint refuses
-// requests without it.
+// requests without it, but for the probes, which answer anyone with the
+// status alone (orchestrators' probes cannot carry a secret).
 func TestAdminToken(t *testing.T) {
 	t.Setenv("TOLLGATE_TEST_ADMIN_TOKEN", "s3cret-admin-token-0123")
 	up := newUpstream(t)
 	p := quickstart(t, up.URL, "  admin: 127.0.0.1:9090\n", "  admin: 0.0.0.0:9090\n  admin_token_env: TOLLGATE_TEST_ADMIN_TOKEN\n")
 	g := start(t, p, "")
-	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+	for _, path := range []string{"/metrics", "/policy", "/overrides", "/dashboard"} {
 		if resp := get(t, g.admin+path); resp.StatusCode != 401 {
 			t.Errorf("%s without the token: %d", path, resp.StatusCode)
 		}
@@ -589,6 +590,24 @@ func TestAdminToken(t *testing.T) {
 		if resp := get(t, g.admin+path, "Authorization", "Bearer s3cret-admin-token-0123"); resp.StatusCode != 200 {
 			t.Errorf("%s with the token: %d", path, resp.StatusCode)
 		}
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		for _, auth := range []string{"", "Bearer wrong-token-wrong-token", "Bearer s3cret-admin-token-0123"} {
+			var resp *http.Response
+			var body []byte
+			if auth == "" {
+				resp, body = getBody(t, g.admin+path)
+			} else {
+				resp, body = getBody(t, g.admin+path, "Authorization", auth)
+			}
+			detailed := strings.Contains(string(body), "policy_version")
+			if resp.StatusCode != 200 || path == "/readyz" && detailed != (auth == "Bearer s3cret-admin-token-0123") {
+				t.Errorf("%s with %q: %d %s (details only with the token)", path, auth, resp.StatusCode, body)
+			}
+		}
+	}
+	if code := rawStatus(t, strings.TrimPrefix(g.admin, "http://"), "POST /healthz HTTP/1.0\r\n\r\n"); code != 401 {
+		t.Errorf("POST /healthz without the token: %d", code)
 	}
 	// Off loopback without a token, the policy does not load.
 	b, err := os.ReadFile("../examples/quickstart.yaml")

@@ -88,7 +88,9 @@ func (g *Gateway) Reload(p *policy.Policy) error {
 // ReloadFile loads the policy file at path and reloads it. An invalid file
 // is refused (logged and counted) and the active policy keeps serving.
 func (g *Gateway) ReloadFile(path string) error {
-	p, err := policy.Load(path)
+	env := policy.ProcessEnv()
+	env.Public, env.Admin = g.opts.Public, g.opts.Admin
+	p, err := policy.LoadEnv(path, env)
 	if err != nil {
 		g.reloads.WithLabelValues("invalid").Inc()
 		g.log.Error("policy file refused, keeping the active policy", slog.String("file", path),

@@ -45,6 +45,9 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 	echo := Echo()
 	proxies := map[string]http.Handler{}
 	for _, r := range p.Routes {
+		if r.Upstream == "" {
+			return nil, fmt.Errorf("creating gateway: route %s has no upstream (only the middleware serves routes without one)", r.Name)
+		}
 		if r.Upstream == policy.BuiltinEcho || proxies[r.Upstream] != nil {
 			continue
 		}

@@ -44,7 +44,7 @@ func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, 
 		}
 		ids[k.ID] = true
 		if !digestPattern.MatchString(k.Digest) {
-			c.add(lines, file, path+".digest", `want "sha256:" and 64 lower-case hex digits (tollgate hash-key KEY prints it); never the key itself`)
+			c.add(lines, file, path+".digest", `want "sha256:" and 64 lower-case hex digits (echo KEY | tollgate hash-key prints it); never the key itself`)
 		} else if _, dup := p.Keys[k.Digest]; dup {
 			c.add(lines, file, path+".digest", "the same key is listed twice")
 		}

@@ -88,6 +88,12 @@ func (c *compiler) connLimits(s ListenerSpec) ConnLimits {
 // connection bounds.
 func (c *compiler) listeners(p *Policy, s ListenerSpec, env Env) {
 	p.Public, p.Admin = s.Public, s.Admin
+	if env.Public != "" {
+		p.Public = env.Public
+	}
+	if env.Admin != "" {
+		p.Admin = env.Admin
+	}
 	if p.Admin == "" {
 		p.Admin = "127.0.0.1:9090"
 	}
@@ -99,7 +105,12 @@ func (c *compiler) listeners(p *Policy, s ListenerSpec, env Env) {
 	if host, _, err := net.SplitHostPort(p.Admin); err == nil && !identity.LoopbackHost(host) && p.AdminToken == "" {
 		c.addf("listeners.admin", "the admin listener on %s is not loopback: set admin_token_env so it requires a token", p.Admin)
 	}
+	// No public listener is a policy for the middleware alone; the
+	// gateway needs one (tollgate serve --listen, or the file's).
 	for _, l := range []struct{ path, addr string }{{"listeners.public", p.Public}, {"listeners.admin", p.Admin}} {
+		if l.addr == "" && l.path == "listeners.public" {
+			continue
+		}
 		if _, port, err := net.SplitHostPort(l.addr); err != nil || port == "" {
 			c.addf(l.path, "want host:port, got %q", l.addr)
 		}

@@ -40,7 +40,7 @@ func (c *compiler) routes(p *Policy, f *File) {
 		} else {
 			seenMatch[m] = true
 		}
-		if err := checkUpstream(r.Upstream); err != nil {
+		if err := checkUpstream(r.Upstream); r.Upstream != "" && err != nil {
 			c.addf(path+".upstream", "%v", err)
 		}
 		if r.Group == "" {
@@ -200,6 +200,9 @@ func (c *compiler) checkCost(path string, cost int64, pl *Plan, what, where stri
 // BuiltinEcho is the upstream name of the built-in demo service.
 const BuiltinEcho = "builtin:echo"
 
+// An empty upstream is a route for the middleware alone (package
+// httplimit), which passes requests to its own handler; the gateway
+// refuses a policy with one (see gateway.New).
 func checkUpstream(s string) error {
 	if s == BuiltinEcho {
 		return nil

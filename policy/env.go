@@ -9,8 +9,8 @@ import (
 
 // Env is all that compiling a policy takes from outside its files: the
 // environment variables a file may name (listeners.admin_token_env,
-// identity.secret_env) and the identity secret to use when the file sets
-// none. Compiling reads nothing else, so the same files and Env compile
+// identity.secret_env), the identity secret to use when the file sets
+// none, and listen addresses given on the command line. Compiling reads nothing else, so the same files and Env compile
 // to the same policy. Load and Parse compile with [ProcessEnv]; ParseEnv
 // with any Env.
 type Env struct {
@@ -22,6 +22,11 @@ type Env struct {
 	// the same for every policy a process compiles, so that a reload
 	// hashes every subject as before and keeps its budgets.
 	Secret []byte
+	// Public and Admin, when set, replace the file's listeners.public and
+	// listeners.admin (tollgate serve --listen, --admin), and are checked
+	// as the file's would be (an admin listener off loopback needs a
+	// token).
+	Public, Admin string
 }
 
 // processSecret is the secret generated for policies that set none: 32

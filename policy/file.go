@@ -210,7 +210,7 @@ type LimitSpec struct {
 }
 
 // KeySpec is one API key. The key itself is never stored: Digest is
-// "sha256:" and the hex SHA-256 of it (`tollgate hash-key KEY` prints it).
+// "sha256:" and the hex SHA-256 of it (`echo KEY | tollgate hash-key` prints it).
 type KeySpec struct {
 	ID     string `yaml:"id"`
 	Digest string `yaml:"digest"`

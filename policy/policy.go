@@ -235,6 +235,15 @@ func Load(path string) (*Policy, error) {
 	return ParseEnv(data, path, ProcessEnv())
 }
 
+// LoadEnv is Load with env in place of the process's environment.
+func LoadEnv(path string, env Env) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("loading policy: %w", err)
+	}
+	return ParseEnv(data, path, env)
+}
+
 // Parse compiles a policy from YAML, with the process's environment
 // (ProcessEnv). name is used in error messages and to find a keys_file
 // relative to it.

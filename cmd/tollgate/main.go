@@ -1,12 +1,20 @@
 // Command tollgate runs and checks Tollgate gateways.
 //
-//	tollgate serve --config FILE [--redis URL]   run the gateway (env TOLLGATE_REDIS_URL works too);
-//	                                             the policy reloads on file change and SIGHUP
-//	tollgate check FILE                          validate a policy and print what it enforces
-//	tollgate hash-key KEY                        print the digest to list an API key under
+//	tollgate serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR]
+//	                                   run the gateway; the policy reloads on
+//	                                   file change and SIGHUP
+//	tollgate check FILE                validate a policy and print what it enforces
+//	tollgate hash-key [KEY]            print the digest to list an API key under
+//	                                   (the key is read from standard input
+//	                                   when not given, so it stays out of
+//	                                   shell history)
+//	tollgate version                   print the version and build
+//
+// Every command prints its usage with -h or --help.
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -16,6 +24,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,46 +37,37 @@ import (
 )
 
 const usage = `usage:
-  tollgate serve --config FILE [--redis URL]   run the gateway (env TOLLGATE_REDIS_URL works too)
-  tollgate check FILE                          validate a policy and print what it would enforce
-  tollgate hash-key KEY                        print the digest under which to list an API key
+  tollgate serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR]
+                               run the gateway (env TOLLGATE_CONFIG, TOLLGATE_REDIS_URL)
+  tollgate check FILE          validate a policy and print what it would enforce
+  tollgate hash-key [KEY]      print the digest under which to list an API key
+                               (reads the key from standard input when not given)
+  tollgate version             print the version and build
+Every command takes -h or --help.
 `
 
+// version is the release, set at build time:
+// go build -ldflags "-X main.version=v1.2.3" ./cmd/tollgate
+var version = "dev"
+
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	switch args[0] {
 	case "serve":
-		return serve(args[1:], stderr)
+		return serve(args[1:], stdout, stderr)
 	case "check":
-		if len(args) != 2 {
-			fmt.Fprint(stderr, usage)
-			return 2
-		}
-		p, err := policy.Load(args[1])
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		// Warnings go with errors, to stderr; they do not fail the check.
-		for _, w := range p.Warnings {
-			fmt.Fprintln(stderr, "warning:", w)
-		}
-		describe(stdout, p)
-		return 0
+		return check(args[1:], stdout, stderr)
 	case "hash-key":
-		if len(args) != 2 {
-			fmt.Fprint(stderr, usage)
-			return 2
-		}
-		fmt.Fprintln(stdout, identity.KeyDigest(args[1]))
-		return 0
+		return hashKey(args[1:], stdin, stdout, stderr)
+	case "version":
+		return printVersion(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -75,16 +76,122 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-func serve(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+// flags returns a flag set for a command whose usage line is use: -h and
+// --help print it with the flags to stdout (exit 0), a bad flag prints
+// it to stderr (exit 2).
+func flags(name, use string, stdout, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	config := fs.String("config", "", "policy file (required)")
-	redisURL := fs.String("redis", os.Getenv("TOLLGATE_REDIS_URL"), "Redis URL; overrides the policy's store (env TOLLGATE_REDIS_URL)")
-	if err := fs.Parse(args); err != nil {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: tollgate %s\n", use)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args into fs; done reports that the command must end with
+// code (help asked for, or bad flags).
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, done bool) {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0, true
+	case err != nil:
+		return 2, true
+	}
+	return 0, false
+}
+
+func check(args []string, stdout, stderr io.Writer) int {
+	fs := flags("check", "check FILE", stdout, stderr)
+	if code, done := parse(fs, args, stdout); done {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
 		return 2
 	}
+	p, err := policy.Load(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	// Warnings go with errors, to stderr; they do not fail the check.
+	for _, w := range p.Warnings {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	describe(stdout, p)
+	return 0
+}
+
+func hashKey(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flags("hash-key", "hash-key [KEY]   (without KEY, the key is read from standard input)", stdout, stderr)
+	if code, done := parse(fs, args, stdout); done {
+		return code
+	}
+	var key string
+	switch fs.NArg() {
+	case 0:
+		line, err := bufio.NewReader(io.LimitReader(stdin, 64<<10)).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			fmt.Fprintln(stderr, "hash-key: reading the key:", err)
+			return 1
+		}
+		key = strings.TrimRight(line, "\r\n")
+		if key == "" {
+			fmt.Fprintln(stderr, "hash-key: no key on standard input")
+			return 2
+		}
+	case 1:
+		key = fs.Arg(0)
+	default:
+		fs.Usage()
+		return 2
+	}
+	fmt.Fprintln(stdout, identity.KeyDigest(key))
+	return 0
+}
+
+func printVersion(args []string, stdout, stderr io.Writer) int {
+	fs := flags("version", "version", stdout, stderr)
+	if code, done := parse(fs, args, stdout); done {
+		return code
+	}
+	rev, modified := "unknown", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if modified {
+		rev += " (modified)"
+	}
+	fmt.Fprintf(stdout, "tollgate %s, commit %s, %s %s/%s\n", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return 0
+}
+
+func serve(args []string, stdout, stderr io.Writer) int {
+	fs := flags("serve", "serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR]", stdout, stderr)
+	config := fs.String("config", os.Getenv("TOLLGATE_CONFIG"), "policy file (required; env TOLLGATE_CONFIG)")
+	redisURL := fs.String("redis", os.Getenv("TOLLGATE_REDIS_URL"), "Redis URL; overrides the policy's store (env TOLLGATE_REDIS_URL)")
+	listen := fs.String("listen", "", "public listen address (host:port); overrides listeners.public")
+	admin := fs.String("admin", "", "admin listen address (host:port); overrides listeners.admin, which off loopback needs listeners.admin_token_env")
+	if code, done := parse(fs, args, stdout); done {
+		return code
+	}
 	if *config == "" {
-		fmt.Fprintln(stderr, "serve: --config is required")
+		fmt.Fprintln(stderr, "serve: --config (or TOLLGATE_CONFIG) is required")
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "serve: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
@@ -96,9 +203,15 @@ func serve(args []string, stderr io.Writer) int {
 	} else {
 		log.Info("file limit", slog.Uint64("soft", soft), slog.Uint64("hard", hard))
 	}
-	p, err := policy.Load(*config)
+	env := policy.ProcessEnv()
+	env.Public, env.Admin = *listen, *admin
+	p, err := policy.LoadEnv(*config, env)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if p.Public == "" {
+		fmt.Fprintln(stderr, "serve: the policy has no public listener: set listeners.public or --listen")
 		return 1
 	}
 	if *redisURL != "" {
@@ -117,7 +230,7 @@ func serve(args []string, stderr io.Writer) int {
 	if p.SecretGenerated {
 		log.Warn("no identity secret configured: using a random one for this process (fine for one instance on the memory store)")
 	}
-	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: *redisURL, Logger: log})
+	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: *redisURL, Logger: log, Public: *listen, Admin: *admin})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -4,16 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
 
 func TestCheckQuickstart(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"check", "../../examples/quickstart.yaml"}, &out, &errb); code != 0 {
+	if code := run([]string{"check", "../../examples/quickstart.yaml"}, nil, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	for _, want := range []string{"OK", "free", "sliding_log 100/1m0s", "/api/export", "cost 10", "fail_closed",
@@ -28,7 +30,7 @@ func TestCheckBadFile(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(f, []byte("version: v1\nplans:\n  free: {rate: -3, period: 1m}\n"), 0o600)
 	var out, errb bytes.Buffer
-	if code := run([]string{"check", f}, &out, &errb); code != 1 {
+	if code := run([]string{"check", f}, nil, &out, &errb); code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	if !strings.Contains(errb.String(), "bad.yaml:3:") {
@@ -38,7 +40,7 @@ func TestCheckBadFile(t *testing.T) {
 
 func TestHashKey(t *testing.T) {
 	var out, errb bytes.Buffer
-	run([]string{"hash-key", "free-demo-key"}, &out, &errb)
+	run([]string{"hash-key", "free-demo-key"}, nil, &out, &errb)
 	if got := strings.TrimSpace(out.String()); got != "sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb" {
 		t.Fatalf("hash-key = %q", got)
 	}
@@ -46,10 +48,10 @@ func TestHashKey(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run(nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "usage") {
+	if code := run(nil, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "usage") {
 		t.Fatalf("no args: exit %d, %q", code, errb.String())
 	}
-	if code := run([]string{"serve"}, &out, &errb); code != 2 {
+	if code := run([]string{"serve"}, nil, &out, &errb); code != 2 {
 		t.Fatalf("serve without --config: exit %d", code)
 	}
 }
@@ -72,7 +74,7 @@ func TestCheckWarns(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "trust.yaml")
 	os.WriteFile(f, []byte(strings.Replace(trustAll, "PUBLIC", "127.0.0.1:8080", 1)), 0o600)
 	var out, errb bytes.Buffer
-	if code := run([]string{"check", f}, &out, &errb); code != 0 {
+	if code := run([]string{"check", f}, nil, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	if want := "warning: " + f + ":5: identity.trusted_proxies: trusts every IPv4 address"; !strings.Contains(errb.String(), want) {
@@ -83,7 +85,7 @@ func TestCheckWarns(t *testing.T) {
 	}
 	out.Reset()
 	errb.Reset()
-	if code := run([]string{"check", "../../examples/quickstart.yaml"}, &out, &errb); code != 0 || errb.Len() != 0 {
+	if code := run([]string{"check", "../../examples/quickstart.yaml"}, nil, &out, &errb); code != 0 || errb.Len() != 0 {
 		t.Errorf("quickstart: exit %d, stderr %q", code, errb.String())
 	}
 }
@@ -95,7 +97,7 @@ func TestCheckRefusesUnmatchablePath(t *testing.T) {
 	src := strings.Replace(trustAll, "PUBLIC", "127.0.0.1:8080", 1) + "  - {name: export, path: /api/../export, upstream: builtin:echo}\n"
 	os.WriteFile(f, []byte(src), 0o600)
 	var out, errb bytes.Buffer
-	if code := run([]string{"check", f}, &out, &errb); code != 1 {
+	if code := run([]string{"check", f}, nil, &out, &errb); code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
 	if want := f + `:10: routes[1].path: "/api/../export" is not a clean path`; !strings.Contains(errb.String(), want) {
@@ -114,7 +116,7 @@ func TestServeLogsWarnings(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "trust.yaml")
 	os.WriteFile(f, []byte(strings.Replace(trustAll, "PUBLIC", taken.Addr().String(), 1)), 0o600)
 	var errb bytes.Buffer
-	if code := serve([]string{"--config", f}, &errb); code != 1 {
+	if code := serve([]string{"--config", f}, io.Discard, &errb); code != 1 {
 		t.Fatalf("exit %d, want 1 (address in use): %s", code, errb.String())
 	}
 	var logged bool
@@ -130,5 +132,88 @@ func TestServeLogsWarnings(t *testing.T) {
 	}
 	if !logged {
 		t.Errorf("no WARN record for trusted_proxies:\n%s", errb.String())
+	}
+}
+
+// TestHelp: every command prints its usage with -h or --help, to
+// standard output, and exits 0; a bad flag exits 2.
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"serve", "--help"}, {"serve", "-h"}, {"check", "--help"},
+		{"hash-key", "--help"}, {"version", "--help"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "usage") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out.String(), errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", "--bogus"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "usage") {
+		t.Errorf("bad flag: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestVersion prints the version and the Go it was built with.
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"version"}, nil, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "tollgate dev, commit ") ||
+		!strings.Contains(out.String(), runtime.Version()) {
+		t.Fatalf("exit %d: %q %q", code, out.String(), errb.String())
+	}
+}
+
+// TestHashKeyFromStdin: without an argument the key is read from standard
+// input (so it stays out of shell history), giving the same digest.
+func TestHashKeyFromStdin(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"hash-key"}, strings.NewReader("free-demo-key\n"), &out, &errb); code != 0 ||
+		strings.TrimSpace(out.String()) != "sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb" {
+		t.Fatalf("exit %d: %q %q", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"hash-key"}, strings.NewReader(""), &out, &errb); code != 2 || out.Len() != 0 {
+		t.Fatalf("empty standard input: exit %d, %q", code, out.String())
+	}
+}
+
+// TestServeListenOverride: --listen and --admin replace the file's
+// addresses, are checked as the file's are (an admin listener off
+// loopback needs a token), and TOLLGATE_CONFIG names the file.
+func TestServeListenOverride(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	f := filepath.Join(t.TempDir(), "p.yaml")
+	os.WriteFile(f, []byte(strings.Replace(trustAll, "PUBLIC", "127.0.0.1:0", 1)), 0o600)
+	var errb bytes.Buffer
+	// The overriding address is taken: serve fails binding it, so it used it.
+	if code := serve([]string{"--config", f, "--listen", taken.Addr().String()}, io.Discard, &errb); code != 1 || !strings.Contains(errb.String(), "address already in use") {
+		t.Fatalf("--listen on a taken address: exit %d: %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := serve([]string{"--config", f, "--admin", "0.0.0.0:9999"}, io.Discard, &errb); code != 1 || !strings.Contains(errb.String(), "not loopback") {
+		t.Fatalf("--admin off loopback without a token: exit %d: %s", code, errb.String())
+	}
+	errb.Reset()
+	t.Setenv("TOLLGATE_CONFIG", f)
+	if code := serve([]string{"--listen", taken.Addr().String()}, io.Discard, &errb); code != 1 || !strings.Contains(errb.String(), "address already in use") {
+		t.Fatalf("TOLLGATE_CONFIG: exit %d: %s", code, errb.String())
+	}
+}
+
+// TestServeRefusesMiddlewarePolicy: a policy for the middleware alone (no
+// listeners, no upstreams) loads, but serve says what the gateway lacks.
+func TestServeRefusesMiddlewarePolicy(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", "../../examples/middleware.yaml"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("check: exit %d: %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := serve([]string{"--config", "../../examples/middleware.yaml"}, io.Discard, &errb); code != 1 || !strings.Contains(errb.String(), "no public listener") {
+		t.Fatalf("without a listener: exit %d: %s", code, errb.String())
+	}
+	errb.Reset()
+	if code := serve([]string{"--config", "../../examples/middleware.yaml", "--listen", "127.0.0.1:0"}, io.Discard, &errb); code != 1 || !strings.Contains(errb.String(), "has no upstream") {
+		t.Fatalf("without upstreams: exit %d: %s", code, errb.String())
 	}
 }

@@ -23,7 +23,7 @@ const serveEnv = "TOLLGATE_TEST_SERVE"
 
 func init() {
 	if config := os.Getenv(serveEnv); config != "" {
-		os.Exit(run([]string{"serve", "--config", config}, os.Stdout, os.Stderr))
+		os.Exit(run([]string{"serve", "--config", config}, os.Stdin, os.Stdout, os.Stderr))
 	}
 }
 

@@ -3,7 +3,7 @@
 // limit, and what each one is told.
 //
 //	go run ./examples/basic
-//	go run ./examples/basic -redis 127.0.0.1:6379 -algorithm sliding_log
+//	go run ./examples/basic -redis redis://127.0.0.1:6379/0 -algorithm sliding_log
 package main
 
 import (
@@ -23,7 +23,7 @@ import (
 )
 
 func main() {
-	redisAddr := flag.String("redis", "", "Redis address (host:port); empty uses the in-memory store")
+	redisURL := flag.String("redis", "", "Redis URL (redis://host:port/db, as everywhere in Tollgate); empty uses the in-memory store")
 	algName := flag.String("algorithm", "gcra", "gcra, token_bucket, leaky_bucket, fixed_window, sliding_log or sliding_counter")
 	rate := flag.Int64("rate", 5, "requests per period")
 	period := flag.Duration("period", time.Second, "period")
@@ -35,8 +35,13 @@ func main() {
 		log.Fatal(err)
 	}
 	var store tollgate.Store
-	if *redisAddr != "" {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{*redisAddr}, DisableCache: true})
+	if *redisURL != "" {
+		opt, err := rueidis.ParseURL(*redisURL)
+		if err != nil {
+			log.Fatal(err)
+		}
+		opt.DisableCache = true
+		c, err := rueidis.NewClient(opt)
 		if err != nil {
 			log.Fatal(err)
 		}
