@@ -101,6 +101,16 @@ func New(opts Options) (*Engine, error) {
 		holdTTL: min(algo.MaxHoldTTL, max(opts.Policy.UpstreamTimeout, 30*time.Second)+10*time.Second),
 	}
 	e.fallback, _ = opts.Store.(Fallbacker)
+	if m := opts.Metrics; m != nil {
+		// Every budget's error and fallback series exist from the start,
+		// at zero, so that alerts on their rate see the first one.
+		for _, b := range opts.Policy.Budgets() {
+			m.StoreErrors.WithLabelValues(b.Name)
+			for _, mode := range []string{"fail_open", "fail_closed"} {
+				m.Fallbacks.WithLabelValues(b.Name, mode)
+			}
+		}
+	}
 	if opts.DenyCacheSize > 0 {
 		e.deny = newDenyCache(opts.DenyCacheSize)
 	}

@@ -72,7 +72,7 @@ func (e *Engine) loginBegin(ctx context.Context, v *Verdict, c Call) bool {
 		e.count("login_lock", "login", "-", "refused")
 		retry := time.Duration(res.RetryAfter) * time.Millisecond
 		e.logSampled(ctx, slog.LevelWarn, "refused: account locked", account, "login_lock", "login",
-			slog.Int64("retry_after_s", retrySeconds(retry)), slog.Int64("level", res.Level))
+			slog.Int64("retry_after_s", retrySeconds(retry)), slog.Int64("lock_level", res.Level))
 		v.Outcome, v.Reason, v.RetryAfter, v.Lock = Refused, ReasonLoginLocked, retry, res.Level
 		return false
 	case !res.Reserved:

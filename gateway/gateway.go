@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +48,9 @@ type Options struct {
 	// Clock, if set, is the time every decision is made at, for tests that
 	// walk time (daily quotas, lock expiry). Nil means the store's clock.
 	Clock func() time.Time
+	// Version is the release the binary was built as (tollgate version);
+	// empty means the module's version from the build information.
+	Version string
 	// Public and Admin, if set, replace the policy file's listen addresses
 	// whenever it is reloaded (tollgate serve --listen, --admin: see
 	// policy.Env).
@@ -120,7 +125,16 @@ func New(opts Options) (*Gateway, error) {
 		Name: "tollgate_policy_info",
 		Help: "The active policy (1) by version.",
 	}, []string{"version"})
-	g.registry.MustRegister(g.reloads, g.info)
+	for _, r := range []string{"ok", "invalid", "refused", "rollback"} {
+		g.reloads.WithLabelValues(r) // at zero from the start, for alerts
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_build_info",
+		Help: "The running build (1) by version, commit and Go version.",
+	}, []string{"version", "revision", "goversion"})
+	version, revision := buildInfo(g.opts.Version)
+	build.WithLabelValues(version, revision, runtime.Version()).Set(1)
+	g.registry.MustRegister(g.reloads, g.info, build)
 	g.conns = newConnMetrics(g.registry)
 	sv, err := g.build(g.pol)
 	if err != nil {
@@ -289,4 +303,30 @@ func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 	}
 	wg.Wait()
 	return err
+}
+
+// buildInfo returns the release (version, or the main module's version)
+// and the commit the binary was built from.
+func buildInfo(version string) (string, string) {
+	revision := "unknown"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return orUnknown(version), revision
+	}
+	if version == "" {
+		version = bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			revision = s.Value
+		}
+	}
+	return orUnknown(version), revision
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

@@ -230,7 +230,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if p.SecretGenerated {
 		log.Warn("no identity secret configured: using a random one for this process (fine for one instance on the memory store)")
 	}
-	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: *redisURL, Logger: log, Public: *listen, Admin: *admin})
+	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: *redisURL, Logger: log, Public: *listen, Admin: *admin, Version: version})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
