@@ -25,14 +25,16 @@ lint:
 fuzz: redis-server
 	$(GO) test -run '^$$' -fuzz FuzzDifferential -fuzztime 2m ./store/redis
 
-# The tests run a real redis-server and drive headless Chromium; install
-# Debian's when they are missing.
+# The tests run a real redis-server, nginx and Caddy and drive headless
+# Chromium; install Debian's when they are missing.
 redis-server:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
+	command -v caddy >/dev/null || missing="$$missing caddy"; \
 	if [ -n "$$missing" ]; then \
-		echo "installing$$missing (the tests run a real Redis and a headless browser)"; \
+		echo "installing$$missing (the tests run a real Redis, nginx, Caddy and a headless browser)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi

@@ -156,7 +156,7 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 	if err != nil {
 		return nil, err
 	}
-	mw, err := httplimit.Middleware(httplimit.Options{
+	front, err := httplimit.New(httplimit.Options{
 		Policy: p, Store: g.store, Logger: g.log, Metrics: g.metrics, RequireRoute: true, Now: g.opts.Clock,
 		DenyCacheSize: g.denyCache,
 	})
@@ -167,7 +167,7 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &served{base: base, pol: p, handler: mw(up), loaded: time.Now()}, nil
+	return &served{base: base, pol: p, handler: withForwardAuth(front, front.Middleware(up)), loaded: time.Now()}, nil
 }
 
 func (g *Gateway) openStore() error {

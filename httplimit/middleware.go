@@ -128,8 +128,13 @@ type middleware struct {
 	protected, replaced, trustedOnly map[string]bool
 }
 
-// Middleware returns a function wrapping handlers with rate limiting.
-func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
+// Front is the middleware and the forward-auth endpoint (see
+// [Front.ForwardAuth]) over one decision engine, so both decide every
+// request under the same budgets, identities and invalid-key penalties.
+type Front struct{ base *middleware }
+
+// New returns the front that Middleware and ForwardAuth are made of.
+func New(opts Options) (*Front, error) {
 	if opts.Store == nil {
 		return nil, errors.New("creating middleware: Store is required")
 	}
@@ -148,7 +153,7 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating middleware: %w", err)
 	}
-	base := &middleware{
+	return &Front{base: &middleware{
 		opts:        opts,
 		engine:      e,
 		trusted:     opts.Policy.Trusted,
@@ -157,53 +162,37 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 		protected:   protected(opts.Policy.UserHeader),
 		replaced:    canonicalSet(addressHeaders),
 		trustedOnly: canonicalSet(append(slices.Clone(proxyHeaders), opts.Policy.UserHeader)),
+	}}, nil
+}
+
+// Middleware wraps next with rate limiting.
+func (f *Front) Middleware(next http.Handler) http.Handler {
+	m := *f.base
+	m.next = next
+	return &m
+}
+
+// Middleware returns a function wrapping handlers with rate limiting.
+func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
+	f, err := New(opts)
+	if err != nil {
+		return nil, err
 	}
-	return func(next http.Handler) http.Handler {
-		m := *base
-		m.next = next
-		return &m
-	}, nil
+	return f.Middleware, nil
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p := m.opts.Policy
-	if !strings.HasPrefix(r.URL.Path, "/") && r.URL.Path != "" {
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request path must be absolute"})
-		return
-	}
-	if why := policy.AmbiguousPath(r.URL.Path); why != "" {
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
-		return
-	}
-	clean := policy.CleanPath(r.URL.Path)
-	route := p.Match(r.Method, clean)
-	if route == nil && m.opts.RequireRoute {
-		WriteProblem(w, Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Detail: "no route matches this request"})
-		return
-	}
-	call, sub, ok := m.identify(w, r)
+	d, ok := m.decide(w, r, false)
 	if !ok {
 		return
 	}
-	call.Route = route
-	if m.opts.Cost != nil {
-		call.Cost = m.opts.Cost(r)
-	}
-	if route != nil && route.Login != nil && call.Key != engine.KeyUnknown && call.Key != engine.KeyMalformed {
-		if call.Account, ok = m.readLogin(w, r, route.Login, sub); !ok {
-			return
-		}
-	}
-	v := m.engine.Check(r.Context(), call)
-	if c, ok := v.Reported(); ok {
-		setHeaders(w.Header(), m.items, v.Budgets(), c.Budget, c.Decision, p.LegacyHeaders)
-	}
+	route, sub, v := d.call.Route, d.sub, d.v
 	if !v.Outcome.Admitted() {
 		if m.opts.Refused != nil && v.Reason != engine.ReasonCanceled {
 			m.opts.Refused(w, r, v)
 			return
 		}
-		m.writeRefusal(w, call, v)
+		m.writeRefusal(w, d.call, v)
 		return
 	}
 	defer v.Done(r.Context())
@@ -212,27 +201,89 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Only the service's answer settles the attempt.
 		out = &statusRecorder{ResponseWriter: w, onStatus: func(status int) { v.Answered(r.Context(), status) }}
 	}
-	if v.Delay > 0 {
-		// A shaping limit admits a request on condition that it waits
-		// (holding its slot, if it took one: it is in flight).
-		t := time.NewTimer(v.Delay)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return // the client gave up while queued
-		}
+	if v.Delay > 0 && !waitDelay(r.Context(), v.Delay) {
+		return // the client gave up while queued
 	}
-	d := tollgate.Decision{Allowed: true}
+	dec := tollgate.Decision{Allowed: true}
 	if c, ok := v.Reported(); ok {
-		d = c.Decision
+		dec = c.Decision
 	}
-	m.pass(out, r, route, sub, d, clean)
+	m.pass(out, r, route, sub, dec, d.clean)
 	if v.Deferred() {
 		// Shadow budgets are evaluated after the response, not before
 		// its last bytes.
 		http.NewResponseController(w).Flush()
 	}
+}
+
+// waitDelay waits d, the delay a shaping limit asks of an admitted
+// request (holding its slot, if it took one: it is in flight); it
+// reports false if ctx ends first.
+func waitDelay(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// decision is what decide found and the engine decided for a request.
+type decision struct {
+	call  engine.Call
+	sub   Subject
+	clean string // the cleaned path the route was matched on
+	v     *engine.Verdict
+}
+
+// decide matches r's route on its cleaned path, finds its subject and
+// asks the engine, and sets the RateLimit headers of the verdict on w.
+// For forward-auth, a route whose checks need the end of the request (a
+// login guard, a concurrency limit) is refused before anything is
+// charged. On false it has answered the request.
+func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth bool) (decision, bool) {
+	p := m.opts.Policy
+	if !strings.HasPrefix(r.URL.Path, "/") && r.URL.Path != "" {
+		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request path must be absolute"})
+		return decision{}, false
+	}
+	if why := policy.AmbiguousPath(r.URL.Path); why != "" {
+		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
+		return decision{}, false
+	}
+	clean := policy.CleanPath(r.URL.Path)
+	route := p.Match(r.Method, clean)
+	if route == nil && m.opts.RequireRoute {
+		WriteProblem(w, Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Detail: "no route matches this request"})
+		return decision{}, false
+	}
+	if forwardAuth && route != nil {
+		if why := forwardAuthUnsupported(route); why != "" {
+			m.engine.Count("-", route.Group, "-", "unsupported")
+			WriteProblem(w, Problem{Type: ProblemForwardAuthUnsupported, Status: http.StatusInternalServerError, Detail: why})
+			return decision{}, false
+		}
+	}
+	call, sub, ok := m.identify(w, r)
+	if !ok {
+		return decision{}, false
+	}
+	call.Route = route
+	if m.opts.Cost != nil {
+		call.Cost = m.opts.Cost(r)
+	}
+	if route != nil && route.Login != nil && call.Key != engine.KeyUnknown && call.Key != engine.KeyMalformed {
+		if call.Account, ok = m.readLogin(w, r, route.Login, sub); !ok {
+			return decision{}, false
+		}
+	}
+	v := m.engine.Check(r.Context(), call)
+	if c, ok := v.Reported(); ok {
+		setHeaders(w.Header(), m.items, v.Budgets(), c.Budget, c.Decision, p.LegacyHeaders)
+	}
+	return decision{call: call, sub: sub, clean: clean, v: v}, true
 }
 
 // writeRefusal answers a call the engine did not admit.

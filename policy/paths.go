@@ -66,8 +66,15 @@ func checkRoutePath(p string) error {
 	if c := CleanPath(p); c != p {
 		return fmt.Errorf("%q is not a clean path; requests are matched after cleaning, so write %q (no . or .. segments, no repeated slashes)", p, c)
 	}
+	if strings.HasPrefix(MatchKey(p)+"/", ReservedPrefix) {
+		return fmt.Errorf("%q is under %s, which is reserved for Tollgate's own endpoints (forward-auth)", p, ReservedPrefix)
+	}
 	return nil
 }
+
+// ReservedPrefix is where the gateway serves its own endpoints on the
+// public listener (forward-auth): no route may match under it.
+const ReservedPrefix = "/_tollgate/"
 
 // MatchKey returns the form of a cleaned path that routes are matched on:
 // lower case, and without path parameters (";jsessionid=…", which Servlet

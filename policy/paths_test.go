@@ -69,6 +69,10 @@ func TestRoutePathsNoRequestCanMatch(t *testing.T) {
 		{"/a;b", "path parameters"},
 		{"api/", "absolute"},
 		{"", "absolute"},
+		{"/_tollgate/", "reserved"},
+		{"/_tollgate/auth", "reserved"},
+		{"/_tollgate", "reserved"},
+		{"/_TOLLGATE/x", "reserved"},
 	}
 	for _, c := range refused {
 		t.Run("refused "+strconv.Quote(c.path), func(t *testing.T) {
@@ -87,7 +91,7 @@ func TestRoutePathsNoRequestCanMatch(t *testing.T) {
 	}
 	accepted := []string{
 		"/", "/v2/", "/v2/items", "/v1/projects/p:run", "/~user/", "/a-b_c.d/",
-		"/caf\u00e9", "/a=b&c", "/@me", "/a+b", "/a!$'(),", "/.well-known/", "/x.",
+		"/caf\u00e9", "/a=b&c", "/@me", "/a+b", "/a!$'(),", "/.well-known/", "/x.", "/_tollgates/", "/x/_tollgate/",
 	}
 	for _, ap := range accepted {
 		t.Run("accepted "+strconv.Quote(ap), func(t *testing.T) {

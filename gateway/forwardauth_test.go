@@ -1,0 +1,362 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/gateway"
+	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// fwdConfig is the quickstart trusting 127.0.0.1 only: the proxies'
+// address, not their clients' (clientAddr).
+func fwdConfig(t *testing.T, upstream string) *policy.Policy {
+	return config(t, upstream, "[127.0.0.1/32]")
+}
+
+var proxies = []struct {
+	name  string
+	start func(t *testing.T, tollgate, upstream string) string
+}{{"nginx", startNginx}, {"caddy", startCaddy}}
+
+// checkRefusal checks a 429 as the client sees it: Retry-After, the
+// RateLimit headers of the Free plan's used-up minute, and the problem
+// body.
+func checkRefusal(t *testing.T, resp *http.Response, body []byte) {
+	t.Helper()
+	h := resp.Header
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("status %d, want 429: %s", resp.StatusCode, body)
+	}
+	if got := h.Get("RateLimit-Policy"); got != `"free.minute";q=100;w=60, "free.day";q=1000;w=86400` {
+		t.Errorf("RateLimit-Policy = %q", got)
+	}
+	rl := h.Get("RateLimit")
+	if !strings.HasPrefix(rl, `"free.minute";r=0;t=`) {
+		t.Errorf("RateLimit = %q", rl)
+	}
+	tSec, _ := strconv.Atoi(rl[strings.LastIndex(rl, "=")+1:])
+	retry, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || retry < 1 || retry < tSec || retry > 60 {
+		t.Errorf("Retry-After = %q with t=%d", h.Get("Retry-After"), tSec)
+	}
+	if h.Get("X-RateLimit-Limit") != "100" || h.Get("X-RateLimit-Remaining") != "0" {
+		t.Errorf("legacy headers: %v", h)
+	}
+	if ct := h.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	var p httplimit.Problem
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatalf("problem body %q: %v", body, err)
+	}
+	if p.Status != 429 || p.Type != httplimit.ProblemRateLimited || p.Detail == "" || p.RetryAfter != int64(retry) {
+		t.Errorf("problem = %+v", p)
+	}
+	if len(h.Values("X-Tollgate-Status"))+len(h.Values("X-Tollgate-Problem")) > 0 {
+		t.Errorf("Tollgate's headers for the proxy reached the client: %v", h)
+	}
+}
+
+// TestForwardAuthFreeKeyThroughProxies: nginx (auth_request) and Caddy
+// (forward_auth), configured as examples/ says, in front of an upstream,
+// Tollgate deciding: a Free key gets exactly 100, each with its RateLimit
+// headers, then 429 with Retry-After, the RateLimit headers and the
+// problem body at the client; the upstream sees exactly the 100.
+func TestForwardAuthFreeKeyThroughProxies(t *testing.T) {
+	for _, px := range proxies {
+		t.Run(px.name, func(t *testing.T) {
+			onStores(t, func(t *testing.T, redisURL string) {
+				up := newUpstream(t)
+				g := start(t, fwdConfig(t, up.URL), redisURL)
+				url := px.start(t, hostPort(g.public), hostPort(up.URL))
+				for i := 0; i < 100; i++ {
+					resp, body := proxyGet(t, url+"/api/items?page=2", "Authorization", "Bearer "+freeKey)
+					if resp.StatusCode != 200 || string(body) != "upstream saw GET /api/items" {
+						t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+					}
+					if want := fmt.Sprintf(`"free.minute";r=%d;t=`, 99-i); !strings.HasPrefix(resp.Header.Get("RateLimit"), want) {
+						t.Fatalf("request %d: RateLimit = %q, want %s...", i, resp.Header.Get("RateLimit"), want)
+					}
+					if got := resp.Header.Get("RateLimit-Policy"); got != `"free.minute";q=100;w=60, "free.day";q=1000;w=86400` {
+						t.Fatalf("request %d: RateLimit-Policy = %q", i, got)
+					}
+				}
+				for i := 0; i < 3; i++ {
+					resp, body := proxyGet(t, url+"/api/items", "X-API-Key", freeKey)
+					checkRefusal(t, resp, body)
+				}
+				if n := up.hits.Load(); n != 100 {
+					t.Fatalf("the upstream saw %d requests, want exactly 100", n)
+				}
+			})
+		})
+	}
+}
+
+// TestForwardAuthAttacksThroughProxies: through each proxy, a request is
+// charged as the route the proxy routes and its upstream serves, however
+// its path is spelt (encoded slashes, dot segments, double slashes, case,
+// path parameters, absolute-form), whatever description of itself or
+// identity it adds (the other proxy style's headers, a user id, a
+// forwarding chain); paths servers read differently are refused and cost
+// nothing.
+func TestForwardAuthAttacksThroughProxies(t *testing.T) {
+	for _, px := range proxies {
+		t.Run(px.name, func(t *testing.T) {
+			up := newUpstream(t)
+			g := start(t, fwdConfig(t, up.URL), "")
+			addr := hostPort(px.start(t, hostPort(g.public), hostPort(up.URL)))
+			spent := 0
+			charged := func(line string, cost int, header ...string) {
+				t.Helper()
+				status, h := rawRequest(t, addr, line, append([]string{"X-API-Key", proKey}, header...)...)
+				spent += cost
+				if want := fmt.Sprintf(`"pro";r=%d;`, 1000-spent); !strings.HasPrefix(h.Get("RateLimit"), want) {
+					t.Errorf("%s %v: %d, RateLimit %q, want %s... (charged as cost %d)", line, header, status, h.Get("RateLimit"), want, cost)
+					spent = 1000 - atoiPrefix(h.Get("RateLimit"))
+				}
+			}
+			for _, line := range []string{
+				"GET /api/export HTTP/1.1",
+				"GET /api%2Fexport HTTP/1.1",
+				"GET /api%2fexport HTTP/1.1",
+				"GET /api/x/%2e%2e/export HTTP/1.1",
+				"GET /api/x/../export HTTP/1.1",
+				"GET //api//export HTTP/1.1",
+				"GET /api/./export HTTP/1.1",
+				"GET /API/Export HTTP/1.1",
+				"GET /api/export;jsessionid=1 HTTP/1.1",
+				"GET /api/export?x=1 HTTP/1.1",
+				"GET http://evil.example/api/export HTTP/1.1",
+			} {
+				charged(line, 10)
+			}
+			// The query is not the path, to the proxy and to Tollgate.
+			charged("GET /api/items?/../export HTTP/1.1", 1)
+			// A client's own description of the request, in either style,
+			// is replaced or removed by the proxy.
+			charged("GET /api/export HTTP/1.1", 10,
+				"X-Original-URI", "/api/items", "X-Forwarded-Uri", "/api/items",
+				"X-Original-Method", "OPTIONS", "X-Forwarded-Method", "OPTIONS")
+			// Refused, costing nothing: paths that servers read as
+			// different resources.
+			for _, line := range []string{"GET /api%5Cexport HTTP/1.1", "GET /api/export%00 HTTP/1.1", "GET /api/x/..;/export HTTP/1.1"} {
+				status, h := rawRequest(t, addr, line, "X-API-Key", proKey)
+				if status != 400 || h.Get("RateLimit") != "" {
+					t.Errorf("%s: %d %v, want 400 and nothing charged", line, status, h)
+				}
+			}
+			charged("GET /api/items HTTP/1.1", 1)
+
+			// Identity: no key, so the client's address under the
+			// anonymous plan (20 a minute), whatever user id or forwarding
+			// chain it claims.
+			admitted := 0
+			for i := 0; i < 25; i++ {
+				status, h := rawRequest(t, addr, "GET /api/items HTTP/1.1",
+					"X-User-ID", "alice", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i),
+					"X-Real-IP", fmt.Sprintf("198.51.100.%d", i), "Forwarded", fmt.Sprintf("for=192.0.2.%d", i))
+				switch {
+				case status == 200 && strings.HasPrefix(h.Get("RateLimit"), `"anonymous";`):
+					admitted++
+				case status == 429:
+				default:
+					t.Fatalf("request %d: %d, RateLimit %q: charged to a claimed identity", i, status, h.Get("RateLimit"))
+				}
+			}
+			if admitted != 20 {
+				t.Fatalf("admitted %d anonymous requests claiming other identities, want the client's 20", admitted)
+			}
+		})
+	}
+}
+
+// ask sends a forward-auth request to the gateway at path, from the
+// trusted 127.0.0.1 (or from clientAddr, untrusted, when untrusted).
+func ask(t *testing.T, g *running, path string, untrusted bool, header ...string) (*http.Response, httplimit.Problem) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, g.public+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	c := client
+	if untrusted {
+		c = proxyClient
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p httplimit.Problem
+	json.NewDecoder(resp.Body).Decode(&p)
+	return resp, p
+}
+
+// TestForwardAuthEndpoint: the described request must come from a
+// trusted proxy and be described exactly once; routes whose checks need
+// the end of the request are refused; nothing refused is charged.
+func TestForwardAuthEndpoint(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, fwdConfig(t, up.URL), "")
+	key := []string{"X-API-Key", proKey}
+	describe := func(method, uri string) []string {
+		return append([]string{"X-Original-Method", method, "X-Original-URI", uri}, key...)
+	}
+	if resp, p := ask(t, g, gateway.ForwardAuthPath, true, describe("GET", "/api/items")...); resp.StatusCode != 403 || p.Type != httplimit.ProblemForwardAuthUntrusted {
+		t.Errorf("untrusted peer: %d %+v, want 403 forward-auth-untrusted", resp.StatusCode, p)
+	}
+	if resp, _ := ask(t, g, gateway.NginxAuthPath, true, describe("GET", "/api/items")...); resp.StatusCode != 403 || resp.Header.Get("X-Tollgate-Status") != "403" {
+		t.Errorf("untrusted peer (nginx): %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, _ := ask(t, g, gateway.ForwardAuthPath, false, describe("GET", "/api/items")...)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"pro";r=999;`) {
+		t.Fatalf("trusted proxy: %d %v", resp.StatusCode, resp.Header)
+	}
+	refused := []struct {
+		name   string
+		header []string
+		status int
+		typ    string
+	}{
+		{"no method", []string{"X-Original-URI", "/api/items"}, 400, httplimit.ProblemForwardAuthBadRequest},
+		{"no URI", []string{"X-Forwarded-Method", "GET"}, 400, httplimit.ProblemForwardAuthBadRequest},
+		{"URIs differ", []string{"X-Original-Method", "GET", "X-Original-URI", "/api/items", "X-Forwarded-Uri", "/api/export"}, 400, httplimit.ProblemForwardAuthBadRequest},
+		{"methods differ", []string{"X-Original-Method", "GET", "X-Forwarded-Method", "POST", "X-Original-URI", "/login"}, 400, httplimit.ProblemForwardAuthBadRequest},
+		{"URI twice", []string{"X-Original-Method", "GET", "X-Original-URI", "/api/export", "X-Original-URI", "/api/items"}, 400, httplimit.ProblemForwardAuthBadRequest},
+		{"method twice", []string{"X-Forwarded-Method", "GET", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/items"}, 400, httplimit.ProblemForwardAuthBadRequest},
+		{"empty URI", []string{"X-Original-Method", "GET", "X-Original-URI", ""}, 400, httplimit.ProblemForwardAuthBadRequest},
+		{"absolute-form", describe("GET", "http://evil.example/api/items"), 400, httplimit.ProblemForwardAuthBadRequest},
+		{"scheme-relative", describe("GET", "//evil.example/api/items"), 404, httplimit.ProblemNotFound}, // a path: /evil.example/api/items
+		{"asterisk", describe("OPTIONS", "*"), 400, httplimit.ProblemForwardAuthBadRequest},
+		{"relative", describe("GET", "api/items"), 400, httplimit.ProblemForwardAuthBadRequest},
+		{"fragment", describe("GET", "/api/items#x"), 400, httplimit.ProblemForwardAuthBadRequest},
+		{"bad method", describe("GET /api/items", "/api/items"), 400, httplimit.ProblemForwardAuthBadRequest},
+		{"bad escape", describe("GET", "/api/%zz"), 400, httplimit.ProblemForwardAuthBadRequest},
+		{"backslash", describe("GET", "/api%5Cexport"), 400, httplimit.ProblemBadRequest},
+		{"dot segment with parameters", describe("GET", "/api/x/..;/export"), 400, httplimit.ProblemBadRequest},
+		{"no route", describe("GET", "/nothing"), 404, httplimit.ProblemNotFound},
+		{"concurrency", describe("GET", "/api/reports"), 500, httplimit.ProblemForwardAuthUnsupported},
+		{"login guard", describe("POST", "/LOGIN/"), 500, httplimit.ProblemForwardAuthUnsupported},
+	}
+	for _, c := range refused {
+		resp, p := ask(t, g, gateway.ForwardAuthPath, false, append(c.header, key...)...)
+		if resp.StatusCode != c.status || p.Type != c.typ || resp.Header.Get("RateLimit") != "" {
+			t.Errorf("%s: %d %+v (RateLimit %q), want %d %s and nothing charged", c.name, resp.StatusCode, p, resp.Header.Get("RateLimit"), c.status, c.typ)
+		}
+	}
+	// Described alike by both styles: one request.
+	resp, _ = ask(t, g, gateway.ForwardAuthPath, false, append(describe("GET", "/api/items"), "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/items")...)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"pro";r=998;`) {
+		t.Fatalf("both styles alike: %d %v, want 200 and r=998 (refusals charged nothing)", resp.StatusCode, resp.Header)
+	}
+	if n := up.hits.Load(); n != 0 {
+		t.Fatalf("the upstream saw %d requests: forward-auth never proxies", n)
+	}
+}
+
+// TestForwardAuthNginxStatuses: under /_tollgate/auth/nginx every refusal
+// is a 403 (auth_request passes no other), the status meant and the
+// problem in headers, beside Retry-After and the RateLimit headers.
+func TestForwardAuthNginxStatuses(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, fwdConfig(t, up.URL), "")
+	desc := []string{"X-Original-Method", "GET", "X-Original-URI", "/api/items"}
+	for i := 0; i < 20; i++ { // the anonymous plan: 20 a minute
+		if resp, _ := ask(t, g, gateway.NginxAuthPath, false, desc...); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	resp, _ := ask(t, g, gateway.NginxAuthPath, false, desc...)
+	h := resp.Header
+	var p httplimit.Problem
+	if err := json.Unmarshal([]byte(h.Get("X-Tollgate-Problem")), &p); err != nil {
+		t.Fatalf("X-Tollgate-Problem %q: %v", h.Get("X-Tollgate-Problem"), err)
+	}
+	if resp.StatusCode != 403 || h.Get("X-Tollgate-Status") != "429" || h.Get("Retry-After") == "" ||
+		!strings.HasPrefix(h.Get("RateLimit"), `"anonymous";r=0;`) || p.Status != 429 || p.Type != httplimit.ProblemRateLimited {
+		t.Fatalf("refusal: %d %v %+v", resp.StatusCode, h, p)
+	}
+	resp, _ = ask(t, g, gateway.NginxAuthPath, false, append(desc, "X-API-Key", "not-a-configured-key")...)
+	if resp.StatusCode != 403 || resp.Header.Get("X-Tollgate-Status") != "401" || resp.Header.Get("WWW-Authenticate") == "" {
+		t.Fatalf("invalid key: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+// TestForwardAuthShadowAndShaping: shadow budgets are evaluated after the
+// answer, as through the gateway; a shaping limit's delay is waited out
+// before the answer, so admitted requests leave at its pace.
+func TestForwardAuthShadowAndShaping(t *testing.T) {
+	up := newUpstream(t)
+	src := strings.ReplaceAll(shadowPolicy, "UPSTREAM", up.URL)
+	src = strings.Replace(src, "anonymous_plan: trial}", "anonymous_plan: trial, trusted_proxies: [127.0.0.1/32]}", 1)
+	p, err := policy.Parse([]byte(src), "shadow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	for i := 0; i < 20; i++ {
+		resp, _ := ask(t, g, gateway.ForwardAuthPath, false, "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/x")
+		if resp.StatusCode != 200 || resp.Header.Get("RateLimit") != "" {
+			t.Fatalf("request %d: %d %v (a shadow limit refuses nothing and adds no header)", i, resp.StatusCode, resp.Header)
+		}
+	}
+	if refused, allowed := shadowCounts(t, g, "trial", "api", 20); refused != 15 || allowed != 5 {
+		t.Fatalf("shadow counted %v refused and %v allowed, want 15 and 5", refused, allowed)
+	}
+
+	// The quickstart's webhooks: 10/s, burst 1, held up to 2 s.
+	g = start(t, fwdConfig(t, up.URL), "")
+	const n = 5
+	var wg sync.WaitGroup
+	took := make([]time.Duration, n)
+	begin := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			resp, _ := ask(t, g, gateway.ForwardAuthPath, false, "X-Forwarded-Method", "POST", "X-Forwarded-Uri", "/api/webhooks", "X-API-Key", proKey)
+			if resp.StatusCode != 200 {
+				t.Errorf("shaped request %d: %d", i, resp.StatusCode)
+			}
+			took[i] = time.Since(begin)
+		}(i)
+	}
+	wg.Wait()
+	last := time.Duration(0)
+	for _, d := range took {
+		last = max(last, d)
+	}
+	if last < 350*time.Millisecond {
+		t.Fatalf("5 requests at once against 10/s were all answered within %v: the delay was not waited out", last)
+	}
+}
+
+// TestReservedPrefix: nothing under /_tollgate/ but the forward-auth
+// endpoints is served, however spelt, even by a catch-all route.
+func TestReservedPrefix(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, catchAllConfig(t, up.URL), "")
+	for _, path := range []string{"/_tollgate", "/_tollgate/", "/_tollgate/x", "/_TOLLGATE/auth/more", "//_tollgate/x", "/a/../_tollgate/x", "/_tollgate;x/y", "/_tollgate/auth/"} {
+		if resp := get(t, g.public+path, "X-API-Key", proKey); resp.StatusCode != 404 {
+			t.Errorf("%s: %d, want 404", path, resp.StatusCode)
+		}
+	}
+	if n := up.hits.Load(); n != 0 {
+		t.Fatalf("the upstream saw %d requests under the reserved prefix", n)
+	}
+	if resp := get(t, g.public+"/_tollgates/x", "X-API-Key", proKey); resp.StatusCode != 200 {
+		t.Fatalf("/_tollgates/x: %d, want the catch-all's 200", resp.StatusCode)
+	}
+}
