@@ -52,6 +52,9 @@ type Subject struct {
 	Client string
 }
 
+// Group returns the call's route group: "unmatched" without a route.
+func (c Call) Group() string { return c.group() }
+
 func (c Call) group() string {
 	if c.Route == nil {
 		return "unmatched"

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/rueidis"
+	"golang.org/x/time/rate"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
@@ -83,6 +84,11 @@ type Gateway struct {
 	reloads *prometheus.CounterVec
 	info    *prometheus.GaugeVec
 	conns   *connMetrics
+	// requests are the public requests' metrics; access writes the access
+	// log, unsampled by message (the policy sets its share).
+	requests    *requestMetrics
+	access      *slog.Logger
+	accessLines atomic.Pointer[rate.Limiter]
 }
 
 // served is one policy ready to serve: its middleware and proxies.
@@ -98,7 +104,7 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Policy == nil {
 		return nil, errors.New("creating gateway: no policy")
 	}
-	g := &Gateway{opts: opts, pol: opts.Policy, log: opts.Logger, registry: prometheus.NewRegistry()}
+	g := &Gateway{opts: opts, pol: opts.Policy, log: opts.Logger, access: opts.Logger, registry: prometheus.NewRegistry()}
 	// Every line is sampled per message: a failure repeated on every
 	// request writes a few lines a second, with a count of the rest.
 	g.log = logsample.Logger(g.log)
@@ -136,16 +142,17 @@ func New(opts Options) (*Gateway, error) {
 	build.WithLabelValues(version, revision, runtime.Version()).Set(1)
 	g.registry.MustRegister(g.reloads, g.info, build)
 	g.conns = newConnMetrics(g.registry)
+	g.requests = newRequestMetrics(g.registry)
 	sv, err := g.build(g.pol)
 	if err != nil {
 		g.Close()
 		return nil, err
 	}
 	g.activate(sv)
-	g.public = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g.public = g.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A request runs to the end under the policy it started with.
 		g.active.Load().handler.ServeHTTP(w, r)
-	})
+	}))
 	g.admin = g.adminHandler()
 	return g, nil
 }
@@ -167,6 +174,7 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 	if err != nil {
 		return nil, err
 	}
+	g.requests.prime(p)
 	return &served{base: base, pol: p, handler: withForwardAuth(front, front.Middleware(up)), loaded: time.Now()}, nil
 }
 

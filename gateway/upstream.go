@@ -88,7 +88,11 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 			echo.ServeHTTP(w, r2)
 			return
 		}
+		start := time.Now()
 		proxies[info.Route.Upstream].ServeHTTP(w, r)
+		if rec, ok := httplimit.RecordFrom(r.Context()); ok {
+			rec.Upstream = time.Since(start)
+		}
 	}), nil
 }
 

@@ -279,9 +279,21 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 			return decision{}, false
 		}
 	}
+	start := time.Now()
 	v := m.engine.Check(r.Context(), call)
-	if c, ok := v.Reported(); ok {
+	c, reported := v.Reported()
+	if reported {
 		setHeaders(w.Header(), m.items, v.Budgets(), c.Budget, c.Decision, p.LegacyHeaders)
+	}
+	if rec, ok := RecordFrom(r.Context()); ok {
+		rec.Decision = time.Since(start)
+		rec.Group, rec.SubjectKind, rec.Subject, rec.Outcome = call.Group(), sub.Kind, sub.ID, v.Outcome.String()
+		if route != nil {
+			rec.Route = route.Name
+		}
+		if reported {
+			rec.Budget = c.Budget.Name
+		}
 	}
 	return decision{call: call, sub: sub, clean: clean, v: v}, true
 }

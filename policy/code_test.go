@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,33 @@ func TestForLimit(t *testing.T) {
 		got := p.AnonymousPlan.Limits[0].Limit
 		if tollgate.LimitName(got) != tollgate.LimitName(l) {
 			t.Errorf("ForLimit(%s) enforces %s", tollgate.LimitName(l), tollgate.LimitName(got))
+		}
+	}
+}
+
+// TestLogging: the logging section's settings and their checks.
+func TestLogging(t *testing.T) {
+	f := policy.File{Version: "l1", Identity: policy.IdentitySpec{AnonymousPlan: "free"},
+		Plans: map[string]policy.PlanSpec{"free": {LimitSpec: policy.LimitSpec{Rate: 1, Period: time.Second}}}}
+	p, err := policy.Compile(f, policy.Env{Secret: make([]byte, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Log.Level != slog.LevelInfo || p.Log.Text || p.Log.AccessSample != 1 || p.Log.AccessPerSecond != 1000 {
+		t.Fatalf("defaults: %+v", p.Log)
+	}
+	half := 0.5
+	f.Logging = policy.LogSpec{Level: "debug", Format: "text", AccessSample: &half, AccessPerSecond: 50}
+	if p, err = policy.Compile(f, policy.Env{Secret: make([]byte, 32)}); err != nil || p.Log.Level != slog.LevelDebug || !p.Log.Text ||
+		p.Log.AccessSample != 0.5 || p.Log.AccessPerSecond != 50 {
+		t.Fatalf("set: %+v %v", p.Log, err)
+	}
+	two := 2.0
+	f.Logging = policy.LogSpec{Level: "loud", Format: "xml", AccessSample: &two, AccessPerSecond: -1}
+	_, err = policy.Compile(f, policy.Env{Secret: make([]byte, 32)})
+	for _, want := range []string{"logging.level", "logging.format", "logging.access_sample", "logging.access_per_second"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("no problem at %s: %v", want, err)
 		}
 	}
 }

@@ -181,6 +181,7 @@ func (c *compiler) compile(f *File, env Env) *Policy {
 		c.addf("version", "version must be 1-32 letters, digits, '.', '_' or '-' (got %q)", f.Version)
 	}
 	c.listeners(p, f.Listeners, env)
+	c.logging(p, f.Logging)
 	c.store(p)
 	c.identity(p, f.Identity, env)
 	c.plans(p, f)

@@ -31,6 +31,7 @@ type File struct {
 	InvalidKeyLimit *LimitSpec   `yaml:"invalid_key_limit"`
 	Routes          []RouteSpec  `yaml:"routes"`
 	Headers         HeaderSpec   `yaml:"headers"`
+	Logging         LogSpec      `yaml:"logging"`
 	Upstream        UpstreamSpec `yaml:"upstream"`
 	// Region, if set, makes this gateway enforce one region's share of
 	// every budget against its own store: the plans', tenants', route
@@ -296,6 +297,23 @@ type ConcurrencySpec struct {
 type HeaderSpec struct {
 	// Legacy adds X-RateLimit-Limit, -Remaining and -Reset.
 	Legacy bool `yaml:"legacy"`
+}
+
+// LogSpec configures the gateway's logs: JSON (or text) lines on
+// standard error.
+type LogSpec struct {
+	// Level is the least severe level logged: debug, info (default), warn
+	// or error.
+	Level string `yaml:"level"`
+	// Format is json (default) or text.
+	Format string `yaml:"format"`
+	// AccessSample is the share of requests the access log writes a line
+	// for, from 0 (none) to 1 (every one, the default).
+	AccessSample *float64 `yaml:"access_sample"`
+	// AccessPerSecond bounds the access log's lines per second (default
+	// 1,000), so that a flood of requests cannot flood the log: lines
+	// past it are dropped and counted (tollgate_access_log_dropped_total).
+	AccessPerSecond int `yaml:"access_per_second"`
 }
 
 // UpstreamSpec configures calls to upstreams.

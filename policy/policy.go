@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -47,10 +48,12 @@ type Policy struct {
 	// Keys maps an API key digest ("sha256:<hex>") to the key.
 	Keys map[string]*APIKey
 	// TenantPlans overrides the plan of every key of a tenant.
-	TenantPlans     map[string]*Plan
-	InvalidKey      *Budget // the per-IP limit on invalid API keys
-	Routes          []*Route
-	LegacyHeaders   bool
+	TenantPlans   map[string]*Plan
+	InvalidKey    *Budget // the per-IP limit on invalid API keys
+	Routes        []*Route
+	LegacyHeaders bool
+	// Log is how the gateway logs (LogSpec compiled).
+	Log             LogSettings
 	UpstreamTimeout time.Duration
 	// Region is this gateway's region ("" without regions); every budget
 	// (Budgets) already holds this region's share.
@@ -62,6 +65,14 @@ type Policy struct {
 
 	// Conns bounds the listeners' connections and how slow a client may be.
 	Conns ConnLimits
+}
+
+// LogSettings are the compiled logging settings.
+type LogSettings struct {
+	Level           slog.Level
+	Text            bool    // text lines instead of JSON
+	AccessSample    float64 // the share of requests logged, 0 to 1
+	AccessPerSecond int     // the most access lines a second
 }
 
 // Budget is one limit as enforced: its header name, the limit, and the

@@ -194,15 +194,6 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "serve: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	// Every connection is a file descriptor: take all the process may have
-	// (the public connection cap is derived from it unless the policy sets
-	// listeners.max_conns).
-	if soft, hard, err := gateway.RaiseFileLimit(); err != nil {
-		log.Warn("could not raise the open-file limit", slog.Uint64("soft", soft), slog.Uint64("hard", hard), slog.String("error", err.Error()))
-	} else {
-		log.Info("file limit", slog.Uint64("soft", soft), slog.Uint64("hard", hard))
-	}
 	env := policy.ProcessEnv()
 	env.Public, env.Admin = *listen, *admin
 	p, err := policy.LoadEnv(*config, env)
@@ -213,6 +204,22 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if p.Public == "" {
 		fmt.Fprintln(stderr, "serve: the policy has no public listener: set listeners.public or --listen")
 		return 1
+	}
+	// Logs as the policy says (logging: level, format); later reloads
+	// keep the first policy's settings.
+	hopts := &slog.HandlerOptions{Level: p.Log.Level}
+	var handler slog.Handler = slog.NewJSONHandler(stderr, hopts)
+	if p.Log.Text {
+		handler = slog.NewTextHandler(stderr, hopts)
+	}
+	log := slog.New(handler)
+	// Every connection is a file descriptor: take all the process may have
+	// (the public connection cap is derived from it unless the policy sets
+	// listeners.max_conns).
+	if soft, hard, err := gateway.RaiseFileLimit(); err != nil {
+		log.Warn("could not raise the open-file limit", slog.Uint64("soft", soft), slog.Uint64("hard", hard), slog.String("error", err.Error()))
+	} else {
+		log.Info("file limit", slog.Uint64("soft", soft), slog.Uint64("hard", hard))
 	}
 	if *redisURL != "" {
 		if err := policy.CheckRedisURL(*redisURL); err != nil {
