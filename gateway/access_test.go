@@ -105,4 +105,3 @@ func TestAccessLogSampleAndCap(t *testing.T) {
 		t.Fatalf("dropped %v lines", n)
 	}
 }
-
