@@ -65,7 +65,8 @@ func (m *requestMetrics) prime(p *policy.Policy) {
 
 // observe wraps the public handler: it gives each request an id (the
 // client's X-Request-ID if it is a plain short token, else a new one),
-// forwarded to the upstream and returned to the client; counts and times
+// forwarded to the upstream (responses are left as the upstream made
+// them: a policy in shadow answers exactly as a plain proxy); counts and times
 // it by route group; and writes the access log line, for the policy's
 // share of requests.
 func (g *Gateway) observe(next http.Handler) http.Handler {
@@ -76,7 +77,6 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 			id = newRequestID()
 			r.Header.Set("X-Request-Id", id)
 		}
-		w.Header().Set("X-Request-Id", id)
 		rec := &httplimit.Record{Group: "unmatched"}
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r.WithContext(httplimit.WithRecord(r.Context(), rec)))

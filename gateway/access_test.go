@@ -29,20 +29,20 @@ func accessLines(t *testing.T, g *running) []map[string]any {
 var hexID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // TestAccessLog: every request gets an id (the client's if it is a plain
-// token, else a new one), forwarded upstream and returned; the access log
+// token, else a new one), forwarded upstream; the access log
 // says what was decided, with pseudonyms only; the request metrics count
 // by route group.
 func TestAccessLog(t *testing.T) {
 	up := newUpstream(t)
 	g := start(t, quickstart(t, up.URL), "")
 	resp := get(t, g.public+"/api/items", "X-API-Key", proKey, "X-Request-ID", "req-42.a")
-	if resp.StatusCode != 200 || resp.Header.Get("X-Request-Id") != "req-42.a" || up.lastHeader().Get("X-Request-Id") != "req-42.a" {
-		t.Fatalf("a plain request id: %d, answered %q, upstream saw %q", resp.StatusCode, resp.Header.Get("X-Request-Id"), up.lastHeader().Get("X-Request-Id"))
+	if resp.StatusCode != 200 || up.lastHeader().Get("X-Request-Id") != "req-42.a" {
+		t.Fatalf("a plain request id: %d, upstream saw %q", resp.StatusCode, up.lastHeader().Get("X-Request-Id"))
 	}
 	for _, bad := range []string{"has space", strings.Repeat("x", 129), "new\\nline", "{json}"} {
-		resp := get(t, g.public+"/api/items", "X-API-Key", proKey, "X-Request-ID", bad)
-		if id := resp.Header.Get("X-Request-Id"); !hexID.MatchString(id) || up.lastHeader().Get("X-Request-Id") != id {
-			t.Errorf("request id %q: answered %q, upstream saw %q (want a new one)", bad, id, up.lastHeader().Get("X-Request-Id"))
+		get(t, g.public+"/api/items", "X-API-Key", proKey, "X-Request-ID", bad)
+		if id := up.lastHeader().Get("X-Request-Id"); !hexID.MatchString(id) {
+			t.Errorf("request id %q: upstream saw %q (want a new one)", bad, id)
 		}
 	}
 	// An anonymous client over its 20 a minute: refused, logged as such.
