@@ -188,7 +188,13 @@ var validKeys = map[string]bool{
 // file and line; a configuration with any is refused whole.
 func Load(dir string, opts LoadOptions) (*Config, error) {
 	var files []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	// The directory may be a symlink (RUNTIME_ROOT's "current"): read
+	// where it points now.
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("loading rate-limit configuration: %w", err)
+	}
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

@@ -332,3 +332,5 @@ func reflectionLists(t *testing.T, conn *grpc.ClientConn, service string) bool {
 	}
 	return false
 }
+
+func testutilCounter(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }

@@ -60,11 +60,15 @@ func (s *Server) Watch(ctx context.Context, dirs []string, load func() (*Config,
 				}
 			}
 			add(filepath.Dir(dir))
-			_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			real, err := filepath.EvalSymlinks(dir)
+			if err != nil {
+				continue
+			}
+			_ = filepath.WalkDir(real, func(p string, d fs.DirEntry, err error) error {
 				if err != nil {
 					return nil
 				}
-				if d.IsDir() || p == dir {
+				if d.IsDir() {
 					add(p)
 				} else if d.Type()&fs.ModeSymlink != 0 {
 					if st, err := os.Stat(p); err == nil && st.IsDir() {

@@ -42,7 +42,7 @@ type Options struct {
 	// response (LIMIT_RESPONSE_HEADERS_ENABLED): LimitHeader,
 	// RemainingHeader and ResetHeader, by default RateLimit-Limit,
 	// RateLimit-Remaining and RateLimit-Reset (seconds).
-	Headers                                  bool
+	Headers                                   bool
 	LimitHeader, RemainingHeader, ResetHeader string
 	// IETFHeaders adds RateLimit-Policy (every limited descriptor) and
 	// RateLimit (the most restrictive) as draft-ietf-httpapi-ratelimit-

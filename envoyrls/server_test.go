@@ -11,10 +11,10 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/envoyrls"
+	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
 	rstore "github.com/tollgate/tollgate/store/redis"
-	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 const (
