@@ -4,6 +4,8 @@
 //	                                             the policy reloads on file change and SIGHUP
 //	tollgate check FILE                          validate a policy and print what it enforces
 //	tollgate hash-key KEY                        print the digest to list an API key under
+//	tollgate rls                                 run Envoy's rate-limit service, configured by
+//	                                             envoyproxy/ratelimit's environment variables
 package main
 
 import (
@@ -30,6 +32,8 @@ const usage = `usage:
   tollgate serve --config FILE [--redis URL]   run the gateway (env TOLLGATE_REDIS_URL works too)
   tollgate check FILE                          validate a policy and print what it would enforce
   tollgate hash-key KEY                        print the digest under which to list an API key
+  tollgate rls                                 run Envoy's rate-limit service (envoyproxy/ratelimit's
+                                               environment: RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...)
 `
 
 func main() {
@@ -44,6 +48,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stderr)
+	case "rls":
+		return rls(args[1:], stderr)
 	case "check":
 		if len(args) != 2 {
 			fmt.Fprint(stderr, usage)
