@@ -101,10 +101,11 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 	if sub == "" {
 		sub = "-"
 	}
-	// storeFailed reads the failure policy and the group from a route.
-	call := Call{Route: &policy.Route{Group: c.Group, FailClosed: c.FailClosed}, Subject: Subject{Kind: "budgets", ID: sub}}
+	subject := Subject{Kind: "budgets", ID: sub}
 	ds, err := e.decide(ctx, budgets[0].Name, reqs)
 	if err != nil {
+		// storeFailed reads the failure policy and the group from a route.
+		call := Call{Route: &policy.Route{Group: c.Group, FailClosed: c.FailClosed}, Subject: subject}
 		var ok bool
 		if ds, ok = e.storeFailed(ctx, v, err, call, budgets, reqs); !ok {
 			return v
@@ -161,7 +162,7 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 	}
 	b, d := v.Charges[v.Report].Budget, v.Charges[v.Report].Decision
 	if !admitted {
-		e.refuse(ctx, v, call.Subject, b, d)
+		e.refuse(ctx, v, subject, b, d)
 		if tooBig >= 0 {
 			v.Reason = ReasonCostExceedsBurst
 		}
