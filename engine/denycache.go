@@ -57,6 +57,7 @@ type denyEntry struct {
 	cost  int64     // the refused cost; other costs still ask the store
 	d     algo.Decision
 	group []algo.Decision // the whole group's decisions, for a group refusal
+	keys  []denyKey       // the group's requests, in order: it answers only them
 }
 
 // evictionSample is how many entries a full cache looks at to pick one
@@ -76,13 +77,13 @@ func (c *denyCache) shard(subject string) *denyShard {
 }
 
 func (c *denyCache) get(req algo.Request, now time.Time) (algo.Decision, bool) {
-	d, _, ok := c.getGroup(req, now)
+	d, _, _, ok := c.getGroup(req, now)
 	return d, ok
 }
 
-// getGroup is get that also returns the group snapshot (nil for a single
-// request's refusal).
-func (c *denyCache) getGroup(req algo.Request, now time.Time) (algo.Decision, []algo.Decision, bool) {
+// getGroup is get that also returns the group snapshot and its requests'
+// keys (nil for a single request's refusal).
+func (c *denyCache) getGroup(req algo.Request, now time.Time) (algo.Decision, []algo.Decision, []denyKey, bool) {
 	sh := c.shard(req.Subject)
 	k := denyKeyOf(&req)
 	sh.mu.Lock()
@@ -93,21 +94,21 @@ func (c *denyCache) getGroup(req algo.Request, now time.Time) (algo.Decision, []
 	}
 	sh.mu.Unlock()
 	if !ok || req.Cost != e.cost || req.Limit.Capacity() != e.d.Quota {
-		return algo.Decision{}, nil, false
+		return algo.Decision{}, nil, nil, false
 	}
 	// Nothing anyone else does can make the budget come back sooner, so
 	// the refusal stands; report it as of now. Remaining is unchanged.
 	d := e.d
 	d.RetryAfter = e.until.Sub(now)
 	d.ResetAfter = max(d.RetryAfter, d.ResetAfter-now.Sub(e.at))
-	return d, e.group, true
+	return d, e.group, e.keys, true
 }
 
 func (c *denyCache) put(req algo.Request, d algo.Decision, now time.Time) {
-	c.putGroup(req, d, now, nil)
+	c.putGroup(req, d, now, nil, nil)
 }
 
-func (c *denyCache) putGroup(req algo.Request, d algo.Decision, now time.Time, group []algo.Decision) {
+func (c *denyCache) putGroup(req algo.Request, d algo.Decision, now time.Time, group []algo.Decision, keys []denyKey) {
 	sh := c.shard(req.Subject)
 	k := denyKeyOf(&req)
 	sh.mu.Lock()
@@ -129,7 +130,7 @@ func (c *denyCache) putGroup(req algo.Request, d algo.Decision, now time.Time, g
 		}
 		delete(sh.m, victim)
 	}
-	sh.m[k] = denyEntry{until: now.Add(d.RetryAfter), at: now, cost: req.Cost, d: d, group: group}
+	sh.m[k] = denyEntry{until: now.Add(d.RetryAfter), at: now, cost: req.Cost, d: d, group: group, keys: keys}
 }
 
 // cacheable reports whether d, the store's refusal of req, holds as it is
@@ -139,7 +140,10 @@ func cacheable(req *tollgate.Request, d *tollgate.Decision) bool {
 }
 
 // lookup answers reqs from the cache: a single request by its own
-// refusal, a group by the refusal of any of its requests.
+// refusal, a group by the refusal of any of its requests remembered with
+// this very group (the same requests in the same order: another group
+// that shares the refused request holds other budgets, whose decisions
+// the snapshot does not know).
 func (c *denyCache) lookup(reqs []tollgate.Request, now time.Time) ([]tollgate.Decision, bool) {
 	if len(reqs) == 1 && reqs[0].Tag == "" {
 		if reqs[0].Cost <= 0 {
@@ -155,7 +159,7 @@ func (c *denyCache) lookup(reqs []tollgate.Request, now time.Time) ([]tollgate.D
 		if r.Cost <= 0 {
 			continue
 		}
-		if d, snap, ok := c.getGroup(r, now); ok && len(snap) == len(reqs) {
+		if d, snap, keys, ok := c.getGroup(r, now); ok && sameGroup(keys, reqs) {
 			ds := append([]tollgate.Decision(nil), snap...)
 			ds[i] = d
 			return ds, true
@@ -183,6 +187,23 @@ func (c *denyCache) remember(reqs []tollgate.Request, ds []tollgate.Decision, no
 		}
 	}
 	if worst >= 0 {
-		c.putGroup(reqs[worst], ds[worst], now, ds)
+		keys := make([]denyKey, len(reqs))
+		for i := range reqs {
+			keys[i] = denyKeyOf(&reqs[i])
+		}
+		c.putGroup(reqs[worst], ds[worst], now, ds, keys)
 	}
+}
+
+// sameGroup reports whether keys are the keys of reqs, in order.
+func sameGroup(keys []denyKey, reqs []tollgate.Request) bool {
+	if len(keys) != len(reqs) {
+		return false
+	}
+	for i := range reqs {
+		if keys[i] != denyKeyOf(&reqs[i]) {
+			return false
+		}
+	}
+	return true
 }

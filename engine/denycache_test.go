@@ -36,3 +36,29 @@ func TestDenyCacheFull(t *testing.T) {
 		}
 	}
 }
+
+// TestDenyCacheGroupOfOtherRequests: a group refusal answers only the same
+// group again. Another group that shares the refusing request (a second
+// descriptor of Envoy's rate-limit service beside a refused one, another
+// user of a refused tenant) is not answered with the first group's
+// decisions, which are about other budgets, in other places.
+func TestDenyCacheGroupOfOtherRequests(t *testing.T) {
+	c := newDenyCache(1000)
+	now := time.Unix(1_800_000_000, 0)
+	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 10, Period: time.Hour}
+	req := func(name, subject string) algo.Request {
+		return algo.Request{Name: name, Subject: subject, Tag: "domain", Limit: l, Cost: 1}
+	}
+	a, refused := req("a", "x"), req("refused", "y")
+	ds := []algo.Decision{{Allowed: true, Quota: 10, Remaining: 7}, {Quota: 10, RetryAfter: time.Minute}}
+	c.remember([]algo.Request{a, refused}, ds, now)
+	if got, ok := c.lookup([]algo.Request{a, refused}, now); !ok || got[0].Remaining != 7 || got[1].Allowed {
+		t.Fatalf("the same group: %+v, %v", got, ok)
+	}
+	if got, ok := c.lookup([]algo.Request{refused, req("b", "z")}, now); ok {
+		t.Fatalf("another group sharing the refused request was answered with the first group's decisions: %+v", got)
+	}
+	if got, ok := c.lookup([]algo.Request{req("a", "other"), refused}, now); ok {
+		t.Fatalf("another subject's group was answered with the first group's decisions: %+v", got)
+	}
+}

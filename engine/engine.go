@@ -26,8 +26,9 @@ import (
 	"github.com/tollgate/tollgate/policy"
 )
 
-// Options configures an [Engine]. Policy and Store are required; the zero
-// value of every other field is the default.
+// Options configures an [Engine]. Store is required, and so is Policy for
+// [Engine.Check] (an engine that only serves [Engine.CheckBudgets] may have
+// none); the zero value of every other field is the default.
 type Options struct {
 	Policy *policy.Policy
 	Store  tollgate.Store
@@ -84,8 +85,12 @@ type Engine struct {
 
 // New returns an engine deciding under opts.Policy through opts.Store.
 func New(opts Options) (*Engine, error) {
-	if opts.Policy == nil || opts.Store == nil {
-		return nil, errors.New("creating engine: Policy and Store are required")
+	if opts.Store == nil {
+		return nil, errors.New("creating engine: Store is required")
+	}
+	upstream := time.Duration(0)
+	if opts.Policy != nil {
+		upstream = opts.Policy.UpstreamTimeout
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -98,7 +103,7 @@ func New(opts Options) (*Engine, error) {
 		metrics: opts.Metrics,
 		penalty: &penaltyBox{until: map[string]time.Time{}},
 		store:   opts.Store,
-		holdTTL: min(algo.MaxHoldTTL, max(opts.Policy.UpstreamTimeout, 30*time.Second)+10*time.Second),
+		holdTTL: min(algo.MaxHoldTTL, max(upstream, 30*time.Second)+10*time.Second),
 	}
 	e.fallback, _ = opts.Store.(Fallbacker)
 	if m := opts.Metrics; m != nil {
@@ -120,7 +125,7 @@ func New(opts Options) (*Engine, error) {
 // Policy returns the policy the engine decides under.
 func (e *Engine) Policy() *policy.Policy { return e.policy }
 
-// Check decides c. A refused call is charged nothing, whichever check
+// Check decides c; the engine must have a Policy. A refused call is charged nothing, whichever check
 // refuses it: the checks whose state can be given back come first, each
 // given back if a later one refuses (the concurrency slot, the login
 // guard's holds, a place held in the route's global budget); the one step
@@ -277,8 +282,9 @@ func mostRestrictive(ds []tollgate.Decision) int {
 }
 
 // decide asks the deny cache, then the store: a single request through
-// Allow, a group through AllowAll. budget names the first request's
-// budget in the metrics.
+// Allow (which the Redis store coalesces with others; a Tag keys it as
+// AllowAll would), a group through AllowAll. budget names the first
+// request's budget in the metrics.
 func (e *Engine) decide(ctx context.Context, budget string, reqs []tollgate.Request) ([]tollgate.Decision, error) {
 	start := time.Now()
 	if e.opts.Now != nil {
@@ -297,7 +303,7 @@ func (e *Engine) decide(ctx context.Context, budget string, reqs []tollgate.Requ
 	}
 	var ds []tollgate.Decision
 	var err error
-	if len(reqs) == 1 && reqs[0].Tag == "" {
+	if len(reqs) == 1 {
 		var d tollgate.Decision
 		d, err = e.store.Allow(ctx, reqs[0])
 		ds = []tollgate.Decision{d}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
 )
 
 // Store names. Every name under which the store keeps a policy's state is
@@ -21,6 +22,7 @@ import (
 //	login_ip/<group>@<hash>      a login guard's failures per IP (Login.IPFailures)
 //	login/<group>                a login guard's accounts (Login.StoreName)
 //	concurrency/<group>          a concurrency limit's leases (Concurrency.StoreName)
+//	rls/<domain>/<path>@<hash>   a rate limit of Envoy's rate-limit service (RLSBudget)
 //
 // A budget's name is its kind (its BudgetRole) and names, its id, which
 // no two budgets share (names hold no '/' or '@', see namePattern), and
@@ -74,3 +76,50 @@ func storeName(id string, l tollgate.Limit) string {
 	sum := sha256.Sum256([]byte(tollgate.LimitName(l)))
 	return id + "@" + hex.EncodeToString(sum[:5])
 }
+
+// RoleRLS is a rate limit of Envoy's rate-limit service (package
+// envoyrls): a descriptor of a domain, per descriptor value. It is the
+// kind that begins its store name; such budgets are not part of a Policy.
+const RoleRLS BudgetRole = "rls"
+
+// RLSEntry is one level of a descriptor's path in an Envoy rate-limit
+// configuration: its key and, if the level names one, its value (a value
+// ending in '*' is the wildcard as written).
+type RLSEntry struct {
+	Key, Value string
+}
+
+// RLSBudget returns the budget of a rate limit of Envoy's rate-limit
+// service: the descriptor at path in domain, enforcing l, shown as name in
+// headers and metrics. Its store name is
+//
+//	rls/<domain>/<key>[=<value>]/...@<hash>
+//
+// with '%', '/', '=' and '@' in the domain, keys and values written %25,
+// %2F, %3D and %40, so that no two descriptors share a name whatever they
+// hold (Envoy's own key_value spelling is ambiguous). The hash is the
+// limit's (see storeName): a changed requests_per_unit, unit or algorithm
+// starts the descriptor afresh, and shadow mode is not part of it.
+func RLSBudget(name, domain string, path []RLSEntry, l tollgate.Limit, shadow bool) (*Budget, error) {
+	parts := []string{rlsEscape(domain)}
+	for _, e := range path {
+		p := rlsEscape(e.Key)
+		if e.Value != "" {
+			p += "=" + rlsEscape(e.Value)
+		}
+		parts = append(parts, p)
+	}
+	b := newBudget(name, storeID(string(RoleRLS), parts...), l, shadow)
+	h, err := algo.NewHandle(b.StoreName, l)
+	if err != nil {
+		return nil, err
+	}
+	b.Handle = h
+	return b, nil
+}
+
+// rlsEscaper writes the bytes that delimit an RLS store name's parts as
+// %XX.
+var rlsEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D", "@", "%40")
+
+func rlsEscape(s string) string { return rlsEscaper.Replace(s) }

@@ -3,7 +3,9 @@ package policy_test
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -142,5 +144,43 @@ func TestStoreNamesFollowTheLimits(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRLSBudgetNames: descriptors whose domain, keys and values hold the
+// bytes that delimit a name never share one, and the limit is part of it.
+func TestRLSBudgetNames(t *testing.T) {
+	l := tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 5, Period: time.Minute}
+	type entry = policy.RLSEntry
+	cases := []struct {
+		domain string
+		path   []entry
+	}{
+		{"d", []entry{{Key: "a", Value: "b"}}},
+		{"d", []entry{{Key: "a=b"}}},
+		{"d", []entry{{Key: "a"}, {Key: "b"}}},
+		{"d", []entry{{Key: "a/b"}}},
+		{"d/a", []entry{{Key: "b"}}},
+		{"d", []entry{{Key: "a@b"}}},
+		{"d", []entry{{Key: "a%2Fb"}}},
+	}
+	seen := map[string]int{}
+	for i, c := range cases {
+		b, err := policy.RLSBudget("n", c.domain, c.path, l, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j, dup := seen[b.StoreName]; dup {
+			t.Fatalf("cases %d and %d share %q", j, i, b.StoreName)
+		}
+		seen[b.StoreName] = i
+		if !strings.HasPrefix(b.StoreName, "rls/") || b.Handle == nil || b.Handle.Name() != b.StoreName {
+			t.Fatalf("case %d: %q, handle %v", i, b.StoreName, b.Handle)
+		}
+	}
+	other, _ := policy.RLSBudget("n", "d", cases[0].path, tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 6, Period: time.Minute}, false)
+	first, _ := policy.RLSBudget("n", "d", cases[0].path, l, true)
+	if other.StoreName == first.StoreName || first.StoreName != "rls/d/a=b@"+first.StoreName[len("rls/d/a=b@"):] {
+		t.Fatalf("a changed limit keeps the name, or shadow changes it: %q, %q", other.StoreName, first.StoreName)
 	}
 }

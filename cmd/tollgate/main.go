@@ -8,6 +8,8 @@
 //	                                   (the key is read from standard input
 //	                                   when not given, so it stays out of
 //	                                   shell history)
+//	tollgate rls                       run Envoy's rate-limit service, configured by
+//	                                   envoyproxy/ratelimit's environment variables
 //	tollgate version                   print the version and build
 //
 // Every command prints its usage with -h or --help.
@@ -42,6 +44,8 @@ const usage = `usage:
   tollgate check FILE          validate a policy and print what it would enforce
   tollgate hash-key [KEY]      print the digest under which to list an API key
                                (reads the key from standard input when not given)
+  tollgate rls                 run Envoy's rate-limit service (envoyproxy/ratelimit's
+                               environment: RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...)
   tollgate version             print the version and build
 Every command takes -h or --help.
 `
@@ -62,6 +66,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stdout, stderr)
+	case "rls":
+		return rls(args[1:], stdout, stderr)
 	case "check":
 		return check(args[1:], stdout, stderr)
 	case "hash-key":

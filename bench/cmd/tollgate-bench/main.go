@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -19,8 +20,18 @@ func main() {
 	out := flag.String("out", "", "write the markdown report here (default: stdout only)")
 	png := flag.String("png", "", "write the gateway latency chart here")
 	dur := flag.Duration("duration", 3*time.Second, "how long each measured cell runs")
-	suites := flag.String("suites", "store,memory,gateway", "which suites to run")
+	suites := flag.String("suites", "store,memory,gateway,rls", "which suites to run")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	if addr := os.Getenv(targetsEnv); addr != "" {
 		runTargets(addr)
 		return
@@ -43,6 +54,8 @@ func main() {
 			r.memory = runMemorySuite(*dur)
 		case "gateway":
 			r.gateway = runGatewaySuite(srv, *dur)
+		case "rls":
+			r.rls = runRLSSuite(srv, *dur)
 		case "":
 		default:
 			fmt.Fprintf(os.Stderr, "unknown suite %q\n", s)

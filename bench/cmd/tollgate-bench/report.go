@@ -27,6 +27,7 @@ type report struct {
 	store     []storeRow
 	memory    []memoryRow
 	gateway   []gatewayRow
+	rls       []rlsRow
 }
 
 func (r *report) machine() {
@@ -107,6 +108,9 @@ func (r *report) markdown(png string) string {
 		if png != "" {
 			w("![p99 latency against offered rate](%s)\n\n", filepath.ToSlash(relTo(png)))
 		}
+	}
+	if len(r.rls) > 0 {
+		r.rlsMarkdown(w)
 	}
 	return b.String()
 }

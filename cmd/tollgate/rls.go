@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/rueidis"
+	"google.golang.org/grpc"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/envoyrls"
+	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/resilience"
+	"github.com/tollgate/tollgate/store/memory"
+	rstore "github.com/tollgate/tollgate/store/redis"
+)
+
+// rls runs Envoy's rate-limit service, configured as envoyproxy/ratelimit
+// is: by its environment variables (see envoyrls.SettingsFromEnv).
+func rls(args []string, stdout, stderr io.Writer) int {
+	fs := flags("rls", "rls   (configured by envoyproxy/ratelimit's environment variables: RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...; see the README)", stdout, stderr)
+	if code, done := parse(fs, args, stdout); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "rls: takes no arguments; it reads envoyproxy/ratelimit's environment variables (RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...)")
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	set, err := envoyrls.SettingsFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "rls:", err)
+		return 1
+	}
+	for _, w := range set.Ignored {
+		log.Warn("setting without effect", slog.String("setting", w))
+	}
+	load := func() (*envoyrls.Config, error) { return envoyrls.Load(set.ConfigDir, set.Load) }
+	cfg, err := load()
+	if err != nil {
+		fmt.Fprintln(stderr, "rls:", err)
+		return 1
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	store, denyCache, closeStore, err := openRLSStore(set, reg, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "rls:", err)
+		return 1
+	}
+	defer closeStore()
+	em, err := engine.NewMetrics(reg)
+	if err != nil {
+		fmt.Fprintln(stderr, "rls:", err)
+		return 1
+	}
+	eng, err := engine.New(engine.Options{Store: store, Logger: log, Metrics: em, DenyCacheSize: denyCache})
+	if err != nil {
+		fmt.Fprintln(stderr, "rls:", err)
+		return 1
+	}
+	m, err := envoyrls.NewMetrics(reg)
+	if err != nil {
+		fmt.Fprintln(stderr, "rls:", err)
+		return 1
+	}
+	opts := set.Server
+	opts.Engine, opts.Metrics, opts.Logger = eng, m, log
+	srv, err := envoyrls.New(cfg, opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "rls:", err)
+		return 1
+	}
+	m.ConfigLoads.WithLabelValues("success").Inc()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := srv.Watch(ctx, []string{set.WatchDir}, load); err != nil {
+		log.Warn("not watching the rate-limit configuration; SIGHUP still reloads", slog.String("error", err.Error()))
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			srv.Reload(load)
+		}
+	}()
+
+	g := grpc.NewServer()
+	srv.Register(g)
+	gl, err := net.Listen("tcp", set.GRPCAddr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rls:", err)
+		return 1
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
+		if srv.Config() == nil {
+			http.Error(w, "no configuration", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "OK")
+	})
+	mux.Handle(set.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	servers := []*http.Server{{Addr: set.HTTPAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	if set.MetricsAddr != "" && set.MetricsAddr != set.HTTPAddr {
+		pm := http.NewServeMux()
+		pm.Handle(set.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		servers = append(servers, &http.Server{Addr: set.MetricsAddr, Handler: pm, ReadHeaderTimeout: 10 * time.Second})
+	}
+	errc := make(chan error, 1+len(servers))
+	for _, hs := range servers {
+		ln, err := net.Listen("tcp", hs.Addr)
+		if err != nil {
+			gl.Close()
+			fmt.Fprintln(stderr, "rls:", err)
+			return 1
+		}
+		go func() { errc <- hs.Serve(ln) }()
+	}
+	go func() { errc <- g.Serve(gl) }()
+	log.Info("rate-limit service started", slog.String("grpc", set.GRPCAddr), slog.String("http", set.HTTPAddr),
+		slog.String("config", set.ConfigDir), slog.Any("domains", cfg.Domains()), slog.String("backend", set.Backend))
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	srv.Shutdown()
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		g.Stop()
+	}
+	for _, hs := range servers {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		hs.Shutdown(sctx)
+		cancel()
+	}
+	if runErr != nil && !errors.Is(runErr, http.ErrServerClosed) && !errors.Is(runErr, grpc.ErrServerStopped) {
+		log.Error("rate-limit service stopped", slog.String("error", runErr.Error()))
+		return 1
+	}
+	return 0
+}
+
+// openRLSStore opens the store the settings name: Redis behind the
+// circuit breaker with the local fallback (as the gateway does), or
+// memory. It returns the deny cache size that suits it.
+func openRLSStore(set envoyrls.Settings, reg prometheus.Registerer, log *slog.Logger) (tollgate.Store, int, func(), error) {
+	if set.Backend == "memory" {
+		s := memory.New(memory.Options{})
+		reg.MustRegister(s)
+		return s, 0, func() { s.Close() }, nil
+	}
+	if err := policy.CheckRedisURL(set.RedisURL); err != nil {
+		return nil, 0, nil, err
+	}
+	opt, err := rueidis.ParseURL(set.RedisURL)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("opening redis store: %w", err)
+	}
+	opt.DisableCache = true
+	if set.RedisMode == "standalone" {
+		opt.ForceSingleClient = true
+	}
+	rs, err := rstore.Open(opt, rstore.Options{})
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("opening redis store: %w", err)
+	}
+	res := resilience.New(rs, memory.New(memory.Options{}), resilience.Options{Timeout: set.RedisTimeout, Logger: log})
+	reg.MustRegister(res)
+	return res, engine.DefaultDenyCacheSize, func() { res.Close(); rs.Close() }, nil
+}

@@ -1,0 +1,118 @@
+package envoyrls
+
+import (
+	"strings"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+)
+
+// lookup finds the limit of a descriptor's entries, as
+// envoyproxy/ratelimit does: at each level the entry's key and value,
+// else the first wildcard value that matches, else the key alone; the
+// limit applies only if it is at the level of the last entry. It appends
+// the node matched at each level to buf.
+func (d *Domain) lookup(entries []*rlv3.RateLimitDescriptor_Entry, buf []*node) (*Limit, []*node) {
+	n := &d.root
+	var lim *Limit
+	for i, e := range entries {
+		next := n.children[entryKey{e.Key, e.Value}]
+		if next == nil {
+			for _, w := range n.wildcards {
+				if w.entry.key == e.Key && match(w.parts, e.Value) {
+					next = w
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = n.children[entryKey{e.Key, ""}]
+		}
+		if next == nil {
+			break
+		}
+		buf = append(buf, next)
+		if next.limit != nil && i == len(entries)-1 {
+			lim = next.limit
+		}
+		if len(next.children) == 0 {
+			break
+		}
+		n = next
+	}
+	return lim, buf
+}
+
+// subjectEscaper writes the bytes that join a subject's values as %XX.
+var subjectEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
+
+// subject is whose state of a descriptor's budget a request charges: its
+// entries' values, each escaped and joined by '/', an entry matched by a
+// share_threshold wildcard counting as the pattern, so that every value
+// it matches shares one budget.
+func subject(entries []*rlv3.RateLimitDescriptor_Entry, nodes []*node) string {
+	if len(entries) == 1 {
+		v := entries[0].Value
+		if nodes[0].shareThreshold {
+			v = nodes[0].entry.value
+		}
+		if strings.ContainsAny(v, "%/") {
+			return subjectEscaper.Replace(v)
+		}
+		return v
+	}
+	var sb strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			sb.WriteByte('/')
+		}
+		v := e.Value
+		if i < len(nodes) && nodes[i].shareThreshold {
+			v = nodes[i].entry.value
+		}
+		subjectEscaper.WriteString(&sb, v)
+	}
+	return sb.String()
+}
+
+// metricKey is the descriptor's key in the metrics, when it depends on
+// the request: with detailed_metric, every entry's key_value (a
+// share_threshold entry's pattern for its value); otherwise the
+// configured path, with the request's value where a level has
+// value_to_metric. Without either it is Limit.StatKey.
+func metricKey(domain string, lim *Limit, entries []*rlv3.RateLimitDescriptor_Entry, nodes []*node) string {
+	var sb strings.Builder
+	sb.WriteString(domain)
+	for i, e := range entries {
+		sb.WriteByte('.')
+		sb.WriteString(e.Key)
+		n := nodes[i]
+		var v string
+		switch {
+		case n.shareThreshold:
+			v = n.entry.value
+		case lim.DetailedMetric || n.valueToMetric:
+			v = e.Value
+		default:
+			v = n.entry.value
+		}
+		if v != "" {
+			sb.WriteByte('_')
+			sb.WriteString(v)
+		}
+	}
+	return sb.String()
+}
+
+// dynamicMetric reports whether the metric key of a request matched
+// through nodes depends on the request.
+func dynamicMetric(lim *Limit, nodes []*node) bool {
+	if lim.DetailedMetric {
+		return true
+	}
+	for _, n := range nodes {
+		if n.valueToMetric {
+			return true
+		}
+	}
+	return false
+}

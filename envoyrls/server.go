@@ -1,0 +1,466 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// Options configures a [Server]. Engine is required; the zero value of
+// every other field is envoyproxy/ratelimit's default.
+type Options struct {
+	// Engine decides every request (see [engine.Engine.CheckBudgets]); it
+	// needs no policy.
+	Engine *engine.Engine
+	// Metrics, if set, counts hits as envoyproxy/ratelimit's statistics.
+	Metrics *Metrics
+	// NearLimitRatio is the share of a limit past which hits count as
+	// near_limit (NEAR_LIMIT_RATIO); zero means 0.8.
+	NearLimitRatio float64
+	// Headers adds the headers of the most restrictive descriptor to the
+	// response (LIMIT_RESPONSE_HEADERS_ENABLED): LimitHeader,
+	// RemainingHeader and ResetHeader, by default RateLimit-Limit,
+	// RateLimit-Remaining and RateLimit-Reset (seconds).
+	Headers                                   bool
+	LimitHeader, RemainingHeader, ResetHeader string
+	// IETFHeaders adds RateLimit-Policy (every limited descriptor) and
+	// RateLimit (the most restrictive) as draft-ietf-httpapi-ratelimit-
+	// headers spells them, as Tollgate's gateway does.
+	IETFHeaders bool
+	// ShadowMode answers OK whatever the limits say (SHADOW_MODE); the
+	// statuses still say which descriptors are over their limits.
+	ShadowMode bool
+	// Now, if set, is the clock of duration_until_reset where the store
+	// reports no reset (nil: time.Now). Decisions are on the engine's
+	// clock.
+	Now func() time.Time
+	// Logger receives reloads; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the rate-limit service. It is safe for concurrent use; its
+// configuration is swapped atomically (see SetConfig).
+type Server struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	opts   Options
+	cfg    atomic.Pointer[Config]
+	health *health.Server
+	log    *slog.Logger
+}
+
+// New returns a server answering under cfg (nil: none yet; every domain
+// is then unknown and the health service reports NOT_SERVING).
+func New(cfg *Config, opts Options) (*Server, error) {
+	if opts.Engine == nil {
+		return nil, errors.New("creating rate-limit service: Engine is required")
+	}
+	if opts.NearLimitRatio == 0 {
+		opts.NearLimitRatio = 0.8
+	}
+	if opts.LimitHeader == "" {
+		opts.LimitHeader = "RateLimit-Limit"
+	}
+	if opts.RemainingHeader == "" {
+		opts.RemainingHeader = "RateLimit-Remaining"
+	}
+	if opts.ResetHeader == "" {
+		opts.ResetHeader = "RateLimit-Reset"
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{opts: opts, health: health.NewServer(), log: opts.Logger}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	if cfg != nil {
+		s.SetConfig(cfg)
+	}
+	return s, nil
+}
+
+// SetConfig makes cfg the configuration of every request from now on;
+// requests in flight finish under the one they started with.
+func (s *Server) SetConfig(cfg *Config) {
+	s.cfg.Store(cfg)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+}
+
+// Config returns the active configuration, or nil.
+func (s *Server) Config() *Config { return s.cfg.Load() }
+
+// Register registers the rate-limit service, the gRPC health service and
+// reflection on g.
+func (s *Server) Register(g *grpc.Server) {
+	rlspb.RegisterRateLimitServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+	reflection.Register(g)
+}
+
+// Shutdown reports NOT_SERVING to health checks, so that clients move
+// away before the listener closes.
+func (s *Server) Shutdown() { s.health.Shutdown() }
+
+// descriptorState is what one descriptor of a request came to.
+type descriptorState struct {
+	lim     *Limit
+	hits    int64
+	charge  int // index in the call's charges; -1 for none
+	key     string
+	nodes   []*node
+	replace bool
+}
+
+// ShouldRateLimit decides a request: every descriptor's limit, all or
+// nothing (a request over any limit charges none), in one store call.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, s.serviceError("rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, s.serviceError("rate limit descriptor list must not be empty")
+	}
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	cfg := s.cfg.Load()
+	var dom *Domain
+	if cfg != nil {
+		dom = cfg.Domain(req.Domain)
+	}
+	if dom == nil {
+		if m := s.opts.Metrics; m != nil {
+			m.DomainNotFound.WithLabelValues(req.Domain).Inc()
+		}
+		for i := range resp.Statuses {
+			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		}
+		return resp, nil
+	}
+	var stack [4]descriptorState
+	states := stack[:0]
+	if len(req.Descriptors) > len(stack) {
+		states = make([]descriptorState, 0, len(req.Descriptors))
+	}
+	var replacing map[string]bool
+	for _, d := range req.Descriptors {
+		st := descriptorState{charge: -1, hits: hitsOf(req, d)}
+		if o := d.GetLimit(); o != nil {
+			lim, err := overrideLimit(req.Domain, d, o)
+			if err != nil {
+				return nil, s.serviceError(err.Error())
+			}
+			st.lim = lim
+		} else {
+			st.lim, st.nodes = dom.lookup(d.Entries, nil)
+		}
+		if st.lim != nil && len(st.lim.Replaces) > 0 {
+			if replacing == nil {
+				replacing = map[string]bool{}
+			}
+			for _, r := range st.lim.Replaces {
+				replacing[r] = true
+			}
+		}
+		states = append(states, st)
+	}
+	// A limit that another of the request's limits replaces is not
+	// applied (nor counted).
+	for i := range states {
+		if l := states[i].lim; l != nil && l.Name != "" && replacing[l.Name] {
+			states[i].lim = nil
+		}
+	}
+	var chargeStack [4]engine.BudgetCharge
+	charges := chargeStack[:0]
+	zero := false // a descriptor of requests_per_unit 0 is hit: the request is refused
+	for i, d := range req.Descriptors {
+		st := &states[i]
+		if st.lim == nil || st.lim.Unlimited {
+			continue
+		}
+		if st.lim.Budget == nil {
+			zero = zero || st.hits > 0
+			continue
+		}
+		var sub string
+		if st.nodes != nil {
+			sub = subject(d.Entries, st.nodes)
+		} else {
+			sub = subject(d.Entries, overrideNodes(len(d.Entries)))
+		}
+		st.charge = len(charges)
+		for j, c := range charges {
+			if c.Budget == st.lim.Budget && c.Subject == sub {
+				// The same descriptor twice: one charge of both.
+				charges[j].Cost += st.hits
+				st.charge = j
+				break
+			}
+		}
+		if st.charge == len(charges) {
+			charges = append(charges, engine.BudgetCharge{Budget: st.lim.Budget, Subject: sub, Cost: st.hits})
+		}
+	}
+	if zero {
+		for j := range charges {
+			charges[j].Cost = 0
+		}
+	}
+	var v *engine.Verdict
+	if len(charges) > 0 {
+		v = s.opts.Engine.CheckBudgets(ctx, engine.BudgetCall{Group: req.Domain, Tag: req.Domain, Charges: charges, FailClosed: dom.FailClosed})
+		switch v.Outcome {
+		case engine.Invalid:
+			return nil, s.serviceError(v.Err.Error())
+		case engine.FailClosed:
+			if v.Reason == engine.ReasonCanceled {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+		}
+	}
+	refused := zero || v != nil && (v.Outcome == engine.Refused || v.Outcome == engine.FailClosed)
+	now := s.opts.Now()
+	report := -1
+	for i, d := range req.Descriptors {
+		st := &states[i]
+		lim := st.lim
+		switch {
+		case lim == nil:
+			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+			continue
+		case lim.Unlimited:
+			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		}
+		ds := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, CurrentLimit: lim.proto}
+		over := false
+		var before uint64
+		limit := uint64(lim.RequestsPerUnit)
+		reset := windowReset(lim.Period, now)
+		switch {
+		case st.charge < 0: // requests_per_unit 0
+			over = st.hits > 0
+		case v.Outcome == engine.FailClosed:
+			over = true
+		case v.Outcome == engine.FailOpen:
+			// Undecided: admitted, nothing known of the budget.
+			ds.LimitRemaining = lim.RequestsPerUnit
+		default:
+			dec := v.Charges[st.charge].Decision
+			over = !dec.Allowed
+			// Remaining is after the charge if there was one; otherwise
+			// (the request refused, a shadow budget's would-be refusal or
+			// its charge skipped while the store is down) as it is.
+			charged := !refused && !over && !(lim.Shadow && v.Local)
+			before = sat(dec.Quota - dec.Remaining)
+			if charged {
+				before = sat(dec.Quota - dec.Remaining - st.hits)
+			}
+			limit = uint64(dec.Quota)
+			if !over {
+				ds.LimitRemaining = uint32(min(dec.Remaining, math.MaxUint32))
+			}
+			// A fixed window's reset is its end; a fresh window's (a
+			// query of an unused budget) is the clock's.
+			if dec.ResetAfter > 0 || lim.Budget.Limit.Algorithm != algo.FixedWindow {
+				reset = ceilSeconds(dec.ResetAfter)
+			}
+		}
+		if over {
+			ds.Code = rlspb.RateLimitResponse_OVER_LIMIT
+			if lim.Shadow {
+				ds.Code = rlspb.RateLimitResponse_OK
+			} else {
+				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			}
+		}
+		ds.DurationUntilReset = &durationpb.Duration{Seconds: reset}
+		resp.Statuses[i] = ds
+		if over && !lim.Shadow || report < 0 || resp.Statuses[report].Code == rlspb.RateLimitResponse_OK && ds.LimitRemaining < resp.Statuses[report].LimitRemaining {
+			report = i
+		}
+		if m := s.opts.Metrics; m != nil {
+			key := lim.StatKey
+			if st.nodes != nil && dynamicMetric(lim, st.nodes) {
+				key = metricKey(req.Domain, lim, d.Entries, st.nodes)
+			}
+			m.counters(req.Domain, key).record(uint64(st.hits), limit, before, over, lim.Shadow, s.opts.NearLimitRatio)
+		}
+	}
+	if report >= 0 && (s.opts.Headers || s.opts.IETFHeaders) {
+		resp.ResponseHeadersToAdd = s.headers(states, resp.Statuses, report)
+	}
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && s.opts.ShadowMode {
+		resp.OverallCode = rlspb.RateLimitResponse_OK
+		if m := s.opts.Metrics; m != nil {
+			m.GlobalShadowMode.Inc()
+		}
+	}
+	return resp, nil
+}
+
+// headers are the response headers of the descriptor at report (the one
+// over its limit, else the one with the least remaining).
+func (s *Server) headers(states []descriptorState, statuses []*rlspb.RateLimitResponse_DescriptorStatus, report int) []*corev3.HeaderValue {
+	st, ds := statuses[report], states[report].lim
+	remaining := strconv.FormatUint(uint64(st.LimitRemaining), 10)
+	reset := strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)
+	var hs []*corev3.HeaderValue
+	if s.opts.Headers {
+		hs = append(hs,
+			&corev3.HeaderValue{Key: s.opts.LimitHeader, Value: strconv.FormatUint(uint64(ds.RequestsPerUnit), 10)},
+			&corev3.HeaderValue{Key: s.opts.RemainingHeader, Value: remaining},
+			&corev3.HeaderValue{Key: s.opts.ResetHeader, Value: reset})
+	}
+	if s.opts.IETFHeaders {
+		var pol strings.Builder
+		for i, x := range states {
+			if x.lim == nil || x.lim.Unlimited || statuses[i].CurrentLimit == nil {
+				continue
+			}
+			if pol.Len() > 0 {
+				pol.WriteString(", ")
+			}
+			pol.WriteString(x.lim.policyItem())
+		}
+		hs = append(hs,
+			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: pol.String()},
+			&corev3.HeaderValue{Key: "RateLimit", Value: sfString(ds.headerName()) + ";r=" + remaining + ";t=" + reset})
+	}
+	return hs
+}
+
+// headerName is the limit's name in RateLimit-Policy: its name, else its
+// descriptor key.
+func (l *Limit) headerName() string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return l.StatKey
+}
+
+// policyItem is the limit as a RateLimit-Policy item: "name";q=N;w=S.
+func (l *Limit) policyItem() string {
+	return sfString(l.headerName()) + ";q=" + strconv.FormatUint(uint64(l.RequestsPerUnit), 10) + ";w=" + strconv.FormatInt(int64(l.Period/time.Second), 10)
+}
+
+// sfString is s as a structured-field string: quoted, '"' and '\'
+// escaped, bytes outside printable ASCII as '?'.
+func sfString(s string) string {
+	var sb strings.Builder
+	sb.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			sb.WriteByte('\\')
+			sb.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			sb.WriteByte('?')
+		default:
+			sb.WriteByte(c)
+		}
+	}
+	sb.WriteByte('"')
+	return sb.String()
+}
+
+// serviceError is a request that cannot be decided, as
+// envoyproxy/ratelimit answers it: an error (Envoy then applies its
+// failure_mode_deny).
+func (s *Server) serviceError(msg string) error {
+	if m := s.opts.Metrics; m != nil {
+		m.Errors.WithLabelValues("service_error").Inc()
+	}
+	return status.Error(codes.InvalidArgument, msg)
+}
+
+// hitsOf is what a descriptor charges: its own hits_addend if set (zero
+// asks without charging), else the request's, at least 1.
+func hitsOf(req *rlspb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
+	var h uint64
+	if a := d.GetHitsAddend(); a != nil {
+		h = a.GetValue()
+	} else {
+		h = max(1, uint64(req.GetHitsAddend()))
+	}
+	return int64(min(h, math.MaxInt64))
+}
+
+// windowReset is the seconds until the window of period that now is in
+// ends, as envoyproxy/ratelimit computes duration_until_reset.
+func windowReset(period time.Duration, now time.Time) int64 {
+	p := int64(period / time.Second)
+	if p <= 0 {
+		return 0
+	}
+	return p - now.Unix()%p
+}
+
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// sat is n as a count, never negative.
+func sat(n int64) uint64 { return uint64(max(0, n)) }
+
+// overrideLimit is the limit a descriptor carries itself (Envoy's
+// limit override): its budget is per descriptor keys, a fixed window of
+// the unit, and its metric key the descriptor's keys (never its values).
+func overrideLimit(domain string, d *rlv3.RateLimitDescriptor, o *rlv3.RateLimitDescriptor_RateLimitOverride) (*Limit, error) {
+	unit := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	period, ok := unitPeriods[unit]
+	if !ok {
+		return nil, errors.New("limit override: unknown unit " + unit.String())
+	}
+	path := make([]policy.RLSEntry, len(d.Entries))
+	keys := make([]string, len(d.Entries))
+	for i, e := range d.Entries {
+		path[i] = policy.RLSEntry{Key: e.Key}
+		keys[i] = e.Key
+	}
+	l := &Limit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Period: period, StatKey: domain + "." + strings.Join(keys, ".")}
+	l.proto = &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: unit}
+	if l.RequestsPerUnit == 0 {
+		return l, nil
+	}
+	b, err := policy.RLSBudget(l.StatKey, domain, path, tollgate.Limit{Algorithm: algo.FixedWindow, Rate: int64(l.RequestsPerUnit), Period: period}, false)
+	if err != nil {
+		return nil, err
+	}
+	l.Budget = b
+	return l, nil
+}
+
+// overrideNodes are the nodes an override's subject is made with: the
+// request's own values.
+func overrideNodes(n int) []*node {
+	ns := make([]*node, n)
+	for i := range ns {
+		ns[i] = &plainNode
+	}
+	return ns
+}
+
+var plainNode node
