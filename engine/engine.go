@@ -106,7 +106,7 @@ func New(opts Options) (*Engine, error) {
 		holdTTL: min(algo.MaxHoldTTL, max(upstream, 30*time.Second)+10*time.Second),
 	}
 	e.fallback, _ = opts.Store.(Fallbacker)
-	if m := opts.Metrics; m != nil {
+	if m := opts.Metrics; m != nil && opts.Policy != nil {
 		// Every budget's error and fallback series exist from the start,
 		// at zero, so that alerts on their rate see the first one.
 		for _, b := range opts.Policy.Budgets() {
