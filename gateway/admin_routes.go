@@ -3,7 +3,12 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -50,6 +55,14 @@ func (g *Gateway) adminHandler() http.Handler {
 		if p := g.previous.Load(); p != nil {
 			out["previous"] = map[string]any{"version": p.pol.Version, "hash": p.pol.Hash}
 		}
+		g.mu.Lock()
+		history := make([]map[string]any, len(g.history))
+		for i, h := range g.history {
+			// Newest first: the order rollbacks take them.
+			history[len(history)-1-i] = map[string]any{"version": h.pol.Version, "hash": h.pol.Hash}
+		}
+		g.mu.Unlock()
+		out["history"] = history
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(out)
 	})
@@ -69,18 +82,22 @@ func (g *Gateway) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("PUT /keys/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var k policy.KeySpec
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&k); err != nil {
-			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusBadRequest, Detail: "want a JSON key: digest, tenant, user, plan"})
+		if err := decodeStrict(w, r, &k); err != nil || k.ID != "" && k.ID != r.PathValue("id") {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusBadRequest,
+				Detail: "want one JSON object with digest, plan and optionally tenant and user (and id, if given, the one in the path)"})
 			return
 		}
+		k.ID = ""
 		override(w, policy.Overrides{Keys: map[string]*policy.KeySpec{r.PathValue("id"): &k}})
 	})
 	mux.HandleFunc("DELETE /keys/{id}", func(w http.ResponseWriter, r *http.Request) {
 		override(w, policy.Overrides{Keys: map[string]*policy.KeySpec{r.PathValue("id"): nil}})
 	})
 	mux.HandleFunc("PUT /tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) {
-		var t struct{ Plan string }
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&t); err != nil || t.Plan == "" {
+		var t struct {
+			Plan string `json:"plan"`
+		}
+		if err := decodeStrict(w, r, &t); err != nil || t.Plan == "" {
 			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusBadRequest, Detail: `want {"plan": "<name>"}`})
 			return
 		}
@@ -99,4 +116,32 @@ func (g *Gateway) adminHandler() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
 	return guardAdmin(mux, g.pol.AdminToken)
+}
+
+// decodeStrict decodes the body of r, at most 64 KiB, into v, a pointer
+// to a struct: one JSON object whose every field is one of v's, spelt
+// exactly as its json tag (the names the admin API writes, as GET
+// /overrides shows them), and nothing after it.
+func decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	var fields map[string]json.RawMessage
+	if err := dec.Decode(&fields); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the JSON object")
+	}
+	known := map[string]bool{}
+	t := reflect.TypeOf(v).Elem()
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		known[name] = true
+	}
+	for name := range fields {
+		if !known[name] {
+			return fmt.Errorf("unknown field %q", name)
+		}
+	}
+	b, _ := json.Marshal(fields)
+	return json.Unmarshal(b, v)
 }

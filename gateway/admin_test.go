@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -79,15 +80,18 @@ func runAdminCases(t *testing.T, g *running, cases []adminCase, header ...string
 }
 
 // rollbackTarget starts a gateway (on the quickstart, so no admin token
-// unless p says otherwise) and reloads a second version, so a rollback has
-// somewhere to go and every admitted one succeeds.
+// unless p says otherwise) and reloads as many more versions as a gateway
+// keeps to roll back to, so that every admitted rollback (each steps one
+// version back) succeeds.
 func rollbackTarget(t *testing.T, p *policy.Policy) *running {
 	t.Helper()
 	g := start(t, p, "")
-	p2 := *p
-	p2.Version += "-b"
-	if err := g.g.Reload(&p2); err != nil {
-		t.Fatal(err)
+	for i := 0; i < 16; i++ {
+		p2 := *p
+		p2.Version += fmt.Sprintf("-%d", i)
+		if err := g.g.Reload(&p2); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return g
 }

@@ -79,7 +79,13 @@ type Gateway struct {
 	transports map[time.Duration]*http.Transport
 	overrides  policy.Overrides
 	active     atomic.Pointer[served]
-	previous   atomic.Pointer[served]
+	previous   atomic.Pointer[served] // the last of history, for /policy
+	// history holds the policies served before the active one, oldest
+	// first (at most maxHistory): Rollback steps back through it.
+	history []*served
+	// rolledBack holds the hashes of files rolled back from: reloading
+	// such a file again leaves the rollback in place.
+	rolledBack map[string]bool
 
 	reloads *prometheus.CounterVec
 	info    *prometheus.GaugeVec

@@ -85,3 +85,40 @@ func TestRuntimeOverrides(t *testing.T) {
 		t.Fatal("a tenant name reached the metrics")
 	}
 }
+
+// TestOverridesJSONStrict: the admin API reads exactly the field names it
+// writes: an unknown or differently spelt field, a second value or
+// trailing data is refused and changes nothing; GET /overrides gives back
+// what PUT took, in the same names.
+func TestOverridesJSONStrict(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	const digest = "sha256:c232a2ef101127466f5296e1fd375b61c363b57a4f329d62d4780b04f343812b"
+	for _, body := range []string{
+		`{"digest":"` + digest + `","plan":"free","planx":"pro"}`,
+		`{"Digest":"` + digest + `","plan":"free"}`,
+		`{"digest":"` + digest + `","plan":"free"} {"plan":"pro"}`,
+		`{"digest":"` + digest + `","plan":"free"}x`,
+		`{"id":"other","digest":"` + digest + `","plan":"free"}`,
+		`["digest"]`,
+	} {
+		if code := adminDo(t, "PUT", g.admin+"/keys/u1", body); code != 400 {
+			t.Errorf("PUT %s: %d, want 400", body, code)
+		}
+	}
+	if code := adminDo(t, "PUT", g.admin+"/tenants/demo", `{"Plan":"pro"}`); code != 400 {
+		t.Errorf("PUT tenant with Plan: %d, want 400", code)
+	}
+	_, body := getBody(t, g.admin+"/overrides")
+	if strings.Contains(string(body), "u1") || strings.Contains(string(body), "demo") {
+		t.Fatalf("refused changes were applied: %s", body)
+	}
+	put := `{"digest":"` + digest + `","tenant":"t9","plan":"free"}`
+	if code := adminDo(t, "PUT", g.admin+"/keys/u1", put); code != 204 {
+		t.Fatalf("PUT key: %d", code)
+	}
+	_, body = getBody(t, g.admin+"/overrides")
+	if want := `{"keys":{"u1":` + put + `},"tenants":{}}`; strings.TrimSpace(string(body)) != want {
+		t.Fatalf("GET /overrides: %s, want %s", body, want)
+	}
+}

@@ -44,10 +44,29 @@ func (g *Gateway) Override(change policy.Overrides) error {
 	return nil
 }
 
-func (g *Gateway) activate(sv *served) {
+// maxHistory is how many earlier policies a gateway keeps to roll back
+// to.
+const maxHistory = 16
+
+// activate serves sv from now on, the policy it replaces going on the
+// history (not when rolling back: rollback pops it). The caller holds
+// g.mu, but while New builds.
+func (g *Gateway) activate(sv *served) { g.swap(sv, true) }
+
+func (g *Gateway) swap(sv *served, keep bool) {
 	if old := g.active.Swap(sv); old != nil {
-		g.previous.Store(old)
+		if keep {
+			g.history = append(g.history, old)
+			if len(g.history) > maxHistory {
+				g.history = append(g.history[:0:0], g.history[len(g.history)-maxHistory:]...)
+			}
+		}
 		g.info.DeleteLabelValues(old.pol.Version)
+	}
+	if n := len(g.history); n > 0 {
+		g.previous.Store(g.history[n-1])
+	} else {
+		g.previous.Store(nil)
 	}
 	g.info.WithLabelValues(sv.pol.Version).Set(1)
 }
@@ -77,6 +96,7 @@ func (g *Gateway) Reload(p *policy.Policy) error {
 		return err
 	}
 	g.activate(sv)
+	g.rolledBack = nil // a new file: rollbacks are behind it
 	g.reloads.WithLabelValues("ok").Inc()
 	for _, w := range p.Warnings {
 		g.log.Warn("policy warning", slog.String("warning", w.Msg), slog.String("file", w.File), slog.Int("line", w.Line), slog.String("path", w.Path))
@@ -91,6 +111,16 @@ func (g *Gateway) ReloadFile(path string) error {
 	env := policy.ProcessEnv()
 	env.Public, env.Admin = g.opts.Public, g.opts.Admin
 	p, err := policy.LoadEnv(path, env)
+	if err == nil && p.Hash != "" {
+		g.mu.Lock()
+		kept := g.rolledBack[p.Hash]
+		g.mu.Unlock()
+		if kept {
+			g.log.Info("policy file is the one rolled back from; keeping the rollback until the file changes",
+				slog.String("version", p.Version), slog.String("hash", p.Hash))
+			return nil
+		}
+	}
 	if err != nil {
 		g.reloads.WithLabelValues("invalid").Inc()
 		g.log.Error("policy file refused, keeping the active policy", slog.String("file", path),
@@ -100,15 +130,25 @@ func (g *Gateway) ReloadFile(path string) error {
 	return g.Reload(p)
 }
 
-// Rollback restores the policy that was active before the last reload.
+// Rollback restores the policy that was active before the active one:
+// rolling back again steps further back (up to maxHistory policies),
+// never forward. Until the policy file changes, reloading it (a file
+// event, SIGHUP) keeps the rollback: the file that was rolled back from
+// is not applied again.
 func (g *Gateway) Rollback() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	prev := g.previous.Load()
-	if prev == nil {
-		return errors.New("rolling back: no previous policy")
+	n := len(g.history)
+	if n == 0 {
+		return errors.New("rolling back: no earlier policy")
 	}
-	g.activate(prev)
+	prev := g.history[n-1]
+	g.history = g.history[:n-1]
+	if g.rolledBack == nil {
+		g.rolledBack = map[string]bool{}
+	}
+	g.rolledBack[g.active.Load().base.Hash] = true
+	g.swap(prev, false)
 	g.reloads.WithLabelValues("rollback").Inc()
 	g.log.Info("policy rolled back", slog.String("version", prev.pol.Version), slog.String("hash", prev.pol.Hash))
 	return nil

@@ -244,3 +244,54 @@ func TestNewVersionKeepsBudgets(t *testing.T) {
 		}
 	})
 }
+
+// TestRollbackStepsBack: each rollback steps one version further back,
+// never forward; a reload of the file rolled back from keeps the
+// rollback, and a changed file is applied.
+func TestRollbackStepsBack(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	b, err := os.ReadFile("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(version string) {
+		s := strings.Replace(strings.ReplaceAll(string(b), "builtin:echo", up.URL), "version: quickstart-1", "version: "+version, 1)
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v1")
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	for _, v := range []string{"v2", "v3"} {
+		write(v)
+		if err := g.g.ReloadFile(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version := func() string { return g.g.Policy().Version }
+	for _, want := range []string{"v2", "v1"} {
+		if err := g.g.Rollback(); err != nil || version() != want {
+			t.Fatalf("rollback: %v, active %s, want %s", err, version(), want)
+		}
+	}
+	if err := g.g.Rollback(); err == nil || version() != "v1" {
+		t.Fatalf("a rollback past the oldest: %v, active %s", err, version())
+	}
+	// The file still holds v3, rolled back from: reloading it keeps v1.
+	if err := g.g.ReloadFile(path); err != nil || version() != "v1" {
+		t.Fatalf("reloading the rolled-back file: %v, active %s", err, version())
+	}
+	write("v4")
+	if err := g.g.ReloadFile(path); err != nil || version() != "v4" {
+		t.Fatalf("a changed file: %v, active %s", err, version())
+	}
+	if err := g.g.Rollback(); err != nil || version() != "v1" {
+		t.Fatalf("rollback from v4: %v, active %s", err, version())
+	}
+}

@@ -213,11 +213,11 @@ type LimitSpec struct {
 // KeySpec is one API key. The key itself is never stored: Digest is
 // "sha256:" and the hex SHA-256 of it (`echo KEY | tollgate hash-key` prints it).
 type KeySpec struct {
-	ID     string `yaml:"id"`
-	Digest string `yaml:"digest"`
-	Tenant string `yaml:"tenant"`
-	User   string `yaml:"user"`
-	Plan   string `yaml:"plan"`
+	ID     string `yaml:"id" json:"id,omitempty"`
+	Digest string `yaml:"digest" json:"digest"`
+	Tenant string `yaml:"tenant" json:"tenant,omitempty"`
+	User   string `yaml:"user" json:"user,omitempty"`
+	Plan   string `yaml:"plan" json:"plan"`
 }
 
 // RouteSpec maps requests to an upstream, a route group and a cost.
