@@ -90,6 +90,13 @@ type Store interface {
 	// limits report their RetryAfter as usual. An error about one request
 	// of the group is an [ItemError] naming it.
 	AllowAll(ctx context.Context, reqs []Request) ([]Decision, error)
+	// Reset forgets the rate-limit state of each request's key (its
+	// Name, Tag, Subject and algorithm; Limit, Cost and Now are ignored),
+	// places held on it included, as if it had never been seen: the next
+	// request finds the limit whole. It is for operators (an admin
+	// resetting a customer's budgets), not atomic across requests, and
+	// resetting a key never seen does nothing.
+	Reset(ctx context.Context, reqs []Request) error
 	Reserver
 	Guard
 	Leaser

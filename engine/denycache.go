@@ -207,3 +207,12 @@ func sameGroup(keys []denyKey, reqs []tollgate.Request) bool {
 	}
 	return true
 }
+
+// forget drops the refusals remembered for req's key.
+func (c *denyCache) forget(req *tollgate.Request) {
+	sh := c.shard(req.Subject)
+	k := denyKeyOf(req)
+	sh.mu.Lock()
+	delete(sh.m, k)
+	sh.mu.Unlock()
+}

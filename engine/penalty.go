@@ -49,3 +49,10 @@ func (b *penaltyBox) set(id string, t time.Time) {
 	}
 	b.until[id] = t
 }
+
+// forget ends id's penalty.
+func (b *penaltyBox) forget(id string) {
+	b.mu.Lock()
+	delete(b.until, id)
+	b.mu.Unlock()
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"reflect"
 	"strings"
@@ -105,6 +106,36 @@ func (g *Gateway) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("DELETE /tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) {
 		override(w, policy.Overrides{Tenants: map[string]string{r.PathValue("tenant"): ""}})
+	})
+	mux.HandleFunc("POST /budgets/reset", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Key     string `json:"key"`
+			Subject string `json:"subject"`
+			Tenant  string `json:"tenant"`
+		}
+		if err := decodeStrict(w, r, &req); err != nil || (req.Key == "") == (req.Subject == "") || req.Key != "" && req.Tenant != "" {
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-reset", Status: http.StatusBadRequest,
+				Detail: `want {"key": "<API key id>"} or {"subject": "<pseudonym>", "tenant": "<tenant, if any>"}`})
+			return
+		}
+		front := g.active.Load().front
+		subject, n, err := req.Subject, 0, error(nil)
+		if req.Key != "" {
+			subject, n, err = front.ResetKey(r.Context(), req.Key)
+		} else {
+			n, err = front.ResetSubject(r.Context(), req.Subject, req.Tenant)
+		}
+		if err != nil {
+			status := http.StatusServiceUnavailable
+			if subject == "" {
+				status = http.StatusNotFound
+			}
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-reset", Status: status, Detail: err.Error()})
+			return
+		}
+		g.log.Info("budgets reset", slog.String("subject", subject), slog.Int("budgets", n))
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"subject": subject, "budgets": n})
 	})
 	mux.HandleFunc("POST /policy/rollback", func(w http.ResponseWriter, r *http.Request) {
 		if err := g.Rollback(); err != nil {

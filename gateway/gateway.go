@@ -102,6 +102,7 @@ type served struct {
 	base    *policy.Policy // as loaded from the file
 	pol     *policy.Policy // with the runtime overrides laid over it
 	handler http.Handler
+	front   *httplimit.Front // for admin resets
 	loaded  time.Time
 }
 
@@ -181,7 +182,7 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 		return nil, err
 	}
 	g.requests.prime(p)
-	return &served{base: base, pol: p, handler: withForwardAuth(front, front.Middleware(up)), loaded: time.Now()}, nil
+	return &served{base: base, pol: p, front: front, handler: withForwardAuth(front, front.Middleware(up)), loaded: time.Now()}, nil
 }
 
 func (g *Gateway) openStore() error {

@@ -337,3 +337,12 @@ func (m *memo) owes(req *algo.Request, now int64) bool {
 	e := lookup(sh, &k, &req.Limit)
 	return e != nil && (e.owedAt(now) > 0 || e.paying != nil)
 }
+
+// forget drops what is remembered of req's key.
+func (m *memo) forget(req *algo.Request) {
+	k := keyOf(req)
+	sh := m.shard(&k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	delete(sh.m, k)
+}

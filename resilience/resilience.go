@@ -489,3 +489,16 @@ func (s *Store) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(s.descState, prometheus.GaugeValue, float64(s.cb.State()))
 	ch <- prometheus.MustNewConstMetric(s.descCalls, prometheus.CounterValue, float64(s.calls.Load()))
 }
+
+// Reset forgets the keys' state in the store behind the breaker and the
+// deadline, and what this instance remembers of them for the fallback
+// (their last decisions and what the fallback admitted): the next
+// request starts from a whole limit everywhere.
+func (s *Store) Reset(ctx context.Context, reqs []algo.Request) error {
+	if s.memo != nil {
+		for i := range reqs {
+			s.memo.forget(&reqs[i])
+		}
+	}
+	return s.guarded(ctx, func(ctx context.Context) error { return s.primary.Reset(ctx, reqs) })
+}

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Leases", func(t *testing.T) { RunLeases(t, newStore(t)) })
 	t.Run("Multi", func(t *testing.T) { RunMulti(t, newStore) })
 	t.Run("Health", func(t *testing.T) { testHealth(t, newStore) })
+	t.Run("Reset", func(t *testing.T) { RunReset(t, newStore(t)) })
 }
 
 // RunDecisions runs the part of the suite about single decisions (Allow):
