@@ -69,7 +69,14 @@ func (g *Gateway) adminHandler() http.Handler {
 	})
 	override := func(w http.ResponseWriter, change policy.Overrides) {
 		if err := g.Override(change); err != nil {
-			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusUnprocessableEntity, Detail: err.Error()})
+			status := http.StatusUnprocessableEntity
+			switch {
+			case errors.Is(err, errStateMoved):
+				status = http.StatusConflict
+			case errors.Is(err, errNotSaved):
+				status = http.StatusServiceUnavailable
+			}
+			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: status, Detail: err.Error()})
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)

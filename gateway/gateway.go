@@ -49,6 +49,11 @@ type Options struct {
 	// Clock, if set, is the time every decision is made at, for tests that
 	// walk time (daily quotas, lock expiry). Nil means the store's clock.
 	Clock func() time.Time
+	// StateFile, without Redis, is where admin changes (overrides,
+	// rollbacks) are kept for the next run; empty keeps them in this
+	// process only. With Redis they are kept there, for the whole fleet
+	// (StateKey).
+	StateFile string
 	// Version is the release the binary was built as (tollgate version);
 	// empty means the module's version from the build information.
 	Version string
@@ -86,6 +91,11 @@ type Gateway struct {
 	// rolledBack holds the hashes of files rolled back from: reloading
 	// such a file again leaves the rollback in place.
 	rolledBack map[string]bool
+	// backend keeps the runtime state (overrides, rollbacks) for the
+	// fleet and the next run (nil: this process alone); state is what
+	// this gateway has applied.
+	backend stateBackend
+	state   runtimeState
 
 	reloads *prometheus.CounterVec
 	info    *prometheus.GaugeVec
@@ -105,6 +115,10 @@ type served struct {
 	front   *httplimit.Front // for admin resets
 	loaded  time.Time
 }
+
+// StateKey is the Redis key of a fleet's runtime state (see
+// Options.StateFile).
+const StateKey = "tollgate:state:v1"
 
 // New builds a Gateway: it opens the store, the proxies and the metrics.
 func New(opts Options) (*Gateway, error) {
@@ -156,6 +170,21 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.activate(sv)
+	if g.backend == nil && g.opts.StateFile != "" {
+		g.backend = &fileState{path: g.opts.StateFile}
+	}
+	// The changes admins made before this run (or on other gateways). With
+	// Redis not there yet, Serve's watch applies them once it is.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := g.syncState(ctx); err != nil {
+		g.log.Warn("reading the runtime state (retried while serving)", slog.String("error", err.Error()))
+		if _, ok := g.backend.(*fileState); ok {
+			cancel()
+			g.Close()
+			return nil, fmt.Errorf("creating gateway: %w", err)
+		}
+	}
+	cancel()
 	g.public = g.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A request runs to the end under the policy it started with.
 		g.active.Load().handler.ServeHTTP(w, r)
@@ -232,6 +261,7 @@ func (g *Gateway) openStore() error {
 		g.closers = append(g.closers, func() { res.Close() })
 		g.registry.MustRegister(res)
 		g.store, g.denyCache = res, engine.DefaultDenyCacheSize
+		g.backend = &redisState{client: rs.Client, key: StateKey}
 	default:
 		s := memory.New(memory.Options{MaxBytes: int64(spec.MaxBytes), MaxKeys: spec.MaxKeys, Now: g.opts.Clock})
 		g.closers = append(g.closers, func() { s.Close() })
@@ -286,6 +316,7 @@ func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 			ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
 	}
 	servers := []*http.Server{server(g.public, "public"), server(g.admin, "admin")}
+	go g.watchState(ctx)
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
 	for i, l := range []net.Listener{pub, adm} {

@@ -39,6 +39,13 @@ func (g *Gateway) Override(change policy.Overrides) error {
 		g.overrides = old
 		return err
 	}
+	st := g.state
+	st.Serial++
+	st.Overrides = next
+	if err := g.saveState(st); err != nil {
+		g.overrides = old
+		return err
+	}
 	g.active.Store(sv) // the same version: no rollback point
 	g.log.Info("runtime override applied", slog.Int("keys", len(change.Keys)), slog.Int("tenants", len(change.Tenants)))
 	return nil
@@ -96,7 +103,16 @@ func (g *Gateway) Reload(p *policy.Policy) error {
 		return err
 	}
 	g.activate(sv)
-	g.rolledBack = nil // a new file: rollbacks are behind it
+	if g.state.Pinned != "" || len(g.state.RolledBack) > 0 {
+		// A new file: the rollbacks are behind it, for the whole fleet.
+		st := g.state
+		st.Serial++
+		st.Pinned, st.RolledBack = "", nil
+		if err := g.saveState(st); err != nil {
+			g.log.Warn("recording that the new policy file ends a rollback", slog.String("error", err.Error()))
+		}
+	}
+	g.rolledBack = nil
 	g.reloads.WithLabelValues("ok").Inc()
 	for _, w := range p.Warnings {
 		g.log.Warn("policy warning", slog.String("warning", w.Msg), slog.String("file", w.File), slog.Int("line", w.Line), slog.String("path", w.Path))
@@ -143,12 +159,21 @@ func (g *Gateway) Rollback() error {
 		return errors.New("rolling back: no earlier policy")
 	}
 	prev := g.history[n-1]
-	g.history = g.history[:n-1]
-	if g.rolledBack == nil {
-		g.rolledBack = map[string]bool{}
+	st := g.state
+	st.Serial++
+	st.Pinned = prev.base.Hash
+	st.RolledBack = append(append([]string(nil), st.RolledBack...), g.active.Load().base.Hash)
+	if err := g.saveState(st); err != nil {
+		return fmt.Errorf("rolling back: %w", err)
 	}
-	g.rolledBack[g.active.Load().base.Hash] = true
-	g.swap(prev, false)
+	g.history = g.history[:n-1]
+	g.setRolledBack(st.RolledBack)
+	// The version rolled back to is built anew, under the overrides of now.
+	sv, err := g.build(prev.base)
+	if err != nil {
+		return fmt.Errorf("rolling back: %w", err)
+	}
+	g.swap(sv, false)
 	g.reloads.WithLabelValues("rollback").Inc()
 	g.log.Info("policy rolled back", slog.String("version", prev.pol.Version), slog.String("hash", prev.pol.Hash))
 	return nil

@@ -39,7 +39,7 @@ import (
 )
 
 const usage = `usage:
-  tollgate serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR]
+  tollgate serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR] [--state FILE]
                                run the gateway (env TOLLGATE_CONFIG, TOLLGATE_REDIS_URL)
   tollgate check FILE          validate a policy and print what it would enforce
   tollgate hash-key [KEY]      print the digest under which to list an API key
@@ -189,6 +189,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	redisURL := fs.String("redis", os.Getenv("TOLLGATE_REDIS_URL"), "Redis URL; overrides the policy's store (env TOLLGATE_REDIS_URL)")
 	listen := fs.String("listen", "", "public listen address (host:port); overrides listeners.public")
 	admin := fs.String("admin", "", "admin listen address (host:port); overrides listeners.admin, which off loopback needs listeners.admin_token_env")
+	state := fs.String("state", "", "where admin changes (keys, tenants, rollbacks) are kept without Redis (default: the policy file's path + .state.json; with Redis they are kept there)")
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
@@ -243,7 +244,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if p.SecretGenerated {
 		log.Warn("no identity secret configured: using a random one for this process (fine for one instance on the memory store)")
 	}
-	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: *redisURL, Logger: log, Public: *listen, Admin: *admin, Version: version})
+	if *state == "" {
+		*state = *config + ".state.json"
+	}
+	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: *redisURL, Logger: log, Public: *listen, Admin: *admin, Version: version,
+		StateFile: *state})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

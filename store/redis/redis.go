@@ -425,6 +425,11 @@ func checkRequest(req *algo.Request) error {
 	return req.Limit.CheckCost(req.Cost)
 }
 
+// Client returns the store's Redis client, or ErrNotConnected while a
+// store from Open has not reached Redis yet; for callers that keep other
+// state beside the budgets (a gateway's runtime state).
+func (s *Store) Client() (rueidis.Client, error) { return s.conn() }
+
 // conn returns the client, or ErrNotConnected for a store from Open that
 // has not reached Redis yet.
 func (s *Store) conn() (rueidis.Client, error) {

@@ -1,0 +1,127 @@
+package gateway_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/gateway"
+)
+
+// startWith starts a gateway with opts (Policy and a logger filled in).
+func startWith(t *testing.T, opts gateway.Options) *running {
+	t.Helper()
+	logs := &syncBuffer{}
+	opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	opts.ShutdownTimeout = 5 * time.Second
+	g, err := gateway.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := net.Listen("tcp", "127.0.0.1:0")
+	adm, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{g: g, public: "http://" + pub.Addr().String(), admin: "http://" + adm.Addr().String(), logs: logs, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- g.Serve(ctx, pub, adm) }()
+	t.Cleanup(func() {
+		client.CloseIdleConnections()
+		cancel()
+		<-r.done
+		g.Close()
+	})
+	return r
+}
+
+const u1Digest = "sha256:c232a2ef101127466f5296e1fd375b61c363b57a4f329d62d4780b04f343812b" // u1-key
+
+// TestFleetState: on Redis, an admin change on one gateway reaches every
+// gateway within a second and outlives a restart; a rollback on one rolls
+// the fleet back, and a second steps further back, never forward.
+func TestFleetState(t *testing.T) {
+	flushShared(t)
+	t.Cleanup(func() { flushShared(t) })
+	up := newUpstream(t)
+	p1 := config(t, up.URL, "[]")
+	p1.Hash = "hash-v1"
+	redisURL := "redis://" + srv.Addr + "/0"
+	a := startWith(t, gateway.Options{Policy: p1, RedisURL: redisURL})
+	b := startWith(t, gateway.Options{Policy: p1, RedisURL: redisURL})
+	a.waitReady(t)
+	b.waitReady(t)
+	known := func(g *running) bool { return get(t, g.public+"/api/items", "X-API-Key", "u1-key").StatusCode == 200 }
+	if known(a) || known(b) {
+		t.Fatal("u1-key known before it was added")
+	}
+	if code := adminDo(t, "PUT", a.admin+"/keys/u1", `{"digest":"`+u1Digest+`","plan":"free"}`); code != 204 {
+		t.Fatalf("PUT key on a: %d", code)
+	}
+	if !known(a) {
+		t.Fatal("a does not know the key it was given")
+	}
+	took := waitFor(t, "b knows the key", 2*time.Second, func() bool { return known(b) })
+	t.Logf("b applied a's change after %v", took)
+	if took > time.Second {
+		t.Errorf("b applied a's change after %v, want within a second", took)
+	}
+	// A gateway started later, or restarted, starts with the change.
+	c := startWith(t, gateway.Options{Policy: p1, RedisURL: redisURL})
+	waitFor(t, "a gateway started after the change knows the key", 2*time.Second, func() bool { return known(c) })
+
+	// Two more versions on every gateway (as a file reload would load
+	// them), then a rollback on a.
+	for _, v := range []string{"v2", "v3"} {
+		p := *p1
+		p.Version, p.Hash = v, "hash-"+v
+		for _, g := range []*running{a, b} {
+			if err := g.g.Reload(&p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if code, _ := adminPost(t, a.admin+"/policy/rollback", `{}`); code != 200 {
+		t.Fatalf("rollback on a: %d", code)
+	}
+	waitFor(t, "b rolls back to v2", 2*time.Second, func() bool { return b.g.Policy().Version == "v2" })
+	if code, _ := adminPost(t, b.admin+"/policy/rollback", `{}`); code != 200 {
+		t.Fatalf("second rollback, on b: %d", code)
+	}
+	waitFor(t, "a rolls back to v1", 2*time.Second, func() bool { return a.g.Policy().Version == p1.Version })
+	if a.g.Policy().Version != b.g.Policy().Version {
+		t.Fatalf("a serves %s, b %s", a.g.Policy().Version, b.g.Policy().Version)
+	}
+	// The overrides held through the rollbacks.
+	if !known(a) || !known(b) {
+		t.Fatal("the key was lost in the rollbacks")
+	}
+}
+
+// TestStateFile: without Redis, admin changes are kept in the state file
+// and a gateway started on it has them; a change that cannot be saved is
+// refused and not applied.
+func TestStateFile(t *testing.T) {
+	up := newUpstream(t)
+	p := config(t, up.URL, "[]")
+	dir := t.TempDir()
+	state := filepath.Join(dir, "policy.yaml.state.json")
+	a := startWith(t, gateway.Options{Policy: p, StateFile: state})
+	if code := adminDo(t, "PUT", a.admin+"/keys/u1", `{"digest":"`+u1Digest+`","plan":"free"}`); code != 204 {
+		t.Fatalf("PUT key: %d", code)
+	}
+	a.cancel()
+	<-a.done
+	a.done <- nil
+	b := startWith(t, gateway.Options{Policy: p, StateFile: state})
+	if code := get(t, b.public+"/api/items", "X-API-Key", "u1-key").StatusCode; code != 200 {
+		t.Fatalf("after a restart, the key added before: %d", code)
+	}
+	c := startWith(t, gateway.Options{Policy: p, StateFile: filepath.Join(dir, "missing-dir", "state.json")})
+	if code := adminDo(t, "PUT", c.admin+"/keys/u2", `{"digest":"`+u1Digest+`","plan":"free"}`); code != 503 {
+		t.Fatalf("a change that cannot be saved: %d, want 503", code)
+	}
+	if code := get(t, c.public+"/api/items", "X-API-Key", "u1-key").StatusCode; code != 401 {
+		t.Fatalf("the unsaved change was applied: %d", code)
+	}
+}
