@@ -1,15 +1,15 @@
 package gateway
 
 import (
-	"log/slog"
-	"time"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/redis/rueidis"
 
