@@ -304,3 +304,20 @@ func TestTracingOff(t *testing.T) {
 		}
 	}
 }
+
+// TestTracingChangeNeedsRestart: a reload that changes the tracing
+// settings is refused, as a changed store is: the tracer provider is made
+// once, at start.
+func TestTracingChangeNeedsRestart(t *testing.T) {
+	up, rc := newUpstream(t), newReceiver(t)
+	r := start(t, traced(t, up.URL, rc, ""), "")
+	if err := r.g.Reload(traced(t, up.URL, rc, ", sample: 0.5")); err == nil || !strings.Contains(err.Error(), "tracing") {
+		t.Fatalf("reload changing tracing.sample: %v", err)
+	}
+	if err := r.g.Reload(quickstart(t, up.URL)); err == nil {
+		t.Fatal("reload turning tracing off was applied")
+	}
+	if err := r.g.Reload(traced(t, up.URL, rc, "", "version: quickstart-1", "version: quickstart-2")); err != nil {
+		t.Fatalf("reload with the same tracing: %v", err)
+	}
+}
