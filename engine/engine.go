@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/logsample"
 	"github.com/tollgate/tollgate/policy"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configures an [Engine]. Store is required, and so is Policy for
@@ -51,6 +52,10 @@ type Options struct {
 	// process; for Redis the gateway keeps 100,000 refusals
 	// (DefaultDenyCacheSize).
 	DenyCacheSize int
+	// Tracer, if set, records a span for each store call, a child of the
+	// span in the call's context (see storeSpan); nil records none, at no
+	// cost.
+	Tracer trace.Tracer
 }
 
 // DefaultDenyCacheSize is how many refusals the gateway's engine caches
@@ -81,6 +86,7 @@ type Engine struct {
 	// holdTTL is how long a login attempt holds its places if it is never
 	// settled: longer than the service behind may take to answer.
 	holdTTL time.Duration
+	tracer  trace.Tracer // nil: no spans
 }
 
 // New returns an engine deciding under opts.Policy through opts.Store.
@@ -104,6 +110,7 @@ func New(opts Options) (*Engine, error) {
 		penalty: &penaltyBox{until: map[string]time.Time{}},
 		store:   opts.Store,
 		holdTTL: min(algo.MaxHoldTTL, max(upstream, 30*time.Second)+10*time.Second),
+		tracer:  opts.Tracer,
 	}
 	e.fallback, _ = opts.Store.(Fallbacker)
 	if m := opts.Metrics; m != nil && opts.Policy != nil {
@@ -304,11 +311,15 @@ func (e *Engine) decide(ctx context.Context, budget string, reqs []tollgate.Requ
 	var ds []tollgate.Decision
 	var err error
 	if len(reqs) == 1 {
+		sctx, span := e.storeSpan(ctx, "tollgate.store Allow", budget, 1)
 		var d tollgate.Decision
-		d, err = e.store.Allow(ctx, reqs[0])
+		d, err = e.store.Allow(sctx, reqs[0])
 		ds = []tollgate.Decision{d}
+		endStoreSpan(span, allowedOr(d.Allowed), err)
 	} else {
-		ds, err = e.store.AllowAll(ctx, reqs)
+		sctx, span := e.storeSpan(ctx, "tollgate.store AllowAll", budget, len(reqs))
+		ds, err = e.store.AllowAll(sctx, reqs)
+		endStoreSpan(span, allowedOr(err == nil && tollgate.Admitted(ds)), err)
 	}
 	if mt := e.metrics; mt != nil {
 		mt.StoreLatency.Observe(time.Since(start).Seconds())

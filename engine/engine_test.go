@@ -43,7 +43,7 @@ type fixture struct {
 	now   time.Time
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	p, err := policy.Parse([]byte(testPolicy), "e.yaml")
 	if err != nil {

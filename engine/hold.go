@@ -32,7 +32,9 @@ func (e *Engine) acquireSlot(ctx context.Context, v *Verdict, c Call) bool {
 	}
 	req := algo.LeaseRequest{Name: k.StoreName, Subject: subject, ID: newLeaseID(),
 		Limit: k.Limit, TTL: k.LeaseTTL, Now: e.clockTime()}
-	got, err := e.store.Acquire(ctx, req)
+	sctx, span := e.storeSpan(ctx, "tollgate.store Acquire", "concurrency."+route.Group, 1)
+	got, err := e.store.Acquire(sctx, req)
+	endStoreSpan(span, allowedOr(got), err)
 	if err != nil {
 		if route.FailClosed {
 			e.countFallback("concurrency."+route.Group, "fail_closed")
@@ -63,7 +65,10 @@ func (l *lease) release(ctx context.Context) {
 	l.released = true
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := l.e.store.Release(ctx, l.req); err != nil {
+	sctx, span := l.e.storeSpan(ctx, "tollgate.store Release", l.req.Name, 1)
+	err := l.e.store.Release(sctx, l.req)
+	endStoreSpan(span, "done", err)
+	if err != nil {
 		l.e.log.LogAttrs(ctx, slog.LevelWarn, "releasing a concurrency slot (retried when the store is resilience's, else it expires)", slog.String("error", err.Error()))
 	}
 }
@@ -102,7 +107,9 @@ func (e *Engine) holdGlobal(ctx context.Context, v *Verdict, c Call, cost int64)
 	gh := &globalHold{e: e, req: g.Request("route", "", cost)}
 	gh.req.Now = e.clockTime()
 	gh.hold = tollgate.Hold{ID: newLeaseID(), TTL: globalHoldTTL}
-	d, err := e.store.Reserve(ctx, gh.req, gh.hold)
+	sctx, span := e.storeSpan(ctx, "tollgate.store Reserve", g.Name, 1)
+	d, err := e.store.Reserve(sctx, gh.req, gh.hold)
+	endStoreSpan(span, allowedOr(d.Allowed), err)
 	switch {
 	case err != nil && algo.IsInvalid(err):
 		_, ok := e.storeFailed(ctx, v, err, c, []*policy.Budget{g}, []tollgate.Request{gh.req})
@@ -142,7 +149,9 @@ func (e *Engine) chargeGlobal(ctx context.Context, v *Verdict, c Call) (tollgate
 	gh.settled = true
 	req := gh.req
 	req.Now = e.clockTime()
-	d, err := e.store.Settle(context.WithoutCancel(ctx), req, gh.hold, true)
+	sctx, span := e.storeSpan(context.WithoutCancel(ctx), "tollgate.store Settle", c.Route.Global.Name, 1)
+	d, err := e.store.Settle(sctx, req, gh.hold, true)
+	endStoreSpan(span, allowedOr(d.Allowed), err)
 	if err != nil {
 		// The place stays held until the hold's TTL, in place of the
 		// charge: the call is admitted, as its reservation said.
@@ -164,7 +173,10 @@ func (gh *globalHold) giveBack(ctx context.Context) {
 	defer cancel()
 	req := gh.req
 	req.Now = gh.e.clockTime()
-	if _, err := gh.e.store.Settle(ctx, req, gh.hold, false); err != nil {
+	sctx, span := gh.e.storeSpan(ctx, "tollgate.store Settle", req.Name, 1)
+	_, err := gh.e.store.Settle(sctx, req, gh.hold, false)
+	endStoreSpan(span, "done", err)
+	if err != nil {
 		gh.e.log.LogAttrs(ctx, slog.LevelWarn, "giving back a held place in a global budget (it expires by itself)", slog.String("error", err.Error()))
 	}
 }

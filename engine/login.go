@@ -49,7 +49,9 @@ func (e *Engine) loginBegin(ctx context.Context, v *Verdict, c Call) bool {
 		v.Outcome, v.Reason, v.Err, v.RetryAfter = FailClosed, ReasonUnavailable, err, time.Second
 		return false
 	}
-	d, err := e.store.Reserve(ctx, a.ip, a.hold)
+	sctx, span := e.storeSpan(ctx, "tollgate.store Reserve", lg.IPFailures.Name, 1)
+	d, err := e.store.Reserve(sctx, a.ip, a.hold)
+	endStoreSpan(span, allowedOr(d.Allowed), err)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -59,8 +61,10 @@ func (e *Engine) loginBegin(ctx context.Context, v *Verdict, c Call) bool {
 		v.Outcome, v.Reason, v.RetryAfter = Refused, ReasonLoginAddress, d.RetryAfter
 		return false
 	}
-	res, err := e.store.Lockout(ctx, algo.LockoutRequest{Name: lg.StoreName, Subject: a.account, Rule: lg.Rule,
+	sctx, span = e.storeSpan(ctx, "tollgate.store Lockout", "login_lock", 1)
+	res, err := e.store.Lockout(sctx, algo.LockoutRequest{Name: lg.StoreName, Subject: a.account, Rule: lg.Rule,
 		Op: algo.LockReserve, Hold: a.hold, Now: a.ip.Now})
+	endStoreSpan(span, allowedOr(res.Reserved), err)
 	if err != nil || !res.Reserved {
 		a.settleIP(ctx, false)
 	}
@@ -103,8 +107,11 @@ func (a *loginAttempt) finish(ctx context.Context, status int) {
 			op = algo.LockSucceed
 		}
 		a.settleIP(ctx, op == algo.LockFail)
-		if _, err := a.e.store.Lockout(ctx, algo.LockoutRequest{Name: a.guard.StoreName, Subject: a.account, Rule: a.guard.Rule,
-			Op: op, Hold: a.hold, Now: a.e.clockTime()}); err != nil {
+		sctx, span := a.e.storeSpan(ctx, "tollgate.store Lockout", "login_lock", 1)
+		_, err := a.e.store.Lockout(sctx, algo.LockoutRequest{Name: a.guard.StoreName, Subject: a.account, Rule: a.guard.Rule,
+			Op: op, Hold: a.hold, Now: a.e.clockTime()})
+		endStoreSpan(span, "done", err)
+		if err != nil {
 			a.e.logSampled(ctx, slog.LevelError, "recording a login outcome (the attempt's hold expires by itself)", Subject{Kind: "account", ID: a.account},
 				"login_lock", "login", slog.String("error", err.Error()))
 		}
@@ -116,7 +123,10 @@ func (a *loginAttempt) finish(ctx context.Context, status int) {
 func (a *loginAttempt) settleIP(ctx context.Context, charge bool) {
 	ip := a.ip
 	ip.Now = a.e.clockTime()
-	if _, err := a.e.store.Settle(ctx, ip, a.hold, charge); err != nil {
+	sctx, span := a.e.storeSpan(ctx, "tollgate.store Settle", a.guard.IPFailures.Name, 1)
+	_, err := a.e.store.Settle(sctx, ip, a.hold, charge)
+	endStoreSpan(span, "done", err)
+	if err != nil {
 		a.e.logSampled(ctx, slog.LevelError, "recording a login outcome for the address (the attempt's hold expires by itself)", Subject{Kind: "ip", ID: ip.Subject},
 			a.guard.IPFailures.Name, "login", slog.String("error", err.Error()))
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/tollgate/tollgate/httplimit"
@@ -77,6 +78,10 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 			id = newRequestID()
 			r.Header.Set("X-Request-Id", id)
 		}
+		var span trace.Span
+		if g.tracer != nil {
+			r, span = g.startServerSpan(r, id)
+		}
 		rec := &httplimit.Record{Group: "unmatched"}
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r.WithContext(httplimit.WithRecord(r.Context(), rec)))
@@ -84,6 +89,9 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 		status := sw.status
 		if status == 0 {
 			status = http.StatusOK
+		}
+		if span != nil {
+			endServerSpan(span, r.Method, rec, status)
 		}
 		m := g.requests
 		m.duration.WithLabelValues(rec.Group).Observe(d.Seconds())
@@ -114,6 +122,11 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 			slog.Float64("decision_ms", ms(rec.Decision)),
 			slog.Float64("upstream_ms", ms(rec.Upstream)),
 			slog.Int64("bytes", sw.bytes))
+		if span != nil {
+			if sc := span.SpanContext(); sc.HasTraceID() {
+				attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+			}
+		}
 		g.access.LogAttrs(r.Context(), slog.LevelInfo, "access", attrs...)
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/tollgate/tollgate/gateway"
@@ -15,8 +16,9 @@ import (
 
 // benchGateway returns a gateway on the memory store that sends every
 // request to upstream, with a plan no benchmark exhausts.
-func benchGateway(b *testing.B, upstream string) *gateway.Gateway {
-	p, err := policy.Parse([]byte(`version: bench
+func benchGateway(b *testing.B, upstream string, extra ...string) *gateway.Gateway {
+	p, err := policy.Parse([]byte(strings.Join(extra, "\n")+`
+version: bench
 listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
 identity: {secret: bench-secret-0123456789abcdef, anonymous_plan: open}
 plans:
@@ -52,6 +54,34 @@ func BenchmarkServe(b *testing.B) {
 					r.RemoteAddr = "192.0.2.7:40000"
 					w := httptest.NewRecorder()
 					c.h.ServeHTTP(w, r)
+					if w.Code != http.StatusOK {
+						b.Fatalf("status %d", w.Code)
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkServeTraced is BenchmarkServe's gateway with tracing on, every
+// trace recorded (1) or none (0), sent to a collector that takes them in
+// and throws them away.
+func BenchmarkServeTraced(b *testing.B) {
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	for _, sample := range []string{"1", "0"} {
+		b.Run("sample="+sample, func(b *testing.B) {
+			g := benchGateway(b, "builtin:echo", `tracing: {endpoint: "`+collector.URL+`", sample: `+sample+`}`)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r := httptest.NewRequest(http.MethodGet, "/bench", nil)
+					r.RemoteAddr = "192.0.2.7:40000"
+					w := httptest.NewRecorder()
+					g.Handler().ServeHTTP(w, r)
 					if w.Code != http.StatusOK {
 						b.Fatalf("status %d", w.Code)
 					}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/tollgate/tollgate"
@@ -105,6 +106,9 @@ type Gateway struct {
 	requests    *requestMetrics
 	access      *slog.Logger
 	accessLines atomic.Pointer[rate.Limiter]
+	// tracer records the spans of public requests; nil when the policy
+	// turns tracing off.
+	tracer trace.Tracer
 }
 
 // served is one policy ready to serve: its middleware and proxies.
@@ -135,6 +139,10 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := g.openStore(); err != nil {
+		g.Close()
+		return nil, err
+	}
+	if err := g.openTracing(); err != nil {
 		g.Close()
 		return nil, err
 	}
@@ -201,7 +209,7 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 	}
 	front, err := httplimit.New(httplimit.Options{
 		Policy: p, Store: g.store, Logger: g.log, Metrics: g.metrics, RequireRoute: true, Now: g.opts.Clock,
-		DenyCacheSize: g.denyCache,
+		DenyCacheSize: g.denyCache, Tracer: g.tracer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building policy %s: %w", p.Version, err)
@@ -271,7 +279,7 @@ func (g *Gateway) openStore() error {
 	return nil
 }
 
-// Close releases the store.
+// Close releases the store, and flushes the spans not yet sent.
 func (g *Gateway) Close() {
 	for i := len(g.closers) - 1; i >= 0; i-- {
 		g.closers[i]()

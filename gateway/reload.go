@@ -90,9 +90,9 @@ func (g *Gateway) Reload(p *policy.Policy) error {
 	defer g.mu.Unlock()
 	cur := g.pol
 	if p.Public != cur.Public || p.Admin != cur.Admin || p.AdminToken != cur.AdminToken || p.Conns != cur.Conns ||
-		p.Store.Type != cur.Store.Type || p.Store.URL != cur.Store.URL || p.Store.Mode != cur.Store.Mode {
+		p.Store.Type != cur.Store.Type || p.Store.URL != cur.Store.URL || p.Store.Mode != cur.Store.Mode || p.Tracing != cur.Tracing {
 		g.reloads.WithLabelValues("refused").Inc()
-		err := errors.New("reloading policy: listeners (and their timeouts and caps), store and admin token need a restart to change")
+		err := errors.New("reloading policy: listeners (and their timeouts and caps), store, admin token and tracing need a restart to change")
 		g.log.Error("policy reload refused", slog.String("version", p.Version), slog.String("error", err.Error()))
 		return err
 	}

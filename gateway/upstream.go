@@ -11,6 +11,9 @@ import (
 	"net/url"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/policy"
 )
@@ -55,7 +58,7 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 		if err != nil {
 			return nil, fmt.Errorf("creating gateway: route %s: %w", r.Name, err)
 		}
-		proxies[r.Upstream] = &httputil.ReverseProxy{
+		proxy := &httputil.ReverseProxy{
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				if info, ok := httplimit.FromContext(pr.In.Context()); ok {
 					pr.Out.URL.Path, pr.Out.URL.RawPath = info.Path, ""
@@ -70,11 +73,18 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 				}
 				pr.SetURL(target)
 				pr.SetXForwarded()
+				if g.tracer != nil {
+					injectTraceContext(pr.In.Context(), pr.Out.Header)
+				}
 			},
 			Transport:    transport,
 			ErrorHandler: g.upstreamError,
 			ErrorLog:     g.proxyLog,
 		}
+		if g.tracer != nil {
+			proxy.ModifyResponse = upstreamStatus
+		}
+		proxies[r.Upstream] = proxy
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		info, ok := httplimit.FromContext(r.Context())
@@ -89,6 +99,11 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 			return
 		}
 		start := time.Now()
+		if g.tracer != nil {
+			var span trace.Span
+			r, span = g.startUpstreamSpan(r, info.Route.Upstream)
+			defer span.End()
+		}
 		proxies[info.Route.Upstream].ServeHTTP(w, r)
 		if rec, ok := httplimit.RecordFrom(r.Context()); ok {
 			rec.Upstream = time.Since(start)
@@ -114,6 +129,7 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 			Detail: "the upstream did not answer in time"})
 		return
 	}
+	trace.SpanFromContext(r.Context()).SetStatus(codes.Error, err.Error())
 	g.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed", slog.String("error", err.Error()))
 	httplimit.WriteProblem(w, httplimit.Problem{Type: httplimit.ProblemBadGateway, Status: http.StatusBadGateway,
 		Detail: "the upstream could not be reached"})

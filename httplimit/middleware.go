@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
@@ -75,6 +76,9 @@ type Options struct {
 	// engine.Options.DenyCacheSize): zero, none; in front of Redis,
 	// engine.DefaultDenyCacheSize.
 	DenyCacheSize int
+	// Tracer, if set, records a span per store call under the request's
+	// span (see engine.Options.Tracer); nil records none.
+	Tracer trace.Tracer
 }
 
 // Metrics are the decision engine's Prometheus metrics; see
@@ -149,7 +153,8 @@ func New(opts Options) (*Front, error) {
 		opts.Policy = p
 	}
 	e, err := engine.New(engine.Options{Policy: opts.Policy, Store: opts.Store, Logger: opts.Logger,
-		Metrics: opts.Metrics, LogRefusalsPerSecond: opts.LogRefusalsPerSecond, Now: opts.Now, DenyCacheSize: opts.DenyCacheSize})
+		Metrics: opts.Metrics, LogRefusalsPerSecond: opts.LogRefusalsPerSecond, Now: opts.Now, DenyCacheSize: opts.DenyCacheSize,
+		Tracer: opts.Tracer})
 	if err != nil {
 		return nil, fmt.Errorf("creating middleware: %w", err)
 	}

@@ -182,6 +182,7 @@ func (c *compiler) compile(f *File, env Env) *Policy {
 	}
 	c.listeners(p, f.Listeners, env)
 	c.logging(p, f.Logging)
+	c.tracing(p, f.Tracing, env)
 	c.store(p)
 	c.identity(p, f.Identity, env)
 	c.plans(p, f)

@@ -9,7 +9,8 @@ import (
 
 // Env is all that compiling a policy takes from outside its files: the
 // environment variables a file may name (listeners.admin_token_env,
-// identity.secret_env), the identity secret to use when the file sets
+// identity.secret_env) and OpenTelemetry's OTEL_EXPORTER_OTLP_ENDPOINT and
+// OTEL_SERVICE_NAME (see TracingSpec), the identity secret to use when the file sets
 // none, and listen addresses given on the command line. Compiling reads nothing else, so the same files and Env compile
 // to the same policy. Load and Parse compile with [ProcessEnv]; ParseEnv
 // with any Env.

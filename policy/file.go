@@ -33,6 +33,9 @@ type File struct {
 	Headers         HeaderSpec   `yaml:"headers"`
 	Logging         LogSpec      `yaml:"logging"`
 	Upstream        UpstreamSpec `yaml:"upstream"`
+	// Tracing sends OpenTelemetry traces of the public requests to an
+	// OTLP/HTTP collector (off by default).
+	Tracing TracingSpec `yaml:"tracing"`
 	// Region, if set, makes this gateway enforce one region's share of
 	// every budget against its own store: the plans', tenants', route
 	// limits, globals, candidates, the invalid-key limit and the logins'
@@ -314,6 +317,24 @@ type LogSpec struct {
 	// 1,000), so that a flood of requests cannot flood the log: lines
 	// past it are dropped and counted (tollgate_access_log_dropped_total).
 	AccessPerSecond int `yaml:"access_per_second"`
+}
+
+// TracingSpec configures OpenTelemetry tracing: a server span per public
+// request, a child span per store call and one around the call to the
+// upstream, whose W3C trace context the upstream receives.
+type TracingSpec struct {
+	// Endpoint is the OTLP/HTTP collector's base URL, e.g.
+	// http://collector:4318 (spans are posted to its /v1/traces). Empty
+	// means the environment variable OTEL_EXPORTER_OTLP_ENDPOINT, and
+	// when that is unset too, no tracing (the default).
+	Endpoint string `yaml:"endpoint"`
+	// Sample is the share of new traces recorded, from 0 to 1 (default
+	// 1). A request that continues a trace (see identity.trusted_proxies)
+	// follows its parent's decision instead.
+	Sample *float64 `yaml:"sample"`
+	// ServiceName names the gateway in the traces (default: the
+	// environment variable OTEL_SERVICE_NAME, else "tollgate").
+	ServiceName string `yaml:"service_name"`
 }
 
 // UpstreamSpec configures calls to upstreams.

@@ -55,6 +55,9 @@ type Policy struct {
 	// Log is how the gateway logs (LogSpec compiled).
 	Log             LogSettings
 	UpstreamTimeout time.Duration
+	// Tracing is where and how the gateway sends traces (TracingSpec
+	// compiled); its zero value is off.
+	Tracing TracingSettings
 	// Region is this gateway's region ("" without regions); every budget
 	// (Budgets) already holds this region's share.
 	Region string
@@ -74,6 +77,18 @@ type LogSettings struct {
 	AccessSample    float64 // the share of requests logged, 0 to 1
 	AccessPerSecond int     // the most access lines a second
 }
+
+// TracingSettings are the compiled tracing settings.
+type TracingSettings struct {
+	// URL is where spans are posted (the endpoint's /v1/traces); empty
+	// means tracing is off.
+	URL         string
+	Sample      float64 // the share of new traces recorded, 0 to 1
+	ServiceName string
+}
+
+// On reports whether tracing is on.
+func (t TracingSettings) On() bool { return t.URL != "" }
 
 // Budget is one limit as enforced: its header name, the limit, and the
 // name under which its state is stored.

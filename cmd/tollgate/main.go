@@ -33,8 +33,11 @@ import (
 	"strings"
 	"syscall"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/tollgate/tollgate/gateway"
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/internal/logsample"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -243,6 +246,14 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	if p.SecretGenerated {
 		log.Warn("no identity secret configured: using a random one for this process (fine for one instance on the memory store)")
+	}
+	if p.Tracing.On() {
+		// The trace exporter's errors (a collector down or refusing) go to
+		// the log, sampled per message, not to the standard logger.
+		sampled := logsample.Logger(log)
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			sampled.Warn("sending traces failed", slog.String("error", err.Error()))
+		}))
 	}
 	if *state == "" {
 		*state = *config + ".state.json"
