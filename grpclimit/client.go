@@ -1,0 +1,106 @@
+package grpclimit
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// RetryOptions configures [UnaryClientInterceptor]; the zero value of
+// every field is the default.
+type RetryOptions struct {
+	// MaxRetries is how many times a refused call is tried again; zero
+	// means 3, a negative value none.
+	MaxRetries int
+	// BaseDelay is the backoff of the first retry; zero means 100ms.
+	BaseDelay time.Duration
+	// MaxDelay caps the backoff; zero means 10s.
+	MaxDelay time.Duration
+}
+
+// UnaryClientInterceptor retries calls refused with
+// codes.ResourceExhausted or codes.Unavailable that say when to retry (a
+// google.rpc.RetryInfo detail or the grpc-retry-pushback-ms trailer, as
+// the server interceptors send them): it waits the server's delay plus a
+// capped exponential backoff with full jitter (a random wait between zero
+// and min(MaxDelay, BaseDelay·2^n) for the n-th retry), so that clients
+// refused together do not come back together, and tries again, up to
+// MaxRetries times. It never waits past the call's deadline: when the
+// wait would end after it, the refusal is returned at once. Errors
+// without a retry hint (a connection that cannot be made, a refusal of
+// another service) are returned as they are.
+func UnaryClientInterceptor(o RetryOptions) grpc.UnaryClientInterceptor {
+	if o.MaxRetries == 0 {
+		o.MaxRetries = 3
+	}
+	if o.BaseDelay <= 0 {
+		o.BaseDelay = 100 * time.Millisecond
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = 10 * time.Second
+	}
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		for n := 0; ; n++ {
+			var trailer metadata.MD
+			err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Trailer(&trailer))...)
+			if err == nil || n >= o.MaxRetries {
+				return err
+			}
+			hint, ok := RetryDelay(err, trailer)
+			if !ok {
+				return err
+			}
+			wait := hint + jitter(o.BaseDelay, o.MaxDelay, n)
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+				return err
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return err
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// jitter returns a random duration in [0, min(max, base·2^n)).
+func jitter(base, maxDelay time.Duration, n int) time.Duration {
+	d := maxDelay
+	if n < 30 && base<<n > 0 && base<<n < maxDelay {
+		d = base << n
+	}
+	return rand.N(d)
+}
+
+// RetryDelay returns how long the server asks a refused call to wait
+// before it is tried again: its RetryInfo detail, else the
+// grpc-retry-pushback-ms value in trailer. ok is false for codes other
+// than ResourceExhausted and Unavailable and for refusals without either.
+func RetryDelay(err error, trailer metadata.MD) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok || (st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable) {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			if dur := ri.GetRetryDelay().AsDuration(); dur >= 0 {
+				return dur, true
+			}
+		}
+	}
+	if vs := trailer.Get(PushbackKey); len(vs) == 1 {
+		if ms, err := strconv.ParseInt(vs[0], 10, 64); err == nil && ms >= 0 {
+			return time.Duration(ms) * time.Millisecond, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,404 @@
+// Package grpclimit is Tollgate for gRPC servers: unary and stream server
+// interceptors that decide every call through the decision engine
+// (package engine), per method, as package httplimit does for HTTP, and a
+// client interceptor that backs off as the refusals ask.
+//
+// A call's route is the policy route matching its full method name,
+// "/package.Service/Method", as a path with method POST: a route with
+// path /helloworld.Greeter/SayHello names one method, a prefix route
+// /helloworld.Greeter/ every method of the service. Its subject is found
+// exactly as httplimit finds a request's, from the call's metadata read as
+// HTTP headers by the same parsers: an API key ("authorization: Bearer
+// <key>" or "x-api-key"), else a user id in the metadata key named by the
+// policy's user_header (lower-cased, as gRPC metadata keys are) when the
+// peer is a trusted proxy, else the client address: the peer's, or, when
+// the peer is a trusted proxy, the one x-forwarded-for (or forwarded)
+// vouches for. A peer that is not a TCP address has no client address,
+// and its calls are refused with InvalidArgument.
+//
+// A refused call never reaches the handler. It ends with a Trailers-Only
+// response: codes.ResourceExhausted (a rate budget, a concurrency limit,
+// too many invalid keys) or codes.Unavailable (a route that fails closed
+// while the store is unavailable), with a google.rpc.RetryInfo detail and
+// the trailer grpc-retry-pushback-ms, which grpc-go's own retry policy
+// obeys; an unknown or malformed API key is codes.Unauthenticated. Every
+// decided call carries the ratelimit and ratelimit-policy metadata of the
+// RateLimit headers: in the response header when admitted, in the
+// trailer when refused.
+//
+// Routes with a login guard are not supported over gRPC (there is no
+// request body to read an account from before the handler): their calls
+// are refused with codes.FailedPrecondition, charging nothing.
+// Concurrency limits are: the slot is held until the unary handler
+// returns, or until the stream ends.
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// PushbackKey is the trailer grpc-go's retry policy reads the server's
+// retry delay from, in milliseconds.
+const PushbackKey = "grpc-retry-pushback-ms"
+
+// Options configures the interceptors. Store and Policy are required;
+// the zero value of every other field is the default.
+type Options struct {
+	// Policy is what to enforce; its routes' paths name gRPC methods.
+	Policy *policy.Policy
+	Store  tollgate.Store
+	// Logger receives refusals (sampled) and store errors; nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Metrics, if set, counts decisions and store calls.
+	Metrics *engine.Metrics
+	// LogRefusalsPerSecond bounds the log lines of each repeated event
+	// (see engine.Options).
+	LogRefusalsPerSecond float64
+	// Now, if set, is the clock every decision is made at; nil means the
+	// store's own clock.
+	Now func() time.Time
+	// DenyCacheSize bounds the engine's deny cache (see
+	// engine.Options.DenyCacheSize).
+	DenyCacheSize int
+	// Tracer, if set, records a span per store call (see
+	// engine.Options.Tracer).
+	Tracer trace.Tracer
+	// RequireRoute refuses calls to methods no route matches with
+	// codes.Unimplemented instead of limiting them under the subject's
+	// plan at cost 1.
+	RequireRoute bool
+}
+
+// Subject is who a call was attributed to.
+type Subject struct {
+	engine.Subject
+	Key *policy.APIKey // for Kind "key"
+	// Addr is the client address the call was charged to.
+	Addr netip.Addr
+}
+
+// Info is what the interceptor decided, for the handler behind it.
+type Info struct {
+	Route    *policy.Route // nil when no route matched
+	Subject  Subject
+	Decision tollgate.Decision
+}
+
+type ctxKey struct{}
+
+// FromContext returns the interceptor's Info for a call it admitted.
+func FromContext(ctx context.Context) (*Info, bool) {
+	i, ok := ctx.Value(ctxKey{}).(*Info)
+	return i, ok
+}
+
+// Limiter holds the interceptors' decision engine: a unary and a stream
+// interceptor of one Limiter share budgets, identities and penalties.
+type Limiter struct {
+	opts   Options
+	engine *engine.Engine
+	hasher *identity.Hasher
+	items  map[*policy.Budget]string
+}
+
+// New returns a Limiter deciding under opts.
+func New(opts Options) (*Limiter, error) {
+	if opts.Store == nil || opts.Policy == nil {
+		return nil, errors.New("creating grpc limiter: Store and Policy are required")
+	}
+	e, err := engine.New(engine.Options{Policy: opts.Policy, Store: opts.Store, Logger: opts.Logger,
+		Metrics: opts.Metrics, LogRefusalsPerSecond: opts.LogRefusalsPerSecond, Now: opts.Now,
+		DenyCacheSize: opts.DenyCacheSize, Tracer: opts.Tracer})
+	if err != nil {
+		return nil, fmt.Errorf("creating grpc limiter: %w", err)
+	}
+	items := map[*policy.Budget]string{}
+	for _, b := range opts.Policy.Budgets() {
+		items[b] = policyItem(b)
+	}
+	return &Limiter{opts: opts, engine: e, hasher: identity.NewHasher(opts.Policy.Secret), items: items}, nil
+}
+
+// Unary returns the unary server interceptor.
+func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		d, err := l.decide(ctx, info.FullMethod)
+		if err != nil {
+			if len(d.trailer) > 0 {
+				grpc.SetTrailer(ctx, d.trailer)
+			}
+			return nil, err
+		}
+		defer done(ctx, d.v)
+		if len(d.header) > 0 {
+			grpc.SetHeader(ctx, d.header)
+		}
+		if d.v.Delay > 0 && !waitDelay(ctx, d.v.Delay) {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return handler(context.WithValue(ctx, ctxKey{}, d.info), req)
+	}
+}
+
+// Stream returns the stream server interceptor: a stream is one call,
+// decided when it opens, its concurrency slot held until it ends.
+func (l *Limiter) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx := ss.Context()
+		d, err := l.decide(ctx, info.FullMethod)
+		if err != nil {
+			if len(d.trailer) > 0 {
+				ss.SetTrailer(d.trailer)
+			}
+			return err
+		}
+		defer done(ctx, d.v)
+		if len(d.header) > 0 {
+			ss.SetHeader(d.header)
+		}
+		if d.v.Delay > 0 && !waitDelay(ctx, d.v.Delay) {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return handler(srv, &stream{ServerStream: ss, ctx: context.WithValue(ctx, ctxKey{}, d.info)})
+	}
+}
+
+// stream is a ServerStream with the Info in its context.
+type stream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *stream) Context() context.Context { return s.ctx }
+
+// done ends an admitted call's verdict, even if the client went away.
+func done(ctx context.Context, v *engine.Verdict) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	v.Done(ctx)
+}
+
+// waitDelay waits d, the delay a shaping limit asks of an admitted call;
+// it reports false if ctx ends first.
+func waitDelay(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// decision is what decide found: for an admitted call its verdict, Info
+// and response header; for a refusal the trailer to send with its error.
+type decision struct {
+	v       *engine.Verdict
+	info    *Info
+	header  metadata.MD
+	trailer metadata.MD
+}
+
+// decide matches the method's route, identifies the caller, and asks the
+// engine. A non-nil error is the status the call ends with.
+func (l *Limiter) decide(ctx context.Context, fullMethod string) (decision, error) {
+	p := l.opts.Policy
+	route := p.Match("POST", policy.CleanPath(fullMethod))
+	if route == nil && l.opts.RequireRoute {
+		return decision{}, status.Error(codes.Unimplemented, "no route matches this method")
+	}
+	if route != nil && route.Login != nil {
+		l.engine.Count("-", route.Group, "-", "unsupported")
+		return decision{}, status.Error(codes.FailedPrecondition, "login guards are not supported over gRPC")
+	}
+	call, sub, err := l.identify(ctx)
+	if err != nil {
+		return decision{}, err
+	}
+	call.Route = route
+	v := l.engine.Check(ctx, call)
+	var md metadata.MD
+	c, reported := v.Reported()
+	if reported {
+		md = l.rateLimitMD(v, c)
+	}
+	if v.Outcome.Admitted() {
+		dec := tollgate.Decision{Allowed: true}
+		if reported {
+			dec = c.Decision
+		}
+		return decision{v: v, header: md, info: &Info{Route: route, Subject: sub, Decision: dec}}, nil
+	}
+	if md == nil {
+		md = metadata.MD{}
+	}
+	return decision{trailer: md}, refusal(ctx, call, v, md)
+}
+
+// refusal returns the status of a call the engine did not admit, adding
+// the pushback to md (its trailer) where a retry may succeed.
+func refusal(ctx context.Context, call engine.Call, v *engine.Verdict, md metadata.MD) error {
+	retry := v.RetryAfter
+	if retry <= 0 {
+		retry = time.Second
+	}
+	var code codes.Code
+	var msg string
+	switch v.Reason {
+	case engine.ReasonRate:
+		c, _ := v.Reported()
+		code, msg = codes.ResourceExhausted, fmt.Sprintf("the %q limit of %d per %v is used up", c.Budget.Name, c.Budget.Limit.Rate, c.Budget.Limit.Period)
+	case engine.ReasonConcurrency:
+		code, msg = codes.ResourceExhausted, fmt.Sprintf("at most %d calls may be in flight here at once", call.Route.Concurrency.Limit)
+	case engine.ReasonInvalidKeys:
+		code, msg = codes.ResourceExhausted, "too many calls with invalid API keys from this address"
+	case engine.ReasonInvalidKey:
+		msg = "the API key is not valid"
+		if call.Key == engine.KeyMalformed {
+			msg = "the API key is malformed"
+		}
+		return status.Error(codes.Unauthenticated, msg)
+	case engine.ReasonCostExceedsBurst:
+		return status.Error(codes.InvalidArgument, "the call costs more than its rate limit could ever admit")
+	case engine.ReasonMisconfigured:
+		return status.Error(codes.Internal, "the rate limit for this method is misconfigured")
+	case engine.ReasonUnavailable:
+		code, msg = codes.Unavailable, "the rate limiter is unavailable and this method does not proceed without it"
+	case engine.ReasonCanceled:
+		if err := ctx.Err(); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		return status.Error(codes.Canceled, "the call was canceled")
+	default: // login reasons: login routes are refused before the engine
+		code, msg = codes.ResourceExhausted, "refused"
+	}
+	ms := int64((retry + time.Millisecond - 1) / time.Millisecond)
+	md.Set(PushbackKey, strconv.FormatInt(ms, 10))
+	st, err := status.New(code, msg).WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(ms) * time.Millisecond)})
+	if err != nil {
+		return status.Error(code, msg)
+	}
+	return st.Err()
+}
+
+// identify finds who the call comes from, as httplimit does, reading the
+// metadata as HTTP headers.
+func (l *Limiter) identify(ctx context.Context) (engine.Call, Subject, error) {
+	p := l.opts.Policy
+	r := &http.Request{Header: header(ctx)}
+	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		if _, isTCP := pr.Addr.(*net.TCPAddr); isTCP {
+			r.RemoteAddr = pr.Addr.String()
+		}
+	}
+	ip, _, ok := identity.ClientChain(r, p.Trusted)
+	if !ok {
+		return engine.Call{}, Subject{}, status.Error(codes.InvalidArgument, "the client address cannot be determined")
+	}
+	peerIP, _ := identity.PeerAddr(r)
+	trustedPeer := p.Trusted.Contains(peerIP)
+	ipID := l.hasher.Hash("ip", identity.ClientGroup(ip))
+	sub := Subject{Subject: engine.Subject{Client: ipID}, Addr: ip}
+	key, present, kerr := identity.APIKey(r.Header)
+	switch {
+	case kerr != nil:
+		sub.Kind, sub.ID = "ip", ipID
+		return engine.Call{Subject: sub.Subject, Key: engine.KeyMalformed}, sub, nil
+	case present:
+		k := p.Keys[identity.KeyDigest(key)]
+		if k == nil {
+			sub.Kind, sub.ID = "ip", ipID
+			return engine.Call{Subject: sub.Subject, Key: engine.KeyUnknown}, sub, nil
+		}
+		sub.Kind, sub.ID, sub.Plan, sub.Key = "key", l.hasher.Hash("k", k.ID), k.Plan, k
+		if k.User != "" {
+			sub.ID = l.hasher.Hash("u", k.User)
+		}
+		if k.Tenant != "" {
+			sub.Tenant = l.hasher.Hash("t", k.Tenant)
+		}
+		return engine.Call{Subject: sub.Subject, Key: engine.KeyValid}, sub, nil
+	}
+	sub.Kind, sub.ID, sub.Plan = "ip", ipID, p.AnonymousPlan
+	if p.UserHeader != "" && trustedPeer {
+		user, ok, err := identity.UserID(r.Header, p.UserHeader)
+		if err != nil {
+			return engine.Call{}, Subject{}, status.Error(codes.InvalidArgument, "the user id metadata is malformed")
+		}
+		if ok {
+			sub.Kind, sub.ID, sub.Plan = "user", l.hasher.Hash("u", user), p.UserPlan
+		}
+	}
+	return engine.Call{Subject: sub.Subject}, sub, nil
+}
+
+// header returns the call's incoming metadata as HTTP headers, so that
+// the identity package reads it exactly as it reads a request's. Binary
+// (-bin) keys and pseudo-headers are left out.
+func header(ctx context.Context) http.Header {
+	md, _ := metadata.FromIncomingContext(ctx)
+	h := make(http.Header, len(md))
+	for k, vs := range md {
+		if strings.HasPrefix(k, ":") || strings.HasSuffix(k, "-bin") {
+			continue
+		}
+		ck := http.CanonicalHeaderKey(k)
+		h[ck] = append(h[ck], vs...)
+	}
+	return h
+}
+
+// rateLimitMD returns the RateLimit and RateLimit-Policy fields of v as
+// metadata (see httplimit's headers).
+func (l *Limiter) rateLimitMD(v *engine.Verdict, c engine.Charge) metadata.MD {
+	var pol strings.Builder
+	for i, b := range v.Budgets() {
+		if i > 0 {
+			pol.WriteString(", ")
+		}
+		s, ok := l.items[b]
+		if !ok {
+			s = policyItem(b)
+		}
+		pol.WriteString(s)
+	}
+	d := c.Decision
+	t := ceilSeconds(d.ResetAfter)
+	if !d.Allowed {
+		t = max(1, ceilSeconds(d.RetryAfter))
+	}
+	return metadata.Pairs("ratelimit-policy", pol.String(),
+		"ratelimit", `"`+c.Budget.Name+`";r=`+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+}
+
+// policyItem returns b as one RateLimit-Policy item.
+func policyItem(b *policy.Budget) string {
+	return `"` + b.Name + `";q=` + strconv.FormatInt(b.Limit.Rate, 10) + ";w=" + strconv.FormatInt(ceilSeconds(b.Limit.Period), 10)
+}
+
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
