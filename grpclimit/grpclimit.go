@@ -24,7 +24,10 @@
 // obeys; an unknown or malformed API key is codes.Unauthenticated. Every
 // decided call carries the ratelimit and ratelimit-policy metadata of the
 // RateLimit headers: in the response header when admitted, in the
-// trailer when refused.
+// trailer when refused. For a call from a peer that is not a trusted
+// proxy, the handler's incoming metadata has no user id key: only trusted
+// proxies may set it. [FromContext] tells the handler whom the call was
+// charged to.
 //
 // Routes with a login guard are not supported over gRPC (there is no
 // request body to read an account from before the handler): their calls
@@ -99,6 +102,8 @@ type Subject struct {
 	Key *policy.APIKey // for Kind "key"
 	// Addr is the client address the call was charged to.
 	Addr netip.Addr
+
+	trustedPeer bool // the immediate peer is a trusted proxy
 }
 
 // Info is what the interceptor decided, for the handler behind it.
@@ -160,7 +165,7 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 		if d.v.Delay > 0 && !waitDelay(ctx, d.v.Delay) {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
-		return handler(context.WithValue(ctx, ctxKey{}, d.info), req)
+		return handler(l.handlerContext(ctx, d.info), req)
 	}
 }
 
@@ -183,8 +188,26 @@ func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 		if d.v.Delay > 0 && !waitDelay(ctx, d.v.Delay) {
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		return handler(srv, &stream{ServerStream: ss, ctx: context.WithValue(ctx, ctxKey{}, d.info)})
+		return handler(srv, &stream{ServerStream: ss, ctx: l.handlerContext(ctx, d.info)})
 	}
+}
+
+// handlerContext returns the context the handler is called with: it
+// holds info, and, for a call whose peer is not a trusted proxy, the
+// incoming metadata without the user id key, which only trusted proxies
+// may set (as httplimit removes the user header).
+func (l *Limiter) handlerContext(ctx context.Context, info *Info) context.Context {
+	ctx = context.WithValue(ctx, ctxKey{}, info)
+	name := strings.ToLower(l.opts.Policy.UserHeader)
+	if name == "" || info.Subject.trustedPeer {
+		return ctx
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(name)) > 0 {
+		md = md.Copy()
+		md.Delete(name)
+		ctx = metadata.NewIncomingContext(ctx, md)
+	}
+	return ctx
 }
 
 // stream is a ServerStream with the Info in its context.
@@ -323,7 +346,7 @@ func (l *Limiter) identify(ctx context.Context) (engine.Call, Subject, error) {
 	peerIP, _ := identity.PeerAddr(r)
 	trustedPeer := p.Trusted.Contains(peerIP)
 	ipID := l.hasher.Hash("ip", identity.ClientGroup(ip))
-	sub := Subject{Subject: engine.Subject{Client: ipID}, Addr: ip}
+	sub := Subject{Subject: engine.Subject{Client: ipID}, Addr: ip, trustedPeer: trustedPeer}
 	key, present, kerr := identity.APIKey(r.Header)
 	switch {
 	case kerr != nil:

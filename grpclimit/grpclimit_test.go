@@ -114,7 +114,11 @@ func (s *service) unary(ctx context.Context, in *wrapperspb.StringValue) (*wrapp
 	if !ok {
 		return nil, status.Error(codes.Internal, "no info")
 	}
-	return wrapperspb.String(info.Subject.Kind + "|" + info.Subject.Addr.String()), nil
+	out := info.Subject.Kind + "|" + info.Subject.Addr.String()
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("x-user-id")) > 0 {
+		out += "|" + strings.Join(md.Get("x-user-id"), ",")
+	}
+	return wrapperspb.String(out), nil
 }
 
 func unaryDesc(name string, h func(*service, context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error)) grpc.MethodDesc {
@@ -293,7 +297,7 @@ func TestIdentityFromMetadataAndPeer(t *testing.T) {
 					t.Fatalf("another client: %q %v", r.out, r.err)
 				}
 				for i := range 5 {
-					if r := call(cc, "Say", "x-user-id", "alice", "x-forwarded-for", "203.0.113.7"); r.err != nil || r.out != "user|203.0.113.7" {
+					if r := call(cc, "Say", "x-user-id", "alice", "x-forwarded-for", "203.0.113.7"); r.err != nil || r.out != "user|203.0.113.7|alice" {
 						t.Fatalf("user call %d: %q %v", i, r.out, r.err)
 					}
 				}
@@ -505,5 +509,21 @@ func TestGRPCRetryPolicy(t *testing.T) {
 				t.Error("no refusal without a retry policy")
 			}
 		})
+	}
+}
+
+// TestClientInterceptorLeavesOtherErrors: errors without a retry hint are
+// returned at once, untried again.
+func TestClientInterceptorLeavesOtherErrors(t *testing.T) {
+	svc, cc := start(t, grpclimit.Options{Policy: testPolicy(t, ""), Store: stores()[0].new(t), Now: fixed},
+		grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(grpclimit.RetryOptions{})))
+	if r := call(cc, "Say", "x-api-key", "nope"); status.Code(r.err) != codes.Unauthenticated {
+		t.Fatalf("bad key: %v", r.err)
+	}
+	if r := call(cc, "Login"); status.Code(r.err) != codes.FailedPrecondition {
+		t.Fatalf("login: %v", r.err)
+	}
+	if svc.calls.Load() != 0 {
+		t.Errorf("handler called %d times", svc.calls.Load())
 	}
 }
