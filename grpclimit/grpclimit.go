@@ -153,6 +153,8 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		d, err := l.decide(ctx, info.FullMethod)
 		if err != nil {
+			// Trailer only: a refusal with a header is not Trailers-Only,
+			// and grpc-go's retry policy never retries it.
 			if len(d.trailer) > 0 {
 				grpc.SetTrailer(ctx, d.trailer)
 			}
