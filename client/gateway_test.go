@@ -154,9 +154,6 @@ func TestPacedThroughGateway(t *testing.T) {
 		if a.status == http.StatusTooManyRequests {
 			refused++
 		}
-		if os.Getenv("DBG") != "" {
-			fmt.Println(a.at.Sub(start).Milliseconds(), a.status)
-		}
 	}
 	t.Logf("%d requests in %v (%.0f/s offered, %d/s allowed): %d attempts, %d refused at the server (%.1f%%), %d reached the upstream",
 		n, took.Round(time.Millisecond), float64(3*rate), rate, len(all), refused, 100*float64(refused)/n, hits.Load())
@@ -168,12 +165,11 @@ func TestPacedThroughGateway(t *testing.T) {
 	}
 }
 
-// TestHerdSpreads releases 50 clients together at a limit that admits a
-// few of them: the refused ones' retries must spread out over the second
-// after Retry-After, not come back together.
-func TestHerdSpreads(t *testing.T) {
-	const clients = 50
-	url, _ := startGateway(t, "{name: minute, algorithm: sliding_log, rate: 10, period: 1s}")
+// herd releases clients together, each with its own Transport (opts), at
+// a limit that admits a few of them, and returns when each retry was
+// sent, in seconds after the release, and how many clients succeeded.
+func herd(t *testing.T, clients int, opts client.Options) ([]float64, int64) {
+	url, _ := startGateway(t, "{name: minute, algorithm: sliding_log, rate: 20, period: 1s}")
 	base := &http.Transport{MaxIdleConnsPerHost: 256}
 	defer base.CloseIdleConnections()
 	cnt := &counting{base: base}
@@ -195,7 +191,7 @@ func TestHerdSpreads(t *testing.T) {
 	var wg sync.WaitGroup
 	var ok atomic.Int64
 	for range clients {
-		tr := &client.Transport{Base: &markRetries{next: cnt}, Options: client.Options{MaxRetries: 10}}
+		tr := &client.Transport{Base: &markRetries{next: cnt}, Options: opts}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -217,40 +213,61 @@ func TestHerdSpreads(t *testing.T) {
 	t0 := time.Now()
 	close(release)
 	wg.Wait()
-
-	var retries []float64 // seconds after release
-	buckets := map[int64]int{}
+	var retries []float64
 	for _, a := range cnt.attempts() {
-		if !a.retry {
-			continue
+		if a.retry {
+			retries = append(retries, a.at.Sub(t0).Seconds())
 		}
-		s := a.at.Sub(t0).Seconds()
-		retries = append(retries, s)
-		buckets[a.at.Sub(t0).Milliseconds()/10]++
-	}
-	if len(retries) < clients/2 {
-		t.Fatalf("only %d retries; the limit should have refused most of the herd", len(retries))
 	}
 	slices.Sort(retries)
-	mean, sd := meanSD(retries)
+	return retries, ok.Load()
+}
+
+// crowding returns the most retries in one 10 ms bucket.
+func crowding(retries []float64) int {
+	buckets := map[int64]int{}
 	worst := 0
-	for _, c := range buckets {
-		worst = max(worst, c)
+	for _, s := range retries {
+		b := int64(s * 100)
+		buckets[b]++
+		worst = max(worst, buckets[b])
 	}
-	first := retries[0]
-	t.Logf("%d clients: %d succeeded, %d retries from %.3fs to %.3fs after release, mean %.3fs, sd %.3fs; at most %d in one 10 ms bucket",
-		clients, ok.Load(), len(retries), first, retries[len(retries)-1], mean, sd, worst)
-	if first < 0.9 {
-		t.Errorf("a retry went %.3fs after release, before the Retry-After of 1 s", first)
+	return worst
+}
+
+// TestHerdSpreads releases 50 clients together at a limit that admits 20
+// of them: the refused ones' retries must spread out over the time after
+// Retry-After, not come back together, and all must get through. Without
+// jitter (the control) the same measure sees them return together.
+func TestHerdSpreads(t *testing.T) {
+	const clients = 50
+	retries, ok := herd(t, clients, client.Options{MaxRetries: 10})
+	if len(retries) < clients/3 {
+		t.Fatalf("only %d retries; the limit should have refused most of the herd", len(retries))
+	}
+	mean, sd := meanSD(retries)
+	worst := crowding(retries)
+	t.Logf("jittered: %d clients, %d succeeded, %d retries from %.3fs to %.3fs after release, mean %.3fs, sd %.3fs; at most %d in one 10 ms bucket",
+		clients, ok, len(retries), retries[0], retries[len(retries)-1], mean, sd, worst)
+	if retries[0] < 0.9 {
+		t.Errorf("a retry went %.3fs after release, before the Retry-After of 1 s", retries[0])
 	}
 	if sd < 0.15 {
 		t.Errorf("retry times have a standard deviation of %.3fs; the herd did not spread", sd)
 	}
-	if limit := len(retries) / 5; worst > limit {
+	if limit := max(3, len(retries)/6); worst > limit {
 		t.Errorf("%d retries in one 10 ms bucket (of %d), want at most %d", worst, len(retries), limit)
 	}
-	if got := ok.Load(); got != clients {
-		t.Errorf("%d of %d clients succeeded", got, clients)
+	if ok != clients {
+		t.Errorf("%d of %d clients succeeded", ok, clients)
+	}
+
+	// The control: no jitter, one retry each.
+	ctl, _ := herd(t, clients, client.Options{MaxRetries: 1, Rand: func() float64 { return 0 }})
+	_, ctlSD := meanSD(ctl)
+	t.Logf("control without jitter: %d retries, sd %.3fs; at most %d in one 10 ms bucket", len(ctl), ctlSD, crowding(ctl))
+	if crowding(ctl) <= max(3, len(ctl)/6) {
+		t.Errorf("without jitter the retries still spread (%d at most in a bucket): the measure cannot tell", crowding(ctl))
 	}
 }
 

@@ -207,6 +207,7 @@ func (p *pacer) record(tk ticket, host, path string, info *Info, now time.Time) 
 		s.notify()
 	}
 }
+
 // notify wakes requests waiting on s.
 func (s *paceState) notify() {
 	close(s.changed)
