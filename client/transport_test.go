@@ -186,11 +186,23 @@ func TestNonIdempotent(t *testing.T) {
 		hits    int64
 	}{
 		{"tollgate's own refusal, rewindable body: retried, same body", tollgateRefusal,
-			func(url string) *http.Request { r := post(strings.NewReader("payload")); r.URL = must(r.URL.Parse(url)); return r }, client.Options{}, 2},
+			func(url string) *http.Request {
+				r := post(strings.NewReader("payload"))
+				r.URL = must(r.URL.Parse(url))
+				return r
+			}, client.Options{}, 2},
 		{"another server's bare 429: not retried", refuse(429, "Retry-After", "1"),
-			func(url string) *http.Request { r := post(strings.NewReader("payload")); r.URL = must(r.URL.Parse(url)); return r }, client.Options{}, 1},
+			func(url string) *http.Request {
+				r := post(strings.NewReader("payload"))
+				r.URL = must(r.URL.Parse(url))
+				return r
+			}, client.Options{}, 1},
 		{"NotProcessed Never: not retried", tollgateRefusal,
-			func(url string) *http.Request { r := post(strings.NewReader("payload")); r.URL = must(r.URL.Parse(url)); return r }, client.Options{NotProcessed: client.Never}, 1},
+			func(url string) *http.Request {
+				r := post(strings.NewReader("payload"))
+				r.URL = must(r.URL.Parse(url))
+				return r
+			}, client.Options{NotProcessed: client.Never}, 1},
 		{"body that cannot be read twice: not retried", tollgateRefusal,
 			func(url string) *http.Request {
 				r := post(io.NopCloser(strings.NewReader("payload")))
