@@ -1,0 +1,215 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrPaced is wrapped by the error a request gets instead of being sent
+// when the server has said its policy has nothing left and either
+// Options.FailFast is set or the wait would outlast the request's
+// deadline.
+var ErrPaced = errors.New("rate limit exhausted")
+
+// PacedError is the error a paced request fails with.
+type PacedError struct {
+	Host, Policy string
+	// Wait is how long until the server said the policy has room again.
+	Wait time.Duration
+}
+
+func (e *PacedError) Error() string {
+	return fmt.Sprintf("pacing %s: policy %q has nothing left for %v: %v", e.Host, e.Policy, e.Wait, ErrPaced)
+}
+
+func (e *PacedError) Unwrap() error { return ErrPaced }
+
+// pacer holds what servers last said of each policy, per host and policy
+// name, and holds requests back while a policy has nothing left.
+//
+// A request is paced under the policy its path last answered with, or,
+// for a path not seen yet, the policy the host last answered with (paths
+// with ids share their route's policy). A host that has sent no
+// rate-limit fields is not paced at all.
+//
+// Concurrent requests must not all go on one stale "r=5", and answers
+// arrive in another order than the server counted them, so the estimate
+// is conservative: of the answers since requests in flight last were
+// none (a batch), the smallest r is the one the server counted last
+// (refills aside), and r minus the requests still in flight may be sent.
+// When a response says r=0 for t, requests wait until then; after it, one
+// probe goes alone and its answer sets how many follow (the others wait
+// for it, up to probeTimeout).
+type pacer struct {
+	mu       sync.Mutex
+	policies map[paceKey]*paceState
+	byPath   map[string]string // host+" "+path: the policy it answered with
+	byHost   map[string]string // host: the policy it last answered with
+}
+
+// probeTimeout is how long requests wait for a probe's answer before
+// another request may probe (a slow request should not hold up the rest
+// for long).
+const probeTimeout = time.Second
+
+type paceKey struct{ host, policy string }
+
+type paceState struct {
+	remaining int64 // the estimate of what is left; -1: unknown (probe)
+	batchMin  int64 // the smallest r answered in this batch; -1: none yet
+	inflight  int64 // requests sent under this policy, not answered
+	resetAt   time.Time
+	probing   bool
+	probeAt   time.Time
+	changed   chan struct{}
+}
+
+func newPacer() *pacer {
+	return &pacer{policies: map[paceKey]*paceState{}, byPath: map[string]string{}, byHost: map[string]string{}}
+}
+
+// ticket is a request let through: the policy it was sent under (none:
+// the host has no policy known).
+type ticket struct {
+	key   paceKey
+	paced bool
+	probe bool
+}
+
+// acquire waits until a request to host and path may be sent; sleep waits
+// for a reset the server reported (the Options.Sleep seam); waits for
+// answers to requests in flight use real time.
+func (p *pacer) acquire(ctx context.Context, host, path string, now func() time.Time, failFast bool, sleep func(context.Context, time.Duration) error) (ticket, error) {
+	for {
+		p.mu.Lock()
+		name, ok := p.byPath[host+" "+path]
+		if !ok {
+			name, ok = p.byHost[host]
+		}
+		if !ok {
+			p.mu.Unlock()
+			return ticket{}, nil
+		}
+		k := paceKey{host, name}
+		s := p.policies[k]
+		t := now()
+		if s.remaining == 0 && !t.Before(s.resetAt) {
+			s.remaining = -1 // the quota is back by now, but how much of it?
+		}
+		switch {
+		case s.remaining < 0 && !s.probing:
+			s.probing, s.probeAt = true, t
+			s.inflight++
+			p.mu.Unlock()
+			return ticket{key: k, paced: true, probe: true}, nil
+		case s.remaining > 0 && s.inflight < s.remaining:
+			s.inflight++
+			p.mu.Unlock()
+			return ticket{key: k, paced: true}, nil
+		case s.remaining == 0:
+			wait := s.resetAt.Sub(t)
+			p.mu.Unlock()
+			if failFast {
+				return ticket{}, &PacedError{Host: host, Policy: name, Wait: wait}
+			}
+			if dl, ok := ctx.Deadline(); ok && t.Add(wait).After(dl) {
+				return ticket{}, &PacedError{Host: host, Policy: name, Wait: wait}
+			}
+			if err := sleep(ctx, wait); err != nil {
+				return ticket{}, err
+			}
+		default:
+			// What the estimate allows is in flight (or the probe is):
+			// wait for an answer, or for the reset the server reported
+			// (a probe: probeTimeout).
+			ch := s.changed
+			until := s.resetAt
+			if s.remaining < 0 {
+				until = s.probeAt.Add(probeTimeout)
+			}
+			p.mu.Unlock()
+			timer := time.NewTimer(max(until.Sub(t), time.Millisecond))
+			select {
+			case <-ch:
+			case <-timer.C:
+				p.mu.Lock()
+				if s.changed == ch && !now().Before(until) {
+					s.remaining, s.batchMin, s.probing = -1, -1, false
+				}
+				p.mu.Unlock()
+			case <-ctx.Done():
+				timer.Stop()
+				return ticket{}, ctx.Err()
+			}
+			timer.Stop()
+		}
+	}
+}
+
+// record takes into account what the response to a request sent with tk
+// said (info; nil when the request got no response).
+func (p *pacer) record(tk ticket, host, path string, info *Info, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tk.paced {
+		s := p.policies[tk.key]
+		s.inflight = max(0, s.inflight-1)
+		if tk.probe {
+			s.probing = false
+		}
+		defer s.notify()
+	}
+	if info == nil {
+		return
+	}
+	l := info.Limit
+	if !info.HasLimit {
+		if !info.HasRetryAfter {
+			return
+		}
+		// A refusal with Retry-After only: the host as a whole.
+		l = Limit{Remaining: 0, Reset: info.RetryAfter}
+	}
+	if l.Remaining < 0 {
+		return
+	}
+	k := paceKey{host, l.Name}
+	p.byPath[host+" "+path] = l.Name
+	p.byHost[host] = l.Name
+	s := p.policies[k]
+	if s == nil {
+		s = &paceState{batchMin: -1, changed: make(chan struct{})}
+		p.policies[k] = s
+	}
+	reset := now.Add(time.Second) // r=0 without t: a second, then a probe
+	if l.Reset >= 0 {
+		reset = now.Add(l.Reset)
+	}
+	if info.HasRetryAfter && l.Remaining == 0 {
+		if at := now.Add(info.RetryAfter); at.After(reset) {
+			reset = at
+		}
+	}
+	switch {
+	case s.batchMin < 0 || l.Remaining < s.batchMin:
+		s.batchMin, s.resetAt = l.Remaining, reset
+	case l.Remaining == s.batchMin && reset.After(s.resetAt):
+		s.resetAt = reset
+	}
+	s.remaining = s.batchMin
+	if s.inflight == 0 {
+		s.batchMin = -1 // every request is answered: the next answer is newer than all
+	}
+	if !tk.paced || tk.key != k {
+		s.notify()
+	}
+}
+
+// notify wakes requests waiting on s.
+func (s *paceState) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
