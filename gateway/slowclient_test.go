@@ -418,8 +418,12 @@ func TestSlowBodiesFromTwoAddresses(t *testing.T) {
 	if rep.DialErrs > 0 {
 		t.Errorf("%d connections could not even connect (%s): the listener's backlog filled", rep.DialErrs, rep.DialErr)
 	}
-	if rep.Held > 0 {
-		t.Errorf("%d slow connections were still open %v after connecting: no body deadline", rep.Held, bodyTimeout+4*time.Second)
+	// Without a body deadline every slow connection that is let in stays
+	// open (thousands); with one, a rare connection may still outlive the
+	// 4 s of slack when -race and the other packages' tests share the two
+	// cores (seen once in a few runs of the whole suite: 1 of 4,435).
+	if rep.Held > max(1, rep.attempts()/500) {
+		t.Errorf("%d of %d slow connections were still open %v after connecting: no body deadline", rep.Held, rep.attempts(), bodyTimeout+4*time.Second)
 	}
 	if rep.attempts() < 2*perAddr || rep.Cut == 0 {
 		t.Errorf("the attack made %d attempts, %d of them let in; want at least %d", rep.attempts(), rep.Cut, 2*perAddr)
