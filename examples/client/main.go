@@ -9,7 +9,9 @@
 // It sends -n requests at -rps a second with the free plan's key (100 a
 // minute) and counts what the server answered on the wire and what the
 // caller saw. With -plain it sends through http.DefaultTransport instead,
-// for comparison.
+// for comparison. With -grpc it shows the gRPC side instead, on its own:
+// a gRPC server behind package grpclimit's interceptors and clients that
+// back off as its refusals ask (see grpc.go).
 package main
 
 import (
@@ -49,7 +51,12 @@ func main() {
 	timeout := flag.Duration("timeout", 2*time.Minute, "each request's deadline")
 	failFast := flag.Bool("fail-fast", false, "fail at once, with client.ErrPaced, instead of waiting for the server's reset")
 	plain := flag.Bool("plain", false, "send through http.DefaultTransport, without the client package")
+	grpcMode := flag.Bool("grpc", false, "show the gRPC interceptors instead (needs no gateway)")
 	flag.Parse()
+	if *grpcMode {
+		grpcDemo()
+		return
+	}
 
 	w := &wire{base: http.DefaultTransport}
 	var rt http.RoundTripper = &client.Transport{Base: w, Options: client.Options{FailFast: *failFast}}

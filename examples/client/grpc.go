@@ -1,12 +1,13 @@
-// Command grpc shows Tollgate in front of a gRPC service: a server whose
-// interceptors limit grpc.health.v1.Health/Check to 2 calls per second per
-// client, and two clients calling it 6 times in a burst: one retrying with
-// grpc-go's own retry policy (which waits the grpc-retry-pushback-ms the
-// refusals carry), one with grpclimit.UnaryClientInterceptor, and one
-// without either, which is refused.
-//
-//	go run ./examples/grpc
 package main
+
+// grpcDemo shows Tollgate in front of a gRPC service: a server whose
+// interceptors limit grpc.health.v1.Health/Check to 2 calls per second per
+// client, and three clients calling it 6 times in a burst: one retrying
+// with grpc-go's own retry policy (which waits the grpc-retry-pushback-ms
+// the refusals carry), one with grpclimit.UnaryClientInterceptor, and one
+// with neither, which is refused.
+//
+//	go run ./examples/client -grpc
 
 import (
 	"context"
@@ -28,7 +29,7 @@ import (
 )
 
 // A route's path is a gRPC full method name, or a service's prefix.
-const pol = `version: grpc-example
+const grpcPolicy = `version: grpc-example
 identity: {anonymous_plan: free}
 plans:
   free: {algorithm: fixed_window, rate: 100, period: 1m}
@@ -40,8 +41,8 @@ const retryPolicy = `{"methodConfig": [{"name": [{"service": "grpc.health.v1.Hea
   "maxAttempts": 5, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2,
   "retryableStatusCodes": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"]}}]}`
 
-func main() {
-	p, err := policy.Parse([]byte(pol), "example.yaml")
+func grpcDemo() {
+	p, err := policy.Parse([]byte(grpcPolicy), "example.yaml")
 	if err != nil {
 		log.Fatal(err)
 	}
