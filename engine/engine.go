@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/internal/logsample"
 	"github.com/tollgate/tollgate/policy"
 	"go.opentelemetry.io/otel/trace"
@@ -83,6 +84,7 @@ type Engine struct {
 	store    tollgate.Store
 	fallback Fallbacker // nil: no local fallback
 	deny     *denyCache // nil: no deny cache
+	hasher   *identity.Hasher
 	// holdTTL is how long a login attempt holds its places if it is never
 	// settled: longer than the service behind may take to answer.
 	holdTTL time.Duration
@@ -113,6 +115,9 @@ func New(opts Options) (*Engine, error) {
 		tracer:  opts.Tracer,
 	}
 	e.fallback, _ = opts.Store.(Fallbacker)
+	if opts.Policy != nil {
+		e.hasher = identity.NewHasher(opts.Policy.Secret)
+	}
 	if m := opts.Metrics; m != nil && opts.Policy != nil {
 		// Every budget's error and fallback series exist from the start,
 		// at zero, so that alerts on their rate see the first one.

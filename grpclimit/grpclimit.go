@@ -126,7 +126,6 @@ func FromContext(ctx context.Context) (*Info, bool) {
 type Limiter struct {
 	opts   Options
 	engine *engine.Engine
-	hasher *identity.Hasher
 	items  map[*policy.Budget]string
 }
 
@@ -145,7 +144,7 @@ func New(opts Options) (*Limiter, error) {
 	for _, b := range opts.Policy.Budgets() {
 		items[b] = policyItem(b)
 	}
-	return &Limiter{opts: opts, engine: e, hasher: identity.NewHasher(opts.Policy.Secret), items: items}, nil
+	return &Limiter{opts: opts, engine: e, items: items}, nil
 }
 
 // Unary returns the unary server interceptor.
@@ -331,8 +330,8 @@ func refusal(ctx context.Context, call engine.Call, v *engine.Verdict, md metada
 	return st.Err()
 }
 
-// identify finds who the call comes from, as httplimit does, reading the
-// metadata as HTTP headers.
+// identify finds who the call comes from (engine.Identify, as httplimit
+// does), reading the metadata as HTTP headers with the same parsers.
 func (l *Limiter) identify(ctx context.Context) (engine.Call, Subject, error) {
 	p := l.opts.Policy
 	r := &http.Request{Header: header(ctx)}
@@ -346,40 +345,21 @@ func (l *Limiter) identify(ctx context.Context) (engine.Call, Subject, error) {
 		return engine.Call{}, Subject{}, status.Error(codes.InvalidArgument, "the client address cannot be determined")
 	}
 	peerIP, _ := identity.PeerAddr(r)
-	trustedPeer := p.Trusted.Contains(peerIP)
-	ipID := l.hasher.Hash("ip", identity.ClientGroup(ip))
-	sub := Subject{Subject: engine.Subject{Client: ipID}, Addr: ip, trustedPeer: trustedPeer}
+	sub := Subject{Addr: ip, trustedPeer: p.Trusted.Contains(peerIP)}
 	key, present, kerr := identity.APIKey(r.Header)
-	switch {
-	case kerr != nil:
-		sub.Kind, sub.ID = "ip", ipID
-		return engine.Call{Subject: sub.Subject, Key: engine.KeyMalformed}, sub, nil
-	case present:
-		k := p.Keys[identity.KeyDigest(key)]
-		if k == nil {
-			sub.Kind, sub.ID = "ip", ipID
-			return engine.Call{Subject: sub.Subject, Key: engine.KeyUnknown}, sub, nil
-		}
-		sub.Kind, sub.ID, sub.Plan, sub.Key = "key", l.hasher.Hash("k", k.ID), k.Plan, k
-		if k.User != "" {
-			sub.ID = l.hasher.Hash("u", k.User)
-		}
-		if k.Tenant != "" {
-			sub.Tenant = l.hasher.Hash("t", k.Tenant)
-		}
-		return engine.Call{Subject: sub.Subject, Key: engine.KeyValid}, sub, nil
-	}
-	sub.Kind, sub.ID, sub.Plan = "ip", ipID, p.AnonymousPlan
-	if p.UserHeader != "" && trustedPeer {
+	cred := engine.Credentials{Client: ip, Key: key, KeyPresent: present, KeyMalformed: kerr != nil}
+	if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
 		user, ok, err := identity.UserID(r.Header, p.UserHeader)
 		if err != nil {
 			return engine.Call{}, Subject{}, status.Error(codes.InvalidArgument, "the user id metadata is malformed")
 		}
 		if ok {
-			sub.Kind, sub.ID, sub.Plan = "user", l.hasher.Hash("u", user), p.UserPlan
+			cred.User = user
 		}
 	}
-	return engine.Call{Subject: sub.Subject}, sub, nil
+	call, k := l.engine.Identify(cred)
+	sub.Subject, sub.Key = call.Subject, k
+	return call, sub, nil
 }
 
 // header returns the call's incoming metadata as HTTP headers, so that

@@ -42,7 +42,7 @@ func (m *middleware) readLogin(w http.ResponseWriter, r *http.Request, lg *polic
 	r.Header.Set("Content-Length", strconv.Itoa(len(lb.body)))
 	r.Header.Del("Transfer-Encoding")
 	r.TransferEncoding = nil
-	return m.hasher.Hash("acct", accountKey(lb.account)), true
+	return m.engine.Pseudonym("acct", accountKey(lb.account)), true
 }
 
 // statusRecorder remembers the status the handler behind wrote, and,

@@ -124,7 +124,6 @@ type middleware struct {
 	next    http.Handler
 	engine  *engine.Engine
 	trusted identity.TrustedProxies
-	hasher  *identity.Hasher
 	items   policyItems
 	// See forwardHeaders: headers keyed by headerKey that a client may
 	// not remove or shadow, and by canonical name those always replaced
@@ -162,7 +161,6 @@ func New(opts Options) (*Front, error) {
 		opts:        opts,
 		engine:      e,
 		trusted:     opts.Policy.Trusted,
-		hasher:      identity.NewHasher(opts.Policy.Secret),
 		items:       newPolicyItems(opts.Policy),
 		protected:   protected(opts.Policy.UserHeader),
 		replaced:    canonicalSet(addressHeaders),
@@ -359,9 +357,10 @@ func (m *middleware) pass(w http.ResponseWriter, r *http.Request, route *policy.
 	m.next.ServeHTTP(w, r2)
 }
 
-// identify finds who the request comes from: the call to decide, with
-// its subject and what became of an API key it presented. On failure it
-// has answered the request.
+// identify finds who the request comes from (engine.Identify, on what
+// the request presents): the call to decide, with its subject and what
+// became of an API key it presented. On failure it has answered the
+// request.
 func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Call, Subject, bool) {
 	p := m.opts.Policy
 	ip, chain, ok := identity.ClientChain(r, m.trusted)
@@ -369,53 +368,28 @@ func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Ca
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the client address cannot be determined"})
 		return engine.Call{}, Subject{}, false
 	}
-	ipID := m.hasher.Hash("ip", identity.ClientGroup(ip))
-	// sub starts as what every subject of this request shares: where it
-	// comes from.
-	sub := Subject{Subject: engine.Subject{Client: ipID}, Addr: ip, chain: chain, trustedPeer: m.peerTrusted(r)}
+	sub := Subject{Addr: ip, chain: chain, trustedPeer: m.peerTrusted(r)}
+	cred := engine.Credentials{Client: ip}
 	if m.opts.Subject != nil {
-		if id, ok := m.opts.Subject(r); ok {
-			sub.Kind, sub.ID, sub.Plan = "custom", m.hasher.Hash("c", id), p.UserPlan
-			if sub.Plan == nil {
-				sub.Plan = p.AnonymousPlan
+		cred.Custom, cred.CustomOK = m.opts.Subject(r)
+	}
+	if !cred.CustomOK {
+		key, present, kerr := identity.APIKey(r.Header)
+		cred.Key, cred.KeyPresent, cred.KeyMalformed = key, present, kerr != nil
+		if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
+			user, ok, err := identity.UserID(r.Header, p.UserHeader)
+			if err != nil {
+				WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the user id header is malformed"})
+				return engine.Call{}, Subject{}, false
 			}
-			return engine.Call{Subject: sub.Subject}, sub, true
+			if ok {
+				cred.User = user
+			}
 		}
 	}
-	key, present, kerr := identity.APIKey(r.Header)
-	switch {
-	case kerr != nil:
-		sub.Kind, sub.ID = "ip", ipID
-		return engine.Call{Subject: sub.Subject, Key: engine.KeyMalformed}, sub, true
-	case present:
-		k := p.Keys[identity.KeyDigest(key)]
-		if k == nil {
-			sub.Kind, sub.ID = "ip", ipID
-			return engine.Call{Subject: sub.Subject, Key: engine.KeyUnknown}, sub, true
-		}
-		sub.Kind, sub.ID, sub.Plan, sub.Key = "key", m.hasher.Hash("k", k.ID), k.Plan, k
-		if k.User != "" {
-			// A key's user shares one budget with that user's other keys
-			// and with the user id an auth proxy reports.
-			sub.ID = m.hasher.Hash("u", k.User)
-		}
-		if k.Tenant != "" {
-			sub.Tenant = m.hasher.Hash("t", k.Tenant)
-		}
-		return engine.Call{Subject: sub.Subject, Key: engine.KeyValid}, sub, true
-	}
-	sub.Kind, sub.ID, sub.Plan = "ip", ipID, p.AnonymousPlan
-	if p.UserHeader != "" && sub.trustedPeer {
-		user, ok, err := identity.UserID(r.Header, p.UserHeader)
-		if err != nil {
-			WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the user id header is malformed"})
-			return engine.Call{}, Subject{}, false
-		}
-		if ok {
-			sub.Kind, sub.ID, sub.Plan = "user", m.hasher.Hash("u", user), p.UserPlan
-		}
-	}
-	return engine.Call{Subject: sub.Subject}, sub, true
+	call, key := m.engine.Identify(cred)
+	sub.Subject, sub.Key = call.Subject, key
+	return call, sub, true
 }
 
 // peerTrusted reports whether the immediate peer is a trusted proxy.

@@ -15,14 +15,7 @@ func (f *Front) ResetKey(ctx context.Context, id string) (string, int, error) {
 		if k.ID != id {
 			continue
 		}
-		subject := m.hasher.Hash("k", k.ID)
-		if k.User != "" {
-			subject = m.hasher.Hash("u", k.User)
-		}
-		tenant := ""
-		if k.Tenant != "" {
-			tenant = m.hasher.Hash("t", k.Tenant)
-		}
+		subject, tenant := m.engine.KeySubject(k)
 		n, err := m.engine.ResetSubject(ctx, subject, tenant)
 		return subject, n, err
 	}
@@ -34,7 +27,7 @@ func (f *Front) ResetKey(ctx context.Context, id string) (string, int, error) {
 // tenant, whose group its plan limits are kept in.
 func (f *Front) ResetSubject(ctx context.Context, subject, tenant string) (int, error) {
 	if tenant != "" {
-		tenant = f.base.hasher.Hash("t", tenant)
+		tenant = f.base.engine.Pseudonym("t", tenant)
 	}
 	return f.base.engine.ResetSubject(ctx, subject, tenant)
 }

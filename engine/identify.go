@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"net/netip"
+
+	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// Credentials are what a call presented about who makes it, as a front
+// read them from its transport (HTTP headers, gRPC metadata, a proxy's
+// description), with the same parsers (package identity).
+type Credentials struct {
+	// Client is the client address charged: the peer's, or the one a
+	// trusted proxy vouched for.
+	Client netip.Addr
+	// An API key: presented (KeyPresent), and its text (Key) unless it
+	// was malformed (KeyMalformed).
+	Key                      string
+	KeyPresent, KeyMalformed bool
+	// User is a user id a trusted proxy vouched for; read only when no
+	// key was presented ("" for none).
+	User string
+	// Custom, when CustomOK, is who the front itself says the call is
+	// charged to (httplimit's Subject hook): API keys and users are not
+	// looked at then.
+	Custom   string
+	CustomOK bool
+}
+
+// Identify returns the call c describes, without its route or cost: its
+// subject (an API key's, else a user's, else the client address's, or the
+// front's own), and the configured key it presented, if any. Every front
+// identifies through it, so that one set of credentials is one subject
+// whichever front it arrives at.
+func (e *Engine) Identify(c Credentials) (Call, *policy.APIKey) {
+	p := e.policy
+	ipID := e.hasher.Hash("ip", identity.ClientGroup(c.Client))
+	sub := Subject{Client: ipID}
+	switch {
+	case c.CustomOK:
+		sub.Kind, sub.ID, sub.Plan = "custom", e.hasher.Hash("c", c.Custom), p.UserPlan
+		if sub.Plan == nil {
+			sub.Plan = p.AnonymousPlan
+		}
+		return Call{Subject: sub}, nil
+	case c.KeyMalformed:
+		sub.Kind, sub.ID = "ip", ipID
+		return Call{Subject: sub, Key: KeyMalformed}, nil
+	case c.KeyPresent:
+		k := p.Keys[identity.KeyDigest(c.Key)]
+		if k == nil {
+			sub.Kind, sub.ID = "ip", ipID
+			return Call{Subject: sub, Key: KeyUnknown}, nil
+		}
+		sub.Kind, sub.Plan = "key", k.Plan
+		sub.ID, sub.Tenant = e.KeySubject(k)
+		return Call{Subject: sub, Key: KeyValid}, k
+	case c.User != "":
+		sub.Kind, sub.ID, sub.Plan = "user", e.hasher.Hash("u", c.User), p.UserPlan
+		return Call{Subject: sub}, nil
+	}
+	sub.Kind, sub.ID, sub.Plan = "ip", ipID, p.AnonymousPlan
+	return Call{Subject: sub}, nil
+}
+
+// KeySubject returns the pseudonyms the API key k is charged under: its
+// subject (its user's, when it names one: a user shares one budget with
+// that user's other keys and with the user id an auth proxy reports) and
+// its tenant's ("" for none).
+func (e *Engine) KeySubject(k *policy.APIKey) (subject, tenant string) {
+	subject = e.hasher.Hash("k", k.ID)
+	if k.User != "" {
+		subject = e.hasher.Hash("u", k.User)
+	}
+	if k.Tenant != "" {
+		tenant = e.hasher.Hash("t", k.Tenant)
+	}
+	return subject, tenant
+}
+
+// Pseudonym returns the pseudonym of id among ids of one kind ("acct" for
+// login accounts, "t" for tenants), keyed by the policy's secret.
+func (e *Engine) Pseudonym(kind, id string) string { return e.hasher.Hash(kind, id) }
