@@ -85,6 +85,7 @@ type Engine struct {
 	fallback Fallbacker // nil: no local fallback
 	deny     *denyCache // nil: no deny cache
 	hasher   *identity.Hasher
+	items    map[*policy.Budget]string // RateLimit-Policy items of the policy's budgets
 	// holdTTL is how long a login attempt holds its places if it is never
 	// settled: longer than the service behind may take to answer.
 	holdTTL time.Duration
@@ -117,6 +118,10 @@ func New(opts Options) (*Engine, error) {
 	e.fallback, _ = opts.Store.(Fallbacker)
 	if opts.Policy != nil {
 		e.hasher = identity.NewHasher(opts.Policy.Secret)
+		e.items = map[*policy.Budget]string{}
+		for _, b := range opts.Policy.Budgets() {
+			e.items[b] = makePolicyItem(b)
+		}
 	}
 	if m := opts.Metrics; m != nil && opts.Policy != nil {
 		// Every budget's error and fallback series exist from the start,

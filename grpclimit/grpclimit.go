@@ -126,7 +126,6 @@ func FromContext(ctx context.Context) (*Info, bool) {
 type Limiter struct {
 	opts   Options
 	engine *engine.Engine
-	items  map[*policy.Budget]string
 }
 
 // New returns a Limiter deciding under opts.
@@ -140,11 +139,7 @@ func New(opts Options) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating grpc limiter: %w", err)
 	}
-	items := map[*policy.Budget]string{}
-	for _, b := range opts.Policy.Budgets() {
-		items[b] = policyItem(b)
-	}
-	return &Limiter{opts: opts, engine: e, items: items}, nil
+	return &Limiter{opts: opts, engine: e}, nil
 }
 
 // Unary returns the unary server interceptor.
@@ -268,8 +263,8 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string) (decision, erro
 	v := l.engine.Check(ctx, call)
 	var md metadata.MD
 	c, reported := v.Reported()
-	if reported {
-		md = l.rateLimitMD(v, c)
+	if f, ok := v.RateLimit(); ok {
+		md = rateLimitMD(f)
 	}
 	if v.Outcome.Admitted() {
 		dec := tollgate.Decision{Allowed: true}
@@ -379,31 +374,7 @@ func header(ctx context.Context) http.Header {
 }
 
 // rateLimitMD returns the RateLimit and RateLimit-Policy fields of v as
-// metadata (see httplimit's headers).
-func (l *Limiter) rateLimitMD(v *engine.Verdict, c engine.Charge) metadata.MD {
-	var pol strings.Builder
-	for i, b := range v.Budgets() {
-		if i > 0 {
-			pol.WriteString(", ")
-		}
-		s, ok := l.items[b]
-		if !ok {
-			s = policyItem(b)
-		}
-		pol.WriteString(s)
-	}
-	d := c.Decision
-	t := ceilSeconds(d.ResetAfter)
-	if !d.Allowed {
-		t = max(1, ceilSeconds(d.RetryAfter))
-	}
-	return metadata.Pairs("ratelimit-policy", pol.String(),
-		"ratelimit", `"`+c.Budget.Name+`";r=`+strconv.FormatInt(d.Remaining, 10)+";t="+strconv.FormatInt(t, 10))
+// metadata.
+func rateLimitMD(f engine.RateLimitFields) metadata.MD {
+	return metadata.Pairs("ratelimit-policy", f.Policy, "ratelimit", f.Limit)
 }
-
-// policyItem returns b as one RateLimit-Policy item.
-func policyItem(b *policy.Budget) string {
-	return `"` + b.Name + `";q=` + strconv.FormatInt(b.Limit.Rate, 10) + ";w=" + strconv.FormatInt(ceilSeconds(b.Limit.Period), 10)
-}
-
-func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/engine"
 )
 
 // ceilSeconds rounds d up to whole seconds.
@@ -16,73 +14,17 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// setHeaders writes the draft-ietf-httpapi-ratelimit-headers fields
-// (structured fields; names are plan, limit or group names, which the
-// policy package restricts to token characters): RateLimit-Policy lists
-// every budget that applied, RateLimit reports the most restrictive one, b,
-// whose decision is d:
-//
-//	RateLimit-Policy: "free.second";q=10;w=1, "free.hour";q=1000;w=3600
-//	RateLimit: "free.second";r=7;t=1
-//
-// t is the seconds until the full quota is back for an allowed request,
-// and the seconds until this request would be allowed for a refusal, so
-// that Retry-After (set by the caller) is never earlier than t.
-func setHeaders(h http.Header, items policyItems, budgets []*policy.Budget, b *policy.Budget, d tollgate.Decision, legacy bool) {
-	var pol string
-	if len(budgets) == 1 {
-		pol = items.of(budgets[0])
-	} else {
-		var sb strings.Builder
-		for i, x := range budgets {
-			if i > 0 {
-				sb.WriteString(", ")
-			}
-			sb.WriteString(items.of(x))
-		}
-		pol = sb.String()
-	}
-	t := ceilSeconds(d.ResetAfter)
-	if !d.Allowed {
-		t = max(1, ceilSeconds(d.RetryAfter))
-	}
-	q := strconv.FormatInt(b.Limit.Rate, 10)
-	r := strconv.FormatInt(d.Remaining, 10)
-	ts := strconv.FormatInt(t, 10)
-	h.Set("RateLimit-Policy", pol)
-	h.Set("RateLimit", `"`+b.Name+`";r=`+r+";t="+ts)
+// setHeaders writes the RateLimit and RateLimit-Policy fields of a
+// verdict (engine.Verdict.RateLimit), and with legacy the X-RateLimit-*
+// headers of the same budget.
+func setHeaders(h http.Header, f engine.RateLimitFields, legacy bool) {
+	h.Set("RateLimit-Policy", f.Policy)
+	h.Set("RateLimit", f.Limit)
 	if legacy {
-		h.Set("X-RateLimit-Limit", q)
-		h.Set("X-RateLimit-Remaining", r)
-		h.Set("X-RateLimit-Reset", ts)
+		h.Set("X-RateLimit-Limit", strconv.FormatInt(f.Quota, 10))
+		h.Set("X-RateLimit-Remaining", strconv.FormatInt(f.Remaining, 10))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(f.Reset, 10))
 	}
-}
-
-// policyItems holds each budget of a policy as an item of the
-// RateLimit-Policy field, made once when the middleware is built (the
-// policy is immutable), so a request only looks them up.
-type policyItems map[*policy.Budget]string
-
-// policyItem returns b as one RateLimit-Policy item: "name";q=rate;w=seconds.
-func policyItem(b *policy.Budget) string {
-	return `"` + b.Name + `";q=` + strconv.FormatInt(b.Limit.Rate, 10) + ";w=" + strconv.FormatInt(ceilSeconds(b.Limit.Period), 10)
-}
-
-// newPolicyItems returns the items of every budget of p.
-func newPolicyItems(p *policy.Policy) policyItems {
-	items := policyItems{}
-	for _, b := range p.Budgets() {
-		items[b] = policyItem(b)
-	}
-	return items
-}
-
-// of returns b's item, made now if b is not in the table.
-func (items policyItems) of(b *policy.Budget) string {
-	if s, ok := items[b]; ok {
-		return s
-	}
-	return policyItem(b)
 }
 
 // Problem is an RFC 9457 problem details body.

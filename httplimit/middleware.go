@@ -124,7 +124,6 @@ type middleware struct {
 	next    http.Handler
 	engine  *engine.Engine
 	trusted identity.TrustedProxies
-	items   policyItems
 	// See forwardHeaders: headers keyed by headerKey that a client may
 	// not remove or shadow, and by canonical name those always replaced
 	// and those believed only from trusted proxies.
@@ -161,7 +160,6 @@ func New(opts Options) (*Front, error) {
 		opts:        opts,
 		engine:      e,
 		trusted:     opts.Policy.Trusted,
-		items:       newPolicyItems(opts.Policy),
 		protected:   protected(opts.Policy.UserHeader),
 		replaced:    canonicalSet(addressHeaders),
 		trustedOnly: canonicalSet(append(slices.Clone(proxyHeaders), opts.Policy.UserHeader)),
@@ -285,8 +283,8 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 	start := time.Now()
 	v := m.engine.Check(r.Context(), call)
 	c, reported := v.Reported()
-	if reported {
-		setHeaders(w.Header(), m.items, v.Budgets(), c.Budget, c.Decision, p.LegacyHeaders)
+	if f, ok := v.RateLimit(); ok {
+		setHeaders(w.Header(), f, p.LegacyHeaders)
 	}
 	if rec, ok := RecordFrom(r.Context()); ok {
 		rec.Decision = time.Since(start)
