@@ -53,9 +53,6 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, r *http.Request) {
 		a := g.active.Load()
 		out := map[string]any{"version": a.pol.Version, "hash": a.pol.Hash, "source": a.pol.Source, "loaded_at": a.loaded.UTC()}
-		if p := g.previous.Load(); p != nil {
-			out["previous"] = map[string]any{"version": p.pol.Version, "hash": p.pol.Hash}
-		}
 		g.mu.Lock()
 		history := make([]map[string]any, len(g.history))
 		for i, h := range g.history {
@@ -64,6 +61,9 @@ func (g *Gateway) adminHandler() http.Handler {
 		}
 		g.mu.Unlock()
 		out["history"] = history
+		if len(history) > 0 {
+			out["previous"] = history[0] // where a rollback goes
+		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(out)
 	})

@@ -85,13 +85,9 @@ type Gateway struct {
 	transports map[time.Duration]*http.Transport
 	overrides  policy.Overrides
 	active     atomic.Pointer[served]
-	previous   atomic.Pointer[served] // the last of history, for /policy
 	// history holds the policies served before the active one, oldest
 	// first (at most maxHistory): Rollback steps back through it.
 	history []*served
-	// rolledBack holds the hashes of files rolled back from: reloading
-	// such a file again leaves the rollback in place.
-	rolledBack map[string]bool
 	// backend keeps the runtime state (overrides, rollbacks) for the
 	// fleet and the next run (nil: this process alone); state is what
 	// this gateway has applied.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -70,11 +71,6 @@ func (g *Gateway) swap(sv *served, keep bool) {
 		}
 		g.info.DeleteLabelValues(old.pol.Version)
 	}
-	if n := len(g.history); n > 0 {
-		g.previous.Store(g.history[n-1])
-	} else {
-		g.previous.Store(nil)
-	}
 	g.info.WithLabelValues(sv.pol.Version).Set(1)
 }
 
@@ -109,10 +105,12 @@ func (g *Gateway) Reload(p *policy.Policy) error {
 		st.Serial++
 		st.Pinned, st.RolledBack = "", nil
 		if err := g.saveState(st); err != nil {
+			// This gateway follows its file; the fleet's state says so
+			// once it can be saved again.
+			g.state.Pinned, g.state.RolledBack = "", nil
 			g.log.Warn("recording that the new policy file ends a rollback", slog.String("error", err.Error()))
 		}
 	}
-	g.rolledBack = nil
 	g.reloads.WithLabelValues("ok").Inc()
 	for _, w := range p.Warnings {
 		g.log.Warn("policy warning", slog.String("warning", w.Msg), slog.String("file", w.File), slog.Int("line", w.Line), slog.String("path", w.Path))
@@ -129,7 +127,8 @@ func (g *Gateway) ReloadFile(path string) error {
 	p, err := policy.LoadEnv(path, env)
 	if err == nil && p.Hash != "" {
 		g.mu.Lock()
-		kept := g.rolledBack[p.Hash]
+		// A file rolled back from is not applied again (see Rollback).
+		kept := slices.Contains(g.state.RolledBack, p.Hash)
 		g.mu.Unlock()
 		if kept {
 			g.log.Info("policy file is the one rolled back from; keeping the rollback until the file changes",
@@ -167,7 +166,6 @@ func (g *Gateway) Rollback() error {
 		return fmt.Errorf("rolling back: %w", err)
 	}
 	g.history = g.history[:n-1]
-	g.setRolledBack(st.RolledBack)
 	// The version rolled back to is built anew, under the overrides of now.
 	sv, err := g.build(prev.base)
 	if err != nil {

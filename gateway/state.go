@@ -166,15 +166,6 @@ func (f *fileState) Save(ctx context.Context, st runtimeState) error {
 	return nil
 }
 
-// setRolledBack makes hashes the versions a reload of the same file
-// leaves alone. The caller holds g.mu.
-func (g *Gateway) setRolledBack(hashes []string) {
-	g.rolledBack = map[string]bool{}
-	for _, h := range hashes {
-		g.rolledBack[h] = true
-	}
-}
-
 // saveState stores st where the fleet shares it (nothing to do without a
 // backend) and makes it this gateway's. The caller holds g.mu.
 func (g *Gateway) saveState(st runtimeState) error {
@@ -248,7 +239,6 @@ func (g *Gateway) applyState(st runtimeState) error {
 	} else {
 		g.active.Store(sv)
 	}
-	g.setRolledBack(st.RolledBack)
 	g.state = st
 	g.log.Info("runtime state applied", slog.Int64("serial", st.Serial), slog.Int("keys", len(st.Overrides.Keys)),
 		slog.Int("tenants", len(st.Overrides.Tenants)), slog.String("pinned", st.Pinned))
