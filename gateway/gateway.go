@@ -118,7 +118,7 @@ type served struct {
 
 // StateKey is the Redis key of a fleet's runtime state (see
 // Options.StateFile).
-const StateKey = "tollgate:state:v1"
+const StateKey = "{tollgate-state}:v1"
 
 // New builds a Gateway: it opens the store, the proxies and the metrics.
 func New(opts Options) (*Gateway, error) {

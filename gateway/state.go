@@ -44,26 +44,46 @@ var errNotSaved = errors.New("the change could not be saved")
 type stateBackend interface {
 	// Load returns the stored state (the zero state if none is).
 	Load(ctx context.Context) (runtimeState, error)
+	// Serial returns the stored state's serial (0 if none is), cheaply:
+	// gateways poll it, and Load only when it moved.
+	Serial(ctx context.Context) (int64, error)
 	// Save stores st if the stored state's serial is st.Serial-1, and
 	// reports errStateMoved if it is not.
 	Save(ctx context.Context, st runtimeState) error
 	String() string
 }
 
-// redisState keeps the state in one Redis key, saved with a
-// compare-and-set on its serial.
+// redisState keeps the state in one Redis key, and its serial in another
+// (key + ":serial", in the same slot), saved together with a
+// compare-and-set on the serial.
 type redisState struct {
 	client func() (rueidis.Client, error)
 	key    string
 }
 
 var casState = rueidis.NewLuaScript(`
-local cur = redis.call('GET', KEYS[1])
-local serial = 0
-if cur then serial = cjson.decode(cur).serial end
+local serial = tonumber(redis.call('GET', KEYS[2]) or '0')
 if serial ~= tonumber(ARGV[1]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], ARGV[1] + 1)
 return 1`)
+
+func (r *redisState) serialKey() string { return r.key + ":serial" }
+
+func (r *redisState) Serial(ctx context.Context) (int64, error) {
+	c, err := r.client()
+	if err != nil {
+		return 0, fmt.Errorf("reading the runtime state: %w", err)
+	}
+	n, err := c.Do(ctx, c.B().Get().Key(r.serialKey()).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the runtime state: %w", err)
+	}
+	return n, nil
+}
 
 func (r *redisState) String() string { return "redis key " + r.key }
 
@@ -95,7 +115,7 @@ func (r *redisState) Save(ctx context.Context, st runtimeState) error {
 	if err != nil {
 		return err
 	}
-	ok, err := casState.Exec(ctx, c, []string{r.key}, []string{fmt.Sprint(st.Serial - 1), string(b)}).AsInt64()
+	ok, err := casState.Exec(ctx, c, []string{r.key, r.serialKey()}, []string{fmt.Sprint(st.Serial - 1), string(b)}).AsInt64()
 	if err != nil {
 		return fmt.Errorf("saving the runtime state: %w", err)
 	}
@@ -132,6 +152,11 @@ func (f *fileState) load() (runtimeState, error) {
 		return st, fmt.Errorf("reading the runtime state %s: %w", f.path, err)
 	}
 	return st, nil
+}
+
+func (f *fileState) Serial(ctx context.Context) (int64, error) {
+	st, err := f.Load(ctx)
+	return st.Serial, err
 }
 
 func (f *fileState) Save(ctx context.Context, st runtimeState) error {
@@ -192,6 +217,16 @@ const statePoll = 300 * time.Millisecond
 // version it never loaded cannot be rolled back to here; that is logged).
 func (g *Gateway) syncState(ctx context.Context) error {
 	if g.backend == nil {
+		return nil
+	}
+	serial, err := g.backend.Serial(ctx)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	seen := g.state.Serial
+	g.mu.Unlock()
+	if serial <= seen {
 		return nil
 	}
 	st, err := g.backend.Load(ctx)
