@@ -216,19 +216,62 @@ func runCallers(callers int, keys []string, d decider, dur time.Duration) (int64
 // scriptUsec sums the microseconds Redis spent in script calls since the
 // last CONFIG RESETSTAT (INFO commandstats).
 func scriptUsec(ctx context.Context, c rueidis.Client) float64 {
+	var total float64
+	for _, line := range commandstats(ctx, c) {
+		for _, f := range line {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				u, _ := strconv.ParseFloat(v, 64)
+				total += u
+			}
+		}
+	}
+	return total
+}
+
+// scriptCalls counts the script calls Redis ran since the last CONFIG
+// RESETSTAT.
+func scriptCalls(ctx context.Context, c rueidis.Client) int64 {
+	var total int64
+	for _, line := range commandstats(ctx, c) {
+		for _, f := range line {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// commandstats returns the fields of INFO commandstats' script lines.
+func commandstats(ctx context.Context, c rueidis.Client) [][]string {
 	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		fatal(err)
+	}
+	var lines [][]string
+	for _, line := range strings.Split(info, "\r\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") && !strings.HasPrefix(line, "cmdstat_fcall:") {
+			continue
+		}
+		lines = append(lines, strings.Split(line[strings.Index(line, ":")+1:], ","))
+	}
+	return lines
+}
+
+// redisCPU returns the CPU time redis-server has used, user and system, in
+// seconds (INFO cpu).
+func redisCPU(ctx context.Context, c rueidis.Client) float64 {
+	info, err := c.Do(ctx, c.B().Info().Section("cpu").Build()).ToString()
 	if err != nil {
 		fatal(err)
 	}
 	var total float64
 	for _, line := range strings.Split(info, "\r\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") && !strings.HasPrefix(line, "cmdstat_fcall:") {
-			continue
-		}
-		for _, f := range strings.Split(line[strings.Index(line, ":")+1:], ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				u, _ := strconv.ParseFloat(v, 64)
-				total += u
+		for _, p := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(line, p); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
 			}
 		}
 	}
