@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -69,25 +71,68 @@ func (o outcome) decision(l algo.Limit) algo.Decision {
 	return algo.Result{Allowed: v[0] == 1, Quota: l.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3], Delay: v[4]}.Decision()
 }
 
-// outcomes splits a script's reply into k requests' outcomes. A request
-// the script failed has an error reply in its first slot.
-func outcomes(msgs []rueidis.RedisMessage, k int) ([]outcome, error) {
-	if len(msgs) != 5*k {
-		return nil, fmt.Errorf("script returned %d values, want %d", len(msgs), 5*k)
-	}
+// outcomes decodes a script's answer to k requests (state.lua's answer):
+// one string of 5k little-endian doubles or, when some requests failed, an
+// array of that string and the index (from 1) and error text of each.
+func outcomes(res rueidis.RedisResult, k int) ([]outcome, error) {
 	outs := make([]outcome, k)
-	for i := range outs {
-		for j := range 5 {
-			v, err := msgs[5*i+j].AsInt64()
-			if err != nil {
-				outs[i] = outcome{err: err}
-				break
-			}
-			outs[i].vals[j] = v
-		}
+	if err := decodeOutcomes(res, outs); err != nil {
+		return nil, err
 	}
 	return outs, nil
 }
+
+// decodeOutcomes decodes a script's answer into outs, one per request. It
+// returns the call's error, if it failed as a whole.
+func decodeOutcomes(res rueidis.RedisResult, outs []outcome) error {
+	msg, err := res.ToMessage()
+	if err != nil {
+		return err
+	}
+	packed, err := msg.ToString()
+	var msgs []rueidis.RedisMessage
+	if err != nil {
+		if msgs, err = msg.ToArray(); err != nil {
+			return fmt.Errorf("reading script answer: %w", err)
+		}
+		if len(msgs)%2 != 1 {
+			return fmt.Errorf("script answered %d values, want a string and pairs", len(msgs))
+		}
+		if packed, err = msgs[0].ToString(); err != nil {
+			return fmt.Errorf("reading script answer: %w", err)
+		}
+	}
+	if len(packed) != 40*len(outs) {
+		return fmt.Errorf("script answered %d bytes for %d requests, want %d", len(packed), len(outs), 40*len(outs))
+	}
+	for i := range outs {
+		for j := range 5 {
+			f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(packed[40*i+8*j : 40*i+8*j+8])))
+			if f != math.Trunc(f) || math.Abs(f) >= 1<<53 {
+				return fmt.Errorf("script answered %v, not an integer", f)
+			}
+			outs[i].vals[j] = int64(f)
+		}
+	}
+	for p := 1; p < len(msgs); p += 2 {
+		i, err := msgs[p].AsInt64()
+		if err != nil || i < 1 || int(i) > len(outs) {
+			return fmt.Errorf("script answered an error for request %v of %d", msgs[p], len(outs))
+		}
+		text, err := msgs[p+1].ToString()
+		if err != nil {
+			return fmt.Errorf("reading script error: %w", err)
+		}
+		outs[i-1] = outcome{err: requestError(text)}
+	}
+	return nil
+}
+
+// requestError is the error the script reports for one request (say,
+// WRONGTYPE on a key written by something else).
+type requestError string
+
+func (e requestError) Error() string { return string(e) }
 
 // lane is one coalescing domain: its queue and the calls running for it.
 type lane struct {
@@ -109,12 +154,8 @@ type batcher struct {
 
 // single decides one request with its own call of decide.lua.
 func (s *Store) single(ctx context.Context, c rueidis.Client, key, now, slack string, packed []byte) outcome {
-	msgs, err := s.exec(ctx, c, s.decide, []string{key}, []string{now, slack, string(packed)}).ToArray()
-	if err != nil {
-		return outcome{err: err}
-	}
-	outs, err := outcomes(msgs, 1)
-	if err != nil {
+	var outs [1]outcome
+	if err := decodeOutcomes(s.exec(ctx, c, s.decide, []string{key}, []string{now, slack, string(packed)}), outs[:]); err != nil {
 		return outcome{err: err}
 	}
 	return outs[0]
@@ -226,8 +267,8 @@ func (s *Store) send(batch []*pending) {
 		keys[i] = p.key
 		packed = append(packed, p.packed[:]...)
 	}
-	msgs, err := s.exec(ctx, c, s.decide, keys, []string{"", "0", string(packed)}).ToArray()
-	if re, ok := rueidis.IsRedisErr(err); ok && re.IsTryAgain() {
+	res := s.exec(ctx, c, s.decide, keys, []string{"", "0", string(packed)})
+	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsTryAgain() {
 		// A Cluster slot in migration has some of the keys on each node,
 		// and Redis ran nothing: decide the requests one by one, each
 		// following its own redirection.
@@ -238,10 +279,7 @@ func (s *Store) send(batch []*pending) {
 		wg.Wait()
 		return
 	}
-	var outs []outcome
-	if err == nil {
-		outs, err = outcomes(msgs, len(live))
-	}
+	outs, err := outcomes(res, len(live))
 	for i, p := range live {
 		if err != nil {
 			p.res <- outcome{err: err}

@@ -168,19 +168,18 @@ func TestBatchScriptMatchesSingle(t *testing.T) {
 				keys[i], reqs[i] = rstore.KeyFor(req), req
 			}
 			args := []string{strconv.FormatInt(now.UnixMilli(), 10), strconv.FormatInt((10 * time.Minute).Milliseconds(), 10), rstore.Pack(reqs...)}
-			vals, err := batch.Exec(ctx, c, keys, args).AsIntSlice()
+			res := batch.Exec(ctx, c, keys, args)
+			got, errs, err := rstore.Outcomes(res, l, k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(vals) != 5*k {
-				t.Fatalf("%d values for %d requests", len(vals), k)
-			}
 			for i := range k {
-				v := vals[5*i:]
-				got := algo.Result{Allowed: v[0] == 1, Quota: l.Capacity(), Remaining: v[1], ResetAfter: v[2], RetryAfter: v[3], Delay: v[4]}.Decision()
-				if got != want[i] {
+				if errs[i] != nil {
+					t.Fatal(errs[i])
+				}
+				if got[i] != want[i] {
 					t.Fatalf("%v step %d request %d of %d (%s, cost %d):\nsingle %+v\n batch %+v",
-						l, step, i+1, k, keys[i], reqs[i].Cost, want[i], got)
+						l, step, i+1, k, keys[i], reqs[i].Cost, want[i], got[i])
 				}
 			}
 		}
@@ -222,20 +221,35 @@ func TestBatchScriptIsolatesErrors(t *testing.T) {
 			}
 			keys[0] = junk
 		}
-		msgs, err := script.Exec(ctx, c, keys, []string{"", "0", rstore.Pack(req, req, req)}).ToArray()
-		if err != nil || len(msgs) != 15 {
-			t.Fatalf("%v: %d values, %v", a, len(msgs), err)
+		res := script.Exec(ctx, c, keys, []string{"", "0", rstore.Pack(req, req, req)})
+		ds, errs, err := rstore.Outcomes(res, req.Limit, 3)
+		if err != nil {
+			t.Fatalf("%v: %v", a, err)
 		}
-		if _, err := msgs[5].AsInt64(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		if err := errs[1]; err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Errorf("%v: request on a key of the wrong type: %v, want WRONGTYPE", a, err)
 		}
 		for _, i := range []int{0, 2} {
-			if v, _ := msgs[5*i].AsInt64(); v != 1 {
-				t.Errorf("%v: request %d refused", a, i)
+			if errs[i] != nil || !ds[i].Allowed {
+				t.Errorf("%v: request %d refused: %v", a, i, errs[i])
 			}
-			if r, _ := msgs[5*i+1].AsInt64(); r != 4 {
+			if r := ds[i].Remaining; r != 4 {
 				t.Errorf("%v: request %d: remaining %d, want 4 (a fresh key charged once)", a, i, r)
 			}
+		}
+		// Alone, each takes the lone path: state it cannot read counts as
+		// none, and a key of the wrong type fails the call (its only
+		// request) with the same error.
+		ds, errs, err = rstore.Outcomes(script.Exec(ctx, c, keys[:1], []string{"", "0", rstore.Pack(req)}), req.Limit, 1)
+		if err != nil || errs[0] != nil || !ds[0].Allowed || ds[0].Remaining != 3 {
+			t.Errorf("%v: alone: %+v, %v %v, want allowed with 3 remaining", a, ds, errs, err)
+		}
+		_, errs, err = rstore.Outcomes(script.Exec(ctx, c, keys[1:2], []string{"", "0", rstore.Pack(req)}), req.Limit, 1)
+		if err == nil {
+			err = errs[0]
+		}
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("%v: alone on a key of the wrong type: %v, want WRONGTYPE", a, err)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 
+	"github.com/redis/rueidis"
+
 	"github.com/tollgate/tollgate/algo"
 )
 
@@ -65,3 +67,19 @@ var (
 	LockKeys = lockKeys
 	LeaseKey = leaseKey
 )
+
+// Outcomes decodes a script's answer to k requests under l: each one's
+// decision or error.
+func Outcomes(res rueidis.RedisResult, l algo.Limit, k int) ([]algo.Decision, []error, error) {
+	outs, err := outcomes(res, k)
+	if err != nil {
+		return nil, nil, err
+	}
+	ds, errs := make([]algo.Decision, k), make([]error, k)
+	for i, o := range outs {
+		if errs[i] = o.err; o.err == nil {
+			ds[i] = o.decision(l)
+		}
+	}
+	return ds, errs, nil
+}

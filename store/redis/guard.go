@@ -82,12 +82,9 @@ func (s *Store) holdOp(ctx context.Context, req algo.Request, h algo.Hold, op in
 	}
 	var packed [reqSize]byte
 	appendRequest(packed[:0], req)
-	msgs, err := s.exec(ctx, c, s.reserve, []string{KeyFor(req), heldKey(req)}, []string{now, slack, string(packed[:]),
-		strconv.Itoa(op), h.ID, strconv.FormatInt(h.TTL.Milliseconds(), 10)}).ToArray()
-	if err != nil {
-		return algo.Decision{}, err
-	}
-	outs, err := outcomes(msgs, 1)
+	res := s.exec(ctx, c, s.reserve, []string{KeyFor(req), heldKey(req)}, []string{now, slack, string(packed[:]),
+		strconv.Itoa(op), h.ID, strconv.FormatInt(h.TTL.Milliseconds(), 10)})
+	outs, err := outcomes(res, 1)
 	if err != nil {
 		return algo.Decision{}, err
 	}

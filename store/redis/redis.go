@@ -396,11 +396,7 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	if err != nil {
 		return nil, fmt.Errorf("deciding in redis: %w", err)
 	}
-	msgs, err := s.exec(ctx, c, s.multi, keys, []string{now, slack, string(packed)}).ToArray()
-	if err != nil {
-		return nil, fmt.Errorf("deciding in redis: %w", err)
-	}
-	outs, err := outcomes(msgs, len(reqs))
+	outs, err := outcomes(s.exec(ctx, c, s.multi, keys, []string{now, slack, string(packed)}), len(reqs))
 	if err != nil {
 		return nil, fmt.Errorf("deciding in redis: %w", err)
 	}

@@ -2,10 +2,10 @@
 -- slot). Every limit is first decided without writing. If all allow, all
 -- are charged, in order; if any refuses, nothing is, and the limits that
 -- would have allowed report their state as it is (decided at cost 0).
--- multi_all returns the k results flattened, 5 values each.
+-- multi_all answers the k requests (see answer).
 local function multi_all()
   local k = #REQS / REQ
-  local out, all = {}, true
+  local out, all = OUT, true
   for i = 1, k do
     local o = i * 5 - 5
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = decide(i, false)
@@ -26,5 +26,5 @@ local function multi_all()
     local _, e = next(failed)
     return redis.error_reply(errmsg(e))
   end
-  return out
+  return answer(k)
 end

@@ -5,8 +5,8 @@
 -- A[6] its ttl (ms). Reserving admits the attempt only if the limit could
 -- take the cost of every attempt held and this one (algo.Prepared.Reserve)
 -- and changes no state but the holds; settling removes the hold and, to
--- charge, decides the request as decide.lua would. Returns the five values
--- of a decision.
+-- charge, decides the request as decide.lua would. Answers the request as
+-- decide.lua does (see answer).
 local function reserve_one()
   local op, id, ttl = tonumber(A[4]), A[5], tonumber(A[6])
   local hkey = K[2]
@@ -20,7 +20,8 @@ local function reserve_one()
       local _, e = next(failed)
       return redis.error_reply(errmsg(e))
     end
-    return {r1, r2, r3, r4, r5}
+    OUT[1], OUT[2], OUT[3], OUT[4], OUT[5] = r1, r2, r3, r4, r5
+    return answer(1)
   end
   local _, _, _, cap, cost = unpack_('<ddddd', REQS, 1)
   local again = redis.call('ZSCORE', hkey, id)
@@ -37,5 +38,6 @@ local function reserve_one()
     local top = tonumber(redis.call('ZRANGE', hkey, -1, -1, 'WITHSCORES')[2])
     redis.call('PEXPIRE', hkey, top - NOW + slack)
   end
-  return {r1, r2, r3, r4, r5}
+  OUT[1], OUT[2], OUT[3], OUT[4], OUT[5] = r1, r2, r3, r4, r5
+  return answer(1)
 end

@@ -27,9 +27,20 @@ end
 local SIZE = { ['<dd'] = 16, ['<ddd'] = 24 }
 -- whole is true for an integer in [0, 2^53): the only values state holds.
 local function whole(x) return x >= 0 and x < 9007199254740992 and x == floor(x) end
+-- parse returns the state stored as v in format f (nil when there is
+-- none): two or three values, or nothing when v is absent or unreadable,
+-- which reads as no state.
+local function parse(f, v)
+  if not v or #v ~= SIZE[f] then return end
+  local x, y, z = unpack_(f, v)
+  if f == '<dd' then z = 0 end
+  if whole(x) and whole(y) and whole(z) then
+    if f == '<dd' then return x, y end
+    return x, y, z
+  end
+end
 -- load returns the cache index of key's state, read first if need be, or
 -- nil and the error reply if it cannot be read (a key of another type).
--- State that is absent or unreadable reads as none.
 local function load(key, a)
   local j = slot[key]
   if j then return j end
@@ -37,17 +48,15 @@ local function load(key, a)
   if type(v) == 'table' then return nil, v end
   NK = NK + 1
   j = NK
-  slot[key], KEY[j], S1[j], S2[j], S3[j], ALG[j], TTL[j] = j, key, false, false, false, a, false
-  local f = STATE[a]
-  if v and #v == SIZE[f] then
-    local x, y, z = unpack_(f, v)
-    if f == '<dd' then z = 0 end
-    if whole(x) and whole(y) and whole(z) then
-      S1[j], S2[j] = x, y
-      if f == '<ddd' then S3[j] = z end
-    end
-  end
+  local x, y, z = parse(STATE[a], v)
+  slot[key], KEY[j], S1[j], S2[j], S3[j], ALG[j], TTL[j] = j, key, x or false, y or false, z or false, a, false
   return j
+end
+-- skewed returns the error of a request whose calendar windows [b0, b3)
+-- do not hold NOW.
+local function skewed(b0, b3)
+  return 'ERR calendar window: time ' .. string.format('%d', NOW) .. ' ms is outside the windows ['
+    .. string.format('%d', b0) .. ', ' .. string.format('%d', b3) .. ') passed with the request (clock skew of a day or more?)'
 end
 -- decide decides request i (at cost 0 if zero, at cost over if that is
 -- set) and returns its five values, or false and the error reply; with
@@ -55,10 +64,7 @@ end
 local function decide(i, write, zero, over)
   local a, n, period, cap, cost, md, cal, b0, b1, b2, b3 = unpack_('<ddddddddddd', REQS, i * REQ - REQ + 1)
   if zero then cost = 0 elseif over then cost = over end
-  if cal > 0 and (NOW < b0 or NOW >= b3) then
-    return false, 'ERR calendar window: time ' .. string.format('%d', NOW) .. ' ms is outside the windows ['
-      .. string.format('%d', b0) .. ', ' .. string.format('%d', b3) .. ') passed with the request (clock skew of a day or more?)'
-  end
+  if cal > 0 and (NOW < b0 or NOW >= b3) then return false, skewed(b0, b3) end
   local key = K[i]
   if a == 4 then
     local ok, r1, r2, r3, r4, r5 = pcall(log, key, n, period, cost, write)
@@ -83,17 +89,24 @@ local function decide(i, write, zero, over)
   end
   return allowed, rem, reset, retry, delay
 end
+-- save stores state w1, w2, w3 of algorithm a under key with a TTL of
+-- ttl ms from NOW; it returns true, or false and the error. On Redis'
+-- clock the expiry is given as an absolute time (PXAT), which Redis
+-- propagates as it is; a relative one (PX) it rewrites into an absolute
+-- one first. (decide.lua's lone writes the same way.)
+local function save(key, a, w1, w2, w3, ttl)
+  if REDIS_CLOCK then
+    return pcall(redis.call, 'SET', key, pack(STATE[a], w1, w2, w3), 'PXAT', ttl + NOW)
+  end
+  return pcall(redis.call, 'SET', key, pack(STATE[a], w1, w2, w3), 'PX', ttl + slack)
+end
 -- flush writes every charged key's state with its TTL. It returns the
--- keys whose write failed, with the errors. On Redis' clock the expiry is
--- given as an absolute time (PXAT), which Redis propagates as it is; a
--- relative one (PX) it rewrites into an absolute one first.
+-- keys whose write failed, with the errors.
 local function flush()
   local failed
-  local opt, base = 'PX', slack
-  if REDIS_CLOCK then opt, base = 'PXAT', NOW end
   for d = 1, ND do
     local j = DIRTY[d]
-    local ok, err = pcall(redis.call, 'SET', KEY[j], pack(STATE[ALG[j]], S1[j], S2[j], S3[j]), opt, TTL[j] + base)
+    local ok, err = save(KEY[j], ALG[j], S1[j], S2[j], S3[j], TTL[j])
     if not ok then
       failed = failed or {}
       failed[KEY[j]] = err
@@ -105,4 +118,32 @@ end
 local function errmsg(e)
   if type(e) == 'table' and e.err then return e.err end
   return tostring(e)
+end
+-- The reply. An entry point puts request i's five values in OUT[5i-4 ..
+-- 5i] (reused from call to call, like the cache) and answers with answer:
+-- one string of the 5k values as little-endian doubles or, when some
+-- requests failed, an array of that string and each failed request's
+-- index and error text. A string costs Redis (and the client) far less
+-- than an array. FMT[n] is the
+-- struct format of n doubles.
+local OUT, FMT = {}, {}
+-- answer returns the reply for k requests; errs, when set, maps the index
+-- of each failed request to its error.
+local function answer(k, errs)
+  local n = 5 * k
+  local f = FMT[n]
+  if not f then
+    f = '<' .. string.rep('d', n)
+    FMT[n] = f
+  end
+  local packed = pack(f, unpack(OUT, 1, n))
+  if not errs then return packed end
+  local r = {packed}
+  for i = 1, k do
+    if errs[i] then
+      r[#r + 1] = i
+      r[#r + 1] = errmsg(errs[i])
+    end
+  end
+  return r
 end
