@@ -41,6 +41,7 @@ local function decide_all()
     end
     return pack('<ddddd', r1, r2, r3, r4, r5)
   end
+  prefetch(k)
   local errs
   for i = 1, k do
     local o = i * 5 - 5

@@ -6,6 +6,7 @@
 local function multi_all()
   local k = #REQS / REQ
   local out, all = OUT, true
+  if k > 1 then prefetch(k) end
   for i = 1, k do
     local o = i * 5 - 5
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = decide(i, false)
