@@ -2,10 +2,14 @@ package gateway_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -73,6 +77,94 @@ func TestDashboard(t *testing.T) {
 	shot := filepath.Join(os.TempDir(), "tollgate-dashboard.png")
 	os.Remove(shot)
 	run("--screenshot="+shot, "--window-size=1280,720")
+	if st, err := os.Stat(shot); err != nil || st.Size() < 5000 {
+		t.Fatalf("screenshot %s: %v", shot, err)
+	}
+	t.Logf("dashboard screenshot: %s", shot)
+}
+
+// TestDashboardCharts drives /dashboard in headless Chromium under as
+// much load as this machine gives: the charts draw the history the
+// gateway sampled (decisions by route group · plan, refusals, store
+// latency, the most refused subject), and the history endpoint keeps
+// answering while the gateway is saturated.
+func TestDashboardCharts(t *testing.T) {
+	bin := chromium(t)
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	stop := make(chan struct{})
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := []string{freeKey, proKey}[w%2]
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest(http.MethodGet, g.public+"/api/items", nil)
+				req.Header.Set("X-API-Key", key)
+				if resp, err := client.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					sent.Add(1)
+				}
+			}
+		}()
+	}
+	began := time.Now()
+	defer func() { close(stop); wg.Wait() }()
+	// Three samples at the default interval of a second, while loaded;
+	// the history answers meanwhile.
+	var slowest time.Duration
+	for time.Since(began) < 3500*time.Millisecond {
+		t0 := time.Now()
+		resp, body := getBody(t, g.admin+"/dashboard/history?since=0")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("history: %d %s", resp.StatusCode, body)
+		}
+		slowest = max(slowest, time.Since(t0))
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Logf("%d requests in %v (%.0f/s) on this machine; the history answered within %v each time", sent.Load(), time.Since(began).Round(time.Millisecond),
+		float64(sent.Load())/time.Since(began).Seconds(), slowest)
+	if slowest > 2*time.Second {
+		t.Errorf("the history took %v to answer under load", slowest)
+	}
+	run := func(extra ...string) []byte {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+			"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+			"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=4000"}
+		out, err := exec.CommandContext(ctx, bin, append(append(args, extra...), g.admin+"/dashboard")...).Output()
+		if err != nil {
+			t.Fatalf("chromium %v: %v", extra, err)
+		}
+		return out
+	}
+	dom := string(run("--dump-dom"))
+	points := `data-points="([2-9]|\d\d+)"`
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`<svg id="chart-decisions"[^>]*>.*data-series="[^"]+ · free" ` + points),
+		regexp.MustCompile(`<svg id="chart-decisions"[^>]*>.*data-series="[^"]+ · pro" ` + points),
+		regexp.MustCompile(`<svg id="chart-decisions"[^>]*>.*data-series="refused: [^"]+ · free" ` + points),
+		regexp.MustCompile(`<svg id="chart-shadow"[^>]*>.*data-series="refused \(enforced\)" ` + points),
+		regexp.MustCompile(`<svg id="chart-store"[^>]*>.*data-series="store p99 ms" ` + points),
+		regexp.MustCompile(`<svg id="chart-top"[^>]*>.*data-series="u_[A-Za-z0-9_-]{22}" ` + points), // the free key, as a pseudonym
+	} {
+		if !want.MatchString(dom) {
+			t.Errorf("the charts lack %s; DOM:\n%.6000s", want, dom)
+		}
+	}
+	shot := filepath.Join(os.TempDir(), "tollgate-dashboard-charts.png")
+	os.Remove(shot)
+	run("--screenshot="+shot, "--window-size=1280,900")
 	if st, err := os.Stat(shot); err != nil || st.Size() < 5000 {
 		t.Fatalf("screenshot %s: %v", shot, err)
 	}

@@ -62,6 +62,9 @@ type Options struct {
 	// whenever it is reloaded (tollgate serve --listen, --admin: see
 	// policy.Env).
 	Public, Admin string
+	// HistoryInterval is the time between two samples of the dashboard's
+	// history (default one second; it keeps the last 900).
+	HistoryInterval time.Duration
 }
 
 // Gateway serves a policy, and can swap in a new one while it runs (see
@@ -74,6 +77,7 @@ type Gateway struct {
 	// again without a store call in front of Redis, not of memory.
 	denyCache int
 	closers   []func()
+	past      history // the dashboard's recent past
 	registry  *prometheus.Registry
 	metrics   *httplimit.Metrics
 	public    http.Handler
@@ -321,6 +325,7 @@ func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 	}
 	servers := []*http.Server{server(g.public, "public"), server(g.admin, "admin")}
 	go g.watchState(ctx)
+	go g.sampleHistory(ctx)
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
 	for i, l := range []net.Listener{pub, adm} {
