@@ -1,0 +1,201 @@
+package main
+
+import "strings"
+
+// storeMarkdown writes the store section: every cell, then Tollgate
+// against redis_rate on the current go-redis.
+func (r *report) storeMarkdown(w func(string, ...any)) {
+	w("## 1. Redis store: decisions per second\n\n")
+	w("Each caller loops: decide, record the latency, repeat. Three kinds of cell, side by side:\n\n")
+	w("- *one hot key* and *keys expire between touches* (100,000 keys): a generous limit (1,000,000/s, burst the same), so every\n")
+	w("  decision takes the write path, but a key's state is spent a microsecond after each touch. Tollgate's GCRA key lives exactly\n")
+	w("  until its bucket is full again, so on 100,000 keys nearly every decision creates a key that is gone by its next touch;\n")
+	w("  redis_rate rounds its TTL up to whole seconds (`EX`), so its keys outlive the bucket by up to a second (and are\n")
+	w("  expired by Redis, whose cost is in the server's CPU but not in the script time), and the plain script keeps its keys for\n")
+	w("  twice the refill time (2 s).\n")
+	w("- *keys stay live* (100,000 keys): a per-user quota of 1,000 a day, burst 1,000, that the users' traffic keeps partly\n")
+	w("  spent: every key is decided once before the cells, each decision adds 86.4 s to its key's debt, and no key comes near\n")
+	w("  1,000 decisions in the run, so nothing is refused (a refusal would count as an error) and every decision updates a live key.\n\n")
+	w("*script µs* is the `usec` of `EVALSHA`/`EVAL`/`FCALL` in `INFO commandstats` per decision, *Redis CPU µs* redis-server's\n")
+	w("CPU time (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`) per decision, *calls* its script calls per decision (Tollgate\n")
+	w("coalesces concurrent requests into one call). redis_rate runs on the current go-redis (%s) and, in a process of its own,\n", goredisVersion())
+	w("on v9.0.2, the version its go.mod names. Each cell ran %d time(s), the implementations in turn; every figure is the median of its runs.\n\n", repeats)
+	w("| implementation | callers | keys | decisions/s | p50 ms | p99 ms | p99.9 ms | script µs | Redis CPU µs | calls | errors |\n")
+	w("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.store {
+		w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", x.impl, x.callers, keysLabel(x.set), fmtFloat(x.perSec, 0),
+			ms(x.lat.p50), ms(x.lat.p99), ms(x.lat.p999), fmtFloat(x.scriptUsec, 2), fmtFloat(x.redisUsec, 2), fmtFloat(x.calls, 3), x.errors)
+	}
+	w("\n")
+	r.storeRatios(w)
+	r.goredisVersions(w)
+}
+
+// keysLabel names a key set in the tables.
+func keysLabel(s storeKeySet) string {
+	if s.keys == 1 {
+		return s.label
+	}
+	return fmtInt(s.keys) + ", " + s.label
+}
+
+// fmtInt writes n with thousands separators.
+func fmtInt(n int) string {
+	s := fmtFloat(float64(n), 0)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// storeAt returns the rows of implementations named with prefix in one
+// cell.
+func (r *report) storeAt(prefix string, callers int, set storeKeySet) []storeRow {
+	var out []storeRow
+	for _, x := range r.store {
+		if strings.HasPrefix(x.impl, prefix) && x.callers == callers && x.set == set {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// storeCellsRun lists the cells of the store table in the order they ran.
+func (r *report) storeCellsRun() []storeCell {
+	var cells []storeCell
+	for _, x := range r.store {
+		c := storeCell{x.set, x.callers}
+		if !containsCell(cells, c) {
+			cells = append(cells, c)
+		}
+	}
+	return cells
+}
+
+func containsCell(cells []storeCell, c storeCell) bool {
+	for _, x := range cells {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// storeRatios writes Tollgate against redis_rate on the current go-redis,
+// cell by cell.
+func (r *report) storeRatios(w func(string, ...any)) {
+	peerName := redisRateName(goredisVersion())
+	w("Against redis_rate on the current go-redis (%s), cell by cell (targets, at 64 callers: at least 2.5x its decisions/s,\n", goredisVersion())
+	w("a p99 no worse, at most 40%% of its script CPU per decision):\n\n")
+	w("| callers | keys | Tollgate algorithm | decisions/s ratio | p99 Tollgate / redis_rate | script CPU ratio | Redis CPU ratio |\n")
+	w("|---:|---|---|---:|---:|---:|---:|\n")
+	for _, c := range r.storeCellsRun() {
+		peer := r.storeAt(peerName, c.callers, c.set)
+		if len(peer) == 0 {
+			continue
+		}
+		p := peer[0]
+		for _, t := range r.storeAt("tollgate", c.callers, c.set) {
+			w("| %d | %s | %s | %sx | %s / %s ms | %s | %s |\n", c.callers, keysLabel(c.set), strings.TrimPrefix(t.impl, "tollgate "),
+				fmtFloat(t.perSec/p.perSec, 2), ms(t.lat.p99), ms(p.lat.p99), pct(t.scriptUsec, p.scriptUsec), pct(t.redisUsec, p.redisUsec))
+		}
+	}
+	w("\n")
+}
+
+// goredisVersions writes redis_rate on the current go-redis against v9.0.2.
+func (r *report) goredisVersions(w func(string, ...any)) {
+	cur, old := redisRateName(goredisVersion()), redisRateName("v9.0.2")
+	var lines []string
+	for _, c := range r.storeCellsRun() {
+		a, b := r.storeAt(cur, c.callers, c.set), r.storeAt(old, c.callers, c.set)
+		if len(a) == 0 || len(b) == 0 {
+			continue
+		}
+		lines = append(lines, "| "+itoa(c.callers)+" | "+keysLabel(c.set)+" | "+fmtFloat(a[0].perSec/b[0].perSec, 2)+"x | "+
+			ms(a[0].lat.p99)+" / "+ms(b[0].lat.p99)+" ms | "+pct(a[0].redisUsec, b[0].redisUsec)+" |")
+	}
+	if len(lines) == 0 {
+		return
+	}
+	w("redis_rate on go-redis %s against v9.0.2 (the same script; only the client differs):\n\n", goredisVersion())
+	w("| callers | keys | decisions/s ratio | p99 current / v9.0.2 | Redis CPU ratio |\n|---:|---|---:|---:|---:|\n")
+	for _, l := range lines {
+		w("%s\n", l)
+	}
+	w("\n")
+}
+
+// pct writes a as a percentage of b.
+func pct(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmtFloat(100*a/b, 0) + "%"
+}
+
+func itoa(n int) string { return fmtFloat(float64(n), 0) }
+
+// fleetMarkdown writes the fleet section.
+func (r *report) fleetMarkdown(w func(string, ...any)) {
+	w("## 2. A fleet of gateways on one Redis\n\n")
+	w("N processes, each one gateway's store client with a fixed number of requests in flight (a closed loop), all deciding\n")
+	w("at once against one redis-server for any of %s users whose keys stay live (the quota of 1,000 a day above, every key\n", fmtInt(fleetKeys))
+	w("decided once before the cells; nothing is refused). Tollgate's store is opened as the gateway opens it (`rstore.Open`,\n")
+	w("rueidis, standalone) and decides by GCRA; redis_rate (GCRA too) runs on go-redis %s. Each process warms up, then all\n", goredisVersion())
+	w("measure for %v at once; decisions/s is the fleet's sum, p50/p99 over every decision of the fleet, and Redis' figures\n", r.mode.fleetDuration)
+	w("(script time, the server's whole CPU time, script calls) are per decision over the same window. %d run(s) per cell.\n\n", r.mode.fleetRepeats)
+	w("| implementation | processes | in flight each | decisions/s | p50 ms | p99 ms | script µs | Redis CPU µs | calls | errors |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.fleet {
+		w("| %s | %d | %d | %s | %s | %s | %s | %s | %s | %d |\n", x.impl, x.procs, x.inFlight, fmtFloat(x.perSec, 0), ms(x.lat.p50), ms(x.lat.p99),
+			fmtFloat(x.scriptUsec, 2), fmtFloat(x.redisUsec, 2), fmtFloat(x.calls, 3), x.errors)
+	}
+	w("\n")
+	r.fleetRatios(w)
+}
+
+// fleetRatios writes Tollgate's Redis cost as a share of redis_rate's,
+// cell by cell, against the target.
+func (r *report) fleetRatios(w func(string, ...any)) {
+	w("Tollgate against redis_rate (go-redis %s), cell by cell. Target: Tollgate's script CPU per decision at most 80%% of\n", goredisVersion())
+	w("redis_rate's in every fleet cell, with a p99 no worse.\n\n")
+	w("| processes | in flight each | script CPU ratio | Redis CPU ratio | decisions/s ratio | p99 Tollgate / redis_rate | target |\n")
+	w("|---:|---:|---:|---:|---:|---:|---|\n")
+	met, cells := 0, 0
+	for _, t := range r.fleet {
+		if !strings.HasPrefix(t.impl, "tollgate") {
+			continue
+		}
+		p, ok := r.fleetPeer(t)
+		if !ok {
+			continue
+		}
+		verdict := "met"
+		switch {
+		case t.scriptUsec > 0.8*p.scriptUsec && t.lat.p99 > p.lat.p99:
+			verdict = "**missed** (CPU and p99)"
+		case t.scriptUsec > 0.8*p.scriptUsec:
+			verdict = "**missed** (CPU)"
+		case t.lat.p99 > p.lat.p99:
+			verdict = "**missed** (p99)"
+		}
+		cells++
+		if verdict == "met" {
+			met++
+		}
+		w("| %d | %d | %s | %s | %sx | %s / %s ms | %s |\n", t.procs, t.inFlight, pct(t.scriptUsec, p.scriptUsec), pct(t.redisUsec, p.redisUsec),
+			fmtFloat(t.perSec/p.perSec, 2), ms(t.lat.p99), ms(p.lat.p99), verdict)
+	}
+	w("\nThe target is met in %d of %d cells.\n\n", met, cells)
+}
+
+// fleetPeer returns redis_rate's row in t's cell.
+func (r *report) fleetPeer(t fleetRow) (fleetRow, bool) {
+	for _, x := range r.fleet {
+		if strings.HasPrefix(x.impl, "redis_rate") && x.procs == t.procs && x.inFlight == t.inFlight {
+			return x, true
+		}
+	}
+	return fleetRow{}, false
+}
