@@ -33,23 +33,23 @@ type mode struct {
 
 // defaultMode is `make bench`.
 var defaultMode = mode{
-	name: "default", duration: 2 * time.Second, repeats: 3,
-	storeCells: []storeCell{{oneHotKey, 64}, {oneHotKey, 512}, {keysExpire, 64}, {keysExpire, 512}, {keysStayLive, 64}, {keysStayLive, 512}},
-	fleetProcs: []int{4, 8, 16}, fleetInFlight: []int{1, 2, 4}, fleetDuration: 2 * time.Second, fleetRepeats: 1,
+	name: "default", duration: 1500 * time.Millisecond, repeats: 3,
+	storeCells: []storeCell{{oneHotKey, 64}, {oneHotKey, 512}, {keysExpire, 64}, {keysStayLive, 64}, {keysStayLive, 512}},
+	fleetProcs: []int{4, 8, 16}, fleetInFlight: []int{1, 2, 4}, fleetDuration: 1500 * time.Millisecond, fleetRepeats: 3,
 }
 
 // quickMode is -quick: the same tables, shorter cells, one run each.
 var quickMode = mode{
 	name: "quick", duration: time.Second, repeats: 1,
 	storeCells: defaultMode.storeCells,
-	fleetProcs: []int{4, 8, 16}, fleetInFlight: []int{1, 4}, fleetDuration: 2 * time.Second, fleetRepeats: 1,
+	fleetProcs: defaultMode.fleetProcs, fleetInFlight: defaultMode.fleetInFlight, fleetDuration: 2 * time.Second, fleetRepeats: 1,
 }
 
 func main() {
 	out := flag.String("out", "", "write the markdown report here (default: stdout only)")
 	png := flag.String("png", "", "write the gateway latency chart here")
 	quick := flag.Bool("quick", false, "measure briefly, once per cell (a CI-sized run of a few minutes)")
-	dur := flag.Duration("duration", 0, "how long each measured cell runs (default: 2s, or 1s with -quick)")
+	dur := flag.Duration("duration", 0, "how long each measured cell runs (default: 1.5s, or 1s with -quick)")
 	suites := flag.String("suites", "store,fleet,memory,gateway,rls", "which suites to run")
 	peer := flag.String("peer", "peers/goredis902", "the source of the worker that runs redis_rate on go-redis v9.0.2 (empty: leave that row out)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
@@ -88,6 +88,7 @@ func main() {
 	r := &report{started: time.Now(), mode: m, redisAddr: srv.Addr}
 	r.machine()
 	for _, s := range strings.Split(*suites, ",") {
+		t0 := time.Now()
 		switch strings.TrimSpace(s) {
 		case "store":
 			exe, cleanup := peerProgram(*peer)
@@ -102,10 +103,12 @@ func main() {
 		case "rls":
 			r.rls = runRLSSuite(srv, m.duration)
 		case "":
+			continue
 		default:
 			fmt.Fprintf(os.Stderr, "unknown suite %q\n", s)
 			os.Exit(2)
 		}
+		fmt.Fprintf(os.Stderr, "suite %s took %v\n", strings.TrimSpace(s), time.Since(t0).Round(time.Second))
 	}
 	r.elapsed = time.Since(r.started)
 	md := r.markdown(*png)

@@ -69,7 +69,7 @@ func (r *report) markdown(png string) string {
 	w("- each cell runs %v after a warm-up; the load generator, the gateway, the upstream and Redis share the machine\n", r.mode.duration)
 	w("- mode: **%s** (%d run(s) of each cell), the whole run took %s\n", r.mode.name, r.mode.repeats, r.elapsed.Round(time.Second))
 	w("- reproduce: `make bench` (the default mode, under ten minutes on two cores; or `cd bench && go run ./cmd/tollgate-bench -out ../BENCHMARKS.md -png ../docs/latency.png`);\n")
-	w("  add `-quick` for a CI-sized run of a few minutes (1 s cells, one run each), `-suites store,fleet` for some suites only\n\n")
+	w("  add `-quick` for a CI-sized run of a few minutes (%v cells, one run each), `-suites store,fleet` for some suites only\n\n", quickMode.duration)
 
 	if len(r.store) > 0 {
 		r.storeMarkdown(w)
