@@ -12,7 +12,7 @@ func (r *report) storeMarkdown(w func(string, ...any)) {
 	w("  until its bucket is full again, so on 100,000 keys nearly every decision creates a key that is gone by its next touch;\n")
 	w("  redis_rate rounds its TTL up to whole seconds (`EX`), so its keys outlive the bucket by up to a second (and are\n")
 	w("  expired by Redis, whose cost is in the server's CPU but not in the script time), and the plain script keeps its keys for\n")
-	w("  twice the refill time (2 s).\n")
+	w("  twice the refill time (2 s). A key's touches are seconds apart here, so every implementation mostly finds its key gone.\n")
 	w("- *keys stay live* (100,000 keys): a per-user quota of 1,000 a day, burst 1,000, that the users' traffic keeps partly\n")
 	w("  spent: every key is decided once before the cells, each decision adds 86.4 s to its key's debt, and no key comes near\n")
 	w("  1,000 decisions in the run, so nothing is refused (a refusal would count as an error) and every decision updates a live key.\n\n")

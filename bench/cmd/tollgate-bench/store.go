@@ -66,9 +66,9 @@ type limitSpec struct {
 }
 
 // expiringLimit is generous (1,000,000/s) so that every decision takes the
-// write path; a key's state is spent by a microsecond and so is gone (or,
-// for redis_rate, whose TTL is rounded up to whole seconds, nearly gone)
-// by its next touch.
+// write path; a key's state is spent a microsecond after its touch, so it
+// expires then (Tollgate), or a second later (redis_rate rounds its TTL up
+// to whole seconds), or two (the plain script).
 var expiringLimit = limitSpec{Rate: benchRate, Burst: benchRate, Period: time.Second}
 
 // benchRate is the expiring limit's rate, per second; the memory suite's too.
@@ -146,6 +146,9 @@ func storeImpls() []storeImpl {
 				return nil, nil, err
 			}
 			d, err := tollgateDecider(st, a, s.limit())
+			if err != nil {
+				c.Close()
+			}
 			return d, c.Close, err
 		}})
 	}
@@ -169,6 +172,9 @@ func fleetImpls() []storeImpl {
 				return nil, nil, err
 			}
 			d, err := tollgateDecider(st, algo.GCRA, s.limit())
+			if err != nil {
+				st.Close()
+			}
 			return d, func() { st.Close() }, err
 		}},
 		redisRateImpl(),
