@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -160,4 +161,70 @@ func medianFleetRow(runs []fleetRow) fleetRow {
 		row.errors += r.errors
 	}
 	return row
+}
+
+// fleetMarkdown writes the fleet section.
+func (r *report) fleetMarkdown(w func(string, ...any)) {
+	w("## 5. A fleet of gateways on one Redis\n\n")
+	w("N processes, each one gateway's store client with a fixed number of requests in flight (a closed loop), all deciding\n")
+	w("at once against one redis-server for any of %s users whose keys stay live (the quota of 1,000 a day of section 1, every key\n", fmtInt(fleetKeys))
+	w("decided once before the cells; nothing is refused). Tollgate's store is opened as the gateway opens it (`rstore.Open`,\n")
+	w("rueidis, standalone) and decides by GCRA; redis_rate (GCRA too) runs on go-redis %s. Each process warms up, then all\n", goredisVersion())
+	w("measure for %v at once; decisions/s is the fleet's sum, p50/p99 over every decision of the fleet, and Redis' figures\n", r.mode.fleetDuration)
+	w("(script time, the server's whole CPU time, script calls) are per decision over the same window. At a few requests in\n")
+	w("flight a gateway has little to coalesce, so its calls per decision stay near 1 and Redis' cost per call decides; the\n")
+	w("server's CPU also carries each call's network work. %d run(s) per cell, the two in turn; medians.\n\n", r.mode.fleetRepeats)
+	w("| implementation | processes | in flight each | decisions/s | p50 ms | p99 ms | script µs | Redis CPU µs | calls | errors |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.fleet {
+		w("| %s | %d | %d | %s | %s | %s | %s | %s | %s | %d |\n", x.impl, x.procs, x.inFlight, fmtFloat(x.perSec, 0), ms(x.lat.p50), ms(x.lat.p99),
+			fmtFloat(x.scriptUsec, 2), fmtFloat(x.redisUsec, 2), fmtFloat(x.calls, 3), x.errors)
+	}
+	w("\n")
+	r.fleetRatios(w)
+}
+
+// fleetRatios writes Tollgate's Redis cost as a share of redis_rate's,
+// cell by cell, against the target.
+func (r *report) fleetRatios(w func(string, ...any)) {
+	w("Tollgate against redis_rate (go-redis %s), cell by cell. Target: Tollgate's script CPU per decision at most 80%% of\n", goredisVersion())
+	w("redis_rate's in every fleet cell, with a p99 no worse.\n\n")
+	w("| processes | in flight each | script CPU ratio | Redis CPU ratio | decisions/s ratio | p99 Tollgate / redis_rate | target |\n")
+	w("|---:|---:|---:|---:|---:|---:|---|\n")
+	met, cells := 0, 0
+	for _, t := range r.fleet {
+		if !strings.HasPrefix(t.impl, "tollgate") {
+			continue
+		}
+		p, ok := r.fleetPeer(t)
+		if !ok {
+			continue
+		}
+		verdict := "met"
+		switch {
+		case t.scriptUsec > 0.8*p.scriptUsec && t.lat.p99 > p.lat.p99:
+			verdict = "**missed** (CPU and p99)"
+		case t.scriptUsec > 0.8*p.scriptUsec:
+			verdict = "**missed** (CPU)"
+		case t.lat.p99 > p.lat.p99:
+			verdict = "**missed** (p99)"
+		}
+		cells++
+		if verdict == "met" {
+			met++
+		}
+		w("| %d | %d | %s | %s | %sx | %s / %s ms | %s |\n", t.procs, t.inFlight, pct(t.scriptUsec, p.scriptUsec), pct(t.redisUsec, p.redisUsec),
+			fmtFloat(t.perSec/p.perSec, 2), ms(t.lat.p99), ms(p.lat.p99), verdict)
+	}
+	w("\nThe target is met in %d of %d cells.\n\n", met, cells)
+}
+
+// fleetPeer returns redis_rate's row in t's cell.
+func (r *report) fleetPeer(t fleetRow) (fleetRow, bool) {
+	for _, x := range r.fleet {
+		if strings.HasPrefix(x.impl, "redis_rate") && x.procs == t.procs && x.inFlight == t.inFlight {
+			return x, true
+		}
+	}
+	return fleetRow{}, false
 }

@@ -74,11 +74,8 @@ func (r *report) markdown(png string) string {
 	if len(r.store) > 0 {
 		r.storeMarkdown(w)
 	}
-	if len(r.fleet) > 0 {
-		r.fleetMarkdown(w)
-	}
 	if len(r.memory) > 0 {
-		w("## 3. In-memory store\n\n")
+		w("## 2. In-memory store\n\n")
 		w("GOMAXPROCS goroutines deciding for %v on keys created beforehand; %d runs, the two in turn, medians reported.\n\n", r.mode.duration, repeats)
 		w("| implementation | keys | decisions/s | allocs/decision |\n|---|---:|---:|---:|\n")
 		for _, x := range r.memory {
@@ -94,7 +91,7 @@ func (r *report) markdown(png string) string {
 		w("\n")
 	}
 	if len(r.gateway) > 0 {
-		w("## 4. Gateway\n\n")
+		w("## 3. Gateway\n\n")
 		w("Open-loop constant-rate load (vegeta) against each target for %v per rate; latency is per request as sent on\n", r.mode.duration)
 		w("schedule, so a saturated server shows its queueing. The upstream answers `ok` at once. Each cell ran %d times,\n", repeats)
 		w("the targets in turn; every figure is the median of its runs (errors are summed).\n\n")
@@ -110,6 +107,9 @@ func (r *report) markdown(png string) string {
 	}
 	if len(r.rls) > 0 {
 		r.rlsMarkdown(w)
+	}
+	if len(r.fleet) > 0 {
+		r.fleetMarkdown(w)
 	}
 	return b.String()
 }

@@ -246,7 +246,7 @@ func ownCPU() time.Duration {
 
 // rlsMarkdown writes the rate-limit service section.
 func (r *report) rlsMarkdown(w func(string, ...any)) {
-	w("## 5. Envoy's rate-limit service\n\n")
+	w("## 4. Envoy's rate-limit service\n\n")
 	w("`ShouldRateLimit` over gRPC (loopback TCP, %d connections), %d callers in a closed loop for %v, one descriptor per request\n", rlsConns, rlsCallers, r.mode.duration)
 	w("over 10,000 values under a limit no caller reaches (so every decision charges Redis). Three servers on the same machine:\n")
 	w("one whose `ShouldRateLimit` answers OK at once (the gRPC floor), one that answers the same after one Redis `PING`\n")
