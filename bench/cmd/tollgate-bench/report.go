@@ -20,11 +20,13 @@ import (
 
 type report struct {
 	started   time.Time
-	duration  time.Duration
+	elapsed   time.Duration
+	mode      mode
 	redisAddr string
 	cpu       string
 	redis     string
 	store     []storeRow
+	fleet     []fleetRow
 	memory    []memoryRow
 	gateway   []gatewayRow
 	rls       []rlsRow
@@ -57,30 +59,24 @@ func (r *report) markdown(png string) string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
 			switch d.Path {
-			case "github.com/redis/rueidis", "github.com/go-redis/redis_rate/v10", "github.com/redis/go-redis/v9", "github.com/tsenart/vegeta/v12":
+			case "github.com/redis/rueidis", "github.com/go-redis/redis_rate/v10", "github.com/tsenart/vegeta/v12":
 				w("- %s %s\n", d.Path, d.Version)
+			case "github.com/redis/go-redis/v9":
+				w("- %s %s (and v9.0.2, the version redis_rate's go.mod names, in a worker of its own: bench/peers/goredis902)\n", d.Path, d.Version)
 			}
 		}
 	}
-	w("- each cell runs %v after a warm-up; the load generator, the gateway, the upstream and Redis share the machine\n", r.duration)
-	w("- reproduce: `make bench` (or `cd bench && go run ./cmd/tollgate-bench -out ../BENCHMARKS.md -png ../docs/latency.png`)\n\n")
+	w("- each cell runs %v after a warm-up; the load generator, the gateway, the upstream and Redis share the machine\n", r.mode.duration)
+	w("- mode: **%s** (%d run(s) of each cell), the whole run took %s\n", r.mode.name, r.mode.repeats, r.elapsed.Round(time.Second))
+	w("- reproduce: `make bench` (the default mode, under ten minutes on two cores; or `cd bench && go run ./cmd/tollgate-bench -out ../BENCHMARKS.md -png ../docs/latency.png`);\n")
+	w("  add `-quick` for a CI-sized run of a few minutes (%v cells, one run each), `-suites store,fleet` for some suites only\n\n", quickMode.duration)
 
 	if len(r.store) > 0 {
-		w("## 1. Redis store: decisions per second\n\n")
-		w("Each caller loops: decide, record the latency, repeat. Limits are generous (1,000,000/s) so every decision takes\n")
-		w("the write path. Redis CPU is the `usec` of `EVALSHA`/`EVAL`/`FCALL` in `INFO commandstats` divided by the decisions made.\n")
-		w("Each cell ran %d times, the implementations in turn; every figure is the median of its runs.\n\n", repeats)
-		w("| implementation | callers | keys | decisions/s | p50 ms | p99 ms | p99.9 ms | Redis CPU µs/decision | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, x := range r.store {
-			w("| %s | %d | %d | %s | %s | %s | %s | %s | %d |\n", x.impl, x.callers, x.keys, fmtFloat(x.perSec, 0),
-				ms(x.lat.p50), ms(x.lat.p99), ms(x.lat.p999), fmtFloat(x.usecPerDec, 2), x.errors)
-		}
-		w("\n")
-		r.storeTargets(w)
+		r.storeMarkdown(w)
 	}
 	if len(r.memory) > 0 {
 		w("## 2. In-memory store\n\n")
-		w("GOMAXPROCS goroutines deciding for %v on keys created beforehand; %d runs, the two in turn, medians reported.\n\n", r.duration, repeats)
+		w("GOMAXPROCS goroutines deciding for %v on keys created beforehand; %d runs, the two in turn, medians reported.\n\n", r.mode.duration, repeats)
 		w("| implementation | keys | decisions/s | allocs/decision |\n|---|---:|---:|---:|\n")
 		for _, x := range r.memory {
 			w("| %s | %d | %s | %s |\n", x.impl, x.keys, fmtFloat(x.perSec, 0), fmtFloat(x.allocsPer, 1))
@@ -96,7 +92,7 @@ func (r *report) markdown(png string) string {
 	}
 	if len(r.gateway) > 0 {
 		w("## 3. Gateway\n\n")
-		w("Open-loop constant-rate load (vegeta) against each target for %v per rate; latency is per request as sent on\n", r.duration)
+		w("Open-loop constant-rate load (vegeta) against each target for %v per rate; latency is per request as sent on\n", r.mode.duration)
 		w("schedule, so a saturated server shows its queueing. The upstream answers `ok` at once. Each cell ran %d times,\n", repeats)
 		w("the targets in turn; every figure is the median of its runs (errors are summed).\n\n")
 		w("| target | offered/s | achieved/s | p50 ms | p99 ms | p99.9 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n")
@@ -112,6 +108,9 @@ func (r *report) markdown(png string) string {
 	if len(r.rls) > 0 {
 		r.rlsMarkdown(w)
 	}
+	if len(r.fleet) > 0 {
+		r.fleetMarkdown(w)
+	}
 	return b.String()
 }
 
@@ -120,32 +119,6 @@ func relTo(p string) string {
 		return strings.TrimPrefix(p, "../")
 	}
 	return p
-}
-
-func (r *report) storeAt(prefix string, callers, keys int) []storeRow {
-	var out []storeRow
-	for _, x := range r.store {
-		if strings.HasPrefix(x.impl, prefix) && x.callers == callers && x.keys == keys {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-func (r *report) storeTargets(w func(string, ...any)) {
-	w("Against redis_rate at 64 callers (targets: at least 2.5x its decisions/s, a p99 no worse, at most 40%% of its Redis CPU per decision):\n\n")
-	w("| keys | Tollgate algorithm | decisions/s ratio | p99 Tollgate / redis_rate | Redis CPU ratio |\n|---:|---|---:|---:|---:|\n")
-	for _, k := range []int{1, 100_000} {
-		peer := r.storeAt("redis_rate", 64, k)
-		if len(peer) == 0 {
-			continue
-		}
-		for _, t := range r.storeAt("tollgate", 64, k) {
-			w("| %d | %s | %sx | %s / %s ms | %s%% |\n", k, strings.TrimPrefix(t.impl, "tollgate "),
-				fmtFloat(t.perSec/peer[0].perSec, 2), ms(t.lat.p99), ms(peer[0].lat.p99), fmtFloat(100*t.usecPerDec/peer[0].usecPerDec, 0))
-		}
-	}
-	w("\n")
 }
 
 func (r *report) memoryAt(prefix string, keys int) *memoryRow {

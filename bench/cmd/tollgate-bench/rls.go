@@ -217,13 +217,14 @@ func runRLSCell(admin rueidis.Client, t rlsTarget, keys []string, dur time.Durat
 		}
 		return err
 	}
-	runCallers(rlsCallers, keys, d, dur/5) // warm up
+	runCallers(0, rlsCallers, keys, d, dur/5) // warm up
 	ctx := context.Background()
 	admin.Do(ctx, admin.B().ConfigResetstat().Build())
 	cpu0, own0 := redisCPU(ctx, admin), ownCPU()
-	n, errs, lat, elapsed := runCallers(rlsCallers, keys, d, dur)
+	res := runCallers(0, rlsCallers, keys, d, dur)
+	n, errs, lat := res.Decisions, res.Errors, summarize(res.Latencies)
 	cpu, own := redisCPU(ctx, admin)-cpu0, ownCPU()-own0
-	row := rlsRow{target: t.name, callers: rlsCallers, keys: len(keys), perSec: float64(n) / elapsed.Seconds(), lat: lat, errors: errs}
+	row := rlsRow{target: t.name, callers: rlsCallers, keys: len(keys), perSec: res.perSec(), lat: lat, errors: errs}
 	if n > 0 {
 		row.redisUsec = cpu * 1e6 / float64(n)
 		row.ownUsec = own.Seconds() * 1e6 / float64(n)
@@ -246,7 +247,7 @@ func ownCPU() time.Duration {
 // rlsMarkdown writes the rate-limit service section.
 func (r *report) rlsMarkdown(w func(string, ...any)) {
 	w("## 4. Envoy's rate-limit service\n\n")
-	w("`ShouldRateLimit` over gRPC (loopback TCP, %d connections), %d callers in a closed loop for %v, one descriptor per request\n", rlsConns, rlsCallers, r.duration)
+	w("`ShouldRateLimit` over gRPC (loopback TCP, %d connections), %d callers in a closed loop for %v, one descriptor per request\n", rlsConns, rlsCallers, r.mode.duration)
 	w("over 10,000 values under a limit no caller reaches (so every decision charges Redis). Three servers on the same machine:\n")
 	w("one whose `ShouldRateLimit` answers OK at once (the gRPC floor), one that answers the same after one Redis `PING`\n")
 	w("through rueidis (the floor of any service that consults Redis per request), and Tollgate's, wired as `tollgate rls`\n")

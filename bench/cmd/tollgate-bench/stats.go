@@ -32,13 +32,23 @@ func (l *latencies) summary() summary {
 	return summary{n: len(all), p50: q(0.50), p99: q(0.99), p999: q(0.999)}
 }
 
+// summarize returns the percentiles of samples from any number of parts.
+func summarize(parts ...[]time.Duration) summary {
+	var l latencies
+	for _, p := range parts {
+		l.add(p)
+	}
+	return l.summary()
+}
+
 func ms(d time.Duration) string {
 	return fmtFloat(float64(d.Microseconds())/1000, 2)
 }
 
-// repeats is how many times each cell of the store, memory and gateway
-// tables runs, the implementations in turn; the tables report medians.
-const repeats = 3
+// repeats is how many times each cell of the store, memory, gateway and
+// rls tables runs, the implementations in turn; the tables report medians.
+// The mode sets it.
+var repeats = 3
 
 // median returns the median of f over rows.
 func median[T any](rows []T, f func(T) float64) float64 {

@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,100 +46,253 @@ redis.call('PEXPIRE', key, math.ceil((capacity / refill_rate) * 2000))
 return { allowed, math.floor(tokens) }
 `
 
-// decider makes one decision for a key.
+// decider makes one decision for a key; a refusal is errRefused.
 type decider func(ctx context.Context, key string) error
 
+// storeImpl is one implementation the store and fleet suites measure: open
+// makes its decider in this process, or exe is a worker program of its own
+// (peers/goredis902) that opens it.
 type storeImpl struct {
 	name string
-	open func(callers int) (decider, func(), error)
+	open func(spec workerSpec) (decider, func(), error)
+	exe  string
+}
+
+// limitSpec is a limit every implementation enforces alike: Rate per
+// Period, Burst at once.
+type limitSpec struct {
+	Rate, Burst int64
+	Period      time.Duration
+}
+
+// expiringLimit is generous (1,000,000/s) so that every decision takes the
+// write path; a key's state is spent a microsecond after its touch, so it
+// expires then (Tollgate), or a second later (redis_rate rounds its TTL up
+// to whole seconds), or two (the plain script).
+var expiringLimit = limitSpec{Rate: benchRate, Burst: benchRate, Period: time.Second}
+
+// benchRate is the expiring limit's rate, per second; the memory suite's too.
+const benchRate = 1_000_000
+
+// liveLimit is a per-user quota of 1,000 a day, burst 1,000: each decision
+// adds 86.4 s to the key's debt, so the key stays live between touches,
+// and no key is touched anywhere near 1,000 times in a run, so nothing is
+// refused.
+var liveLimit = limitSpec{Rate: 1_000, Burst: 1_000, Period: 24 * time.Hour}
+
+// storeKeySet is a column of the store table: how many keys, under which
+// limit.
+type storeKeySet struct {
+	keys  int
+	live  bool // under liveLimit, prefilled, kept from cell to cell
+	label string
+}
+
+var (
+	oneHotKey    = storeKeySet{1, false, "one hot key"}
+	keysExpire   = storeKeySet{100_000, false, "keys expire between touches"}
+	keysStayLive = storeKeySet{100_000, true, "keys stay live"}
+)
+
+// storeCell is one key set at one number of callers.
+type storeCell struct {
+	set     storeKeySet
+	callers int
 }
 
 // storeRow is one cell of the store table.
 type storeRow struct {
-	impl          string
-	callers, keys int
-	perSec        float64
-	lat           summary
-	usecPerDec    float64
-	errors        int64
+	impl       string
+	callers    int
+	set        storeKeySet
+	perSec     float64
+	lat        summary
+	scriptUsec float64 // per decision: Redis' script time
+	redisUsec  float64 // per decision: redis-server's CPU time
+	calls      float64 // script calls per decision
+	errors     int64
 }
 
-const benchRate = 1_000_000 // per second: generous, so decisions take the write path
+// limit returns the limit a worker's spec carries.
+func (s workerSpec) limit() limitSpec { return limitSpec{s.Rate, s.Burst, s.Period} }
 
-func storeImpls(addr string) []storeImpl {
-	rueidisClient := func() (rueidis.Client, error) {
-		return rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+// goredisVersion is the version of go-redis this program is built with.
+func goredisVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/redis/go-redis/v9" {
+				return d.Version
+			}
+		}
 	}
+	return "(unknown)"
+}
+
+// redisRateName is the name of redis_rate's row on a go-redis version.
+func redisRateName(version string) string { return "redis_rate v10 (go-redis " + version + ")" }
+
+// storeImpls are the implementations of the store suite that run in this
+// process.
+func storeImpls() []storeImpl {
 	var impls []storeImpl
 	for _, a := range []algo.Algorithm{algo.GCRA, algo.TokenBucket, algo.SlidingWindowCounter} {
-		// Requests carry the limit's handle, prepared once, as the
-		// gateway's do.
-		h, err := algo.NewHandle("bench", algo.Limit{Algorithm: a, Rate: benchRate, Period: time.Second})
-		if err != nil {
-			panic(err)
-		}
-		impls = append(impls, storeImpl{name: "tollgate " + a.String(), open: func(int) (decider, func(), error) {
-			c, err := rueidisClient()
+		impls = append(impls, storeImpl{name: "tollgate " + a.String(), open: func(s workerSpec) (decider, func(), error) {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
 			if err != nil {
 				return nil, nil, err
 			}
-			s, err := rstore.New(c, rstore.Options{})
+			st, err := rstore.New(c, rstore.Options{})
 			if err != nil {
 				return nil, nil, err
 			}
-			return func(ctx context.Context, key string) error {
-				_, err := s.Allow(ctx, h.Request(key, 1))
-				return err
-			}, c.Close, nil
+			d, err := tollgateDecider(st, a, s.limit())
+			if err != nil {
+				c.Close()
+			}
+			return d, c.Close, err
 		}})
 	}
-	impls = append(impls, storeImpl{name: "redis_rate v10 (go-redis)", open: func(callers int) (decider, func(), error) {
-		rdb := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: callers})
-		lim := redis_rate.NewLimiter(rdb)
-		l := redis_rate.Limit{Rate: benchRate, Burst: benchRate, Period: time.Second}
-		return func(ctx context.Context, key string) error {
-			_, err := lim.Allow(ctx, key, l)
-			return err
-		}, func() { rdb.Close() }, nil
-	}})
-	impls = append(impls, storeImpl{name: "plain token-bucket Lua (rueidis)", open: func(int) (decider, func(), error) {
-		c, err := rueidisClient()
-		if err != nil {
-			return nil, nil, err
-		}
-		script := rueidis.NewLuaScript(plainTokenBucket)
-		capacity, refill := strconv.Itoa(benchRate), strconv.Itoa(benchRate)
-		return func(ctx context.Context, key string) error {
-			now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-			return script.Exec(ctx, c, []string{"plain:" + key}, []string{capacity, refill, now, "1"}).Error()
-		}, c.Close, nil
-	}})
+	impls = append(impls, redisRateImpl())
+	impls = append(impls, storeImpl{name: "plain token-bucket Lua (rueidis)", open: openPlainLua})
 	return impls
 }
 
-func runStoreSuite(srv *redistest.Server, dur time.Duration) []storeRow {
+// fleetImpls are the implementations of the fleet suite: Tollgate's store
+// opened as the gateway opens it, and redis_rate on the current go-redis.
+func fleetImpls() []storeImpl {
+	return []storeImpl{
+		{name: "tollgate gcra (opened as the gateway does)", open: func(s workerSpec) (decider, func(), error) {
+			opt, err := rueidis.ParseURL("redis://" + s.Addr + "/0")
+			if err != nil {
+				return nil, nil, err
+			}
+			opt.DisableCache, opt.ForceSingleClient = true, true
+			st, err := rstore.Open(opt, rstore.Options{})
+			if err != nil {
+				return nil, nil, err
+			}
+			d, err := tollgateDecider(st, algo.GCRA, s.limit())
+			if err != nil {
+				st.Close()
+			}
+			return d, func() { st.Close() }, err
+		}},
+		redisRateImpl(),
+	}
+}
+
+// implNamed finds an implementation by name among the store and fleet
+// suites'.
+func implNamed(name string) (storeImpl, bool) {
+	for _, impl := range append(storeImpls(), fleetImpls()...) {
+		if impl.name == name && impl.open != nil {
+			return impl, true
+		}
+	}
+	return storeImpl{}, false
+}
+
+// tollgateDecider decides with st under l by algorithm a. Requests carry
+// the limit's handle, prepared once, as the gateway's do.
+func tollgateDecider(st *rstore.Store, a algo.Algorithm, l limitSpec) (decider, error) {
+	h, err := algo.NewHandle("bench", algo.Limit{Algorithm: a, Rate: l.Rate, Period: l.Period, Burst: l.Burst})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, key string) error {
+		d, err := st.Allow(ctx, h.Request(key, 1))
+		if err == nil && !d.Allowed {
+			return errRefused
+		}
+		return err
+	}, nil
+}
+
+// redisRateImpl is redis_rate v10 on this program's go-redis.
+func redisRateImpl() storeImpl {
+	return storeImpl{name: redisRateName(goredisVersion()), open: func(s workerSpec) (decider, func(), error) {
+		rdb := goredis.NewClient(&goredis.Options{Addr: s.Addr, PoolSize: s.Callers})
+		lim := redis_rate.NewLimiter(rdb)
+		l := redis_rate.Limit{Rate: int(s.Rate), Burst: int(s.Burst), Period: s.Period}
+		return func(ctx context.Context, key string) error {
+			res, err := lim.Allow(ctx, key, l)
+			if err == nil && res.Allowed == 0 {
+				return errRefused
+			}
+			return err
+		}, func() { rdb.Close() }, nil
+	}}
+}
+
+// openPlainLua opens the plain token-bucket script on rueidis.
+func openPlainLua(s workerSpec) (decider, func(), error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	script := rueidis.NewLuaScript(plainTokenBucket)
+	capacity := strconv.FormatInt(s.Burst, 10)
+	refill := strconv.FormatFloat(float64(s.Rate)/s.Period.Seconds(), 'g', -1, 64)
+	return func(ctx context.Context, key string) error {
+		now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+		v, err := script.Exec(ctx, c, []string{"plain:" + key}, []string{capacity, refill, now, "1"}).AsIntSlice()
+		if err == nil && (len(v) == 0 || v[0] == 0) {
+			return errRefused
+		}
+		return err
+	}, c.Close, nil
+}
+
+// buildPeer builds peers/goredis902 (redis_rate on go-redis v9.0.2) into
+// dir and returns the program's path.
+func buildPeer(src, dir string) (string, error) {
+	exe := filepath.Join(dir, "goredis902")
+	cmd := exec.Command("go", "build", "-o", exe, ".")
+	cmd.Dir = src
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building %s: %w", src, err)
+	}
+	return exe, nil
+}
+
+// runStoreSuite measures every implementation (and peer, if not empty:
+// redis_rate on go-redis v9.0.2) in each of cells.
+func runStoreSuite(srv *redistest.Server, cells []storeCell, dur time.Duration, peer string) []storeRow {
 	admin, err := srv.Client()
 	if err != nil {
 		fatal(err)
 	}
 	defer admin.Close()
-	keySets := map[int][]string{1: {"hot"}, 100_000: makeKeys(100_000)}
-	impls := storeImpls(srv.Addr)
+	impls := storeImpls()
+	if peer != "" { // beside the current go-redis's row
+		impls = slices.Insert(impls, 4, storeImpl{name: redisRateName("v9.0.2"), exe: peer})
+	}
 	byImpl := make([][]storeRow, len(impls))
+	prefilled := map[string]bool{} // the implementations whose live keys are in Redis
 	// Cells outer, then rounds, then implementations: whatever else the
 	// machine does during a cell hits every implementation alike, and each
 	// figure is the median of its rounds.
-	for _, callers := range []int{64, 512} {
-		for _, nkeys := range []int{1, 100_000} {
-			runs := make([][]storeRow, len(impls))
-			for range repeats {
-				for i, impl := range impls {
-					runs[i] = append(runs[i], runStoreCell(admin, impl, callers, keySets[nkeys], dur))
+	for _, c := range cells {
+		runs := make([][]storeRow, len(impls))
+		for range repeats {
+			for i, impl := range impls {
+				// Live keys stay from cell to cell (each implementation
+				// fills its own once); other cells start from nothing.
+				if !c.set.live || len(prefilled) == 0 {
+					flushAll(admin)
+					clear(prefilled)
 				}
+				spec := cellSpec(srv.Addr, impl.name, c, dur)
+				if c.set.live {
+					spec.Prefill = !prefilled[impl.name]
+					prefilled[impl.name] = true
+				}
+				runs[i] = append(runs[i], runStoreCell(admin, impl, c, spec))
 			}
-			for i, rs := range runs {
-				byImpl[i] = append(byImpl[i], medianStoreRow(rs))
-			}
+		}
+		for i, rs := range runs {
+			byImpl[i] = append(byImpl[i], medianStoreRow(rs))
 		}
 	}
 	var rows []storeRow
@@ -145,23 +302,37 @@ func runStoreSuite(srv *redistest.Server, dur time.Duration) []storeRow {
 	return rows
 }
 
-// runStoreCell measures one implementation with callers on keys.
-func runStoreCell(admin rueidis.Client, impl storeImpl, callers int, keys []string, dur time.Duration) storeRow {
-	d, closeFn, err := impl.open(callers)
+// cellSpec is the task of a store cell's worker.
+func cellSpec(addr, impl string, c storeCell, dur time.Duration) workerSpec {
+	l := expiringLimit
+	if c.set.live {
+		l = liveLimit
+	}
+	return workerSpec{Addr: addr, Impl: impl, Callers: c.callers, Keys: c.set.keys, Rate: l.Rate, Burst: l.Burst, Period: l.Period,
+		Warmup: dur / 5, Duration: dur}
+}
+
+func flushAll(admin rueidis.Client) {
+	if err := admin.Do(context.Background(), admin.B().Flushall().Build()).Error(); err != nil {
+		fatal(err)
+	}
+}
+
+// runStoreCell measures one implementation in one cell.
+func runStoreCell(admin rueidis.Client, impl storeImpl, c storeCell, spec workerSpec) storeRow {
+	l, err := prepare(impl, spec)
 	if err != nil {
 		fatal(err)
 	}
-	ctx := context.Background()
-	admin.Do(ctx, admin.B().Flushall().Build())
-	runCallers(callers, keys, d, dur/5) // warm up: connections, scripts, keys
-	admin.Do(ctx, admin.B().ConfigResetstat().Build())
-	n, errs, lat, elapsed := runCallers(callers, keys, d, dur)
-	usec := scriptUsec(ctx, admin)
-	closeFn()
-	row := storeRow{impl: impl.name, callers: callers, keys: len(keys), perSec: float64(n) / elapsed.Seconds(),
-		lat: lat, usecPerDec: usec / float64(n), errors: errs}
-	fmt.Fprintf(os.Stderr, "store: %-34s callers %3d keys %6d: %8.0f/s p99 %s ms, %.2f µs Redis CPU/decision, %d errors\n",
-		row.impl, callers, len(keys), row.perSec, ms(lat.p99), row.usecPerDec, errs)
+	defer l.close()
+	res, use := measured(admin, []load{l})
+	r := res[0]
+	row := storeRow{impl: impl.name, callers: c.callers, set: c.set, perSec: r.perSec(), lat: summarize(r.Latencies), errors: r.Errors}
+	if n := float64(r.Decisions); n > 0 {
+		row.scriptUsec, row.redisUsec, row.calls = use.scriptUsec/n, use.cpuUsec/n, float64(use.calls)/n
+	}
+	fmt.Fprintf(os.Stderr, "store: %-34s callers %3d %-28s %8.0f/s p99 %s ms, %.2f µs script, %.2f µs Redis CPU, %.3f calls per decision, %d errors\n",
+		row.impl, c.callers, c.set.label, row.perSec, ms(row.lat.p99), row.scriptUsec, row.redisUsec, row.calls, row.errors)
 	return row
 }
 
@@ -170,7 +341,9 @@ func runStoreCell(admin rueidis.Client, impl storeImpl, callers int, keys []stri
 func medianStoreRow(runs []storeRow) storeRow {
 	row := runs[0]
 	row.perSec = median(runs, func(r storeRow) float64 { return r.perSec })
-	row.usecPerDec = median(runs, func(r storeRow) float64 { return r.usecPerDec })
+	row.scriptUsec = median(runs, func(r storeRow) float64 { return r.scriptUsec })
+	row.redisUsec = median(runs, func(r storeRow) float64 { return r.redisUsec })
+	row.calls = median(runs, func(r storeRow) float64 { return r.calls })
 	row.lat = medianLatency(runs, func(r storeRow) summary { return r.lat })
 	for _, r := range runs[1:] {
 		row.errors += r.errors
@@ -178,22 +351,22 @@ func medianStoreRow(runs []storeRow) storeRow {
 	return row
 }
 
-// runCallers runs callers goroutines deciding for dur; it returns the
-// decisions made, the errors, the latencies and the time taken.
-func runCallers(callers int, keys []string, d decider, dur time.Duration) (int64, int64, summary, time.Duration) {
+// runCallers runs callers goroutines deciding in a closed loop for dur,
+// caller g starting at key (first+g)*7919, and returns what they did.
+func runCallers(first, callers int, keys []string, d decider, dur time.Duration) workerResult {
 	var n, errs atomic.Int64
-	var lats latencies
+	var all []time.Duration
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
 	deadline := start.Add(dur)
-	for g := 0; g < callers; g++ {
+	for g := range callers {
 		wg.Add(1)
-		go func(g int) {
+		go func() {
 			defer wg.Done()
-			part := lats.part(4096)
+			part := make([]time.Duration, 0, 4096)
 			ctx := context.Background()
-			i := g * 7919
+			i := (first + g) * 7919
 			for time.Now().Before(deadline) {
 				i++
 				t0 := time.Now()
@@ -205,12 +378,12 @@ func runCallers(callers int, keys []string, d decider, dur time.Duration) (int64
 			}
 			n.Add(int64(len(part)))
 			mu.Lock()
-			lats.add(part)
+			all = append(all, part...)
 			mu.Unlock()
-		}(g)
+		}()
 	}
 	wg.Wait()
-	return n.Load(), errs.Load(), lats.summary(), time.Since(start)
+	return workerResult{Decisions: n.Load(), Errors: errs.Load(), Elapsed: time.Since(start), Latencies: all}
 }
 
 // scriptUsec sums the microseconds Redis spent in script calls since the
@@ -278,7 +451,11 @@ func redisCPU(ctx context.Context, c rueidis.Client) float64 {
 	return total
 }
 
+// makeKeys returns n keys: "hot" alone, or subject-0, subject-1...
 func makeKeys(n int) []string {
+	if n == 1 {
+		return []string{"hot"}
+	}
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = "subject-" + strconv.Itoa(i)
