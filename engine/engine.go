@@ -17,6 +17,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/internal/logsample"
+	"github.com/tollgate/tollgate/jwtauth"
 	"github.com/tollgate/tollgate/policy"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -57,6 +59,9 @@ type Options struct {
 	// span in the call's context (see storeSpan); nil records none, at no
 	// cost.
 	Tracer trace.Tracer
+	// JWKS caches the signing keys of a policy that verifies bearer JWTs
+	// (policy.JWT); nil means the process's (jwtauth.Shared).
+	JWKS *jwtauth.Keys
 }
 
 // DefaultDenyCacheSize is how many refusals the gateway's engine caches
@@ -89,7 +94,8 @@ type Engine struct {
 	// holdTTL is how long a login attempt holds its places if it is never
 	// settled: longer than the service behind may take to answer.
 	holdTTL time.Duration
-	tracer  trace.Tracer // nil: no spans
+	tracer  trace.Tracer      // nil: no spans
+	jwt     *jwtauth.Verifier // nil: bearer JWTs are not verified
 }
 
 // New returns an engine deciding under opts.Policy through opts.Store.
@@ -118,6 +124,13 @@ func New(opts Options) (*Engine, error) {
 	e.fallback, _ = opts.Store.(Fallbacker)
 	if opts.Policy != nil {
 		e.hasher = identity.NewHasher(opts.Policy.Secret)
+		if opts.Policy.JWT != nil {
+			v, err := jwtauth.NewVerifier(opts.Policy.JWT, opts.JWKS, opts.Now)
+			if err != nil {
+				return nil, fmt.Errorf("creating engine: %w", err)
+			}
+			e.jwt = v
+		}
 		e.items = map[*policy.Budget]string{}
 		for _, b := range opts.Policy.Budgets() {
 			e.items[b] = makePolicyItem(b)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"net/netip"
 
 	"github.com/tollgate/tollgate/identity"
@@ -18,6 +19,9 @@ type Credentials struct {
 	// was malformed (KeyMalformed).
 	Key                      string
 	KeyPresent, KeyMalformed bool
+	// JWT says the key presented is a bearer JWT to verify (see
+	// identity.Credential), under a policy that verifies them.
+	JWT bool
 	// User is a user id a trusted proxy vouched for; read only when no
 	// key was presented ("" for none).
 	User string
@@ -33,7 +37,21 @@ type Credentials struct {
 // front's own), and the configured key it presented, if any. Every front
 // identifies through it, so that one set of credentials is one subject
 // whichever front it arrives at.
+//
+// A bearer JWT (Credentials.JWT) is verified (package jwtauth): a valid
+// one is charged to the user its subject claim names (one budget with
+// that user's API keys and the user id an auth proxy reports), under the
+// plan its tenant's override gives, else the one its plan claim names,
+// else the policy's JWT default plan; an invalid one is an invalid key
+// (KeyUnknown, or KeyMalformed), charged to the client address's
+// invalid-key budget. Identify verifies without a deadline of its own
+// beyond the JWKS fetch's; fronts call IdentifyContext.
 func (e *Engine) Identify(c Credentials) (Call, *policy.APIKey) {
+	return e.IdentifyContext(context.Background(), c)
+}
+
+// IdentifyContext is Identify, a JWKS fetch it needs bounded by ctx.
+func (e *Engine) IdentifyContext(ctx context.Context, c Credentials) (Call, *policy.APIKey) {
 	p := e.policy
 	ipID := e.hasher.Hash("ip", identity.ClientGroup(c.Client))
 	sub := Subject{Client: ipID}
@@ -47,6 +65,26 @@ func (e *Engine) Identify(c Credentials) (Call, *policy.APIKey) {
 	case c.KeyMalformed:
 		sub.Kind, sub.ID = "ip", ipID
 		return Call{Subject: sub, Key: KeyMalformed}, nil
+	case c.KeyPresent && c.JWT:
+		if e.jwt == nil {
+			sub.Kind, sub.ID = "ip", ipID
+			return Call{Subject: sub, Key: KeyMalformed, JWT: true}, nil
+		}
+		cl, err := e.jwt.Verify(ctx, c.Key)
+		if err != nil {
+			sub.Kind, sub.ID = "ip", ipID
+			return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil
+		}
+		sub.Kind, sub.ID, sub.Plan = "jwt", e.hasher.Hash("u", cl.Subject), p.JWT.DefaultPlan
+		if cl.Tenant != "" {
+			sub.Tenant = e.hasher.Hash("t", cl.Tenant)
+		}
+		if tp := p.TenantPlans[cl.Tenant]; tp != nil && cl.Tenant != "" {
+			sub.Plan = tp
+		} else if pl := p.Plans[cl.Plan]; pl != nil && cl.Plan != "" {
+			sub.Plan = pl
+		}
+		return Call{Subject: sub, Key: KeyValid, JWT: true}, nil
 	case c.KeyPresent:
 		k := p.Keys[identity.KeyDigest(c.Key)]
 		if k == nil {

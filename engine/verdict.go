@@ -16,9 +16,12 @@ type Call struct {
 	Route *policy.Route
 	// Subject is who the request is charged to.
 	Subject Subject
-	// Key says whether the request presented an API key and what became
-	// of it; the zero value is none.
+	// Key says whether the request presented an API key (or a bearer
+	// JWT) and what became of it; the zero value is none.
 	Key KeyStatus
+	// JWT says the credential was a bearer JWT (Key says what became of
+	// it): an invalid one is charged as an invalid key is.
+	JWT bool
 	// Cost overrides the route's cost when positive.
 	Cost int64
 	// Account is the pseudonym of the account a login names; required
@@ -39,7 +42,7 @@ const (
 
 // Subject is who a call is charged to.
 type Subject struct {
-	Kind string // "key", "user" or "ip"
+	Kind string // "key", "jwt", "user", "ip" or "custom"
 	// ID is the pseudonym used in store keys and logs.
 	ID string
 	// Plan is the subject's plan (nil for a request refused before one

@@ -341,8 +341,8 @@ func (l *Limiter) identify(ctx context.Context) (engine.Call, Subject, error) {
 	}
 	peerIP, _ := identity.PeerAddr(r)
 	sub := Subject{Addr: ip, trustedPeer: p.Trusted.Contains(peerIP)}
-	key, present, kerr := identity.APIKey(r.Header)
-	cred := engine.Credentials{Client: ip, Key: key, KeyPresent: present, KeyMalformed: kerr != nil}
+	key, isJWT, present, kerr := identity.Credential(r.Header, p.JWT != nil)
+	cred := engine.Credentials{Client: ip, Key: key, JWT: isJWT, KeyPresent: present, KeyMalformed: kerr != nil}
 	if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
 		user, ok, err := identity.UserID(r.Header, p.UserHeader)
 		if err != nil {
@@ -352,7 +352,7 @@ func (l *Limiter) identify(ctx context.Context) (engine.Call, Subject, error) {
 			cred.User = user
 		}
 	}
-	call, k := l.engine.Identify(cred)
+	call, k := l.engine.IdentifyContext(ctx, cred)
 	sub.Subject, sub.Key = call.Subject, k
 	return call, sub, nil
 }

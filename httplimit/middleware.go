@@ -5,7 +5,8 @@
 // RateLimit/RateLimit-Policy headers or answers 429 with Retry-After and an
 // application/problem+json body, without calling the handler behind.
 //
-// Requests with an unknown or malformed API key get 401, and those attempts
+// Requests with an unknown or malformed API key (or, under a policy that
+// verifies bearer JWTs, a token that does not verify) get 401, and those attempts
 // are limited per client IP (policy invalid_key_limit): once an IP is over
 // it, every request of its that carries a key is refused with 429, valid
 // key or not, so keys cannot be guessed at speed.
@@ -28,6 +29,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/jwtauth"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -79,6 +81,9 @@ type Options struct {
 	// Tracer, if set, records a span per store call under the request's
 	// span (see engine.Options.Tracer); nil records none.
 	Tracer trace.Tracer
+	// JWKS caches the signing keys of a policy that verifies bearer JWTs
+	// (see engine.Options.JWKS); nil means the process's.
+	JWKS *jwtauth.Keys
 }
 
 // Metrics are the decision engine's Prometheus metrics; see
@@ -152,7 +157,7 @@ func New(opts Options) (*Front, error) {
 	}
 	e, err := engine.New(engine.Options{Policy: opts.Policy, Store: opts.Store, Logger: opts.Logger,
 		Metrics: opts.Metrics, LogRefusalsPerSecond: opts.LogRefusalsPerSecond, Now: opts.Now, DenyCacheSize: opts.DenyCacheSize,
-		Tracer: opts.Tracer})
+		Tracer: opts.Tracer, JWKS: opts.JWKS})
 	if err != nil {
 		return nil, fmt.Errorf("creating middleware: %w", err)
 	}
@@ -326,7 +331,14 @@ func (m *middleware) writeRefusal(w http.ResponseWriter, call engine.Call, v *en
 		if call.Key == engine.KeyMalformed {
 			pr.Detail = "The API key is malformed."
 		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+		if call.JWT {
+			// Why a token failed (expired, another issuer, an unknown
+			// key) is not told: the client learns it from its issuer.
+			pr.Type, pr.Detail = ProblemInvalidToken, "The bearer token is not valid."
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate", error="invalid_token"`)
+		} else {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+		}
 	case engine.ReasonCostExceedsBurst:
 		pr = Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request costs more than its rate limit could ever admit"}
 	case engine.ReasonMisconfigured:
@@ -372,8 +384,8 @@ func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Ca
 		cred.Custom, cred.CustomOK = m.opts.Subject(r)
 	}
 	if !cred.CustomOK {
-		key, present, kerr := identity.APIKey(r.Header)
-		cred.Key, cred.KeyPresent, cred.KeyMalformed = key, present, kerr != nil
+		key, isJWT, present, kerr := identity.Credential(r.Header, p.JWT != nil)
+		cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, kerr != nil
 		if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
 			user, ok, err := identity.UserID(r.Header, p.UserHeader)
 			if err != nil {
@@ -385,7 +397,7 @@ func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Ca
 			}
 		}
 	}
-	call, key := m.engine.Identify(cred)
+	call, key := m.engine.IdentifyContext(r.Context(), cred)
 	sub.Subject, sub.Key = call.Subject, key
 	return call, sub, true
 }

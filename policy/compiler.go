@@ -158,6 +158,7 @@ var (
 	digestPattern  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	methodPattern  = regexp.MustCompile(`^[A-Z]{1,16}$`)
 	headerPattern  = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+	claimPattern   = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
 )
 
 // compile compiles the file's every section but the API keys (compileKeys),
@@ -186,6 +187,7 @@ func (c *compiler) compile(f *File, env Env) *Policy {
 	c.store(p)
 	c.identity(p, f.Identity, env)
 	c.plans(p, f)
+	c.jwt(p, f, env)
 	c.tenants(p, f)
 	c.invalidKey(p, f.InvalidKeyLimit)
 	c.routes(p, f)

@@ -187,6 +187,51 @@ type IdentitySpec struct {
 	// those identified by user id (default: AnonymousPlan).
 	AnonymousPlan string `yaml:"anonymous_plan"`
 	UserPlan      string `yaml:"user_plan"`
+	// JWT, if set, verifies bearer tokens that are JWTs (three
+	// base64url parts, the first a JSON object) and charges each to the
+	// subject its claims name; other bearer tokens stay API keys.
+	JWT *JWTSpec `yaml:"jwt"`
+}
+
+// JWTSpec says how bearer JWTs are verified and whom they name. A token
+// that does not verify (bad signature, unknown key, an algorithm not
+// allowed, expired, not yet valid, another issuer or audience, no
+// subject) is a 401 charged to the client address's invalid_key_limit,
+// exactly like an unknown API key.
+type JWTSpec struct {
+	// JWKSURL is where the signing keys are published (https; http only
+	// to a loopback host). Required for the asymmetric algorithms.
+	JWKSURL string `yaml:"jwks_url"`
+	// Issuer, if set, must be the token's iss.
+	Issuer string `yaml:"issuer"`
+	// Audience, if set, lists the audiences accepted: the token's aud
+	// must name one of them.
+	Audience []string `yaml:"audience"`
+	// Algorithms lists the signature algorithms accepted (default RS256,
+	// ES256, EdDSA). "none" is never accepted; HS256/HS384/HS512 only
+	// when listed here and HMACSecretEnv names the shared secret.
+	Algorithms []string `yaml:"algorithms"`
+	// HMACSecretEnv names the environment variable holding the HMAC
+	// secret (at least 32 bytes) of the HS* algorithms.
+	HMACSecretEnv string `yaml:"hmac_secret_env"`
+	// ClockSkew is how far exp, nbf and iat may be off (default 30s, at
+	// most 5m).
+	ClockSkew time.Duration `yaml:"clock_skew"`
+	// SubjectClaim names the claim the subject is read from (default
+	// "sub"); TenantClaim and PlanClaim, if set, the claims naming the
+	// tenant and the plan.
+	SubjectClaim string `yaml:"subject_claim"`
+	TenantClaim  string `yaml:"tenant_claim"`
+	PlanClaim    string `yaml:"plan_claim"`
+	// DefaultPlan is the plan of a token whose plan claim is absent or
+	// names no plan (default: identity.user_plan).
+	DefaultPlan string `yaml:"default_plan"`
+	// RefreshInterval is the longest the keys are kept before they are
+	// fetched again (default 15m, at most 24h); MinRefreshInterval the
+	// least time between two fetches (default 30s), whether the JWKS's
+	// Cache-Control asks for sooner or tokens name a key id not in it.
+	RefreshInterval    time.Duration `yaml:"refresh_interval"`
+	MinRefreshInterval time.Duration `yaml:"min_refresh_interval"`
 }
 
 // LimitSpec is one limit as written.

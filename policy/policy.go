@@ -45,6 +45,8 @@ type Policy struct {
 	Plans         map[string]*Plan
 	AnonymousPlan *Plan
 	UserPlan      *Plan
+	// JWT, when non-nil, verifies bearer JWTs (JWTSpec compiled).
+	JWT *JWT
 	// Keys maps an API key digest ("sha256:<hex>") to the key.
 	Keys map[string]*APIKey
 	// TenantPlans overrides the plan of every key of a tenant.
@@ -150,6 +152,26 @@ type Plan struct {
 	// the same atomic call as Limits.
 	Tenant *Budget
 }
+
+// JWT is how bearer JWTs are verified and whom they name (JWTSpec
+// compiled, defaults filled in).
+type JWT struct {
+	JWKSURL    string
+	Issuer     string
+	Audience   []string
+	Algorithms []string
+	// HMACSecret is the HS* algorithms' secret (nil without them).
+	HMACSecret                           []byte
+	ClockSkew                            time.Duration
+	SubjectClaim, TenantClaim, PlanClaim string
+	// DefaultPlan is the plan of a token whose plan claim is absent or
+	// names no plan.
+	DefaultPlan                         *Plan
+	RefreshInterval, MinRefreshInterval time.Duration
+}
+
+// Symmetric reports whether alg is an HMAC algorithm (HS256, ...).
+func Symmetric(alg string) bool { return strings.HasPrefix(alg, "HS") }
 
 // APIKey is one configured key.
 type APIKey struct {

@@ -344,6 +344,9 @@ func describe(w io.Writer, p *policy.Policy) {
 		if keys > 0 {
 			who = append(who, fmt.Sprintf("%d API key(s)", keys))
 		}
+		if p.JWT != nil && p.JWT.DefaultPlan != nil && p.JWT.DefaultPlan.Name == n {
+			who = append(who, "JWTs naming no plan")
+		}
 		fmt.Fprintf(w, "  %-12s %-22s %s\n", n, describePlan(p.Plans[n]), strings.Join(who, ", "))
 	}
 	fmt.Fprintln(w, "routes:")
@@ -380,6 +383,9 @@ func describe(w io.Writer, p *policy.Policy) {
 		}
 		fmt.Fprintf(w, "  %-7s %-16s -> %-22s group %-8s cost %-3d %s, %s\n", m, match, r.Upstream, r.Group, r.Cost, limit, mode)
 	}
+	if j := p.JWT; j != nil {
+		fmt.Fprintf(w, "bearer JWTs: %s\n", describeJWT(j))
+	}
 	fmt.Fprintf(w, "invalid API keys: %v per client IP\n", p.InvalidKey.Limit)
 	if p.Region != "" {
 		fmt.Fprintf(w, "region: %s (every limit above is this region's share)\n", p.Region)
@@ -387,6 +393,33 @@ func describe(w io.Writer, p *policy.Policy) {
 	if len(p.TrustedProxies) > 0 {
 		fmt.Fprintf(w, "trusted proxies: %v\n", p.TrustedProxies)
 	}
+}
+
+// describeJWT prints how bearer JWTs are verified and whom they name.
+func describeJWT(j *policy.JWT) string {
+	var parts []string
+	if j.JWKSURL != "" {
+		parts = append(parts, fmt.Sprintf("keys from %s (refreshed every %v, at most every %v)", j.JWKSURL, j.RefreshInterval, j.MinRefreshInterval))
+	}
+	if j.HMACSecret != nil {
+		parts = append(parts, "HMAC secret from the environment")
+	}
+	parts = append(parts, "algorithms "+strings.Join(j.Algorithms, ", "), fmt.Sprintf("clock skew %v", j.ClockSkew))
+	if j.Issuer != "" {
+		parts = append(parts, "issuer "+j.Issuer)
+	}
+	if len(j.Audience) > 0 {
+		parts = append(parts, "audience "+strings.Join(j.Audience, " or "))
+	}
+	who := "subject from claim " + j.SubjectClaim
+	if j.TenantClaim != "" {
+		who += ", tenant from " + j.TenantClaim
+	}
+	if j.PlanClaim != "" {
+		who += ", plan from " + j.PlanClaim
+	}
+	parts = append(parts, who)
+	return strings.Join(parts, "; ") + "; invalid tokens count as invalid API keys"
 }
 
 // describePlan prints a plan's limits, e.g. "gcra 10/1s + gcra 1000/1h,
