@@ -86,6 +86,7 @@ func (c *compiler) decode(data []byte, file string, v any) map[string]int {
 		return lines
 	}
 	walk(&root, "", lines)
+	data = withDays(data, &root, v)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(v); err != nil {
@@ -121,7 +122,7 @@ func friendlier(m string) string {
 		return fmt.Sprintf("unknown field %q (misspelt?)", g[1])
 	}
 	if strings.Contains(m, "into time.Duration") {
-		return m + " (want a duration such as 500ms, 30s, 1m, 1h)"
+		return m + " (want a duration such as 500ms, 30s, 1m, 1h, 7d)"
 	}
 	return m
 }
