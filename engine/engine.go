@@ -178,6 +178,11 @@ func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
 		plan = route.Limit
 	}
 	var ch charges
+	if c.Subject.Unlimited {
+		// Counted, never refused by a rate limit: no budget is charged,
+		// and only the guards below apply.
+		plan, route = nil, nil
+	}
 	if plan != nil {
 		ch = e.plannedCharges(plan, c.Subject, cost)
 	}
@@ -189,18 +194,20 @@ func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
 		b := route.Global
 		ch.add(b, b.Request("route", "", cost))
 	}
+	route = c.Route
 	v.shadow = ch.shadow
-	if len(ch.reqs) == 0 {
-		// Every limit here is in shadow: the call passes untouched.
-		v.Outcome = Allowed
-		e.count("-", v.group, v.plan, "allowed")
-		return v
-	}
 	if route != nil && route.Concurrency != nil && !e.acquireSlot(ctx, v, c) {
 		return v
 	}
 	if route != nil && route.Login != nil && !e.loginBegin(ctx, v, c) {
 		v.giveBack(ctx)
+		return v
+	}
+	if len(ch.reqs) == 0 {
+		// No rate limit here is enforced (every one is in shadow, or the
+		// subject is unlimited): past the guards, the call passes.
+		v.Outcome = Allowed
+		e.count(unlimitedBudget(c.Subject), v.group, v.plan, "allowed")
 		return v
 	}
 	if route != nil && route.Global != nil && !route.Global.Shadow && !e.holdGlobal(ctx, v, c, cost) {
@@ -238,6 +245,16 @@ func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
 	v.Outcome = Allowed
 	e.count(b.Name, v.group, v.plan, "allowed")
 	return v
+}
+
+// unlimitedBudget is the budget label a call no rate limit applies to is
+// counted under: "unlimited" for an unlimited subject, else "-" (every
+// limit in shadow).
+func unlimitedBudget(s Subject) string {
+	if s.Unlimited {
+		return "unlimited"
+	}
+	return "-"
 }
 
 // charges are the budgets a call is decided under and their store

@@ -52,6 +52,27 @@ func (e *Engine) Identify(c Credentials) (Call, *policy.APIKey) {
 
 // IdentifyContext is Identify, a JWKS fetch it needs bounded by ctx.
 func (e *Engine) IdentifyContext(ctx context.Context, c Credentials) (Call, *policy.APIKey) {
+	call, k, raw := e.identify(ctx, c)
+	s := &call.Subject
+	if s.Plan != nil && s.Plan.Unlimited {
+		s.Unlimited = true
+	}
+	// An invalid credential is never on the list, whatever its address.
+	if l := e.policy.Allowlist; l != nil && (call.Key == KeyNone || call.Key == KeyValid) {
+		if raw.key != "" && l.Keys[raw.key] || raw.user != "" && l.Users[raw.user] ||
+			raw.tenant != "" && l.Tenants[raw.tenant] || l.Address(c.Client) {
+			s.Unlimited = true
+		}
+	}
+	return call, k
+}
+
+// rawIDs are the identities a call was found to carry, as configured
+// (never logged): what the allowlist names.
+type rawIDs struct{ key, user, tenant string }
+
+// identify is IdentifyContext before the allowlist.
+func (e *Engine) identify(ctx context.Context, c Credentials) (Call, *policy.APIKey, rawIDs) {
 	p := e.policy
 	ipID := e.hasher.Hash("ip", identity.ClientGroup(c.Client))
 	sub := Subject{Client: ipID}
@@ -61,19 +82,19 @@ func (e *Engine) IdentifyContext(ctx context.Context, c Credentials) (Call, *pol
 		if sub.Plan == nil {
 			sub.Plan = p.AnonymousPlan
 		}
-		return Call{Subject: sub}, nil
+		return Call{Subject: sub}, nil, rawIDs{}
 	case c.KeyMalformed:
 		sub.Kind, sub.ID = "ip", ipID
-		return Call{Subject: sub, Key: KeyMalformed}, nil
+		return Call{Subject: sub, Key: KeyMalformed}, nil, rawIDs{}
 	case c.KeyPresent && c.JWT:
 		if e.jwt == nil {
 			sub.Kind, sub.ID = "ip", ipID
-			return Call{Subject: sub, Key: KeyMalformed, JWT: true}, nil
+			return Call{Subject: sub, Key: KeyMalformed, JWT: true}, nil, rawIDs{}
 		}
 		cl, err := e.jwt.Verify(ctx, c.Key)
 		if err != nil {
 			sub.Kind, sub.ID = "ip", ipID
-			return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil
+			return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil, rawIDs{}
 		}
 		sub.Kind, sub.ID, sub.Plan = "jwt", e.hasher.Hash("u", cl.Subject), p.JWT.DefaultPlan
 		if cl.Tenant != "" {
@@ -84,22 +105,22 @@ func (e *Engine) IdentifyContext(ctx context.Context, c Credentials) (Call, *pol
 		} else if pl := p.Plans[cl.Plan]; pl != nil && cl.Plan != "" {
 			sub.Plan = pl
 		}
-		return Call{Subject: sub, Key: KeyValid, JWT: true}, nil
+		return Call{Subject: sub, Key: KeyValid, JWT: true}, nil, rawIDs{user: cl.Subject, tenant: cl.Tenant}
 	case c.KeyPresent:
 		k := p.Keys[identity.KeyDigest(c.Key)]
 		if k == nil {
 			sub.Kind, sub.ID = "ip", ipID
-			return Call{Subject: sub, Key: KeyUnknown}, nil
+			return Call{Subject: sub, Key: KeyUnknown}, nil, rawIDs{}
 		}
 		sub.Kind, sub.Plan = "key", k.Plan
 		sub.ID, sub.Tenant = e.KeySubject(k)
-		return Call{Subject: sub, Key: KeyValid}, k
+		return Call{Subject: sub, Key: KeyValid}, k, rawIDs{key: k.ID, user: k.User, tenant: k.Tenant}
 	case c.User != "":
 		sub.Kind, sub.ID, sub.Plan = "user", e.hasher.Hash("u", c.User), p.UserPlan
-		return Call{Subject: sub}, nil
+		return Call{Subject: sub}, nil, rawIDs{user: c.User}
 	}
 	sub.Kind, sub.ID, sub.Plan = "ip", ipID, p.AnonymousPlan
-	return Call{Subject: sub}, nil
+	return Call{Subject: sub}, nil, rawIDs{}
 }
 
 // KeySubject returns the pseudonyms the API key k is charged under: its

@@ -53,6 +53,9 @@ type Subject struct {
 	// Client is the pseudonym of the client address's group: what the
 	// invalid-key limit and the login guard's failure budget count.
 	Client string
+	// Unlimited subjects (an unlimited plan, the allowlist) are counted
+	// and never refused by a rate limit or quota; the guards still apply.
+	Unlimited bool
 }
 
 // Group returns the call's route group: "unmatched" without a route.

@@ -54,6 +54,8 @@ type File struct {
 	// Tenants overrides, per tenant, the plan of every API key of that
 	// tenant (e.g. acme: {plan: pro}).
 	Tenants map[string]TenantSpec `yaml:"tenants"`
+	// Allowlist lists subjects never refused by a rate limit or quota.
+	Allowlist *AllowlistSpec `yaml:"allowlist"`
 }
 
 // TenantSpec overrides a tenant's plan.
@@ -70,6 +72,26 @@ type PlanSpec struct {
 	// Tenant is a budget per tenant (API keys name their tenant), charged
 	// in the same atomic call as the user's limits.
 	Tenant *LimitSpec `yaml:"tenant"`
+	// Unlimited makes a plan without limits: its subjects are counted
+	// (tollgate_decisions_total, budget "unlimited") and never refused by
+	// a rate limit or quota, the routes' own and global budgets included.
+	// The guards still apply: invalid keys, login guards, concurrency.
+	Unlimited bool `yaml:"unlimited"`
+}
+
+// AllowlistSpec lists subjects that are counted, never refused by a rate
+// limit or quota, whatever their plan (as if it were unlimited).
+type AllowlistSpec struct {
+	// Keys lists API key ids.
+	Keys []string `yaml:"keys"`
+	// Users lists user ids: a key's user, the user header's (from a
+	// trusted proxy), a bearer JWT's subject.
+	Users []string `yaml:"users"`
+	// Tenants lists tenants: a key's, a bearer JWT's.
+	Tenants []string `yaml:"tenants"`
+	// Addresses lists client addresses and CIDRs: every request from
+	// them whose credentials (if any) are valid.
+	Addresses []string `yaml:"addresses"`
 }
 
 // NamedLimitSpec is one of a plan's limits; Name appears in the

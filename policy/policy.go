@@ -47,6 +47,9 @@ type Policy struct {
 	UserPlan      *Plan
 	// JWT, when non-nil, verifies bearer JWTs (JWTSpec compiled).
 	JWT *JWT
+	// Allowlist, when non-nil, lists subjects never refused by a rate
+	// limit.
+	Allowlist *Allowlist
 	// Keys maps an API key digest ("sha256:<hex>") to the key.
 	Keys map[string]*APIKey
 	// TenantPlans overrides the plan of every key of a tenant.
@@ -151,6 +154,30 @@ type Plan struct {
 	// Tenant, if set, is shared by all users of one tenant and charged in
 	// the same atomic call as Limits.
 	Tenant *Budget
+	// Unlimited plans have no limits: their subjects are counted, never
+	// refused by a rate limit (see PlanSpec.Unlimited).
+	Unlimited bool
+}
+
+// Allowlist is the subjects counted but never refused by a rate limit
+// (AllowlistSpec compiled).
+type Allowlist struct {
+	Keys, Users, Tenants map[string]bool
+	Addresses            []netip.Prefix
+}
+
+// Address reports whether the client address a is on the list.
+func (l *Allowlist) Address(a netip.Addr) bool {
+	if l == nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range l.Addresses {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // JWT is how bearer JWTs are verified and whom they name (JWTSpec
@@ -336,6 +363,7 @@ func ParseEnv(data []byte, name string, env Env) (*Policy, error) {
 	}
 	p := c.compile(&f, env)
 	c.compileKeys(p, keys, keyLines, keyFile)
+	c.allowlist(p, f.Allowlist)
 	if len(c.problems) > 0 {
 		return nil, c.err()
 	}

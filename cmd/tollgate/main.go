@@ -383,6 +383,10 @@ func describe(w io.Writer, p *policy.Policy) {
 		}
 		fmt.Fprintf(w, "  %-7s %-16s -> %-22s group %-8s cost %-3d %s, %s\n", m, match, r.Upstream, r.Group, r.Cost, limit, mode)
 	}
+	if l := p.Allowlist; l != nil {
+		fmt.Fprintf(w, "allowlist (counted, never refused by a rate limit): %d key(s), %d user(s), %d tenant(s), addresses %v\n",
+			len(l.Keys), len(l.Users), len(l.Tenants), l.Addresses)
+	}
 	if j := p.JWT; j != nil {
 		fmt.Fprintf(w, "bearer JWTs: %s\n", describeJWT(j))
 	}
@@ -425,6 +429,9 @@ func describeJWT(j *policy.JWT) string {
 // describePlan prints a plan's limits, e.g. "gcra 10/1s + gcra 1000/1h,
 // tenant fixed_window 25/1m0s".
 func describePlan(pl *policy.Plan) string {
+	if pl.Unlimited {
+		return "unlimited (counted)"
+	}
 	parts := make([]string, len(pl.Limits))
 	for i, b := range pl.Limits {
 		parts[i] = b.Limit.String()
