@@ -174,17 +174,30 @@ func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
 	}
 	route := c.Route
 	plan, cost := c.Subject.Plan, c.cost()
+	var extra *policy.Plan // a route limit charged beside the plan's
 	if route != nil && route.Limit != nil {
-		plan = route.Limit
+		if route.LimitAdds {
+			extra = route.Limit
+		} else {
+			plan = route.Limit
+		}
 	}
 	var ch charges
 	if c.Subject.Unlimited {
 		// Counted, never refused by a rate limit: no budget is charged,
 		// and only the guards below apply.
-		plan, route = nil, nil
+		plan, extra, route = nil, nil, nil
 	}
 	if plan != nil {
 		ch = e.plannedCharges(plan, c.Subject, cost)
+	}
+	if extra != nil {
+		// In the plan's group (its tenant's, if it has one), so that one
+		// atomic call decides the route's limit and the plan's.
+		tag := chargeTag(plan, c.Subject)
+		for _, b := range extra.Limits {
+			ch.add(b, b.Request(c.Subject.ID, tag, cost))
+		}
 	}
 	if route != nil && route.Candidate != nil {
 		b := route.Candidate
@@ -284,10 +297,7 @@ func (ch *charges) add(b *policy.Budget, req tollgate.Request) {
 // request per limit of the plan and, for a subject with a tenant, one for
 // the tenant's budget, all in the tenant's group so one call decides them.
 func (e *Engine) plannedCharges(plan *policy.Plan, sub Subject, cost int64) charges {
-	tag := ""
-	if plan.Tenant != nil && sub.Tenant != "" {
-		tag = sub.Tenant
-	}
+	tag := chargeTag(plan, sub)
 	ch := charges{budgets: make([]*policy.Budget, 0, len(plan.Limits)+1), reqs: make([]tollgate.Request, 0, len(plan.Limits)+1)}
 	for _, b := range plan.Limits {
 		ch.add(b, b.Request(sub.ID, tag, cost))
@@ -297,6 +307,15 @@ func (e *Engine) plannedCharges(plan *policy.Plan, sub Subject, cost int64) char
 		ch.add(b, b.Request(tag, tag, cost))
 	}
 	return ch
+}
+
+// chargeTag is the group sub's charges under plan are decided in: its
+// tenant's when the plan has a tenant budget, else its own ("").
+func chargeTag(plan *policy.Plan, sub Subject) string {
+	if plan != nil && plan.Tenant != nil && sub.Tenant != "" {
+		return sub.Tenant
+	}
+	return ""
 }
 
 // refuse records that b's decision d refused the call.

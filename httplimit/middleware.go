@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -311,6 +312,18 @@ func (m *middleware) writeRefusal(w http.ResponseWriter, call engine.Call, v *en
 		retry = max(1, ceilSeconds(v.RetryAfter))
 	}
 	pr := Problem{Status: http.StatusTooManyRequests, RetryAfter: retry}
+	if rf := refusalOf(call); rf != nil && (v.Reason == engine.ReasonRate || v.Reason == engine.ReasonConcurrency) {
+		if len(rf.Body) > 0 {
+			h := w.Header()
+			h.Set("Content-Type", rf.ContentType)
+			h.Set("Cache-Control", "no-store")
+			h.Set("Retry-After", strconv.FormatInt(retry, 10))
+			w.WriteHeader(rf.Status)
+			w.Write(rf.Body)
+			return
+		}
+		pr.Status = rf.Status
+	}
 	switch v.Reason {
 	case engine.ReasonRate:
 		c, _ := v.Reported()
@@ -352,6 +365,14 @@ func (m *middleware) writeRefusal(w http.ResponseWriter, call engine.Call, v *en
 		return
 	}
 	WriteProblem(w, pr)
+}
+
+// refusalOf returns the route's own answer to refusals, nil for none.
+func refusalOf(call engine.Call) *policy.Refusal {
+	if call.Route == nil {
+		return nil
+	}
+	return call.Route.Refusal
 }
 
 // pass hands the request on, with the headers forwardHeaders allows. A

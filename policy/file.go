@@ -309,9 +309,18 @@ type RouteSpec struct {
 	Group string `yaml:"group"`
 	// Cost is what one request spends (default 1).
 	Cost int64 `yaml:"cost"`
-	// Limit, if set, replaces the plan's limit on this route: each subject
-	// gets a budget of its own for the route group.
-	Limit *LimitSpec `yaml:"limit"`
+	// Limit, if set, is a budget per subject for the route group, which
+	// replaces the subject's plan on this route (LimitMode "replace", the
+	// default) or is charged with it, all or nothing in one call
+	// (LimitMode "add").
+	Limit     *LimitSpec `yaml:"limit"`
+	LimitMode string     `yaml:"limit_mode"`
+	// Refusal, if set, is what the route answers when a rate limit,
+	// quota or concurrency limit refuses a request, instead of the 429
+	// problem: another status, or a body of its own. Retry-After and the
+	// RateLimit headers are sent alike; other refusals (an invalid key, a
+	// locked account) keep their answers.
+	Refusal *RefusalSpec `yaml:"refusal"`
 	// Global, if set, is one budget for the whole route, shared by every
 	// subject, charged after the subject's own limits (see Route.Global).
 	Global *LimitSpec `yaml:"global"`
@@ -324,6 +333,17 @@ type RouteSpec struct {
 	Login *LoginSpec `yaml:"login"`
 	// Concurrency bounds the requests in flight on this route.
 	Concurrency *ConcurrencySpec `yaml:"concurrency"`
+}
+
+// RefusalSpec is a route's answer to a request its limits refuse.
+type RefusalSpec struct {
+	// Status is the status answered (default 429), 400 to 599.
+	Status int `yaml:"status"`
+	// Body, if set, is the body answered (at most 4 KiB), of
+	// ContentType (default text/plain; charset=utf-8); without it the
+	// answer is the problem+json body with Status.
+	Body        string `yaml:"body"`
+	ContentType string `yaml:"content_type"`
 }
 
 // LoginSpec guards a login route. The account comes from a field of the

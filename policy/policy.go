@@ -217,8 +217,13 @@ type Route struct {
 	Upstream           string
 	Group              string
 	Cost               int64
-	// Limit, when non-nil, replaces the subject's plan on this route.
-	Limit *Plan
+	// Limit, when non-nil, replaces the subject's plan on this route, or
+	// with LimitAdds is charged beside it in the same atomic call.
+	Limit     *Plan
+	LimitAdds bool
+	// Refusal, when non-nil, is the answer to a request the route's
+	// rate limits, quotas or concurrency limit refuse.
+	Refusal *Refusal
 	// Global, when non-nil, is one budget for the route shared by every
 	// subject. It lives in another Redis slot, so it cannot be decided in
 	// the same call as the subject's (and tenant's) limits: the request
@@ -235,6 +240,14 @@ type Route struct {
 	Login *Login
 	// Concurrency, when non-nil, bounds its requests in flight.
 	Concurrency *Concurrency
+}
+
+// Refusal is a route's answer to a refused request (RefusalSpec
+// compiled): Status, and Body of ContentType when Body is not empty.
+type Refusal struct {
+	Status      int
+	ContentType string
+	Body        []byte
 }
 
 // Login is a compiled login guard.

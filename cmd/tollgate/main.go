@@ -362,6 +362,9 @@ func describe(w io.Writer, p *policy.Policy) {
 		limit := "plan limit"
 		if r.Limit != nil {
 			limit = "own limit " + describePlan(r.Limit) + " per subject"
+			if r.LimitAdds {
+				limit = "plan limit + " + limit
+			}
 		}
 		if r.Global != nil {
 			limit += ", global " + r.Global.Limit.String()
@@ -376,6 +379,12 @@ func describe(w io.Writer, p *policy.Policy) {
 		if l := r.Login; l != nil {
 			limit += fmt.Sprintf(", login guard (field %q: %d failures lock %v..%v; %v failures per IP)",
 				l.AccountField, l.Rule.Threshold, l.Rule.Lock, l.Rule.MaxLock, l.IPFailures.Limit)
+		}
+		if rf := r.Refusal; rf != nil {
+			limit += fmt.Sprintf(", refused with %d", rf.Status)
+			if len(rf.Body) > 0 {
+				limit += " and its own " + rf.ContentType + " body"
+			}
 		}
 		mode := "fail_open"
 		if r.FailClosed {
