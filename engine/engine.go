@@ -188,15 +188,30 @@ func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
 		// and only the guards below apply.
 		plan, extra, route = nil, nil, nil
 	}
+	// ks is who the route's own limit is counted per: the subject, or
+	// what the route keys it by.
+	ks := c.Subject
+	if c.LimitKey != "" && route != nil && route.Limit != nil {
+		ks.ID = c.LimitKey
+	}
 	if plan != nil {
-		ch = e.plannedCharges(plan, c.Subject, cost)
+		if route != nil && plan == route.Limit {
+			ch = e.plannedCharges(plan, ks, cost)
+		} else {
+			ch = e.plannedCharges(plan, c.Subject, cost)
+		}
 	}
 	if extra != nil {
-		// In the plan's group (its tenant's, if it has one), so that one
-		// atomic call decides the route's limit and the plan's.
+		// In the plan's group (its tenant's, if it has one, else the
+		// subject's), so that one atomic call decides the route's limit
+		// and the plan's; a keyed limit that adds is counted per subject
+		// too (policy), so it belongs to the subject's group.
 		tag := chargeTag(plan, c.Subject)
+		if tag == "" && ks.ID != c.Subject.ID {
+			tag = c.Subject.ID
+		}
 		for _, b := range extra.Limits {
-			ch.add(b, b.Request(c.Subject.ID, tag, cost))
+			ch.add(b, b.Request(ks.ID, tag, cost))
 		}
 	}
 	if route != nil && route.Candidate != nil {

@@ -105,7 +105,7 @@ func (e *Engine) identify(ctx context.Context, c Credentials) (Call, *policy.API
 		} else if pl := p.Plans[cl.Plan]; pl != nil && cl.Plan != "" {
 			sub.Plan = pl
 		}
-		return Call{Subject: sub, Key: KeyValid, JWT: true}, nil, rawIDs{user: cl.Subject, tenant: cl.Tenant}
+		return Call{Subject: sub, Key: KeyValid, JWT: true, Claims: cl.Extra}, nil, rawIDs{user: cl.Subject, tenant: cl.Tenant}
 	case c.KeyPresent:
 		k := p.Keys[identity.KeyDigest(c.Key)]
 		if k == nil {
@@ -136,6 +136,12 @@ func (e *Engine) KeySubject(k *policy.APIKey) (subject, tenant string) {
 		tenant = e.hasher.Hash("t", k.Tenant)
 	}
 	return subject, tenant
+}
+
+// LimitKey returns the pseudonym a route's limit is counted per for the
+// values its LimitKey names (policy.Route.KeyValues), for Call.LimitKey.
+func (e *Engine) LimitKey(r *policy.Route, values []string) string {
+	return e.hasher.Hash("rk", policy.RouteKeyID(r.LimitKey, values))
 }
 
 // Pseudonym returns the pseudonym of id among ids of one kind ("acct" for

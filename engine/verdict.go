@@ -27,6 +27,14 @@ type Call struct {
 	// Account is the pseudonym of the account a login names; required
 	// on a route with a login guard.
 	Account string
+	// Claims are a verified bearer JWT's claims that route limits are
+	// counted per (policy.JWT.KeyClaims), as the token has them: raw
+	// values, never logged. Nil without a token.
+	Claims map[string]string
+	// LimitKey is the pseudonym the route's limit is counted per when
+	// the route has a policy.Route.LimitKey (see Engine.LimitKey); ""
+	// counts it per subject.
+	LimitKey string
 }
 
 // KeyStatus is what became of the API key a request presented.

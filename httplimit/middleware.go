@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -261,7 +262,22 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		return decision{}, false
 	}
 	clean := policy.CleanPath(r.URL.Path)
-	route := p.Match(r.Method, clean)
+	rr := policy.RouteRequest{Method: r.Method, Path: clean, Host: r.Host, Header: r.Header}
+	if p.UsesQuery() {
+		// The query is read as strictly as the upstream could read it:
+		// what does not parse, or names a parameter twice, is refused.
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the query string cannot be parsed"})
+			return decision{}, false
+		}
+		rr.Query = q
+	}
+	if why := p.Ambiguous(rr); why != "" {
+		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
+		return decision{}, false
+	}
+	route, params := p.MatchRequest(rr)
 	if route == nil && m.opts.RequireRoute {
 		WriteProblem(w, Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Detail: "no route matches this request"})
 		return decision{}, false
@@ -278,6 +294,9 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		return decision{}, false
 	}
 	call.Route = route
+	if route != nil && route.Limit != nil && route.LimitKey != nil {
+		call.LimitKey = m.engine.LimitKey(route, route.KeyValues(rr, params, call.Subject.ID, call.Claims))
+	}
 	if m.opts.Cost != nil {
 		call.Cost = m.opts.Cost(r)
 	}

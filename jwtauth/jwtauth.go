@@ -9,6 +9,7 @@ package jwtauth
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -131,6 +132,10 @@ type Claims struct {
 	Subject string
 	Tenant  string // "" when the tenant claim is not configured or absent
 	Plan    string // "" likewise
+	// Extra holds the claims route limits are counted per
+	// (policy.JWT.KeyClaims) that the token has: strings as they are,
+	// numbers and booleans as JSON writes them; nil for none.
+	Extra map[string]string
 }
 
 // Verifier verifies tokens under one policy's settings.
@@ -230,7 +235,35 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 			return Claims{}, fmt.Errorf("%w: claim %q: %v", ErrInvalid, v.s.PlanClaim, err)
 		}
 	}
+	for _, name := range v.s.KeyClaims {
+		if x, ok := scalarClaim(tok, name); ok {
+			if c.Extra == nil {
+				c.Extra = map[string]string{}
+			}
+			c.Extra[name] = x
+		}
+	}
 	return c, nil
+}
+
+// scalarClaim returns the claim name as text if it is a string (of at
+// most maxClaimLength bytes), a number or a boolean.
+func scalarClaim(t jwt.Token, name string) (string, bool) {
+	if !t.Has(name) {
+		return "", false
+	}
+	var x any
+	if err := t.Get(name, &x); err != nil {
+		return "", false
+	}
+	switch x := x.(type) {
+	case string:
+		return x, len(x) <= maxClaimLength
+	case float64, bool, json.Number:
+		b, err := json.Marshal(x)
+		return string(b), err == nil
+	}
+	return "", false
 }
 
 // refresh fetches the JWKS again because a token named a key id it does

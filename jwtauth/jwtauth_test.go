@@ -56,7 +56,7 @@ func TestVerify(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", k.ID, err)
 		}
-		if c != (jwtauth.Claims{Subject: "alice", Tenant: "acme", Plan: "pro"}) {
+		if c.Subject != "alice" || c.Tenant != "acme" || c.Plan != "pro" || c.Extra != nil {
 			t.Fatalf("%s: claims %+v", k.ID, c)
 		}
 	}
@@ -174,5 +174,30 @@ func TestRotation(t *testing.T) {
 	}
 	if n := idp.Fetches.Load(); n != 2 {
 		t.Fatalf("%d fetches after 50 unknown kids within min_refresh_interval, want 2", n)
+	}
+}
+
+// TestKeyClaims: the claims route limits are counted per are read as
+// text when they are strings, numbers or booleans, and left out
+// otherwise.
+func TestKeyClaims(t *testing.T) {
+	ec := jwttest.NewKey(t, "ES256", "ec-1")
+	idp := jwttest.NewIdP(t, ec)
+	s := settings(idp.JWKSURL())
+	s.KeyClaims = []string{"org", "level", "admin", "groups", "missing"}
+	v := verifier(t, s, func() time.Time { return now })
+	c, err := v.Verify(context.Background(), jwttest.Sign(t, ec, jwttest.Valid("alice", now).
+		With("org", "acme").With("level", 3).With("admin", true).With("groups", []string{"a"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"org": "acme", "level": "3", "admin": "true"}
+	if len(c.Extra) != len(want) {
+		t.Fatalf("extra %v, want %v", c.Extra, want)
+	}
+	for k, x := range want {
+		if c.Extra[k] != x {
+			t.Errorf("%s = %q, want %q", k, c.Extra[k], x)
+		}
 	}
 }

@@ -19,6 +19,12 @@ func (c *compiler) routes(p *Policy, f *File) {
 	}
 	seenName := map[string]bool{}
 	seenMatch := map[string]bool{}
+	claims := map[string]bool{} // the claims route limits are counted per
+	defer func() {
+		if p.JWT != nil {
+			p.JWT.KeyClaims = slices.Sorted(maps.Keys(claims))
+		}
+	}()
 	for i, rs := range f.Routes {
 		path := fmt.Sprintf("routes[%d]", i)
 		r := &Route{Name: rs.Name, Method: rs.Method, Path: rs.Path, Upstream: rs.Upstream, Group: rs.Group, Cost: rs.Cost}
@@ -35,12 +41,6 @@ func (c *compiler) routes(p *Policy, f *File) {
 			c.addf(path+".path", "%v", err)
 		}
 		r.Prefix = strings.HasSuffix(r.Path, "/")
-		r.key = MatchKey(r.Path)
-		if m := r.Method + " " + r.key; seenMatch[m] {
-			c.addf(path+".path", "another route already matches %s", strings.TrimSpace(m))
-		} else {
-			seenMatch[m] = true
-		}
 		if err := checkUpstream(r.Upstream); r.Upstream != "" && err != nil {
 			c.addf(path+".upstream", "%v", err)
 		}
@@ -79,6 +79,18 @@ func (c *compiler) routes(p *Policy, f *File) {
 		}
 		if rs.Refusal != nil {
 			r.Refusal = c.refusal(path+".refusal", rs.Refusal)
+		}
+		c.compileMatch(p, path, r, &f.Routes[i], claims)
+		shape := r.key
+		for _, n := range r.params {
+			if n != "" {
+				shape = strings.Replace(shape, "{"+n+"}", "{}", 1)
+			}
+		}
+		if m := r.Method + " " + shape + " " + condKey(r); seenMatch[m] {
+			c.addf(path+".path", "another route already matches %s", strings.TrimSpace(r.Method+" "+r.key))
+		} else {
+			seenMatch[m] = true
 		}
 		if rs.Global != nil {
 			if l, ok := c.limit(path+".global", *rs.Global); ok {

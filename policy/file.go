@@ -297,12 +297,34 @@ type RouteSpec struct {
 	Method string `yaml:"method"`
 	// Path matches exactly (and with a trailing slash), or, when it ends in
 	// "/", as a prefix (and without the slash). The most specific route
-	// wins: the request's own path, then the longest, then a method over
-	// any (see Policy.Match). Requests are matched on their decoded,
-	// cleaned path, so Path must be clean and literal: no . or ..
-	// segments, repeated slashes, percent-encodings, backslashes, control
-	// or invisible characters, '?', '#' or pattern syntax ({id}, :id, *).
+	// wins: the request's own path, then the longest, then the one with
+	// more conditions (host, headers, query), then a method over any (see
+	// Policy.MatchRequest). Requests are matched on their decoded,
+	// cleaned path, so Path must be clean and literal but for {param}
+	// segments: no . or .. segments, repeated slashes, percent-encodings,
+	// backslashes, control or invisible characters, '?', '#' or other
+	// pattern syntax (:id, *).
 	Path string `yaml:"path"`
+	// Match spells out how Path matches: "exact" (the path, and with a
+	// trailing slash) or "prefix" (the path and everything under it);
+	// default: prefix when Path ends in "/". A path may hold parameters,
+	// whole segments such as /users/{id}/export, each matching one
+	// non-empty segment.
+	Match string `yaml:"match"`
+	// Host, if set, is the host the request must name (Host header, port
+	// and case ignored): api.example.com, or *.example.com for any host
+	// under it.
+	Host string `yaml:"host"`
+	// Headers and Query, if set, are headers and query parameters the
+	// request must carry, once, with the value given (ignoring case), or
+	// with any value for "*". A request giving one of them twice is a 400.
+	Headers map[string]string `yaml:"headers"`
+	Query   map[string]string `yaml:"query"`
+	// LimitKey lists what the route's limit is counted per (default:
+	// the subject): subject, host, header:<Name>, query:<name>,
+	// path:<param>, claim:<name> (a bearer JWT's), each value hashed
+	// into the store key like a subject.
+	LimitKey []string `yaml:"limit_key"`
 	// Upstream is an http(s) URL, or "builtin:echo" for the demo upstream.
 	Upstream string `yaml:"upstream"`
 	// Group names the route in metrics (default: Name).

@@ -53,10 +53,14 @@ type Policy struct {
 	// Keys maps an API key digest ("sha256:<hex>") to the key.
 	Keys map[string]*APIKey
 	// TenantPlans overrides the plan of every key of a tenant.
-	TenantPlans   map[string]*Plan
-	InvalidKey    *Budget // the per-IP limit on invalid API keys
-	Routes        []*Route
-	LegacyHeaders bool
+	TenantPlans map[string]*Plan
+	InvalidKey  *Budget // the per-IP limit on invalid API keys
+	Routes      []*Route
+	// condHeaders and condQuery are the headers and query parameters
+	// that some route matches or keys on.
+	condHeaders, condQuery []string
+	hostRoutes             bool // some route names a host
+	LegacyHeaders          bool
 	// Log is how the gateway logs (LogSpec compiled).
 	Log             LogSettings
 	UpstreamTimeout time.Duration
@@ -195,6 +199,9 @@ type JWT struct {
 	// names no plan.
 	DefaultPlan                         *Plan
 	RefreshInterval, MinRefreshInterval time.Duration
+	// KeyClaims are the claims route limits are counted per (limit_key
+	// claim:<name>): a verified token's are read (jwtauth.Claims.Extra).
+	KeyClaims []string
 }
 
 // Symmetric reports whether alg is an HMAC algorithm (HS256, ...).
@@ -213,10 +220,20 @@ type APIKey struct {
 type Route struct {
 	Name, Method, Path string
 	Prefix             bool
-	key                string // MatchKey(Path): what Match compares
-	Upstream           string
-	Group              string
-	Cost               int64
+	key                string   // MatchKey(Path): what Match compares
+	segs, params       []string // a path with parameters: its segments ("" for a parameter) and parameter names
+	// Params names the path's parameters (in lower case), nil for none.
+	Params []string
+	// Host ("" for any), Headers and Query are what the request must
+	// carry besides its path and method.
+	Host           string
+	Headers, Query []Cond
+	// LimitKey is what the route's limit is counted per; nil for the
+	// subject.
+	LimitKey []KeyPart
+	Upstream string
+	Group    string
+	Cost     int64
 	// Limit, when non-nil, replaces the subject's plan on this route, or
 	// with LimitAdds is charged beside it in the same atomic call.
 	Limit     *Plan
@@ -475,31 +492,10 @@ func (p *Policy) Override(o Overrides) (*Policy, error) {
 // the request's, else the longest match (an exact /api beats the prefix
 // /api/ for /api, which beats the exact /api for /api/); at equal
 // specificity a route naming the method beats one that matches any.
+//
+// Match sees no host, header or query: a route that requires any of them
+// does not match (see MatchRequest).
 func (p *Policy) Match(method, path string) *Route {
-	path = MatchKey(path)
-	var best *Route
-	bestScore := 0
-	for _, r := range p.Routes {
-		if r.Method != "" && r.Method != method {
-			continue
-		}
-		rp := r.key
-		var score int // how much of path the route pins down
-		switch {
-		case path == rp:
-			score = len(path) + 1
-		case r.Prefix && strings.HasPrefix(path, rp):
-			score = len(rp)
-		case r.Prefix && path+"/" == rp:
-			score = len(path)
-		case !r.Prefix && path == rp+"/":
-			score = len(rp)
-		default:
-			continue
-		}
-		if best == nil || score > bestScore || (score == bestScore && r.Method != "" && best.Method == "") {
-			best, bestScore = r, score
-		}
-	}
-	return best
+	r, _ := p.MatchRequest(RouteRequest{Method: method, Path: path})
+	return r
 }
