@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -177,5 +178,50 @@ func TestJWTKeyRotation(t *testing.T) {
 	}
 	if resp := get(t, g.public+"/api/items", "Authorization", "Bearer "+oldTok); resp.StatusCode != 401 {
 		t.Fatalf("a token of the key rotated out: %d, want 401", resp.StatusCode)
+	}
+}
+
+// TestJWTExample: examples/jwt.yaml as shipped, its JWKS URL pointed at
+// an identity provider in process, serves tokens as it says.
+func TestJWTExample(t *testing.T) {
+	ec := jwttest.NewKey(t, "ES256", "ec-1")
+	idp := jwttest.NewIdP(t, ec)
+	b, err := os.ReadFile("../examples/jwt.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const url = "https://idp.example.com/.well-known/jwks.json"
+	if !strings.Contains(string(b), url) {
+		t.Fatalf("examples/jwt.yaml no longer names %s; update the test", url)
+	}
+	src := strings.Replace(string(b), url, idp.JWKSURL(), 1)
+	p, err := policy.ParseEnv([]byte(src), "jwt-test.yaml", policy.Env{Vars: map[string]string{"TOLLGATE_SECRET": "0123456789abcdef0123"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	c := jwttest.Valid("alice", time.Now()).With("iss", "https://idp.example.com/").With("aud", []string{"tollgate-api"})
+	pro := "Bearer " + jwttest.Sign(t, ec, c.With("plan", "pro").With("org", "acme"))
+	if resp := get(t, g.public+"/api/items", "Authorization", pro); resp.StatusCode != 200 ||
+		!strings.Contains(resp.Header.Get("RateLimit-Policy"), `"pro.minute";q=1000`) || !strings.Contains(resp.Header.Get("RateLimit-Policy"), `"pro.tenant"`) {
+		t.Fatalf("a pro token: %d %q", resp.StatusCode, resp.Header.Get("RateLimit-Policy"))
+	}
+	for i := 0; i < 3; i++ {
+		if resp := get(t, g.public+"/api/users/u1/export", "Authorization", pro); resp.StatusCode != 200 {
+			t.Fatalf("export %d: %d", i, resp.StatusCode)
+		}
+	}
+	resp, body := getBody(t, g.public+"/api/users/u1/export", "Authorization", pro)
+	if resp.StatusCode != 503 || !strings.Contains(string(body), "export busy") {
+		t.Fatalf("the 4th export: %d %s", resp.StatusCode, body)
+	}
+	internal := "Bearer " + jwttest.Sign(t, ec, c.With("sub", "bot").With("plan", "internal"))
+	for i := 0; i < 150; i++ {
+		if resp := get(t, g.public+"/api/items", "Authorization", internal); resp.StatusCode != 200 {
+			t.Fatalf("internal %d: %d", i, resp.StatusCode)
+		}
+	}
+	if resp := get(t, g.public+"/api/items", "Authorization", "Bearer "+jwttest.Sign(t, ec, c.With("aud", []string{"other"}))); resp.StatusCode != 401 {
+		t.Fatalf("another audience: %d", resp.StatusCode)
 	}
 }

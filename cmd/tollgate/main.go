@@ -332,7 +332,7 @@ func describe(w io.Writer, p *policy.Policy) {
 		if p.AnonymousPlan != nil && p.AnonymousPlan.Name == n {
 			who = append(who, "clients by IP")
 		}
-		if p.UserPlan != nil && p.UserPlan.Name == n {
+		if p.UserPlan != nil && p.UserPlan.Name == n && p.UserHeader != "" {
 			who = append(who, "users from "+p.UserHeader)
 		}
 		keys := 0
@@ -355,13 +355,10 @@ func describe(w io.Writer, p *policy.Policy) {
 		if m == "" {
 			m = "*"
 		}
-		match := r.Path
-		if r.Prefix {
-			match += "*"
-		}
-		limit := "plan limit"
+		match := describeMatch(r)
+		limit := "plan limit per subject"
 		if r.Limit != nil {
-			limit = "own limit " + describePlan(r.Limit) + " per subject"
+			limit = "own limit " + describePlan(r.Limit) + " per " + describeKey(r.LimitKey)
 			if r.LimitAdds {
 				limit = "plan limit + " + limit
 			}
@@ -406,6 +403,49 @@ func describe(w io.Writer, p *policy.Policy) {
 	if len(p.TrustedProxies) > 0 {
 		fmt.Fprintf(w, "trusted proxies: %v\n", p.TrustedProxies)
 	}
+}
+
+// describeMatch prints what a route matches besides its method: its
+// path ("*" for everything under a prefix, {param} segments as written),
+// and the host, headers and query it requires.
+func describeMatch(r *policy.Route) string {
+	m := r.Path
+	if r.Prefix {
+		m += "*"
+	}
+	var conds []string
+	if r.Host != "" {
+		conds = append(conds, "host "+r.Host)
+	}
+	for _, c := range r.Headers {
+		conds = append(conds, "header "+describeCond(c))
+	}
+	for _, c := range r.Query {
+		conds = append(conds, "query "+describeCond(c))
+	}
+	if len(conds) > 0 {
+		m += " [" + strings.Join(conds, ", ") + "]"
+	}
+	return m
+}
+
+func describeCond(c policy.Cond) string {
+	if c.Any {
+		return c.Name + " present"
+	}
+	return c.Name + "=" + c.Value
+}
+
+// describeKey prints what a route limit is counted per.
+func describeKey(parts []policy.KeyPart) string {
+	if len(parts) == 0 {
+		return "subject"
+	}
+	s := make([]string, len(parts))
+	for i, k := range parts {
+		s[i] = k.String()
+	}
+	return strings.Join(s, " + ")
 }
 
 // describeJWT prints how bearer JWTs are verified and whom they name.
