@@ -91,6 +91,12 @@ func (e *Engine) identify(ctx context.Context, c Credentials) (Call, *policy.API
 			sub.Kind, sub.ID = "ip", ipID
 			return Call{Subject: sub, Key: KeyMalformed, JWT: true}, nil, rawIDs{}
 		}
+		if _, penalised := e.penalty.get(ipID, e.now()); penalised {
+			// The address is refused whatever it presents (checkKey):
+			// no signature check, no JWKS fetch on its behalf.
+			sub.Kind, sub.ID = "ip", ipID
+			return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil, rawIDs{}
+		}
 		cl, err := e.jwt.Verify(ctx, c.Key)
 		if err != nil {
 			sub.Kind, sub.ID = "ip", ipID

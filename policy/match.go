@@ -101,12 +101,11 @@ func pattern(key string) (segs []string, params []string) {
 	return segs, params
 }
 
-// matchPattern matches the match key path against a parameterised
+// matchPattern matches the segments of a match key path against a parameterised
 // route; score is how much of path it pins down (its literal bytes), as
 // Match scores literal routes.
-func (r *Route) matchPattern(path string) (Params, int, bool) {
+func (r *Route) matchPattern(req []string) (Params, int, bool) {
 	exactish := !r.Prefix
-	req := strings.Split(strings.TrimPrefix(path, "/"), "/")
 	segs := r.segs
 	if r.Prefix {
 		segs = segs[:len(segs)-1] // the empty segment after the final '/'
@@ -222,6 +221,7 @@ func (p *Policy) MatchRequest(req RouteRequest) (*Route, Params) {
 	var best *Route
 	var bestParams Params
 	bestScore, bestConds := 0, 0
+	var segs []string // path's segments, split once for the routes with parameters
 	for _, r := range p.Routes {
 		if r.Method != "" && r.Method != req.Method {
 			continue
@@ -230,7 +230,10 @@ func (p *Policy) MatchRequest(req RouteRequest) (*Route, Params) {
 		var ps Params
 		if r.segs != nil {
 			var ok bool
-			if ps, score, ok = r.matchPattern(path); !ok {
+			if segs == nil {
+				segs = strings.Split(strings.TrimPrefix(path, "/"), "/")
+			}
+			if ps, score, ok = r.matchPattern(segs); !ok {
 				continue
 			}
 		} else if score = literalScore(r, path); score == 0 {
