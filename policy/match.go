@@ -203,6 +203,9 @@ func (p *Policy) Ambiguous(req RouteRequest) string {
 	return ""
 }
 
+// ReadsHeaders reports whether some route matches or keys on a header.
+func (p *Policy) ReadsHeaders() bool { return len(p.condHeaders) > 0 }
+
 // UsesQuery reports whether some route matches or keys on a query
 // parameter (its fronts must then parse the query strictly).
 func (p *Policy) UsesQuery() bool { return len(p.condQuery) > 0 }
