@@ -14,13 +14,13 @@ import (
 // matchingConfig is the quickstart verifying JWTs from idp, with routes
 // that match on a path parameter, a header and a host and count their
 // limits per path parameter, per subject and header, and per claim.
-func matchingConfig(t *testing.T, idp *jwttest.IdP) *policy.Policy {
+func matchingConfig(t *testing.T, idp *jwttest.IdP, upstream string) *policy.Policy {
 	t.Helper()
-	p := quickstart(t, policy.BuiltinEcho, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, `trusted_proxies: []
+	p := quickstart(t, upstream, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, `trusted_proxies: []
   jwt:
     jwks_url: `+idp.JWKSURL()+`
     algorithms: [ES256]`,
-		"  - name: api\n", `  - name: user-export            # 3 a minute per user id, whoever asks
+		"  - name: api\n", strings.ReplaceAll(`  - name: user-export            # 3 a minute per user id, whoever asks
     path: "/api/users/{id}/export"
     upstream: builtin:echo
     limit: {algorithm: fixed_window, rate: 3, period: 1m}
@@ -44,7 +44,7 @@ func matchingConfig(t *testing.T, idp *jwttest.IdP) *policy.Policy {
     upstream: builtin:echo
     limit: {algorithm: fixed_window, rate: 1, period: 1m}
   - name: api
-`)
+`, "builtin:echo", upstream))
 	p.Store.Timeout = 5 * time.Second
 	return p
 }
@@ -62,7 +62,7 @@ func TestRouteMatchingAndKeys(t *testing.T) {
 	onStores(t, func(t *testing.T, redisURL string) {
 		ec := jwttest.NewKey(t, "ES256", "ec-1")
 		idp := jwttest.NewIdP(t, ec)
-		g := start(t, matchingConfig(t, idp), redisURL)
+		g := start(t, matchingConfig(t, idp, policy.BuiltinEcho), redisURL)
 		u := g.public
 
 		// Per path parameter: 3 exports of user-xyzzy a minute, whoever
@@ -168,4 +168,25 @@ func TestRouteMatchingAndKeys(t *testing.T) {
 			t.Errorf("the logs hold a raw header or claim value")
 		}
 	})
+}
+
+// TestRouteHeadersForwardedAsRead: a header a route matches or keys on
+// reaches the upstream as the gateway read it: an underscore spelling
+// (which CGI-style servers read as the same header) is removed, and a
+// Connection header cannot strip it.
+func TestRouteHeadersForwardedAsRead(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, matchingConfig(t, jwttest.NewIdP(t), up.URL), "")
+	if code := sendRaw(t, g.public+"/api/org/items", [][2]string{{"X-Api-Key", proKey}, {"X-Org", "org-a"}, {"X_Org", "org-b"}, {"Connection", "X-Org"}}); code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	h := up.lastHeader()
+	if got := h.Values("X-Org"); len(got) != 1 || got[0] != "org-a" {
+		t.Errorf("the upstream got X-Org %q, want the org-a charged", got)
+	}
+	for name := range h {
+		if strings.EqualFold(strings.ReplaceAll(name, "_", "-"), "x-org") && name != "X-Org" {
+			t.Errorf("the upstream got %s: %q", name, h[name])
+		}
+	}
 }

@@ -167,7 +167,7 @@ func New(opts Options) (*Front, error) {
 		opts:        opts,
 		engine:      e,
 		trusted:     opts.Policy.Trusted,
-		protected:   protected(opts.Policy.UserHeader),
+		protected:   protected(opts.Policy.UserHeader, opts.Policy.RouteHeaders()...),
 		replaced:    canonicalSet(addressHeaders),
 		trustedOnly: canonicalSet(append(slices.Clone(proxyHeaders), opts.Policy.UserHeader)),
 	}}, nil

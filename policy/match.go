@@ -58,8 +58,10 @@ var (
 	// conditionHeaders are headers a route may not match or key on: the
 	// credentials and forwarding headers the gateway decides on or
 	// rewrites itself, and framing.
-	conditionHeaders = []string{"Authorization", "X-Api-Key", "Forwarded", "X-Real-Ip", "Host", "Connection",
-		"Content-Length", "Transfer-Encoding", "Cookie", "Proxy-Authorization", "Te", "Upgrade", "Trailer"}
+	conditionHeaders = []string{"Authorization", "X-Api-Key", "Forwarded", "Host", "Connection",
+		"Content-Length", "Transfer-Encoding", "Cookie", "Proxy-Authorization", "Te", "Upgrade", "Trailer",
+		"X-Real-Ip", "X-Client-Ip", "True-Client-Ip", "X-Cluster-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip",
+		"X-Original-Forwarded-For", "X-Original-Method", "X-Original-Uri", "X-Request-Id", "Traceparent", "Tracestate"}
 )
 
 // checkParams reports a path whose braces are not whole-segment
@@ -205,6 +207,10 @@ func (p *Policy) Ambiguous(req RouteRequest) string {
 
 // ReadsHeaders reports whether some route matches or keys on a header.
 func (p *Policy) ReadsHeaders() bool { return len(p.condHeaders) > 0 }
+
+// RouteHeaders returns the headers some route matches or keys on
+// (canonical names): a front forwards them as it read them.
+func (p *Policy) RouteHeaders() []string { return slices.Clone(p.condHeaders) }
 
 // UsesQuery reports whether some route matches or keys on a query
 // parameter (its fronts must then parse the query strictly).
