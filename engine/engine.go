@@ -17,6 +17,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/internal/logsample"
+	"github.com/tollgate/tollgate/jwtauth"
 	"github.com/tollgate/tollgate/policy"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -57,6 +59,9 @@ type Options struct {
 	// span in the call's context (see storeSpan); nil records none, at no
 	// cost.
 	Tracer trace.Tracer
+	// JWKS caches the signing keys of a policy that verifies bearer JWTs
+	// (policy.JWT); nil means the process's (jwtauth.Shared).
+	JWKS *jwtauth.Keys
 }
 
 // DefaultDenyCacheSize is how many refusals the gateway's engine caches
@@ -89,7 +94,8 @@ type Engine struct {
 	// holdTTL is how long a login attempt holds its places if it is never
 	// settled: longer than the service behind may take to answer.
 	holdTTL time.Duration
-	tracer  trace.Tracer // nil: no spans
+	tracer  trace.Tracer      // nil: no spans
+	jwt     *jwtauth.Verifier // nil: bearer JWTs are not verified
 }
 
 // New returns an engine deciding under opts.Policy through opts.Store.
@@ -118,6 +124,13 @@ func New(opts Options) (*Engine, error) {
 	e.fallback, _ = opts.Store.(Fallbacker)
 	if opts.Policy != nil {
 		e.hasher = identity.NewHasher(opts.Policy.Secret)
+		if opts.Policy.JWT != nil {
+			v, err := jwtauth.NewVerifier(opts.Policy.JWT, opts.JWKS, opts.Now)
+			if err != nil {
+				return nil, fmt.Errorf("creating engine: %w", err)
+			}
+			e.jwt = v
+		}
 		e.items = map[*policy.Budget]string{}
 		for _, b := range opts.Policy.Budgets() {
 			e.items[b] = makePolicyItem(b)
@@ -161,12 +174,45 @@ func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
 	}
 	route := c.Route
 	plan, cost := c.Subject.Plan, c.cost()
+	var extra *policy.Plan // a route limit charged beside the plan's
 	if route != nil && route.Limit != nil {
-		plan = route.Limit
+		if route.LimitAdds {
+			extra = route.Limit
+		} else {
+			plan = route.Limit
+		}
 	}
 	var ch charges
+	if c.Subject.Unlimited {
+		// Counted, never refused by a rate limit: no budget is charged,
+		// and only the guards below apply.
+		plan, extra, route = nil, nil, nil
+	}
+	// ks is who the route's own limit is counted per: the subject, or
+	// what the route keys it by.
+	ks := c.Subject
+	if c.LimitKey != "" && route != nil && route.Limit != nil {
+		ks.ID = c.LimitKey
+	}
 	if plan != nil {
-		ch = e.plannedCharges(plan, c.Subject, cost)
+		if route != nil && plan == route.Limit {
+			ch = e.plannedCharges(plan, ks, cost)
+		} else {
+			ch = e.plannedCharges(plan, c.Subject, cost)
+		}
+	}
+	if extra != nil {
+		// In the plan's group (its tenant's, if it has one, else the
+		// subject's), so that one atomic call decides the route's limit
+		// and the plan's; a keyed limit that adds is counted per subject
+		// too (policy), so it belongs to the subject's group.
+		tag := chargeTag(plan, c.Subject)
+		if tag == "" && ks.ID != c.Subject.ID {
+			tag = c.Subject.ID
+		}
+		for _, b := range extra.Limits {
+			ch.add(b, b.Request(ks.ID, tag, cost))
+		}
 	}
 	if route != nil && route.Candidate != nil {
 		b := route.Candidate
@@ -176,18 +222,20 @@ func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
 		b := route.Global
 		ch.add(b, b.Request("route", "", cost))
 	}
+	route = c.Route
 	v.shadow = ch.shadow
-	if len(ch.reqs) == 0 {
-		// Every limit here is in shadow: the call passes untouched.
-		v.Outcome = Allowed
-		e.count("-", v.group, v.plan, "allowed")
-		return v
-	}
 	if route != nil && route.Concurrency != nil && !e.acquireSlot(ctx, v, c) {
 		return v
 	}
 	if route != nil && route.Login != nil && !e.loginBegin(ctx, v, c) {
 		v.giveBack(ctx)
+		return v
+	}
+	if len(ch.reqs) == 0 {
+		// No rate limit here is enforced (every one is in shadow, or the
+		// subject is unlimited): past the guards, the call passes.
+		v.Outcome = Allowed
+		e.count(unlimitedBudget(c.Subject), v.group, v.plan, "allowed")
 		return v
 	}
 	if route != nil && route.Global != nil && !route.Global.Shadow && !e.holdGlobal(ctx, v, c, cost) {
@@ -227,6 +275,16 @@ func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
 	return v
 }
 
+// unlimitedBudget is the budget label a call no rate limit applies to is
+// counted under: "unlimited" for an unlimited subject, else "-" (every
+// limit in shadow).
+func unlimitedBudget(s Subject) string {
+	if s.Unlimited {
+		return "unlimited"
+	}
+	return "-"
+}
+
 // charges are the budgets a call is decided under and their store
 // requests: the enforced ones, decided together, and the shadow ones,
 // each decided on its own after the call.
@@ -254,10 +312,7 @@ func (ch *charges) add(b *policy.Budget, req tollgate.Request) {
 // request per limit of the plan and, for a subject with a tenant, one for
 // the tenant's budget, all in the tenant's group so one call decides them.
 func (e *Engine) plannedCharges(plan *policy.Plan, sub Subject, cost int64) charges {
-	tag := ""
-	if plan.Tenant != nil && sub.Tenant != "" {
-		tag = sub.Tenant
-	}
+	tag := chargeTag(plan, sub)
 	ch := charges{budgets: make([]*policy.Budget, 0, len(plan.Limits)+1), reqs: make([]tollgate.Request, 0, len(plan.Limits)+1)}
 	for _, b := range plan.Limits {
 		ch.add(b, b.Request(sub.ID, tag, cost))
@@ -267,6 +322,15 @@ func (e *Engine) plannedCharges(plan *policy.Plan, sub Subject, cost int64) char
 		ch.add(b, b.Request(tag, tag, cost))
 	}
 	return ch
+}
+
+// chargeTag is the group sub's charges under plan are decided in: its
+// tenant's when the plan has a tenant budget, else its own ("").
+func chargeTag(plan *policy.Plan, sub Subject) string {
+	if plan != nil && plan.Tenant != nil && sub.Tenant != "" {
+		return sub.Tenant
+	}
+	return ""
 }
 
 // refuse records that b's decision d refused the call.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"net/netip"
 
 	"github.com/tollgate/tollgate/identity"
@@ -18,6 +19,9 @@ type Credentials struct {
 	// was malformed (KeyMalformed).
 	Key                      string
 	KeyPresent, KeyMalformed bool
+	// JWT says the key presented is a bearer JWT to verify (see
+	// identity.Credential), under a policy that verifies them.
+	JWT bool
 	// User is a user id a trusted proxy vouched for; read only when no
 	// key was presented ("" for none).
 	User string
@@ -33,7 +37,42 @@ type Credentials struct {
 // front's own), and the configured key it presented, if any. Every front
 // identifies through it, so that one set of credentials is one subject
 // whichever front it arrives at.
+//
+// A bearer JWT (Credentials.JWT) is verified (package jwtauth): a valid
+// one is charged to the user its subject claim names (one budget with
+// that user's API keys and the user id an auth proxy reports), under the
+// plan its tenant's override gives, else the one its plan claim names,
+// else the policy's JWT default plan; an invalid one is an invalid key
+// (KeyUnknown, or KeyMalformed), charged to the client address's
+// invalid-key budget. Identify verifies without a deadline of its own
+// beyond the JWKS fetch's; fronts call IdentifyContext.
 func (e *Engine) Identify(c Credentials) (Call, *policy.APIKey) {
+	return e.IdentifyContext(context.Background(), c)
+}
+
+// IdentifyContext is Identify, a JWKS fetch it needs bounded by ctx.
+func (e *Engine) IdentifyContext(ctx context.Context, c Credentials) (Call, *policy.APIKey) {
+	call, k, raw := e.identify(ctx, c)
+	s := &call.Subject
+	if s.Plan != nil && s.Plan.Unlimited {
+		s.Unlimited = true
+	}
+	// An invalid credential is never on the list, whatever its address.
+	if l := e.policy.Allowlist; l != nil && (call.Key == KeyNone || call.Key == KeyValid) {
+		if raw.key != "" && l.Keys[raw.key] || raw.user != "" && l.Users[raw.user] ||
+			raw.tenant != "" && l.Tenants[raw.tenant] || l.Address(c.Client) {
+			s.Unlimited = true
+		}
+	}
+	return call, k
+}
+
+// rawIDs are the identities a call was found to carry, as configured
+// (never logged): what the allowlist names.
+type rawIDs struct{ key, user, tenant string }
+
+// identify is IdentifyContext before the allowlist.
+func (e *Engine) identify(ctx context.Context, c Credentials) (Call, *policy.APIKey, rawIDs) {
 	p := e.policy
 	ipID := e.hasher.Hash("ip", identity.ClientGroup(c.Client))
 	sub := Subject{Client: ipID}
@@ -43,25 +82,51 @@ func (e *Engine) Identify(c Credentials) (Call, *policy.APIKey) {
 		if sub.Plan == nil {
 			sub.Plan = p.AnonymousPlan
 		}
-		return Call{Subject: sub}, nil
+		return Call{Subject: sub}, nil, rawIDs{}
 	case c.KeyMalformed:
 		sub.Kind, sub.ID = "ip", ipID
-		return Call{Subject: sub, Key: KeyMalformed}, nil
+		return Call{Subject: sub, Key: KeyMalformed}, nil, rawIDs{}
+	case c.KeyPresent && c.JWT:
+		if e.jwt == nil {
+			sub.Kind, sub.ID = "ip", ipID
+			return Call{Subject: sub, Key: KeyMalformed, JWT: true}, nil, rawIDs{}
+		}
+		if _, penalised := e.penalty.get(ipID, e.now()); penalised {
+			// The address is refused whatever it presents (checkKey):
+			// no signature check, no JWKS fetch on its behalf.
+			sub.Kind, sub.ID = "ip", ipID
+			return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil, rawIDs{}
+		}
+		cl, err := e.jwt.Verify(ctx, c.Key)
+		if err != nil {
+			sub.Kind, sub.ID = "ip", ipID
+			return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil, rawIDs{}
+		}
+		sub.Kind, sub.ID, sub.Plan = "jwt", e.hasher.Hash("u", cl.Subject), p.JWT.DefaultPlan
+		if cl.Tenant != "" {
+			sub.Tenant = e.hasher.Hash("t", cl.Tenant)
+		}
+		if tp := p.TenantPlans[cl.Tenant]; tp != nil && cl.Tenant != "" {
+			sub.Plan = tp
+		} else if pl := p.Plans[cl.Plan]; pl != nil && cl.Plan != "" {
+			sub.Plan = pl
+		}
+		return Call{Subject: sub, Key: KeyValid, JWT: true, Claims: cl.Extra}, nil, rawIDs{user: cl.Subject, tenant: cl.Tenant}
 	case c.KeyPresent:
 		k := p.Keys[identity.KeyDigest(c.Key)]
 		if k == nil {
 			sub.Kind, sub.ID = "ip", ipID
-			return Call{Subject: sub, Key: KeyUnknown}, nil
+			return Call{Subject: sub, Key: KeyUnknown}, nil, rawIDs{}
 		}
 		sub.Kind, sub.Plan = "key", k.Plan
 		sub.ID, sub.Tenant = e.KeySubject(k)
-		return Call{Subject: sub, Key: KeyValid}, k
+		return Call{Subject: sub, Key: KeyValid}, k, rawIDs{key: k.ID, user: k.User, tenant: k.Tenant}
 	case c.User != "":
 		sub.Kind, sub.ID, sub.Plan = "user", e.hasher.Hash("u", c.User), p.UserPlan
-		return Call{Subject: sub}, nil
+		return Call{Subject: sub}, nil, rawIDs{user: c.User}
 	}
 	sub.Kind, sub.ID, sub.Plan = "ip", ipID, p.AnonymousPlan
-	return Call{Subject: sub}, nil
+	return Call{Subject: sub}, nil, rawIDs{}
 }
 
 // KeySubject returns the pseudonyms the API key k is charged under: its
@@ -77,6 +142,12 @@ func (e *Engine) KeySubject(k *policy.APIKey) (subject, tenant string) {
 		tenant = e.hasher.Hash("t", k.Tenant)
 	}
 	return subject, tenant
+}
+
+// LimitKey returns the pseudonym a route's limit is counted per for the
+// values its LimitKey names (policy.Route.KeyValues), for Call.LimitKey.
+func (e *Engine) LimitKey(r *policy.Route, values []string) string {
+	return e.hasher.Hash("rk", policy.RouteKeyID(r.LimitKey, values))
 }
 
 // Pseudonym returns the pseudonym of id among ids of one kind ("acct" for

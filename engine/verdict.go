@@ -16,14 +16,25 @@ type Call struct {
 	Route *policy.Route
 	// Subject is who the request is charged to.
 	Subject Subject
-	// Key says whether the request presented an API key and what became
-	// of it; the zero value is none.
+	// Key says whether the request presented an API key (or a bearer
+	// JWT) and what became of it; the zero value is none.
 	Key KeyStatus
+	// JWT says the credential was a bearer JWT (Key says what became of
+	// it): an invalid one is charged as an invalid key is.
+	JWT bool
 	// Cost overrides the route's cost when positive.
 	Cost int64
 	// Account is the pseudonym of the account a login names; required
 	// on a route with a login guard.
 	Account string
+	// Claims are a verified bearer JWT's claims that route limits are
+	// counted per (policy.JWT.KeyClaims), as the token has them: raw
+	// values, never logged. Nil without a token.
+	Claims map[string]string
+	// LimitKey is the pseudonym the route's limit is counted per when
+	// the route has a policy.Route.LimitKey (see Engine.LimitKey); ""
+	// counts it per subject.
+	LimitKey string
 }
 
 // KeyStatus is what became of the API key a request presented.
@@ -39,7 +50,7 @@ const (
 
 // Subject is who a call is charged to.
 type Subject struct {
-	Kind string // "key", "user" or "ip"
+	Kind string // "key", "jwt", "user", "ip" or "custom"
 	// ID is the pseudonym used in store keys and logs.
 	ID string
 	// Plan is the subject's plan (nil for a request refused before one
@@ -50,6 +61,9 @@ type Subject struct {
 	// Client is the pseudonym of the client address's group: what the
 	// invalid-key limit and the login guard's failure budget count.
 	Client string
+	// Unlimited subjects (an unlimited plan, the allowlist) are counted
+	// and never refused by a rate limit or quota; the guards still apply.
+	Unlimited bool
 }
 
 // Group returns the call's route group: "unmatched" without a route.

@@ -247,7 +247,16 @@ type decision struct {
 // engine. A non-nil error is the status the call ends with.
 func (l *Limiter) decide(ctx context.Context, fullMethod string) (decision, error) {
 	p := l.opts.Policy
-	route := p.Match("POST", policy.CleanPath(fullMethod))
+	// A gRPC call's route is its full method; its metadata are its
+	// headers, for the routes that match or key on them.
+	rr := policy.RouteRequest{Method: "POST", Path: policy.CleanPath(fullMethod)}
+	if p.ReadsHeaders() {
+		rr.Header = header(ctx)
+	}
+	if why := p.Ambiguous(rr); why != "" {
+		return decision{}, status.Error(codes.InvalidArgument, why)
+	}
+	route, params := p.MatchRequest(rr)
 	if route == nil && l.opts.RequireRoute {
 		return decision{}, status.Error(codes.Unimplemented, "no route matches this method")
 	}
@@ -260,6 +269,9 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string) (decision, erro
 		return decision{}, err
 	}
 	call.Route = route
+	if route != nil && route.Limit != nil && route.LimitKey != nil {
+		call.LimitKey = l.engine.LimitKey(route, route.KeyValues(rr, params, call.Subject.ID, call.Claims))
+	}
 	v := l.engine.Check(ctx, call)
 	var md metadata.MD
 	c, reported := v.Reported()
@@ -341,8 +353,8 @@ func (l *Limiter) identify(ctx context.Context) (engine.Call, Subject, error) {
 	}
 	peerIP, _ := identity.PeerAddr(r)
 	sub := Subject{Addr: ip, trustedPeer: p.Trusted.Contains(peerIP)}
-	key, present, kerr := identity.APIKey(r.Header)
-	cred := engine.Credentials{Client: ip, Key: key, KeyPresent: present, KeyMalformed: kerr != nil}
+	key, isJWT, present, kerr := identity.Credential(r.Header, p.JWT != nil)
+	cred := engine.Credentials{Client: ip, Key: key, JWT: isJWT, KeyPresent: present, KeyMalformed: kerr != nil}
 	if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
 		user, ok, err := identity.UserID(r.Header, p.UserHeader)
 		if err != nil {
@@ -352,7 +364,7 @@ func (l *Limiter) identify(ctx context.Context) (engine.Call, Subject, error) {
 			cred.User = user
 		}
 	}
-	call, k := l.engine.Identify(cred)
+	call, k := l.engine.IdentifyContext(ctx, cred)
 	sub.Subject, sub.Key = call.Subject, k
 	return call, sub, nil
 }

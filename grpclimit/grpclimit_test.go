@@ -527,3 +527,37 @@ func TestClientInterceptorLeavesOtherErrors(t *testing.T) {
 		t.Errorf("handler called %d times", svc.calls.Load())
 	}
 }
+
+// TestRouteKeyedByMetadata: a route limit counted per a header is
+// counted per that metadata key over gRPC too (Brief: 2 a second per
+// x-org, whoever calls), and the metadata given twice is refused.
+func TestRouteKeyedByMetadata(t *testing.T) {
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			text := strings.Replace(policyText, "limit: {algorithm: fixed_window, rate: 2, period: 1s}}",
+				`limit: {algorithm: fixed_window, rate: 2, period: 1s}, limit_key: ["header:X-Org"]}`, 1)
+			b := make([]byte, 16)
+			rand.Read(b)
+			text = strings.NewReplacer("SECRET", hex.EncodeToString(b), "TRUSTED", "", "DIGEST", identity.KeyDigest(testKey)).Replace(text)
+			p, err := policy.Parse([]byte(text), "t.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, cc := start(t, grpclimit.Options{Policy: p, Store: sc.new(t), Now: fixed})
+			for i, c := range []struct {
+				md   []string
+				want codes.Code
+			}{
+				{[]string{"x-org", "acme"}, codes.OK},
+				{[]string{"x-org", "acme", "x-api-key", testKey}, codes.OK},
+				{[]string{"x-org", "ACME"}, codes.ResourceExhausted},
+				{[]string{"x-org", "other"}, codes.OK},
+				{[]string{"x-org", "a", "x-org", "b"}, codes.InvalidArgument},
+			} {
+				if r := call(cc, "Brief", c.md...); status.Code(r.err) != c.want {
+					t.Errorf("call %d %v: %v, want %v", i, c.md, r.err, c.want)
+				}
+			}
+		})
+	}
+}

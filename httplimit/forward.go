@@ -29,8 +29,9 @@ var decidedHeaders = []string{
 
 // protected returns the set of headers a client must not be able to
 // remove (through Connection) or shadow (with another spelling), keyed by
-// lower case with '_' read as '-'.
-func protected(userHeader string) map[string]bool {
+// lower case with '_' read as '-': those the gateway decides on, the user
+// header, and those routes match or key on (routeHeaders).
+func protected(userHeader string, routeHeaders ...string) map[string]bool {
 	set := map[string]bool{}
 	for _, list := range [][]string{addressHeaders, proxyHeaders, decidedHeaders} {
 		for _, h := range list {
@@ -39,6 +40,9 @@ func protected(userHeader string) map[string]bool {
 	}
 	if userHeader != "" {
 		set[headerKey(userHeader)] = true
+	}
+	for _, h := range routeHeaders {
+		set[headerKey(h)] = true
 	}
 	return set
 }

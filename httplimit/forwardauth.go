@@ -167,6 +167,11 @@ func describedRequest(r *http.Request) (*http.Request, error) {
 	d := new(http.Request)
 	*d = *r
 	d.Method, d.URL, d.RequestURI = method, u, uri
+	if hs := r.Header.Values("X-Forwarded-Host"); len(hs) == 1 {
+		d.Host = hs[0] // the host the proxy was asked for, which host: routes match
+	} else if len(hs) > 1 {
+		return nil, fmt.Errorf("the described host is given %d times in X-Forwarded-Host", len(hs))
+	}
 	return d, nil
 }
 

@@ -38,8 +38,10 @@ type Problem struct {
 
 // Problem types Tollgate answers with.
 const (
-	ProblemRateLimited   = "urn:tollgate:problem:rate-limited"
-	ProblemInvalidKey    = "urn:tollgate:problem:invalid-api-key"
+	ProblemRateLimited = "urn:tollgate:problem:rate-limited"
+	ProblemInvalidKey  = "urn:tollgate:problem:invalid-api-key"
+	// ProblemInvalidToken answers a bearer JWT that does not verify.
+	ProblemInvalidToken  = "urn:tollgate:problem:invalid-token"
 	ProblemUnavailable   = "urn:tollgate:problem:limiter-unavailable"
 	ProblemNotFound      = "urn:tollgate:problem:no-route"
 	ProblemBadRequest    = "urn:tollgate:problem:bad-request"

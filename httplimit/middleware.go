@@ -5,7 +5,8 @@
 // RateLimit/RateLimit-Policy headers or answers 429 with Retry-After and an
 // application/problem+json body, without calling the handler behind.
 //
-// Requests with an unknown or malformed API key get 401, and those attempts
+// Requests with an unknown or malformed API key (or, under a policy that
+// verifies bearer JWTs, a token that does not verify) get 401, and those attempts
 // are limited per client IP (policy invalid_key_limit): once an IP is over
 // it, every request of its that carries a key is refused with 429, valid
 // key or not, so keys cannot be guessed at speed.
@@ -18,7 +19,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +31,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/jwtauth"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -79,6 +83,9 @@ type Options struct {
 	// Tracer, if set, records a span per store call under the request's
 	// span (see engine.Options.Tracer); nil records none.
 	Tracer trace.Tracer
+	// JWKS caches the signing keys of a policy that verifies bearer JWTs
+	// (see engine.Options.JWKS); nil means the process's.
+	JWKS *jwtauth.Keys
 }
 
 // Metrics are the decision engine's Prometheus metrics; see
@@ -152,7 +159,7 @@ func New(opts Options) (*Front, error) {
 	}
 	e, err := engine.New(engine.Options{Policy: opts.Policy, Store: opts.Store, Logger: opts.Logger,
 		Metrics: opts.Metrics, LogRefusalsPerSecond: opts.LogRefusalsPerSecond, Now: opts.Now, DenyCacheSize: opts.DenyCacheSize,
-		Tracer: opts.Tracer})
+		Tracer: opts.Tracer, JWKS: opts.JWKS})
 	if err != nil {
 		return nil, fmt.Errorf("creating middleware: %w", err)
 	}
@@ -160,7 +167,7 @@ func New(opts Options) (*Front, error) {
 		opts:        opts,
 		engine:      e,
 		trusted:     opts.Policy.Trusted,
-		protected:   protected(opts.Policy.UserHeader),
+		protected:   protected(opts.Policy.UserHeader, opts.Policy.RouteHeaders()...),
 		replaced:    canonicalSet(addressHeaders),
 		trustedOnly: canonicalSet(append(slices.Clone(proxyHeaders), opts.Policy.UserHeader)),
 	}}, nil
@@ -255,7 +262,22 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		return decision{}, false
 	}
 	clean := policy.CleanPath(r.URL.Path)
-	route := p.Match(r.Method, clean)
+	rr := policy.RouteRequest{Method: r.Method, Path: clean, Host: r.Host, Header: r.Header}
+	if p.UsesQuery() {
+		// The query is read as strictly as the upstream could read it:
+		// what does not parse, or names a parameter twice, is refused.
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the query string cannot be parsed"})
+			return decision{}, false
+		}
+		rr.Query = q
+	}
+	if why := p.Ambiguous(rr); why != "" {
+		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
+		return decision{}, false
+	}
+	route, params := p.MatchRequest(rr)
 	if route == nil && m.opts.RequireRoute {
 		WriteProblem(w, Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Detail: "no route matches this request"})
 		return decision{}, false
@@ -272,6 +294,9 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		return decision{}, false
 	}
 	call.Route = route
+	if route != nil && route.Limit != nil && route.LimitKey != nil {
+		call.LimitKey = m.engine.LimitKey(route, route.KeyValues(rr, params, call.Subject.ID, call.Claims))
+	}
 	if m.opts.Cost != nil {
 		call.Cost = m.opts.Cost(r)
 	}
@@ -306,6 +331,18 @@ func (m *middleware) writeRefusal(w http.ResponseWriter, call engine.Call, v *en
 		retry = max(1, ceilSeconds(v.RetryAfter))
 	}
 	pr := Problem{Status: http.StatusTooManyRequests, RetryAfter: retry}
+	if rf := refusalOf(call); rf != nil && (v.Reason == engine.ReasonRate || v.Reason == engine.ReasonConcurrency) {
+		if len(rf.Body) > 0 {
+			h := w.Header()
+			h.Set("Content-Type", rf.ContentType)
+			h.Set("Cache-Control", "no-store")
+			h.Set("Retry-After", strconv.FormatInt(retry, 10))
+			w.WriteHeader(rf.Status)
+			w.Write(rf.Body)
+			return
+		}
+		pr.Status = rf.Status
+	}
 	switch v.Reason {
 	case engine.ReasonRate:
 		c, _ := v.Reported()
@@ -326,7 +363,14 @@ func (m *middleware) writeRefusal(w http.ResponseWriter, call engine.Call, v *en
 		if call.Key == engine.KeyMalformed {
 			pr.Detail = "The API key is malformed."
 		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+		if call.JWT {
+			// Why a token failed (expired, another issuer, an unknown
+			// key) is not told: the client learns it from its issuer.
+			pr.Type, pr.Detail = ProblemInvalidToken, "The bearer token is not valid."
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate", error="invalid_token"`)
+		} else {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+		}
 	case engine.ReasonCostExceedsBurst:
 		pr = Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request costs more than its rate limit could ever admit"}
 	case engine.ReasonMisconfigured:
@@ -340,6 +384,14 @@ func (m *middleware) writeRefusal(w http.ResponseWriter, call engine.Call, v *en
 		return
 	}
 	WriteProblem(w, pr)
+}
+
+// refusalOf returns the route's own answer to refusals, nil for none.
+func refusalOf(call engine.Call) *policy.Refusal {
+	if call.Route == nil {
+		return nil
+	}
+	return call.Route.Refusal
 }
 
 // pass hands the request on, with the headers forwardHeaders allows. A
@@ -372,8 +424,8 @@ func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Ca
 		cred.Custom, cred.CustomOK = m.opts.Subject(r)
 	}
 	if !cred.CustomOK {
-		key, present, kerr := identity.APIKey(r.Header)
-		cred.Key, cred.KeyPresent, cred.KeyMalformed = key, present, kerr != nil
+		key, isJWT, present, kerr := identity.Credential(r.Header, p.JWT != nil)
+		cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, kerr != nil
 		if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
 			user, ok, err := identity.UserID(r.Header, p.UserHeader)
 			if err != nil {
@@ -385,7 +437,7 @@ func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Ca
 			}
 		}
 	}
-	call, key := m.engine.Identify(cred)
+	call, key := m.engine.IdentifyContext(r.Context(), cred)
 	sub.Subject, sub.Key = call.Subject, key
 	return call, sub, true
 }

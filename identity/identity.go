@@ -48,6 +48,55 @@ const (
 // line, or a Bearer token and an X-API-Key that differ. On error key is
 // "" and ok is false. The error never contains the key.
 func APIKey(h http.Header) (key string, ok bool, err error) {
+	return credential(h, MaxKeyLength)
+}
+
+// MaxTokenLength is the longest bearer JWT [Credential] accepts, in bytes.
+const MaxTokenLength = 8 << 10
+
+// Credential is [APIKey] for a policy that also verifies bearer JWTs:
+// with jwt, a credential of the shape of a JWT ([LooksLikeJWT]) may be
+// up to [MaxTokenLength] bytes long and is reported with isJWT; any other
+// is an API key, read as APIKey reads it. Ambiguous requests (two
+// Authorization lines, a Bearer token and an X-API-Key that differ) are
+// malformed either way.
+func Credential(h http.Header, jwt bool) (cred string, isJWT, ok bool, err error) {
+	if !jwt {
+		cred, ok, err = credential(h, MaxKeyLength)
+		return cred, false, ok, err
+	}
+	cred, ok, err = credential(h, MaxTokenLength)
+	switch {
+	case err != nil || !ok:
+		return "", false, ok, err
+	case LooksLikeJWT(cred):
+		return cred, true, true, nil
+	case len(cred) > MaxKeyLength:
+		return "", false, false, fmt.Errorf("parsing credentials: %w: longer than %d bytes", ErrMalformedKey, MaxKeyLength)
+	}
+	return cred, false, true, nil
+}
+
+// LooksLikeJWT reports whether s has the shape of a JWS in compact form
+// whose header is a JSON object: three base64url parts, the first
+// beginning "eyJ" (how `{"` begins in base64url), the signature possibly
+// empty (an unsigned token, which is refused as invalid, not read as an
+// API key).
+func LooksLikeJWT(s string) bool {
+	if !strings.HasPrefix(s, "eyJ") || strings.Count(s, ".") != 2 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return strings.Split(s, ".")[1] != ""
+}
+
+// credential is APIKey with keys of up to max bytes.
+func credential(h http.Header, max int) (key string, ok bool, err error) {
 	auth := h[headerAuthorization]
 	if len(auth) > 1 {
 		return "", false, fmt.Errorf("parsing %s header: %w: more than one Authorization header", headerAuthorization, ErrMalformedKey)
@@ -56,7 +105,7 @@ func APIKey(h http.Header) (key string, ok bool, err error) {
 	if len(auth) == 1 {
 		bearer, hasBearer = bearerToken(auth[0])
 		if hasBearer {
-			if err := checkKey(bearer); err != nil {
+			if err := checkKey(bearer, max); err != nil {
 				return "", false, fmt.Errorf("parsing %s header: %w", headerAuthorization, err)
 			}
 		}
@@ -70,7 +119,7 @@ func APIKey(h http.Header) (key string, ok bool, err error) {
 		if hasBearer && token != bearer {
 			return "", false, fmt.Errorf("parsing credentials: %w: a Bearer token and an X-API-Key that differ", ErrMalformedKey)
 		}
-		if err := checkKey(token); err != nil {
+		if err := checkKey(token, max); err != nil {
 			return "", false, fmt.Errorf("parsing X-API-Key header: %w", err)
 		}
 		return token, true, nil
@@ -96,12 +145,12 @@ func bearerToken(v string) (token string, ok bool) {
 }
 
 // checkKey reports, wrapping ErrMalformedKey, what is wrong with key.
-func checkKey(key string) error {
+func checkKey(key string, max int) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty", ErrMalformedKey)
-	case len(key) > MaxKeyLength:
-		return fmt.Errorf("%w: longer than %d bytes", ErrMalformedKey, MaxKeyLength)
+	case len(key) > max:
+		return fmt.Errorf("%w: longer than %d bytes", ErrMalformedKey, max)
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7e {

@@ -261,3 +261,43 @@ func TestKeyDigest(t *testing.T) {
 		t.Errorf("KeyDigest(%q) = %q", key, got)
 	}
 }
+
+// TestCredential: under a policy that verifies JWTs, a bearer JWT may be
+// up to MaxTokenLength long and is told apart from an API key; anything
+// else is read as APIKey reads it, and two differing credentials stay
+// malformed.
+func TestCredential(t *testing.T) {
+	jwt := "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhIn0." + strings.Repeat("s", 2000)
+	h := func(kv ...string) http.Header {
+		out := http.Header{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out.Add(kv[i], kv[i+1])
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name      string
+		h         http.Header
+		jwt       bool
+		isJWT, ok bool
+		malformed bool
+	}{
+		{"a long JWT", h("Authorization", "Bearer "+jwt), true, true, true, false},
+		{"a long JWT without JWT verification", h("Authorization", "Bearer "+jwt), false, false, false, true},
+		{"an unsigned JWT is a JWT", h("Authorization", "Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0."), true, true, true, false},
+		{"an API key", h("X-API-Key", "free-demo-key"), true, false, true, false},
+		{"a dotted API key", h("X-API-Key", "abc.def.ghi"), true, false, true, false},
+		{"a long API key", h("X-API-Key", strings.Repeat("k", 300)), true, false, false, true},
+		{"a JWT and a key that differ", h("Authorization", "Bearer "+jwt, "X-API-Key", "free-demo-key"), true, false, false, true},
+		{"the same JWT twice", h("Authorization", "Bearer "+jwt, "X-API-Key", jwt), true, true, true, false},
+		{"a JWT too long", h("Authorization", "Bearer "+jwt+strings.Repeat("s", identity.MaxTokenLength)), true, false, false, true},
+	} {
+		cred, isJWT, ok, err := identity.Credential(c.h, c.jwt)
+		if isJWT != c.isJWT || ok != c.ok || (err != nil) != c.malformed || (err != nil && !errors.Is(err, identity.ErrMalformedKey)) {
+			t.Errorf("%s: isJWT %v ok %v err %v", c.name, isJWT, ok, err)
+		}
+		if ok && cred == "" {
+			t.Errorf("%s: no credential", c.name)
+		}
+	}
+}

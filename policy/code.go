@@ -20,6 +20,7 @@ func Compile(f File, env Env) (*Policy, error) {
 	}
 	p := c.compile(&f, env)
 	c.compileKeys(p, f.APIKeys, c.lines, c.file)
+	c.allowlist(p, f.Allowlist)
 	if len(c.problems) > 0 {
 		return nil, c.err()
 	}

@@ -63,3 +63,42 @@ func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, 
 		p.Keys[k.Digest] = &APIKey{ID: k.ID, Tenant: k.Tenant, User: k.User, Plan: inForce, OwnPlan: pl}
 	}
 }
+
+// allowlist compiles the allowlist; it runs after the keys.
+func (c *compiler) allowlist(p *Policy, s *AllowlistSpec) {
+	if s == nil {
+		return
+	}
+	l := &Allowlist{Keys: map[string]bool{}, Users: map[string]bool{}, Tenants: map[string]bool{}}
+	ids := map[string]bool{}
+	for _, k := range p.Keys {
+		ids[k.ID] = true
+	}
+	for i, id := range s.Keys {
+		if !ids[id] {
+			c.addf(fmt.Sprintf("allowlist.keys[%d]", i), "no API key with id %q", id)
+		}
+		l.Keys[id] = true
+	}
+	for _, f := range []struct {
+		field string
+		ids   []string
+		set   map[string]bool
+	}{{"users", s.Users, l.Users}, {"tenants", s.Tenants, l.Tenants}} {
+		for i, id := range f.ids {
+			if id == "" || len(id) > 128 {
+				c.addf(fmt.Sprintf("allowlist.%s[%d]", f.field, i), "1 to 128 bytes, got %d", len(id))
+			}
+			f.set[id] = true
+		}
+	}
+	for i, a := range s.Addresses {
+		pre, err := parsePrefix(a)
+		if err != nil {
+			c.addf(fmt.Sprintf("allowlist.addresses[%d]", i), "%v", err)
+			continue
+		}
+		l.Addresses = append(l.Addresses, pre)
+	}
+	p.Allowlist = l
+}

@@ -55,6 +55,14 @@ func (c *compiler) planRef(p *Policy, f *File, path, name string) *Plan {
 func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
 	pl := &Plan{Name: name}
 	inline := spec.LimitSpec != (LimitSpec{})
+	if spec.Unlimited {
+		if inline || len(spec.Limits) > 0 || spec.Tenant != nil {
+			c.addf(path+".unlimited", "an unlimited plan takes no limits (no rate, limits or tenant)")
+			return nil
+		}
+		pl.Unlimited = true
+		return pl
+	}
 	switch {
 	case inline && len(spec.Limits) > 0:
 		c.addf(path, "write the plan's limit inline or under limits, not both")
@@ -83,7 +91,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
 			}
 		}
 	default:
-		c.addf(path, "a plan needs a limit (rate and period) or limits")
+		c.addf(path, "a plan needs a limit (rate and period), limits, or unlimited: true")
 		return nil
 	}
 	if spec.Tenant != nil {

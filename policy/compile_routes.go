@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"maps"
+	"mime"
 	"net/url"
 	"slices"
 	"strings"
@@ -18,6 +19,12 @@ func (c *compiler) routes(p *Policy, f *File) {
 	}
 	seenName := map[string]bool{}
 	seenMatch := map[string]bool{}
+	claims := map[string]bool{} // the claims route limits are counted per
+	defer func() {
+		if p.JWT != nil {
+			p.JWT.KeyClaims = slices.Sorted(maps.Keys(claims))
+		}
+	}()
 	for i, rs := range f.Routes {
 		path := fmt.Sprintf("routes[%d]", i)
 		r := &Route{Name: rs.Name, Method: rs.Method, Path: rs.Path, Upstream: rs.Upstream, Group: rs.Group, Cost: rs.Cost}
@@ -34,12 +41,6 @@ func (c *compiler) routes(p *Policy, f *File) {
 			c.addf(path+".path", "%v", err)
 		}
 		r.Prefix = strings.HasSuffix(r.Path, "/")
-		r.key = MatchKey(r.Path)
-		if m := r.Method + " " + r.key; seenMatch[m] {
-			c.addf(path+".path", "another route already matches %s", strings.TrimSpace(m))
-		} else {
-			seenMatch[m] = true
-		}
 		if err := checkUpstream(r.Upstream); r.Upstream != "" && err != nil {
 			c.addf(path+".upstream", "%v", err)
 		}
@@ -66,6 +67,31 @@ func (c *compiler) routes(p *Policy, f *File) {
 				r.Limit = &Plan{Name: r.Group, Limits: []*Budget{newBudget(r.Group, routeID(r.Group), l, rs.Limit.Shadow)}}
 			}
 		}
+		switch rs.LimitMode {
+		case "", "replace":
+		case "add":
+			r.LimitAdds = true
+		default:
+			c.addf(path+".limit_mode", "want replace (the route's limit instead of the plan's) or add (both), got %q", rs.LimitMode)
+		}
+		if rs.LimitMode != "" && rs.Limit == nil {
+			c.addf(path+".limit_mode", "limit_mode says how the route's limit meets the plan's: set limit too")
+		}
+		if rs.Refusal != nil {
+			r.Refusal = c.refusal(path+".refusal", rs.Refusal)
+		}
+		c.compileMatch(p, path, r, &f.Routes[i], claims)
+		shape := r.key
+		for _, n := range r.params {
+			if n != "" {
+				shape = strings.Replace(shape, "{"+n+"}", "{}", 1)
+			}
+		}
+		if m := r.Method + " " + shape + " " + condKey(r); seenMatch[m] {
+			c.addf(path+".path", "another route already matches %s", strings.TrimSpace(r.Method+" "+r.key))
+		} else {
+			seenMatch[m] = true
+		}
 		if rs.Global != nil {
 			if l, ok := c.limit(path+".global", *rs.Global); ok {
 				r.Global = newBudget("global."+r.Group, globalID(r.Group), l, rs.Global.Shadow)
@@ -84,6 +110,34 @@ func (c *compiler) routes(p *Policy, f *File) {
 		}
 		p.Routes = append(p.Routes, r)
 	}
+}
+
+// maxRefusalBody bounds a route's own refusal body.
+const maxRefusalBody = 4 << 10
+
+// refusal compiles a route's answer to refused requests.
+func (c *compiler) refusal(path string, s *RefusalSpec) *Refusal {
+	r := &Refusal{Status: orDefault(s.Status, 429), Body: []byte(s.Body), ContentType: s.ContentType}
+	if *s == (RefusalSpec{}) {
+		c.addf(path, "set status, body or both")
+	}
+	if r.Status < 400 || r.Status > 599 {
+		c.addf(path+".status", "a refusal is 400 to 599, got %d", r.Status)
+	}
+	if len(r.Body) > maxRefusalBody {
+		c.addf(path+".body", "at most %d bytes, got %d", maxRefusalBody, len(r.Body))
+	}
+	switch {
+	case s.ContentType != "" && s.Body == "":
+		c.addf(path+".content_type", "content_type is the body's: set body too")
+	case s.ContentType != "":
+		if _, _, err := mime.ParseMediaType(s.ContentType); err != nil || strings.ContainsAny(s.ContentType, "\r\n") {
+			c.addf(path+".content_type", "not a media type: %q", s.ContentType)
+		}
+	case s.Body != "":
+		r.ContentType = "text/plain; charset=utf-8"
+	}
+	return r
 }
 
 // login compiles the login guard of a route group.
@@ -172,7 +226,8 @@ func (c *compiler) costs(p *Policy) {
 		path := fmt.Sprintf("routes[%d].cost", i)
 		if r.Limit != nil {
 			c.checkCost(path, r.Cost, r.Limit, "the route limit", where)
-		} else {
+		}
+		if r.Limit == nil || r.LimitAdds {
 			for _, n := range slices.Sorted(maps.Keys(p.Plans)) {
 				c.checkCost(path, r.Cost, p.Plans[n], fmt.Sprintf("plan %q", n), where)
 			}

@@ -86,6 +86,7 @@ func (c *compiler) decode(data []byte, file string, v any) map[string]int {
 		return lines
 	}
 	walk(&root, "", lines)
+	data = withDays(data, &root, v)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(v); err != nil {
@@ -121,7 +122,7 @@ func friendlier(m string) string {
 		return fmt.Sprintf("unknown field %q (misspelt?)", g[1])
 	}
 	if strings.Contains(m, "into time.Duration") {
-		return m + " (want a duration such as 500ms, 30s, 1m, 1h)"
+		return m + " (want a duration such as 500ms, 30s, 1m, 1h, 7d)"
 	}
 	return m
 }
@@ -158,6 +159,7 @@ var (
 	digestPattern  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	methodPattern  = regexp.MustCompile(`^[A-Z]{1,16}$`)
 	headerPattern  = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+	claimPattern   = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
 )
 
 // compile compiles the file's every section but the API keys (compileKeys),
@@ -186,6 +188,7 @@ func (c *compiler) compile(f *File, env Env) *Policy {
 	c.store(p)
 	c.identity(p, f.Identity, env)
 	c.plans(p, f)
+	c.jwt(p, f, env)
 	c.tenants(p, f)
 	c.invalidKey(p, f.InvalidKeyLimit)
 	c.routes(p, f)

@@ -54,6 +54,8 @@ type File struct {
 	// Tenants overrides, per tenant, the plan of every API key of that
 	// tenant (e.g. acme: {plan: pro}).
 	Tenants map[string]TenantSpec `yaml:"tenants"`
+	// Allowlist lists subjects never refused by a rate limit or quota.
+	Allowlist *AllowlistSpec `yaml:"allowlist"`
 }
 
 // TenantSpec overrides a tenant's plan.
@@ -70,6 +72,26 @@ type PlanSpec struct {
 	// Tenant is a budget per tenant (API keys name their tenant), charged
 	// in the same atomic call as the user's limits.
 	Tenant *LimitSpec `yaml:"tenant"`
+	// Unlimited makes a plan without limits: its subjects are counted
+	// (tollgate_decisions_total, budget "unlimited") and never refused by
+	// a rate limit or quota, the routes' own and global budgets included.
+	// The guards still apply: invalid keys, login guards, concurrency.
+	Unlimited bool `yaml:"unlimited"`
+}
+
+// AllowlistSpec lists subjects that are counted, never refused by a rate
+// limit or quota, whatever their plan (as if it were unlimited).
+type AllowlistSpec struct {
+	// Keys lists API key ids.
+	Keys []string `yaml:"keys"`
+	// Users lists user ids: a key's user, the user header's (from a
+	// trusted proxy), a bearer JWT's subject.
+	Users []string `yaml:"users"`
+	// Tenants lists tenants: a key's, a bearer JWT's.
+	Tenants []string `yaml:"tenants"`
+	// Addresses lists client addresses and CIDRs: every request from
+	// them whose credentials (if any) are valid.
+	Addresses []string `yaml:"addresses"`
 }
 
 // NamedLimitSpec is one of a plan's limits; Name appears in the
@@ -187,6 +209,51 @@ type IdentitySpec struct {
 	// those identified by user id (default: AnonymousPlan).
 	AnonymousPlan string `yaml:"anonymous_plan"`
 	UserPlan      string `yaml:"user_plan"`
+	// JWT, if set, verifies bearer tokens that are JWTs (three
+	// base64url parts, the first a JSON object) and charges each to the
+	// subject its claims name; other bearer tokens stay API keys.
+	JWT *JWTSpec `yaml:"jwt"`
+}
+
+// JWTSpec says how bearer JWTs are verified and whom they name. A token
+// that does not verify (bad signature, unknown key, an algorithm not
+// allowed, expired, not yet valid, another issuer or audience, no
+// subject) is a 401 charged to the client address's invalid_key_limit,
+// exactly like an unknown API key.
+type JWTSpec struct {
+	// JWKSURL is where the signing keys are published (https; http only
+	// to a loopback host). Required for the asymmetric algorithms.
+	JWKSURL string `yaml:"jwks_url"`
+	// Issuer, if set, must be the token's iss.
+	Issuer string `yaml:"issuer"`
+	// Audience, if set, lists the audiences accepted: the token's aud
+	// must name one of them.
+	Audience []string `yaml:"audience"`
+	// Algorithms lists the signature algorithms accepted (default RS256,
+	// ES256, EdDSA). "none" is never accepted; HS256/HS384/HS512 only
+	// when listed here and HMACSecretEnv names the shared secret.
+	Algorithms []string `yaml:"algorithms"`
+	// HMACSecretEnv names the environment variable holding the HMAC
+	// secret (at least 32 bytes) of the HS* algorithms.
+	HMACSecretEnv string `yaml:"hmac_secret_env"`
+	// ClockSkew is how far exp, nbf and iat may be off (default 30s, at
+	// most 5m).
+	ClockSkew time.Duration `yaml:"clock_skew"`
+	// SubjectClaim names the claim the subject is read from (default
+	// "sub"); TenantClaim and PlanClaim, if set, the claims naming the
+	// tenant and the plan.
+	SubjectClaim string `yaml:"subject_claim"`
+	TenantClaim  string `yaml:"tenant_claim"`
+	PlanClaim    string `yaml:"plan_claim"`
+	// DefaultPlan is the plan of a token whose plan claim is absent or
+	// names no plan (default: identity.user_plan).
+	DefaultPlan string `yaml:"default_plan"`
+	// RefreshInterval is the longest the keys are kept before they are
+	// fetched again (default 15m, at most 24h); MinRefreshInterval the
+	// least time between two fetches (default 30s), whether the JWKS's
+	// Cache-Control asks for sooner or tokens name a key id not in it.
+	RefreshInterval    time.Duration `yaml:"refresh_interval"`
+	MinRefreshInterval time.Duration `yaml:"min_refresh_interval"`
 }
 
 // LimitSpec is one limit as written.
@@ -230,21 +297,52 @@ type RouteSpec struct {
 	Method string `yaml:"method"`
 	// Path matches exactly (and with a trailing slash), or, when it ends in
 	// "/", as a prefix (and without the slash). The most specific route
-	// wins: the request's own path, then the longest, then a method over
-	// any (see Policy.Match). Requests are matched on their decoded,
-	// cleaned path, so Path must be clean and literal: no . or ..
-	// segments, repeated slashes, percent-encodings, backslashes, control
-	// or invisible characters, '?', '#' or pattern syntax ({id}, :id, *).
+	// wins: the request's own path, then the longest, then the one with
+	// more conditions (host, headers, query), then a method over any (see
+	// Policy.MatchRequest). Requests are matched on their decoded,
+	// cleaned path, so Path must be clean and literal but for {param}
+	// segments: no . or .. segments, repeated slashes, percent-encodings,
+	// backslashes, control or invisible characters, '?', '#' or other
+	// pattern syntax (:id, *).
 	Path string `yaml:"path"`
+	// Match spells out how Path matches: "exact" (the path, and with a
+	// trailing slash) or "prefix" (the path and everything under it);
+	// default: prefix when Path ends in "/". A path may hold parameters,
+	// whole segments such as /users/{id}/export, each matching one
+	// non-empty segment.
+	Match string `yaml:"match"`
+	// Host, if set, is the host the request must name (Host header, port
+	// and case ignored): api.example.com, or *.example.com for any host
+	// under it.
+	Host string `yaml:"host"`
+	// Headers and Query, if set, are headers and query parameters the
+	// request must carry, once, with the value given (ignoring case), or
+	// with any value for "*". A request giving one of them twice is a 400.
+	Headers map[string]string `yaml:"headers"`
+	Query   map[string]string `yaml:"query"`
+	// LimitKey lists what the route's limit is counted per (default:
+	// the subject): subject, host, header:<Name>, query:<name>,
+	// path:<param>, claim:<name> (a bearer JWT's), each value hashed
+	// into the store key like a subject.
+	LimitKey []string `yaml:"limit_key"`
 	// Upstream is an http(s) URL, or "builtin:echo" for the demo upstream.
 	Upstream string `yaml:"upstream"`
 	// Group names the route in metrics (default: Name).
 	Group string `yaml:"group"`
 	// Cost is what one request spends (default 1).
 	Cost int64 `yaml:"cost"`
-	// Limit, if set, replaces the plan's limit on this route: each subject
-	// gets a budget of its own for the route group.
-	Limit *LimitSpec `yaml:"limit"`
+	// Limit, if set, is a budget per subject for the route group, which
+	// replaces the subject's plan on this route (LimitMode "replace", the
+	// default) or is charged with it, all or nothing in one call
+	// (LimitMode "add").
+	Limit     *LimitSpec `yaml:"limit"`
+	LimitMode string     `yaml:"limit_mode"`
+	// Refusal, if set, is what the route answers when a rate limit,
+	// quota or concurrency limit refuses a request, instead of the 429
+	// problem: another status, or a body of its own. Retry-After and the
+	// RateLimit headers are sent alike; other refusals (an invalid key, a
+	// locked account) keep their answers.
+	Refusal *RefusalSpec `yaml:"refusal"`
 	// Global, if set, is one budget for the whole route, shared by every
 	// subject, charged after the subject's own limits (see Route.Global).
 	Global *LimitSpec `yaml:"global"`
@@ -257,6 +355,17 @@ type RouteSpec struct {
 	Login *LoginSpec `yaml:"login"`
 	// Concurrency bounds the requests in flight on this route.
 	Concurrency *ConcurrencySpec `yaml:"concurrency"`
+}
+
+// RefusalSpec is a route's answer to a request its limits refuse.
+type RefusalSpec struct {
+	// Status is the status answered (default 429), 400 to 599.
+	Status int `yaml:"status"`
+	// Body, if set, is the body answered (at most 4 KiB), of
+	// ContentType (default text/plain; charset=utf-8); without it the
+	// answer is the problem+json body with Status.
+	Body        string `yaml:"body"`
+	ContentType string `yaml:"content_type"`
 }
 
 // LoginSpec guards a login route. The account comes from a field of the

@@ -55,13 +55,16 @@ func checkRoutePath(p string) error {
 			return fmt.Errorf("%q contains a control character (byte %#02x)", p, r)
 		case !unicode.IsPrint(r):
 			return fmt.Errorf("%q contains an invisible or non-printing character (%U)", p, r)
-		case strings.ContainsRune("*{}<>", r):
-			return fmt.Errorf("%q: route paths are literal, %q is not a wildcard or parameter; a path ending in / matches everything under it", p, r)
+		case strings.ContainsRune("*<>", r):
+			return fmt.Errorf("%q: route paths are literal but for whole-segment parameters ({id}), %q is not a wildcard; a path ending in / matches everything under it", p, r)
 		}
 		i += size
 	}
 	if strings.Contains(p, "/:") {
-		return fmt.Errorf("%q: route paths are literal, a segment starting with ':' is not a parameter; a path ending in / matches everything under it", p)
+		return fmt.Errorf("%q: route paths are literal, a segment starting with ':' is not a parameter (write {id}); a path ending in / matches everything under it", p)
+	}
+	if err := checkParams(p); err != nil {
+		return err
 	}
 	if c := CleanPath(p); c != p {
 		return fmt.Errorf("%q is not a clean path; requests are matched after cleaning, so write %q (no . or .. segments, no repeated slashes)", p, c)

@@ -45,13 +45,22 @@ type Policy struct {
 	Plans         map[string]*Plan
 	AnonymousPlan *Plan
 	UserPlan      *Plan
+	// JWT, when non-nil, verifies bearer JWTs (JWTSpec compiled).
+	JWT *JWT
+	// Allowlist, when non-nil, lists subjects never refused by a rate
+	// limit.
+	Allowlist *Allowlist
 	// Keys maps an API key digest ("sha256:<hex>") to the key.
 	Keys map[string]*APIKey
 	// TenantPlans overrides the plan of every key of a tenant.
-	TenantPlans   map[string]*Plan
-	InvalidKey    *Budget // the per-IP limit on invalid API keys
-	Routes        []*Route
-	LegacyHeaders bool
+	TenantPlans map[string]*Plan
+	InvalidKey  *Budget // the per-IP limit on invalid API keys
+	Routes      []*Route
+	// condHeaders and condQuery are the headers and query parameters
+	// that some route matches or keys on.
+	condHeaders, condQuery []string
+	hostRoutes             bool // some route names a host
+	LegacyHeaders          bool
 	// Log is how the gateway logs (LogSpec compiled).
 	Log             LogSettings
 	UpstreamTimeout time.Duration
@@ -149,7 +158,54 @@ type Plan struct {
 	// Tenant, if set, is shared by all users of one tenant and charged in
 	// the same atomic call as Limits.
 	Tenant *Budget
+	// Unlimited plans have no limits: their subjects are counted, never
+	// refused by a rate limit (see PlanSpec.Unlimited).
+	Unlimited bool
 }
+
+// Allowlist is the subjects counted but never refused by a rate limit
+// (AllowlistSpec compiled).
+type Allowlist struct {
+	Keys, Users, Tenants map[string]bool
+	Addresses            []netip.Prefix
+}
+
+// Address reports whether the client address a is on the list.
+func (l *Allowlist) Address(a netip.Addr) bool {
+	if l == nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range l.Addresses {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// JWT is how bearer JWTs are verified and whom they name (JWTSpec
+// compiled, defaults filled in).
+type JWT struct {
+	JWKSURL    string
+	Issuer     string
+	Audience   []string
+	Algorithms []string
+	// HMACSecret is the HS* algorithms' secret (nil without them).
+	HMACSecret                           []byte
+	ClockSkew                            time.Duration
+	SubjectClaim, TenantClaim, PlanClaim string
+	// DefaultPlan is the plan of a token whose plan claim is absent or
+	// names no plan.
+	DefaultPlan                         *Plan
+	RefreshInterval, MinRefreshInterval time.Duration
+	// KeyClaims are the claims route limits are counted per (limit_key
+	// claim:<name>): a verified token's are read (jwtauth.Claims.Extra).
+	KeyClaims []string
+}
+
+// Symmetric reports whether alg is an HMAC algorithm (HS256, ...).
+func Symmetric(alg string) bool { return strings.HasPrefix(alg, "HS") }
 
 // APIKey is one configured key.
 type APIKey struct {
@@ -164,12 +220,27 @@ type APIKey struct {
 type Route struct {
 	Name, Method, Path string
 	Prefix             bool
-	key                string // MatchKey(Path): what Match compares
-	Upstream           string
-	Group              string
-	Cost               int64
-	// Limit, when non-nil, replaces the subject's plan on this route.
-	Limit *Plan
+	key                string   // MatchKey(Path): what Match compares
+	segs, params       []string // a path with parameters: its segments ("" for a parameter) and parameter names
+	// Params names the path's parameters (in lower case), nil for none.
+	Params []string
+	// Host ("" for any), Headers and Query are what the request must
+	// carry besides its path and method.
+	Host           string
+	Headers, Query []Cond
+	// LimitKey is what the route's limit is counted per; nil for the
+	// subject.
+	LimitKey []KeyPart
+	Upstream string
+	Group    string
+	Cost     int64
+	// Limit, when non-nil, replaces the subject's plan on this route, or
+	// with LimitAdds is charged beside it in the same atomic call.
+	Limit     *Plan
+	LimitAdds bool
+	// Refusal, when non-nil, is the answer to a request the route's
+	// rate limits, quotas or concurrency limit refuse.
+	Refusal *Refusal
 	// Global, when non-nil, is one budget for the route shared by every
 	// subject. It lives in another Redis slot, so it cannot be decided in
 	// the same call as the subject's (and tenant's) limits: the request
@@ -186,6 +257,14 @@ type Route struct {
 	Login *Login
 	// Concurrency, when non-nil, bounds its requests in flight.
 	Concurrency *Concurrency
+}
+
+// Refusal is a route's answer to a refused request (RefusalSpec
+// compiled): Status, and Body of ContentType when Body is not empty.
+type Refusal struct {
+	Status      int
+	ContentType string
+	Body        []byte
 }
 
 // Login is a compiled login guard.
@@ -314,6 +393,7 @@ func ParseEnv(data []byte, name string, env Env) (*Policy, error) {
 	}
 	p := c.compile(&f, env)
 	c.compileKeys(p, keys, keyLines, keyFile)
+	c.allowlist(p, f.Allowlist)
 	if len(c.problems) > 0 {
 		return nil, c.err()
 	}
@@ -412,31 +492,10 @@ func (p *Policy) Override(o Overrides) (*Policy, error) {
 // the request's, else the longest match (an exact /api beats the prefix
 // /api/ for /api, which beats the exact /api for /api/); at equal
 // specificity a route naming the method beats one that matches any.
+//
+// Match sees no host, header or query: a route that requires any of them
+// does not match (see MatchRequest).
 func (p *Policy) Match(method, path string) *Route {
-	path = MatchKey(path)
-	var best *Route
-	bestScore := 0
-	for _, r := range p.Routes {
-		if r.Method != "" && r.Method != method {
-			continue
-		}
-		rp := r.key
-		var score int // how much of path the route pins down
-		switch {
-		case path == rp:
-			score = len(path) + 1
-		case r.Prefix && strings.HasPrefix(path, rp):
-			score = len(rp)
-		case r.Prefix && path+"/" == rp:
-			score = len(path)
-		case !r.Prefix && path == rp+"/":
-			score = len(rp)
-		default:
-			continue
-		}
-		if best == nil || score > bestScore || (score == bestScore && r.Method != "" && best.Method == "") {
-			best, bestScore = r, score
-		}
-	}
-	return best
+	r, _ := p.MatchRequest(RouteRequest{Method: method, Path: path})
+	return r
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"strings"
 
 	"github.com/tollgate/tollgate"
@@ -123,3 +124,26 @@ func RLSBudget(name, domain string, path []RLSEntry, l tollgate.Limit, shadow bo
 var rlsEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D", "@", "%40")
 
 func rlsEscape(s string) string { return rlsEscaper.Replace(s) }
+
+// RouteKeyID is the id a route limit's store subject is made of when the
+// limit is counted per LimitKey (Route.KeyValues): each part's kind and
+// name, and its value with its length, so that no two lists of values
+// share an id, whatever bytes they hold. The engine pseudonymises it
+// (kind "rk") as it does every subject, so no value reaches a store key,
+// a log line or a metric label.
+func RouteKeyID(parts []KeyPart, values []string) string {
+	var b strings.Builder
+	for i, k := range parts {
+		v := ""
+		if i < len(values) {
+			v = values[i]
+		}
+		b.WriteString(k.String())
+		b.WriteByte('=')
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
+		b.WriteByte(';')
+	}
+	return b.String()
+}

@@ -184,3 +184,25 @@ func TestRLSBudgetNames(t *testing.T) {
 		t.Fatalf("a changed limit keeps the name, or shadow changes it: %q, %q", other.StoreName, first.StoreName)
 	}
 }
+
+// TestRouteKeyIDsDistinct: two different lists of key values never share
+// an id, however their bytes could be read across the separators.
+func TestRouteKeyIDsDistinct(t *testing.T) {
+	parts := []policy.KeyPart{{Kind: "header", Name: "X-Org"}, {Kind: "path", Name: "id"}}
+	values := [][]string{
+		{"a", "b"}, {"a;", "b"}, {"a", ";b"}, {"a=1:b", ""}, {"", "a=1:b"}, {"ab", ""}, {"", "ab"},
+		{"a;path:id=1:b", ""}, {"1:a", "b"}, {"\x00", "b"}, {"", "b"}, {"a", "b;"}, {"A", "b"},
+	}
+	seen := map[string][]string{}
+	for _, v := range values {
+		id := policy.RouteKeyID(parts, v)
+		if prev, dup := seen[id]; dup {
+			t.Fatalf("%q and %q share the id %q", prev, v, id)
+		}
+		seen[id] = v
+	}
+	other := []policy.KeyPart{{Kind: "query", Name: "X-Org"}, {Kind: "path", Name: "id"}}
+	if policy.RouteKeyID(parts, values[0]) == policy.RouteKeyID(other, values[0]) {
+		t.Fatal("the same values under other parts share an id")
+	}
+}

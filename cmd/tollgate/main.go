@@ -332,7 +332,7 @@ func describe(w io.Writer, p *policy.Policy) {
 		if p.AnonymousPlan != nil && p.AnonymousPlan.Name == n {
 			who = append(who, "clients by IP")
 		}
-		if p.UserPlan != nil && p.UserPlan.Name == n {
+		if p.UserPlan != nil && p.UserPlan.Name == n && p.UserHeader != "" {
 			who = append(who, "users from "+p.UserHeader)
 		}
 		keys := 0
@@ -344,6 +344,9 @@ func describe(w io.Writer, p *policy.Policy) {
 		if keys > 0 {
 			who = append(who, fmt.Sprintf("%d API key(s)", keys))
 		}
+		if p.JWT != nil && p.JWT.DefaultPlan != nil && p.JWT.DefaultPlan.Name == n {
+			who = append(who, "JWTs naming no plan")
+		}
 		fmt.Fprintf(w, "  %-12s %-22s %s\n", n, describePlan(p.Plans[n]), strings.Join(who, ", "))
 	}
 	fmt.Fprintln(w, "routes:")
@@ -352,13 +355,13 @@ func describe(w io.Writer, p *policy.Policy) {
 		if m == "" {
 			m = "*"
 		}
-		match := r.Path
-		if r.Prefix {
-			match += "*"
-		}
-		limit := "plan limit"
+		match := describeMatch(r)
+		limit := "plan limit per subject"
 		if r.Limit != nil {
-			limit = "own limit " + describePlan(r.Limit) + " per subject"
+			limit = "own limit " + describePlan(r.Limit) + " per " + describeKey(r.LimitKey)
+			if r.LimitAdds {
+				limit = "plan limit + " + limit
+			}
 		}
 		if r.Global != nil {
 			limit += ", global " + r.Global.Limit.String()
@@ -374,11 +377,24 @@ func describe(w io.Writer, p *policy.Policy) {
 			limit += fmt.Sprintf(", login guard (field %q: %d failures lock %v..%v; %v failures per IP)",
 				l.AccountField, l.Rule.Threshold, l.Rule.Lock, l.Rule.MaxLock, l.IPFailures.Limit)
 		}
+		if rf := r.Refusal; rf != nil {
+			limit += fmt.Sprintf(", refused with %d", rf.Status)
+			if len(rf.Body) > 0 {
+				limit += " and its own " + rf.ContentType + " body"
+			}
+		}
 		mode := "fail_open"
 		if r.FailClosed {
 			mode = "fail_closed"
 		}
 		fmt.Fprintf(w, "  %-7s %-16s -> %-22s group %-8s cost %-3d %s, %s\n", m, match, r.Upstream, r.Group, r.Cost, limit, mode)
+	}
+	if l := p.Allowlist; l != nil {
+		fmt.Fprintf(w, "allowlist (counted, never refused by a rate limit): %d key(s), %d user(s), %d tenant(s), addresses %v\n",
+			len(l.Keys), len(l.Users), len(l.Tenants), l.Addresses)
+	}
+	if j := p.JWT; j != nil {
+		fmt.Fprintf(w, "bearer JWTs: %s\n", describeJWT(j))
 	}
 	fmt.Fprintf(w, "invalid API keys: %v per client IP\n", p.InvalidKey.Limit)
 	if p.Region != "" {
@@ -389,9 +405,82 @@ func describe(w io.Writer, p *policy.Policy) {
 	}
 }
 
+// describeMatch prints what a route matches besides its method: its
+// path ("*" for everything under a prefix, {param} segments as written),
+// and the host, headers and query it requires.
+func describeMatch(r *policy.Route) string {
+	m := r.Path
+	if r.Prefix {
+		m += "*"
+	}
+	var conds []string
+	if r.Host != "" {
+		conds = append(conds, "host "+r.Host)
+	}
+	for _, c := range r.Headers {
+		conds = append(conds, "header "+describeCond(c))
+	}
+	for _, c := range r.Query {
+		conds = append(conds, "query "+describeCond(c))
+	}
+	if len(conds) > 0 {
+		m += " [" + strings.Join(conds, ", ") + "]"
+	}
+	return m
+}
+
+func describeCond(c policy.Cond) string {
+	if c.Any {
+		return c.Name + " present"
+	}
+	return c.Name + "=" + c.Value
+}
+
+// describeKey prints what a route limit is counted per.
+func describeKey(parts []policy.KeyPart) string {
+	if len(parts) == 0 {
+		return "subject"
+	}
+	s := make([]string, len(parts))
+	for i, k := range parts {
+		s[i] = k.String()
+	}
+	return strings.Join(s, " + ")
+}
+
+// describeJWT prints how bearer JWTs are verified and whom they name.
+func describeJWT(j *policy.JWT) string {
+	var parts []string
+	if j.JWKSURL != "" {
+		parts = append(parts, fmt.Sprintf("keys from %s (refreshed every %v, at most every %v)", j.JWKSURL, j.RefreshInterval, j.MinRefreshInterval))
+	}
+	if j.HMACSecret != nil {
+		parts = append(parts, "HMAC secret from the environment")
+	}
+	parts = append(parts, "algorithms "+strings.Join(j.Algorithms, ", "), fmt.Sprintf("clock skew %v", j.ClockSkew))
+	if j.Issuer != "" {
+		parts = append(parts, "issuer "+j.Issuer)
+	}
+	if len(j.Audience) > 0 {
+		parts = append(parts, "audience "+strings.Join(j.Audience, " or "))
+	}
+	who := "subject from claim " + j.SubjectClaim
+	if j.TenantClaim != "" {
+		who += ", tenant from " + j.TenantClaim
+	}
+	if j.PlanClaim != "" {
+		who += ", plan from " + j.PlanClaim
+	}
+	parts = append(parts, who)
+	return strings.Join(parts, "; ") + "; invalid tokens count as invalid API keys"
+}
+
 // describePlan prints a plan's limits, e.g. "gcra 10/1s + gcra 1000/1h,
 // tenant fixed_window 25/1m0s".
 func describePlan(pl *policy.Plan) string {
+	if pl.Unlimited {
+		return "unlimited (counted)"
+	}
 	parts := make([]string, len(pl.Limits))
 	for i, b := range pl.Limits {
 		parts[i] = b.Limit.String()

@@ -1,0 +1,142 @@
+package policy
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"time"
+)
+
+// JWT algorithms: what identity.jwt.algorithms may list.
+var (
+	jwtAlgorithms = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
+		"ES256", "ES384", "ES512", "EdDSA", "HS256", "HS384", "HS512"}
+	defaultJWTAlgorithms = []string{"RS256", "ES256", "EdDSA"}
+)
+
+// MaxClockSkew bounds identity.jwt.clock_skew.
+const MaxClockSkew = 5 * time.Minute
+
+// jwt compiles identity.jwt; it runs after the plans.
+func (c *compiler) jwt(p *Policy, f *File, env Env) {
+	s := f.Identity.JWT
+	if s == nil {
+		return
+	}
+	const path = "identity.jwt"
+	j := &JWT{
+		JWKSURL:            s.JWKSURL,
+		Issuer:             s.Issuer,
+		Audience:           s.Audience,
+		ClockSkew:          orDefault(s.ClockSkew, 30*time.Second),
+		SubjectClaim:       orDefault(s.SubjectClaim, "sub"),
+		TenantClaim:        s.TenantClaim,
+		PlanClaim:          s.PlanClaim,
+		RefreshInterval:    orDefault(s.RefreshInterval, 15*time.Minute),
+		MinRefreshInterval: orDefault(s.MinRefreshInterval, 30*time.Second),
+	}
+	algs := s.Algorithms
+	if len(algs) == 0 {
+		algs = defaultJWTAlgorithms
+	}
+	symmetric, asymmetric := false, false
+	for i, a := range algs {
+		ap := fmt.Sprintf("%s.algorithms[%d]", path, i)
+		switch {
+		case a == "none" || a == "None" || a == "NONE":
+			c.addf(ap, "unsigned tokens (alg none) are never accepted")
+			continue
+		case !slices.Contains(jwtAlgorithms, a):
+			c.addf(ap, "unknown algorithm %q (want one of %v)", a, jwtAlgorithms)
+			continue
+		case slices.Contains(j.Algorithms, a):
+			c.addf(ap, "%s is listed twice", a)
+			continue
+		}
+		j.Algorithms = append(j.Algorithms, a)
+		if Symmetric(a) {
+			symmetric = true
+		} else {
+			asymmetric = true
+		}
+	}
+	switch {
+	case symmetric && s.HMACSecretEnv == "":
+		c.addf(path+".hmac_secret_env", "an HS* algorithm needs hmac_secret_env, the environment variable holding its secret")
+	case !symmetric && s.HMACSecretEnv != "":
+		c.addf(path+".hmac_secret_env", "set only with an HS* algorithm listed in algorithms")
+	case symmetric:
+		if v := env.Vars[s.HMACSecretEnv]; len(v) < 32 {
+			c.addf(path+".hmac_secret_env", "environment variable %s must hold at least 32 bytes", s.HMACSecretEnv)
+		} else {
+			j.HMACSecret = []byte(v)
+		}
+	}
+	switch {
+	case asymmetric && s.JWKSURL == "":
+		c.addf(path+".jwks_url", "name the JWKS URL the signing keys are published at")
+	case !asymmetric && s.JWKSURL != "":
+		c.addf(path+".jwks_url", "no algorithm listed verifies with a JWKS")
+	case s.JWKSURL != "":
+		if err := checkJWKSURL(s.JWKSURL); err != nil {
+			c.addf(path+".jwks_url", "%v", err)
+		}
+	}
+	if s.ClockSkew < 0 || s.ClockSkew > MaxClockSkew {
+		c.addf(path+".clock_skew", "want 0 (the default, 30s) to %v, got %v", MaxClockSkew, s.ClockSkew)
+	}
+	if j.RefreshInterval < time.Minute || j.RefreshInterval > 24*time.Hour {
+		c.addf(path+".refresh_interval", "want 1m to 24h, got %v", j.RefreshInterval)
+	}
+	if j.MinRefreshInterval < time.Second || j.MinRefreshInterval > j.RefreshInterval {
+		c.addf(path+".min_refresh_interval", "want 1s to refresh_interval (%v), got %v", j.RefreshInterval, j.MinRefreshInterval)
+	}
+	for i, a := range s.Audience {
+		if a == "" {
+			c.addf(fmt.Sprintf("%s.audience[%d]", path, i), "an audience is not empty")
+		}
+	}
+	claims := map[string]string{}
+	for _, cl := range []struct{ field, name string }{
+		{"subject_claim", j.SubjectClaim}, {"tenant_claim", j.TenantClaim}, {"plan_claim", j.PlanClaim},
+	} {
+		if cl.name == "" {
+			continue
+		}
+		if !claimPattern.MatchString(cl.name) {
+			c.addf(path+"."+cl.field, "a claim name is 1-128 visible ASCII characters, got %q", cl.name)
+		} else if reserved[cl.name] {
+			c.addf(path+"."+cl.field, "%q is a registered claim (iss, aud, exp, nbf, iat, jti), not an identity", cl.name)
+		} else if other, dup := claims[cl.name]; dup {
+			c.addf(path+"."+cl.field, "claim %q is already the %s", cl.name, other)
+		}
+		claims[cl.name] = cl.field
+	}
+	j.DefaultPlan = c.planRef(p, f, path+".default_plan", s.DefaultPlan)
+	if s.DefaultPlan == "" {
+		j.DefaultPlan = p.UserPlan
+	}
+	p.JWT = j
+}
+
+var reserved = map[string]bool{"iss": true, "aud": true, "exp": true, "nbf": true, "iat": true, "jti": true}
+
+// checkJWKSURL accepts https URLs, and http ones to a loopback host.
+func checkJWKSURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" {
+		return fmt.Errorf("want an https URL, got %q", s)
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		h := u.Hostname()
+		if ip := net.ParseIP(h); h == "localhost" || (ip != nil && ip.IsLoopback()) {
+			return nil
+		}
+		return fmt.Errorf("keys fetched over plain http could be replaced on the way: want https (http only to a loopback host), got %q", s)
+	}
+	return fmt.Errorf("want an https URL, got %q", s)
+}

@@ -1,0 +1,461 @@
+package policy
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Route matching beyond method and path: a route may name a host, path
+// parameters ({id}: one whole segment), headers and query parameters that
+// the request must carry, and key its own limit by any of them, by a
+// bearer JWT's claim, or by the subject (KeyPart).
+
+// RouteRequest is what a route is matched on.
+type RouteRequest struct {
+	Method string
+	// Path is the cleaned request path (CleanPath).
+	Path string
+	// Host is the request's host, as it came (port and case allowed).
+	Host   string
+	Header http.Header
+	Query  url.Values
+}
+
+// Params are a matched route's path parameters by name, as matched
+// (MatchKey: lower case).
+type Params map[string]string
+
+// Cond is a header or query parameter a route requires: present once
+// with Value (compared ignoring case), or with any value when Any.
+type Cond struct {
+	Name  string
+	Value string
+	Any   bool
+}
+
+// KeyPart is one part of what a route's limit is counted per: Kind is
+// "subject", "host", "header", "query", "path" or "claim", and Name the
+// header, query parameter, path parameter or claim.
+type KeyPart struct{ Kind, Name string }
+
+// String returns the part as written: "subject", "header:X-Org".
+func (k KeyPart) String() string {
+	if k.Name == "" {
+		return k.Kind
+	}
+	return k.Kind + ":" + k.Name
+}
+
+var (
+	paramPattern = regexp.MustCompile(`^\{([A-Za-z_][A-Za-z0-9_]{0,31})\}$`)
+	hostPattern  = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+	// conditionHeaders are headers a route may not match or key on: the
+	// credentials and forwarding headers the gateway decides on or
+	// rewrites itself, and framing.
+	conditionHeaders = []string{"Authorization", "X-Api-Key", "Forwarded", "Host", "Connection",
+		"Content-Length", "Transfer-Encoding", "Cookie", "Proxy-Authorization", "Te", "Upgrade", "Trailer",
+		"X-Real-Ip", "X-Client-Ip", "True-Client-Ip", "X-Cluster-Client-Ip", "Cf-Connecting-Ip", "Fastly-Client-Ip",
+		"X-Original-Forwarded-For", "X-Original-Method", "X-Original-Uri", "X-Request-Id", "Traceparent", "Tracestate"}
+)
+
+// checkParams reports a path whose braces are not whole-segment
+// parameters with unique names.
+func checkParams(p string) error {
+	if !strings.ContainsAny(p, "{}") {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, seg := range strings.Split(p, "/") {
+		if !strings.ContainsAny(seg, "{}") {
+			continue
+		}
+		g := paramPattern.FindStringSubmatch(seg)
+		if g == nil {
+			return fmt.Errorf("%q: a parameter is a whole segment, {name} with a name of letters, digits and '_' (got %q)", p, seg)
+		}
+		if seen[strings.ToLower(g[1])] {
+			return fmt.Errorf("%q: parameter {%s} is named twice", p, g[1])
+		}
+		seen[strings.ToLower(g[1])] = true
+	}
+	return nil
+}
+
+// pattern returns the segments of a route path with parameters (their
+// names in params, "" in segs), or nil for a literal path.
+func pattern(key string) (segs []string, params []string) {
+	if !strings.Contains(key, "{") {
+		return nil, nil
+	}
+	segs = strings.Split(strings.TrimPrefix(key, "/"), "/")
+	params = make([]string, len(segs))
+	for i, s := range segs {
+		if g := paramPattern.FindStringSubmatch(s); g != nil {
+			segs[i], params[i] = "", g[1]
+		}
+	}
+	return segs, params
+}
+
+// matchPattern matches the segments of a match key path against a parameterised
+// route; score is how much of path it pins down (its literal bytes), as
+// Match scores literal routes.
+func (r *Route) matchPattern(req []string) (Params, int, bool) {
+	exactish := !r.Prefix
+	segs := r.segs
+	if r.Prefix {
+		segs = segs[:len(segs)-1] // the empty segment after the final '/'
+	}
+	if exactish && len(req) == len(segs)+1 && req[len(req)-1] == "" {
+		req = req[:len(req)-1] // a trailing slash
+	}
+	if !r.Prefix && len(req) != len(segs) || r.Prefix && len(req) < len(segs) {
+		return nil, 0, false
+	}
+	score := 1
+	for i, s := range segs {
+		switch {
+		case s == "" && req[i] == "":
+			return nil, 0, false
+		case s != "" && s != req[i]:
+			return nil, 0, false
+		}
+		score += len(s) + 1
+	}
+	if exactish {
+		score++ // as a literal exact route's own path
+	}
+	ps := Params{}
+	for i, name := range r.params[:len(segs)] {
+		if name != "" {
+			ps[name] = req[i]
+		}
+	}
+	return ps, score, true
+}
+
+// normalHost returns a request host in lower case without its port or
+// IPv6 brackets.
+func normalHost(h string) string {
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		h = host
+	}
+	return strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
+}
+
+// hostMatches reports whether host (normalHost) is the route's.
+func (r *Route) hostMatches(host string) bool {
+	switch {
+	case r.Host == "":
+		return true
+	case strings.HasPrefix(r.Host, "*."):
+		return strings.HasSuffix(host, r.Host[1:]) && len(host) > len(r.Host)-1
+	}
+	return host == r.Host
+}
+
+// one returns the single value of name among vals (compared ignoring
+// case); ok is false when it is absent, ambiguous when it is there more
+// than once, in any case.
+func one(vals map[string][]string, name string) (v string, ok, ambiguous bool) {
+	n := 0
+	for k, vs := range vals {
+		if strings.EqualFold(k, name) {
+			n += len(vs)
+			if len(vs) > 0 {
+				v = vs[0]
+			}
+		}
+	}
+	return strings.TrimSpace(v), n == 1, n > 1
+}
+
+// condsMatch reports whether vals satisfy every cond.
+func condsMatch(conds []Cond, vals map[string][]string) bool {
+	for _, c := range conds {
+		v, ok, _ := one(vals, c.Name)
+		if !ok || !c.Any && !strings.EqualFold(v, c.Value) {
+			return false
+		}
+	}
+	return true
+}
+
+// Ambiguous returns why req cannot be matched as every upstream would
+// read it, or "": a header or query parameter that a route matches or
+// keys on is given more than once (or in two cases), or the query does
+// not parse. Check it before MatchRequest.
+func (p *Policy) Ambiguous(req RouteRequest) string {
+	for _, name := range p.condHeaders {
+		if _, _, amb := one(req.Header, name); amb {
+			return fmt.Sprintf("the header %s is given more than once", name)
+		}
+	}
+	for _, name := range p.condQuery {
+		if _, _, amb := one(req.Query, name); amb {
+			return fmt.Sprintf("the query parameter %q is given more than once", name)
+		}
+	}
+	return ""
+}
+
+// ReadsHeaders reports whether some route matches or keys on a header.
+func (p *Policy) ReadsHeaders() bool { return len(p.condHeaders) > 0 }
+
+// RouteHeaders returns the headers some route matches or keys on
+// (canonical names): a front forwards them as it read them.
+func (p *Policy) RouteHeaders() []string { return slices.Clone(p.condHeaders) }
+
+// UsesQuery reports whether some route matches or keys on a query
+// parameter (its fronts must then parse the query strictly).
+func (p *Policy) UsesQuery() bool { return len(p.condQuery) > 0 }
+
+// MatchRequest returns the route for req and its path parameters, or
+// nil. Routes are matched as Match describes, and a route naming a host,
+// headers or query parameters matches only requests that carry them; at
+// equal path specificity a route with more of these conditions wins,
+// then one naming the method.
+func (p *Policy) MatchRequest(req RouteRequest) (*Route, Params) {
+	path := MatchKey(req.Path)
+	host := ""
+	if p.hostRoutes {
+		host = normalHost(req.Host)
+	}
+	var best *Route
+	var bestParams Params
+	bestScore, bestConds := 0, 0
+	var segs []string // path's segments, split once for the routes with parameters
+	for _, r := range p.Routes {
+		if r.Method != "" && r.Method != req.Method {
+			continue
+		}
+		var score int
+		var ps Params
+		if r.segs != nil {
+			var ok bool
+			if segs == nil {
+				segs = strings.Split(strings.TrimPrefix(path, "/"), "/")
+			}
+			if ps, score, ok = r.matchPattern(segs); !ok {
+				continue
+			}
+		} else if score = literalScore(r, path); score == 0 {
+			continue
+		}
+		if !r.hostMatches(host) || !condsMatch(r.Headers, req.Header) || !condsMatch(r.Query, req.Query) {
+			continue
+		}
+		conds := len(r.Headers) + len(r.Query)
+		if r.Host != "" {
+			conds++
+		}
+		if best == nil || score > bestScore || score == bestScore && (conds > bestConds ||
+			conds == bestConds && r.Method != "" && best.Method == "") {
+			best, bestParams, bestScore, bestConds = r, ps, score, conds
+		}
+	}
+	return best, bestParams
+}
+
+// literalScore is how much of path the literal route r pins down, 0 if
+// it does not match.
+func literalScore(r *Route, path string) int {
+	rp := r.key
+	switch {
+	case path == rp:
+		return len(path) + 1
+	case r.Prefix && strings.HasPrefix(path, rp):
+		return len(rp)
+	case r.Prefix && path+"/" == rp:
+		return len(path)
+	case !r.Prefix && path == rp+"/":
+		return len(rp)
+	}
+	return 0
+}
+
+// KeyValues returns the values the route's limit is counted per for a
+// request (LimitKey, in order): subject is the subject's pseudonym,
+// claims a bearer JWT's (nil for none). A part the request lacks is
+// "\x00" (all such requests share it; no value a request carries is
+// that), header, query and host values are compared ignoring case.
+func (r *Route) KeyValues(req RouteRequest, params Params, subject string, claims map[string]string) []string {
+	vals := make([]string, len(r.LimitKey))
+	for i, k := range r.LimitKey {
+		v, ok := "", false
+		switch k.Kind {
+		case "subject":
+			v, ok = subject, true
+		case "host":
+			v = normalHost(req.Host)
+			ok = v != ""
+		case "header":
+			v, ok, _ = one(req.Header, k.Name)
+			v = strings.ToLower(v)
+		case "query":
+			v, ok, _ = one(req.Query, k.Name)
+			v = strings.ToLower(v)
+		case "path":
+			v, ok = params[k.Name]
+		case "claim":
+			v, ok = claims[k.Name]
+		}
+		if !ok {
+			v = "\x00"
+		}
+		vals[i] = v
+	}
+	return vals
+}
+
+// compileMatch compiles a route's host, match, headers, query and
+// limit_key.
+func (c *compiler) compileMatch(p *Policy, path string, r *Route, rs *RouteSpec, claims map[string]bool) {
+	if rs.Host != "" {
+		h := strings.ToLower(rs.Host)
+		if !hostPattern.MatchString(h) {
+			c.addf(path+".host", "want a host name such as api.example.com or *.example.com (no port, no scheme), got %q", rs.Host)
+		}
+		r.Host = h
+		p.hostRoutes = true
+	}
+	switch rs.Match {
+	case "":
+	case "prefix":
+		if !strings.HasSuffix(r.Path, "/") {
+			r.Path += "/"
+		}
+		r.Prefix = true
+	case "exact":
+		if r.Path != "/" && strings.HasSuffix(r.Path, "/") {
+			c.addf(path+".match", "match: exact conflicts with a path ending in '/' (which spells a prefix): drop the slash or say prefix")
+		}
+		r.Prefix = false
+	default:
+		c.addf(path+".match", "want exact or prefix, got %q", rs.Match)
+	}
+	r.key = MatchKey(r.Path)
+	r.segs, r.params = pattern(r.key)
+	if r.segs != nil {
+		for _, n := range r.params {
+			if n != "" {
+				r.Params = append(r.Params, n)
+			}
+		}
+	}
+	r.Headers = c.conds(path+".headers", rs.Headers, true, p.UserHeader)
+	r.Query = c.conds(path+".query", rs.Query, false, "")
+	for _, cd := range r.Headers {
+		if !slices.Contains(p.condHeaders, cd.Name) {
+			p.condHeaders = append(p.condHeaders, cd.Name)
+		}
+	}
+	for _, cd := range r.Query {
+		if !slices.Contains(p.condQuery, cd.Name) {
+			p.condQuery = append(p.condQuery, cd.Name)
+		}
+	}
+	if len(rs.LimitKey) > 0 && rs.Limit == nil {
+		c.addf(path+".limit_key", "limit_key says what the route's limit counts per: set limit too")
+	}
+	seen := map[string]bool{}
+	for i, s := range rs.LimitKey {
+		kp := fmt.Sprintf("%s.limit_key[%d]", path, i)
+		kind, name, _ := strings.Cut(s, ":")
+		k := KeyPart{Kind: kind, Name: name}
+		switch kind {
+		case "subject", "host":
+			if name != "" {
+				c.addf(kp, "%s takes no name", kind)
+			}
+		case "header":
+			if !headerPattern.MatchString(name) || forbiddenHeader(name, p.UserHeader) {
+				c.addf(kp, "header:<Name>, not a credential, forwarding or framing header (got %q)", name)
+			}
+			k.Name = http.CanonicalHeaderKey(name)
+			if !slices.Contains(p.condHeaders, k.Name) {
+				p.condHeaders = append(p.condHeaders, k.Name)
+			}
+		case "query":
+			if name == "" || len(name) > 64 {
+				c.addf(kp, "query:<name>, got %q", s)
+			}
+			if !slices.Contains(p.condQuery, name) {
+				p.condQuery = append(p.condQuery, name)
+			}
+		case "path":
+			k.Name = strings.ToLower(name) // as MatchKey writes the path
+			if !slices.Contains(r.Params, k.Name) {
+				c.addf(kp, "the route's path has no parameter {%s}", name)
+			}
+		case "claim":
+			if p.JWT == nil {
+				c.addf(kp, "claims come from bearer JWTs: configure identity.jwt")
+			} else if !claimPattern.MatchString(name) {
+				c.addf(kp, "claim:<name>, got %q", s)
+			}
+			claims[name] = true
+		default:
+			c.addf(kp, "want subject, host, header:<Name>, query:<name>, path:<param> or claim:<name>, got %q", s)
+		}
+		if seen[k.String()] {
+			c.addf(kp, "%s is listed twice", k)
+		}
+		seen[k.String()] = true
+		r.LimitKey = append(r.LimitKey, k)
+	}
+	if r.LimitAdds && len(r.LimitKey) > 0 && !seen["subject"] {
+		c.addf(path+".limit_key", "a limit not counted per subject is shared by subjects and decided on its own: it can only replace the plan's (limit_mode: replace), or add subject to limit_key")
+	}
+}
+
+// forbiddenHeader reports whether a route may not match or key on the
+// header name.
+func forbiddenHeader(name, userHeader string) bool {
+	cn := http.CanonicalHeaderKey(name)
+	if strings.HasPrefix(cn, "X-Forwarded-") || userHeader != "" && cn == http.CanonicalHeaderKey(userHeader) {
+		return true
+	}
+	return slices.Contains(conditionHeaders, cn)
+}
+
+// conds compiles a route's header (or query) conditions.
+func (c *compiler) conds(path string, m map[string]string, header bool, userHeader string) []Cond {
+	var out []Cond
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		v := m[name]
+		np := path + "." + name
+		if header {
+			if !headerPattern.MatchString(name) || forbiddenHeader(name, userHeader) {
+				c.addf(np, "not a header a route may match: %q (credentials, forwarding and framing headers are the gateway's)", name)
+			}
+			name = http.CanonicalHeaderKey(name)
+		} else if name == "" || len(name) > 64 {
+			c.addf(np, "a query parameter name is 1-64 bytes")
+		}
+		if v == "" || len(v) > 256 || strings.ContainsAny(v, "\r\n\x00") {
+			c.addf(np, `want a value of 1-256 bytes, or "*" for any value`)
+		}
+		out = append(out, Cond{Name: name, Value: v, Any: v == "*"})
+	}
+	return out
+}
+
+// condKey is what two routes matching alike share: their conditions.
+func condKey(r *Route) string {
+	var b strings.Builder
+	b.WriteString(r.Host)
+	for _, cs := range [][]Cond{r.Headers, r.Query} {
+		b.WriteByte('|')
+		for _, c := range cs {
+			fmt.Fprintf(&b, "%s=%s;", strings.ToLower(c.Name), strings.ToLower(c.Value))
+		}
+	}
+	return b.String()
+}
