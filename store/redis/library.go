@@ -37,7 +37,7 @@ func newLibrary() (*library, error) {
 	tag := hex.EncodeToString(sum[:6])
 	l := &library{name: "tollgate_" + tag, decide: "tollgate_decide_" + tag, multi: "tollgate_multi_" + tag, reserve: "tollgate_reserve_" + tag}
 	register := func(fn, entry string) string {
-		return "redis.register_function('" + fn + "', function(keys, args) begin(keys, args) reset() return " + entry + "() end)\n"
+		return "redis.register_function('" + fn + "', function(keys, args) begin(keys, args, true) reset() return " + entry + "() end)\n"
 	}
 	l.src = "#!lua name=" + l.name + "\n" + defs + register(l.decide, "decide_all") + register(l.multi, "multi_all") +
 		register(l.reserve, "reserve_one")

@@ -98,7 +98,7 @@ func script(entry, fn string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return defs + "begin(KEYS, ARGV)\nreset()\nreturn " + fn + "()\n", nil
+	return defs + "begin(KEYS, ARGV, true)\nreset()\nreturn " + fn + "()\n", nil
 }
 
 // definitions returns the prelude, every algorithm, the shared state

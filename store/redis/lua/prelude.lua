@@ -12,10 +12,20 @@ local floor, ceil, pack, unpack_
 -- to every TTL (only for tests that pass explicit times); REDIS_CLOCK true
 -- when NOW is Redis' own time, so expiries can be absolute.
 local K, A, NOW, slack, REDIS_CLOCK
+-- tick sets NOW to Redis' TIME on a call on Redis' clock that has not
+-- read it yet.
+local function tick()
+  if not NOW then
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+  end
+end
 -- begin starts a call with keys k and arguments a. a[1] is now in ms (""
 -- = Redis TIME), a[2] the TTL slack in ms; the rest of a, and k, belong to
--- the entry point (decide.lua, multi.lua, ...).
-local function begin(k, a)
+-- the entry point (decide.lua, multi.lua, ...). With lazy, a call on
+-- Redis' clock leaves NOW unset until the entry point calls tick: a lone
+-- decision may need no TIME at all (decide.lua's spaced).
+local function begin(k, a, lazy)
   if not floor then
     floor, ceil = math.floor, math.ceil
     pack, unpack_ = struct.pack, struct.unpack
@@ -24,10 +34,7 @@ local function begin(k, a)
   NOW = tonumber(a[1])
   slack = tonumber(a[2]) or 0
   REDIS_CLOCK = not NOW
-  if not NOW then
-    local t = redis.call('TIME')
-    NOW = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
-  end
+  if not lazy then tick() end
 end
 -- floor(a / b) and ceil(a / b) are exact for integers with |a| + b <= 2^53
 -- and b > 0: a quotient that is not an integer lies at least 1/b from the

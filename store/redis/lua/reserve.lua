@@ -8,6 +8,7 @@
 -- charge, decides the request as decide.lua would. Answers the request as
 -- decide.lua does (see answer).
 local function reserve_one()
+  tick()
   local op, id, ttl = tonumber(A[4]), A[5], tonumber(A[6])
   local hkey = K[2]
   redis.call('ZREMRANGEBYSCORE', hkey, '-inf', NOW)

@@ -40,6 +40,18 @@ local function parse(f, v)
     return x, y, z
   end
 end
+-- read returns the state of key, of algorithm a, from its value v: what
+-- parse reads, or for the '' a lone GCRA decision writes (decide.lua's
+-- spaced) the debt the key's TTL holds, due at NOW plus that TTL. NOW
+-- must be set.
+local function read(key, a, v)
+  if v == '' and a == 0 then
+    local d = redis.call('PTTL', key)
+    if d > 0 then return NOW + d, 0 end
+    return
+  end
+  return parse(STATE[a], v)
+end
 -- load returns the cache index of key's state, read first if need be, or
 -- nil and the error reply if it cannot be read (a key of another type).
 local function load(key, a)
@@ -49,7 +61,7 @@ local function load(key, a)
   if type(v) == 'table' then return nil, v end
   NK = NK + 1
   j = NK
-  local x, y, z = parse(STATE[a], v)
+  local x, y, z = read(key, a, v)
   slot[key], KEY[j], S1[j], S2[j], S3[j], ALG[j], TTL[j], FRESH[j] = j, key, x or false, y or false, z or false, a, false, false
   return j
 end
@@ -69,7 +81,7 @@ local function prefetch(k)
       if a ~= 4 then
         NK = NK + 1
         local j, v = NK, vals[i]
-        local x, y, z = parse(STATE[a], v)
+        local x, y, z = read(key, a, v)
         slot[key], KEY[j], S1[j], S2[j], S3[j], ALG[j], TTL[j], FRESH[j] = j, key, x or false, y or false, z or false, a, false, not v
       end
     end

@@ -1,0 +1,109 @@
+package redis_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+	rstore "github.com/tollgate/tollgate/store/redis"
+)
+
+// TestSpacedGCRA: a lone GCRA decision on Redis' clock under a limit that
+// spaces requests a whole number of milliseconds apart reads its debt
+// from the key's TTL and writes it back with one SET (no TIME, no GET);
+// it decides exactly as the batched path, which reads such a key through
+// its TTL in turn, and as the algorithm. 10 per 10 s: each request adds
+// a second of debt, so within the test's few milliseconds the remaining
+// counts fall by one per admission, whichever path decides.
+func TestSpacedGCRA(t *testing.T) {
+	ctx := context.Background()
+	c := srv.NewClient(t)
+	for _, noFn := range []bool{false, true} {
+		s, err := rstore.New(c, rstore.Options{NoFunctions: noFn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := algo.Limit{Algorithm: algo.GCRA, Rate: 10, Period: 10 * time.Second}
+		req := algo.Request{Name: unique("spaced"), Subject: "s", Limit: l, Cost: 1}
+		key := rstore.KeyFor(req)
+		want := int64(9)
+		lone := func(step string) {
+			t.Helper()
+			d, err := s.Allow(ctx, req)
+			if err != nil || !d.Allowed || d.Remaining != want {
+				t.Fatalf("functions %v, %s: %+v %v, want allowed with %d remaining", !noFn, step, d, err, want)
+			}
+			want--
+			if v, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString(); err != nil || v != "" {
+				t.Fatalf("%s: the key holds %q (%v), want the empty value of a state kept in its TTL", step, v, err)
+			}
+			ttl, _ := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
+			if debt := (9 - want) * 1000; ttl > debt || ttl < debt-500 {
+				t.Fatalf("%s: TTL %d ms, want the debt, %d ms (less the test's time)", step, ttl, debt)
+			}
+		}
+		lone("first")
+		lone("second")
+		lone("third")
+		// A batch reads the debt through the TTL and writes a state of its
+		// own (a value), which the lone path reads through the TTL again.
+		ds, errs := s.DecideBatch(ctx, []algo.Request{req, req})
+		for i := range ds {
+			if errs[i] != nil || !ds[i].Allowed || ds[i].Remaining != want {
+				t.Fatalf("functions %v, batch %d: %+v %v, want allowed with %d remaining", !noFn, i, ds[i], errs[i], want)
+			}
+			want--
+		}
+		for want >= 0 {
+			lone("after the batch")
+		}
+		d, err := s.Allow(ctx, req)
+		if err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > time.Second {
+			t.Fatalf("functions %v, the 11th: %+v %v, want refused for at most a second", !noFn, d, err)
+		}
+		// The algorithm, at one instant, says the same.
+		var st algo.State
+		now := int64(1_800_000_000_000)
+		for i := range 11 {
+			r, _, _ := algo.Decide(l, &st, now, 1)
+			if r.Allowed != (i < 10) || (i < 10 && r.Remaining != int64(9-i)) || (i == 10 && r.RetryAfter != 1000) {
+				t.Fatalf("algo, request %d: %+v", i+1, r)
+			}
+		}
+	}
+}
+
+// TestSpacedGCRAForeignKeys: what a key holds that is not a state counts
+// as none on the spaced path too, whatever its TTL says; a key of another
+// type fails the request and is left alone.
+func TestSpacedGCRAForeignKeys(t *testing.T) {
+	ctx := context.Background()
+	c := srv.NewClient(t)
+	s := newStore(t)
+	l := algo.Limit{Algorithm: algo.GCRA, Rate: 10, Period: 10 * time.Second}
+	for _, ttl := range []time.Duration{time.Second, time.Minute} { // within the burst's debt, and beyond it
+		req := algo.Request{Name: unique("spaced-junk"), Subject: "s", Limit: l, Cost: 1}
+		key := rstore.KeyFor(req)
+		if err := c.Do(ctx, c.B().Set().Key(key).Value("not a state").Px(ttl).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 9 {
+			t.Errorf("junk with a TTL of %v: %+v %v, want a fresh bucket charged once (9 remaining)", ttl, d, err)
+		}
+		if p, _ := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64(); p > 1000 || p < 500 {
+			t.Errorf("junk with a TTL of %v: TTL %d ms after, want the request's debt, 1000 ms", ttl, p)
+		}
+	}
+	req := algo.Request{Name: unique("spaced-list"), Subject: "s", Limit: l, Cost: 1}
+	key := rstore.KeyFor(req)
+	c.Do(ctx, c.B().Lpush().Key(key).Element("x").Build())
+	c.Do(ctx, c.B().Pexpire().Key(key).Milliseconds(60_000).Build())
+	if _, err := s.Allow(ctx, req); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("a list under the key: %v, want WRONGTYPE", err)
+	}
+	if n, _ := c.Do(ctx, c.B().Llen().Key(key).Build()).AsInt64(); n != 1 {
+		t.Errorf("the list was changed: %d elements", n)
+	}
+}
