@@ -62,6 +62,10 @@ type Options struct {
 	// JWKS caches the signing keys of a policy that verifies bearer JWTs
 	// (policy.JWT); nil means the process's (jwtauth.Shared).
 	JWKS *jwtauth.Keys
+	// Recording, if set, records every call decided (of the subjects it
+	// samples), for package simulate to decide again under another
+	// policy.
+	Recording *Recording
 }
 
 // DefaultDenyCacheSize is how many refusals the gateway's engine caches
@@ -168,6 +172,12 @@ func (e *Engine) Policy() *policy.Policy { return e.policy }
 // while the call is served: its caller must call Done when the call
 // ends, and Answered as soon as the service's status is known.
 func (e *Engine) Check(ctx context.Context, c Call) *Verdict {
+	v := e.check(ctx, c)
+	e.record(c, v)
+	return v
+}
+
+func (e *Engine) check(ctx context.Context, c Call) *Verdict {
 	v := &Verdict{e: e, Report: -1, group: c.group(), plan: planName(c.Subject.Plan)}
 	if c.Key != KeyNone && !e.checkKey(ctx, v, c) {
 		return v

@@ -184,6 +184,7 @@ type Verdict struct {
 	global *globalHold
 	mu     sync.Mutex
 	done   bool
+	recSeq uint64 // the call's record in the engine's recording, if any
 }
 
 // Reported returns the budget to report and its decision, if any.
@@ -211,6 +212,7 @@ func (v *Verdict) Budgets() []*policy.Budget {
 func (v *Verdict) Answered(ctx context.Context, status int) {
 	if v.login != nil {
 		v.login.finish(ctx, status)
+		v.recordAnswer(ctx, status)
 	}
 }
 

@@ -65,6 +65,11 @@ type Options struct {
 	// HistoryInterval is the time between two samples of the dashboard's
 	// history (default one second; it keeps the last 900).
 	HistoryInterval time.Duration
+	// RecordSize bounds the recording of recent calls served at
+	// /recording for tollgate simulate (default
+	// engine.DefaultRecordSize; negative: no recording), and RecordSample
+	// keeps one subject in RecordSample (default every one).
+	RecordSize, RecordSample int
 }
 
 // Gateway serves a policy, and can swap in a new one while it runs (see
@@ -77,7 +82,8 @@ type Gateway struct {
 	// again without a store call in front of Redis, not of memory.
 	denyCache int
 	closers   []func()
-	past      history // the dashboard's recent past
+	past      history           // the dashboard's recent past
+	recording *engine.Recording // recent calls, for tollgate simulate
 	registry  *prometheus.Registry
 	metrics   *httplimit.Metrics
 	public    http.Handler
@@ -130,6 +136,13 @@ func New(opts Options) (*Gateway, error) {
 		return nil, errors.New("creating gateway: no policy")
 	}
 	g := &Gateway{opts: opts, pol: opts.Policy, log: opts.Logger, access: opts.Logger, registry: prometheus.NewRegistry()}
+	if opts.RecordSize >= 0 {
+		size := opts.RecordSize
+		if size == 0 {
+			size = engine.DefaultRecordSize
+		}
+		g.recording = engine.NewRecording(size, opts.RecordSample)
+	}
 	// Every line is sampled per message: a failure repeated on every
 	// request writes a few lines a second, with a count of the rest.
 	g.log = logsample.Logger(g.log)
@@ -209,7 +222,7 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 	}
 	front, err := httplimit.New(httplimit.Options{
 		Policy: p, Store: g.store, Logger: g.log, Metrics: g.metrics, RequireRoute: true, Now: g.opts.Clock,
-		DenyCacheSize: g.denyCache, Tracer: g.tracer,
+		DenyCacheSize: g.denyCache, Tracer: g.tracer, Recording: g.recording,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building policy %s: %w", p.Version, err)

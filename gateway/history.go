@@ -10,6 +10,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tollgate/tollgate/simulate"
 )
 
 // historySamples is how many samples the dashboard's history keeps: 15
@@ -259,4 +261,18 @@ func (g *Gateway) dashboardHistory(w http.ResponseWriter, r *http.Request) {
 		Interval int64    `json:"interval_ms"`
 		Samples  []sample `json:"samples"`
 	}{g.historyInterval().Milliseconds(), g.past.since(since)})
+}
+
+// recordingExport answers GET /recording: the recent calls the gateway
+// recorded, oldest first, as JSON lines (simulate.ReadRecords reads
+// them; tollgate simulate replays them under a candidate policy). 404
+// without a recording.
+func (g *Gateway) recordingExport(w http.ResponseWriter, r *http.Request) {
+	if g.recording == nil {
+		http.Error(w, "this gateway keeps no recording (gateway.Options.RecordSize is negative)", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	simulate.WriteRecords(w, g.recording.Records())
 }

@@ -86,6 +86,9 @@ type Options struct {
 	// JWKS caches the signing keys of a policy that verifies bearer JWTs
 	// (see engine.Options.JWKS); nil means the process's.
 	JWKS *jwtauth.Keys
+	// Recording, if set, records the calls decided (see
+	// engine.Options.Recording).
+	Recording *engine.Recording
 }
 
 // Metrics are the decision engine's Prometheus metrics; see
@@ -159,7 +162,7 @@ func New(opts Options) (*Front, error) {
 	}
 	e, err := engine.New(engine.Options{Policy: opts.Policy, Store: opts.Store, Logger: opts.Logger,
 		Metrics: opts.Metrics, LogRefusalsPerSecond: opts.LogRefusalsPerSecond, Now: opts.Now, DenyCacheSize: opts.DenyCacheSize,
-		Tracer: opts.Tracer, JWKS: opts.JWKS})
+		Tracer: opts.Tracer, JWKS: opts.JWKS, Recording: opts.Recording})
 	if err != nil {
 		return nil, fmt.Errorf("creating middleware: %w", err)
 	}

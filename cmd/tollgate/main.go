@@ -45,6 +45,8 @@ const usage = `usage:
   tollgate serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR] [--state FILE]
                                run the gateway (env TOLLGATE_CONFIG, TOLLGATE_REDIS_URL)
   tollgate check FILE          validate a policy and print what it would enforce
+  tollgate simulate --policy CANDIDATE --active FILE --recording FILE|URL
+                               replay a gateway's recent calls under a candidate policy
   tollgate hash-key [KEY]      print the digest under which to list an API key
                                (reads the key from standard input when not given)
   tollgate rls                 run Envoy's rate-limit service (envoyproxy/ratelimit's
@@ -73,6 +75,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return rls(args[1:], stdout, stderr)
 	case "check":
 		return check(args[1:], stdout, stderr)
+	case "simulate":
+		return simulateCmd(args[1:], stdout, stderr)
 	case "hash-key":
 		return hashKey(args[1:], stdin, stdout, stderr)
 	case "version":

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/simulate"
+)
+
+// simulateCmd replays a gateway's recording of recent calls under the
+// active policy and a candidate, and prints where they differ.
+func simulateCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flags("simulate", "simulate --policy CANDIDATE --active FILE --recording FILE|URL [--json] [--svg FILE]", stdout, stderr)
+	cand := fs.String("policy", "", "the candidate policy file")
+	active := fs.String("active", os.Getenv("TOLLGATE_CONFIG"), "the policy the gateway ran when it recorded (env TOLLGATE_CONFIG)")
+	from := fs.String("recording", "", "the recording: a file saved from the admin listener's /recording, or its URL "+
+		"(the admin token, if any, from env TOLLGATE_ADMIN_TOKEN)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	svg := fs.String("svg", "", "also write a chart of both policies' refusals over the recorded window to this SVG file")
+	if code, done := parse(fs, args, stdout); done {
+		return code
+	}
+	if *cand == "" || *active == "" || *from == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	pa, err := policy.Load(*active)
+	if err != nil {
+		fmt.Fprintf(stderr, "active policy: %v\n", err)
+		return 1
+	}
+	pc, err := policy.Load(*cand)
+	if err != nil {
+		fmt.Fprintf(stderr, "candidate policy: %v\n", err)
+		return 1
+	}
+	recs, err := readRecording(*from)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	rep, err := simulate.Compare(context.Background(), pa, pc, recs)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if *svg != "" {
+		if err := os.WriteFile(*svg, []byte(rep.SVG()), 0o644); err != nil {
+			fmt.Fprintf(stderr, "writing the chart: %v\n", err)
+			return 1
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+		return 0
+	}
+	printReport(stdout, rep, pa.Version, pc.Version)
+	return 0
+}
+
+// readRecording reads a recording from a file or the admin listener.
+func readRecording(from string) ([]engine.Record, error) {
+	if !strings.HasPrefix(from, "http://") && !strings.HasPrefix(from, "https://") {
+		f, err := os.Open(from)
+		if err != nil {
+			return nil, fmt.Errorf("reading the recording: %w", err)
+		}
+		defer f.Close()
+		return simulate.ReadRecords(f)
+	}
+	req, err := http.NewRequest(http.MethodGet, from, nil)
+	if err != nil {
+		return nil, fmt.Errorf("reading the recording: %w", err)
+	}
+	if t := os.Getenv("TOLLGATE_ADMIN_TOKEN"); t != "" {
+		req.Header.Set("Authorization", "Bearer "+t)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reading the recording: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("reading the recording: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return simulate.ReadRecords(resp.Body)
+}
+
+func printReport(w io.Writer, r *simulate.Report, active, cand string) {
+	fmt.Fprintf(w, "%d calls recorded from %s to %s, replayed under %s (active) and %s (candidate)\n", r.Calls,
+		time.UnixMilli(r.From).UTC().Format(time.RFC3339), time.UnixMilli(r.To).UTC().Format(time.RFC3339), active, cand)
+	if r.Mismatches > 0 {
+		fmt.Fprintf(w, "note: %d calls replay under the active policy otherwise than they were decided (the recording began while budgets were spent, or another policy decided them)\n", r.Mismatches)
+	}
+	fmt.Fprintf(w, "\n%-16s %-12s %8s %14s %17s %14s %15s\n", "route group", "plan", "calls", "refused active", "refused candidate", "newly refused", "newly admitted")
+	for _, g := range r.Groups {
+		fmt.Fprintf(w, "%-16s %-12s %8d %14d %17d %14d %15d\n", g.Group, g.Plan, g.Calls, g.RefusedActive, g.RefusedCandidate, g.NewlyRefused, g.NewlyAdmitted)
+	}
+	if len(r.Subjects) > 0 {
+		fmt.Fprintf(w, "\nmost affected subjects (pseudonyms)\n%-26s %8s %14s %15s\n", "subject", "calls", "newly refused", "newly admitted")
+		for _, s := range r.Subjects {
+			fmt.Fprintf(w, "%-26s %8d %14d %15d\n", s.Subject, s.Calls, s.NewlyRefused, s.NewlyAdmitted)
+		}
+	}
+}
