@@ -52,6 +52,7 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux.HandleFunc("GET /dashboard/data", g.dashboardData)
 	mux.HandleFunc("GET /dashboard/history", g.dashboardHistory)
 	mux.HandleFunc("GET /recording", g.recordingExport)
+	mux.HandleFunc("POST /simulate", g.simulateCandidate)
 	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, r *http.Request) {
 		a := g.active.Load()
 		out := map[string]any{"version": a.pol.Version, "hash": a.pol.Hash, "source": a.pol.Source, "loaded_at": a.loaded.UTC()}

@@ -11,6 +11,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tollgate/tollgate/policy"
 	"github.com/tollgate/tollgate/simulate"
 )
 
@@ -275,4 +276,42 @@ func (g *Gateway) recordingExport(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
 	simulate.WriteRecords(w, g.recording.Records())
+}
+
+// maxCandidate bounds the policy a /simulate request may carry.
+const maxCandidate = 1 << 20
+
+// simulateCandidate answers POST /simulate, {"policy": "<YAML>"}: the
+// recording replayed under the policy served and under the candidate
+// (simulate.Compare), as JSON. A candidate that does not compile is a 422
+// with its problems.
+func (g *Gateway) simulateCandidate(w http.ResponseWriter, r *http.Request) {
+	if g.recording == nil {
+		http.Error(w, "this gateway keeps no recording (gateway.Options.RecordSize is negative)", http.StatusNotFound)
+		return
+	}
+	var body struct {
+		Policy string `json:"policy"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCandidate))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || body.Policy == "" {
+		http.Error(w, `want {"policy": "<the candidate policy's YAML>"}`, http.StatusBadRequest)
+		return
+	}
+	cand, err := policy.Parse([]byte(body.Policy), "candidate")
+	if err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		return
+	}
+	rep, err := simulate.Compare(r.Context(), g.active.Load().pol, cand, g.recording.Records())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(rep)
 }

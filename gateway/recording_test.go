@@ -2,9 +2,17 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/simulate"
 )
@@ -53,5 +61,86 @@ func TestRecordingReplays(t *testing.T) {
 	}
 	if outcomes["allowed"] != 105 || outcomes["refused"] != 1 || outcomes["invalid"] != 5 {
 		t.Errorf("outcomes %v, want 105 allowed, 1 refused, 5 invalid", outcomes)
+	}
+}
+
+// TestSimulatePanel: the dashboard's simulator replays the recording
+// under a candidate the page posts: through POST /simulate, and in
+// headless Chromium from a link (#try=...) that opens the panel with the
+// candidate and runs it.
+func TestSimulatePanel(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	n, _, _ := admitUntilRefused(t, g.public+"/api/items", 200, "X-API-Key", freeKey)
+	if n != 100 {
+		t.Fatalf("admitted %d, want 100", n)
+	}
+	b, err := os.ReadFile("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 40 a minute: of the 100 admitted, the candidate refuses 60.
+	cand := strings.Replace(string(b), "algorithm: sliding_log, rate: 100, period: 1m}", "algorithm: sliding_log, rate: 40, period: 1m}", 1)
+	cand = strings.Replace(cand, "cost: 10", "cost: 5", 1) // the export route must fit the candidate's plan
+	post := func(body string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, g.admin+"/simulate", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp, out
+	}
+	js, _ := json.Marshal(map[string]string{"policy": cand})
+	resp, body := post(string(js))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/simulate: %d %s", resp.StatusCode, body)
+	}
+	var rep simulate.Report
+	if err := json.Unmarshal(body, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Calls != 101 || rep.Mismatches != 0 || len(rep.Groups) != 1 || rep.Groups[0].NewlyRefused != 60 || rep.Groups[0].RefusedCandidate != 61 {
+		t.Fatalf("report %+v", rep)
+	}
+	if resp, body := post(`{"policy": "plans: [nonsense"}`); resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(body), "error") {
+		t.Errorf("a candidate that does not compile: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := post(`{"candidate": "x"}`); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a body of another shape: %d, want 400", resp.StatusCode)
+	}
+
+	bin := chromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=4000", "--dump-dom", g.admin + "/dashboard#try=" + url.PathEscape(cand)}
+	out, err := exec.CommandContext(ctx, bin, args...).Output()
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	dom := string(out)
+	shot := filepath.Join(os.TempDir(), "tollgate-simulator.png")
+	os.Remove(shot)
+	args[len(args)-2] = "--screenshot=" + shot
+	if err := exec.CommandContext(ctx, bin, append(args[:len(args)-1:len(args)-1], "--window-size=1280,1400", args[len(args)-1])...).Run(); err != nil {
+		t.Fatalf("chromium screenshot: %v", err)
+	}
+	if st, err := os.Stat(shot); err != nil || st.Size() < 5000 {
+		t.Fatalf("screenshot %s: %v", shot, err)
+	}
+	t.Logf("simulator screenshot: %s", shot)
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`id="sim-status">101 calls replayed<`),
+		regexp.MustCompile(`<td>api</td><td>free</td><td class="n">101</td><td class="n">1</td><td class="n">61</td><td class="n">60</td><td class="n">0</td>`),
+		regexp.MustCompile(`<svg id="chart-sim"[^>]*>.*data-series="refused by the candidate"`),
+	} {
+		if !want.MatchString(dom) {
+			t.Errorf("the simulator panel lacks %s; DOM:\n%.4000s", want, dom)
+		}
 	}
 }
