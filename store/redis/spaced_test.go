@@ -107,3 +107,42 @@ func TestSpacedGCRAForeignKeys(t *testing.T) {
 		t.Errorf("the list was changed: %d elements", n)
 	}
 }
+
+// TestSpacedGCRAInBatches: in a batch on Redis' clock, the requests the
+// spaced path can decide are decided by it, each on its own, beside
+// others decided as usual; a key of another type fails its request alone.
+func TestSpacedGCRAInBatches(t *testing.T) {
+	ctx := context.Background()
+	c := srv.NewClient(t)
+	for _, noFn := range []bool{false, true} {
+		s, err := rstore.New(c, rstore.Options{NoFunctions: noFn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spaced := algo.Request{Name: unique("spaced-batch"), Subject: "s", Limit: algo.Limit{Algorithm: algo.GCRA, Rate: 10, Period: 10 * time.Second}, Cost: 1}
+		log := algo.Request{Name: unique("spaced-batch-log"), Subject: "s", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 5, Period: time.Minute}, Cost: 1}
+		odd := algo.Request{Name: unique("spaced-batch-odd"), Subject: "s", Limit: algo.Limit{Algorithm: algo.GCRA, Rate: 3, Period: time.Second}, Cost: 1} // 333.3 ms apart: not spaced
+		list := algo.Request{Name: unique("spaced-batch-list"), Subject: "s", Limit: spaced.Limit, Cost: 1}
+		c.Do(ctx, c.B().Lpush().Key(rstore.KeyFor(list)).Element("x").Build())
+		c.Do(ctx, c.B().Pexpire().Key(rstore.KeyFor(list)).Milliseconds(60_000).Build())
+		ds, errs := s.DecideBatch(ctx, []algo.Request{spaced, log, list, odd, spaced, log, odd, spaced})
+		want := []int64{9, 4, -1, 2, 8, 3, 1, 7}
+		for i, w := range want {
+			if w < 0 {
+				if errs[i] == nil || !strings.Contains(errs[i].Error(), "WRONGTYPE") {
+					t.Errorf("functions %v, request %d on a list: %v, want WRONGTYPE", !noFn, i, errs[i])
+				}
+				continue
+			}
+			if errs[i] != nil || !ds[i].Allowed || ds[i].Remaining != w {
+				t.Errorf("functions %v, request %d: %+v %v, want allowed with %d remaining", !noFn, i, ds[i], errs[i], w)
+			}
+		}
+		if v, _ := c.Do(ctx, c.B().Get().Key(rstore.KeyFor(spaced)).Build()).ToString(); v != "" {
+			t.Errorf("functions %v: the spaced key holds %q, want its state in its TTL", !noFn, v)
+		}
+		if v, _ := c.Do(ctx, c.B().Get().Key(rstore.KeyFor(odd)).Build()).ToString(); len(v) != 16 {
+			t.Errorf("functions %v: the other GCRA key holds %q, want a state of two doubles", !noFn, v)
+		}
+	}
+}

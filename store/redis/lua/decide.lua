@@ -25,6 +25,7 @@ end
 local function spaced(key, n, period, cap, cost)
   local d = redis.call('PTTL', key)
   if d == -1 then return nil end
+  local now = NOW
   local allowed, rem, reset, retry, delay, w1, _, _, ttl = spaced_at(d, n, period, cap, cost)
   local old
   if w1 then
@@ -36,8 +37,18 @@ local function spaced(key, n, period, cap, cost)
     allowed, rem, reset, retry, delay, w1, _, _, ttl = spaced_at(0, n, period, cap, cost)
     if w1 then redis.call('SET', key, '', 'PX', ttl) end
   end
-  NOW = nil
+  NOW = now
   return allowed, rem, reset, retry, delay
+end
+-- SPACED[i] is true for request i of a batch that spaced decides
+-- (reused from call to call, like the cache).
+local SPACED = {}
+-- eligible reports whether spaced decides request i: GCRA on Redis' clock
+-- under a limit that spaces requests a whole number of milliseconds apart.
+local function eligible(i)
+  if not REDIS_CLOCK then return false end
+  local a, n, period = unpack_('<ddd', REQS, i * REQ - REQ + 1)
+  return a == 0 and period % n == 0
 end
 -- lone decides a call's only request as decide and flush would, but
 -- without the cache, which one request has nothing to share through: the
@@ -47,12 +58,10 @@ end
 -- request's error: no pcall to pay for.
 local function lone()
   local key = K[1]
-  if REDIS_CLOCK then
-    local a, n, period, cap, cost = unpack_('<ddddd', REQS)
-    if a == 0 and period % n == 0 then
-      local r1, r2, r3, r4, r5 = spaced(key, n, period, cap, cost)
-      if r1 then return r1, r2, r3, r4, r5 end
-    end
+  if eligible(1) then
+    local _, n, period, cap, cost = unpack_('<ddddd', REQS)
+    local r1, r2, r3, r4, r5 = spaced(key, n, period, cap, cost)
+    if r1 then return r1, r2, r3, r4, r5 end
   end
   local a, n, period, cap, cost, md, cal, b0, b1, b2, b3 = unpack_('<ddddddddddd', REQS)
   tick()
@@ -84,12 +93,36 @@ local function decide_all()
     end
     return pack('<ddddd', r1, r2, r3, r4, r5)
   end
-  tick()
-  prefetch(k)
+  -- Requests spaced decides skip TIME and the cache, each on its own
+  -- (in a pcall: a key of another type fails its request alone); the
+  -- others are decided as below, if there are any.
+  local others = false
+  for i = 1, k do
+    SPACED[i] = eligible(i)
+    if not SPACED[i] then others = true end
+  end
+  if others then
+    tick()
+    prefetch(k, SPACED)
+  end
   local errs
   for i = 1, k do
     local o = i * 5 - 5
-    local r1, r2, r3, r4, r5 = decide(i, true)
+    local ok, r1, r2, r3, r4, r5 = true
+    if SPACED[i] and not slot[K[i]] then
+      local _, n, period, cap, cost = unpack_('<ddddd', REQS, i * REQ - REQ + 1)
+      local now = NOW
+      ok, r1, r2, r3, r4, r5 = pcall(spaced, K[i], n, period, cap, cost)
+      NOW = now
+      if ok and not r1 then
+        tick()
+        r1, r2, r3, r4, r5 = decide(i, true)
+      elseif not ok then
+        r1, r2 = false, r1
+      end
+    else
+      r1, r2, r3, r4, r5 = decide(i, true)
+    end
     if r1 then
       OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4], OUT[o + 5] = r1, r2, r3, r4, r5
     else

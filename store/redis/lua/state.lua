@@ -68,15 +68,15 @@ end
 -- prefetch reads the state of the keys of a call's k requests (but the
 -- sliding log's) into the cache with one MGET, where load would read them
 -- one GET at a time: one command instead of k, most of what a batch costs
--- Redis. MGET answers nothing for a key of another type, as for a missing
+-- Redis. Requests i with skip[i] are left out. MGET answers nothing for a key of another type, as for a missing
 -- one; flush writes such a key with SET's GET option, which fails on a key
 -- of another type and writes nothing, so the request still gets the
 -- error.
-local function prefetch(k)
+local function prefetch(k, skip)
   local vals = redis.call('MGET', unpack(K, 1, k))
   for i = 1, k do
     local key = K[i]
-    if not slot[key] then
+    if not slot[key] and not (skip and skip[i]) then
       local a = unpack_('<d', REQS, i * REQ - REQ + 1)
       if a ~= 4 then
         NK = NK + 1
