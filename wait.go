@@ -85,13 +85,45 @@ func (l *Limiter) clock() Clock {
 	return l.wait.clock
 }
 
+// WaitOptions configures one [Limiter.WaitWith] or [Limiter.ReserveWith].
+// The zero value is the default, what [Limiter.Wait] and [Limiter.Reserve]
+// use.
+type WaitOptions struct {
+	// Within is the request's queue threshold on a shaping limit (see
+	// [Request.Within]): it takes a place only if its turn comes within
+	// Within, so that a lower class of work (batch) stops queueing while
+	// the backlog is long and a higher one (critical, with a longer or
+	// zero Within) keeps its latency. Zero means the limit's MaxDelay;
+	// longer than MaxDelay, or any Within on a limit that does not shape,
+	// is an error.
+	Within time.Duration
+}
+
+// threshold returns the longest turn o admits on l's limit: its Within,
+// or the limit's MaxDelay.
+func (l *Limiter) threshold(o WaitOptions) time.Duration {
+	if o.Within > 0 {
+		return o.Within
+	}
+	return l.handle.Limit().MaxDelay
+}
+
+// checkOptions validates o against the limit.
+func (l *Limiter) checkOptions(o WaitOptions) error {
+	req := Request{Limit: l.handle.Limit(), Within: o.Within}
+	return req.CheckWithin()
+}
+
 // decideAt asks the store for cost at now: on the store's clock without
 // an injected clock, at now with one.
-func (l *Limiter) decideAt(ctx context.Context, subject string, cost int64, now time.Time) (Decision, error) {
+func (l *Limiter) decideAt(ctx context.Context, subject string, cost int64, now time.Time, o WaitOptions) (Decision, error) {
 	if l.wait.clock == nil {
 		now = time.Time{}
 	}
-	return l.AllowAt(ctx, subject, cost, now)
+	req := l.handle.Request(subject, cost)
+	req.Now = now
+	req.Within = o.Within
+	return l.store.Allow(ctx, req)
 }
 
 // Wait blocks until subject may spend cost and charges it, as Allow would
@@ -133,7 +165,18 @@ func (l *Limiter) decideAt(ctx context.Context, subject string, cost int64, now 
 // give back a charge. Only LeakyBucket shapes: the other algorithms have
 // no queue and Wait waits as above.
 func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
+	return l.WaitWith(ctx, subject, cost, WaitOptions{})
+}
+
+// WaitWith is [Limiter.Wait] with options: on a shaping limit, o.Within
+// bounds the turn the cost may take in the queue (its class's threshold),
+// and Wait waits, as it does for a refusal, while the queue is longer
+// than that.
+func (l *Limiter) WaitWith(ctx context.Context, subject string, cost int64, o WaitOptions) error {
 	if err := l.handle.Limit().CheckCost(cost); err != nil {
+		return fmt.Errorf("waiting: %w", err)
+	}
+	if err := l.checkOptions(o); err != nil {
 		return fmt.Errorf("waiting: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -165,10 +208,11 @@ func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
 		return ctx.Err()
 	}
 	shaping := l.handle.Limit().MaxDelay > 0
+	within := l.threshold(o)
 	for {
 		now := c.Now()
-		if shaping && tooLate(now, l.handle.Limit().MaxDelay) {
-			q, err := l.decideAt(ctx, subject, 0, now)
+		if shaping && tooLate(now, within) {
+			q, err := l.decideAt(ctx, subject, 0, now, WaitOptions{})
 			if err != nil {
 				return fmt.Errorf("waiting: %w", err)
 			}
@@ -176,7 +220,7 @@ func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
 				return fmt.Errorf("waiting: cost %d: %w (its turn in the queue is %v away)", cost, ErrWouldExceedDeadline, most)
 			}
 		}
-		d, err := l.decideAt(ctx, subject, cost, now)
+		d, err := l.decideAt(ctx, subject, cost, now, o)
 		if err != nil {
 			return fmt.Errorf("waiting: %w", err)
 		}
@@ -196,7 +240,7 @@ func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
 		retry := max(d.RetryAfter, time.Millisecond)
 		earliest := retry
 		if shaping {
-			earliest += l.handle.Limit().MaxDelay
+			earliest += within
 		}
 		if tooLate(now, earliest) {
 			return fmt.Errorf("waiting: cost %d: %w (admitted in %v at the earliest)", cost, ErrWouldExceedDeadline, earliest)
@@ -292,11 +336,21 @@ type Reservation struct {
 // anything is charged, use Allow's refusal (RetryAfter) instead, or a
 // store's holds ([Reserver]) to hold a cost while an outcome is pending.
 func (l *Limiter) Reserve(ctx context.Context, subject string, cost int64) (*Reservation, error) {
+	return l.ReserveWith(ctx, subject, cost, WaitOptions{})
+}
+
+// ReserveWith is [Limiter.Reserve] with options: on a shaping limit, a
+// reservation whose turn would come later than o.Within is refused (see
+// [WaitOptions]).
+func (l *Limiter) ReserveWith(ctx context.Context, subject string, cost int64, o WaitOptions) (*Reservation, error) {
 	if err := l.handle.Limit().CheckCost(cost); err != nil {
 		return nil, fmt.Errorf("reserving: %w", err)
 	}
+	if err := l.checkOptions(o); err != nil {
+		return nil, fmt.Errorf("reserving: %w", err)
+	}
 	c := l.clock()
-	d, err := l.decideAt(ctx, subject, cost, c.Now())
+	d, err := l.decideAt(ctx, subject, cost, c.Now(), o)
 	if err != nil {
 		return nil, fmt.Errorf("reserving: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/store/memory"
 	"github.com/tollgate/tollgate/store/redis"
@@ -557,6 +558,56 @@ func TestWaitLineOrder(t *testing.T) {
 		// head and once at their retry: no polling.
 		if got := cs.calls.Load() - calls; got != 5 {
 			t.Errorf("%d store calls for three waits, want 5", got)
+		}
+	})
+}
+
+// A request's queue threshold (WaitOptions.Within) keeps a lower class out
+// of a queue that still takes the default class up to MaxDelay; Wait
+// with a threshold waits while the queue is longer, and gives up at once
+// when the deadline comes before the queue could let it in.
+func TestWaitWithin(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+		c := newClock(true)
+		l := newLimiter(t, s, shaper, c)
+		ctx := context.Background()
+		for i := range 6 { // turns 0 to 500 ms
+			if r, err := l.Reserve(ctx, "p", 1); err != nil || !r.OK() || r.Delay() != ms(int64(100*i)) {
+				t.Fatalf("place %d: %+v, %v", i, r.Decision(), err)
+			}
+		}
+		batch := tollgate.WaitOptions{Within: 300 * time.Millisecond}
+		r, err := l.ReserveWith(ctx, "p", 1, batch)
+		if err != nil || r.OK() || r.RetryAfter() != 300*time.Millisecond {
+			t.Fatalf("batch behind 600 ms of queue: ok %v retry %v, %v; want refused for 300ms", r.OK(), r.RetryAfter(), err)
+		}
+		dctx, cancel := context.WithDeadline(ctx, testBase.Add(500*time.Millisecond))
+		defer cancel()
+		if err := l.WaitWith(dctx, "p", 1, batch); !errors.Is(err, tollgate.ErrWouldExceedDeadline) {
+			t.Errorf("batch wait with a deadline 500 ms away: err = %v, want ErrWouldExceedDeadline", err)
+		}
+		if r, err := l.Reserve(ctx, "p", 1); err != nil || !r.OK() || r.Delay() != 600*time.Millisecond {
+			t.Fatalf("default class behind the same queue: %+v, %v; want a place 600ms away", r.Decision(), err)
+		}
+		// With the clock moving as it sleeps, a batch wait sleeps until the
+		// queue is short enough (700 ms of it: 400 ms), takes its place
+		// 300 ms from then and sleeps until it.
+		start := c.Now()
+		if err := l.WaitWith(ctx, "p", 1, batch); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Now().Sub(start); got != 700*time.Millisecond {
+			t.Errorf("batch waited %v, want 700ms", got)
+		}
+		for _, bad := range []time.Duration{2 * time.Second, -time.Millisecond, time.Microsecond} {
+			if err := l.WaitWith(ctx, "p", 1, tollgate.WaitOptions{Within: bad}); !errors.Is(err, algo.ErrInvalidRequest) {
+				t.Errorf("Within %v: err = %v, want ErrInvalidRequest", bad, err)
+			}
+		}
+		gl := newLimiter(t, s, tollgate.Limit{Rate: 10, Period: time.Second}, c)
+		if _, err := gl.ReserveWith(ctx, "p", 1, batch); !errors.Is(err, algo.ErrInvalidRequest) {
+			t.Errorf("Within on a limit that does not shape: err = %v, want ErrInvalidRequest", err)
 		}
 	})
 }

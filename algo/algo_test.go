@@ -13,7 +13,18 @@ import (
 func TestVectors(t *testing.T) {
 	vectors.Run(t, func(t *testing.T) vectors.DecideFunc {
 		var s algo.State
-		return func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error) {
+		return func(l algo.Limit, now time.Time, cost int64, within time.Duration) (algo.Decision, error) {
+			if within != 0 {
+				p, err := l.Prepare()
+				if err != nil {
+					return algo.Decision{}, err
+				}
+				if p, err = p.Within(within); err != nil {
+					return algo.Decision{}, err
+				}
+				r, _, err := p.Decide(&s, now.UnixMilli(), cost)
+				return r.Decision(), err
+			}
 			r, _, err := algo.Decide(l, &s, now.UnixMilli(), cost)
 			return r.Decision(), err
 		}
@@ -59,12 +70,17 @@ func TestValidate(t *testing.T) {
 func TestPrepared(t *testing.T) {
 	vectors.Run(t, func(t *testing.T) vectors.DecideFunc {
 		var s algo.State
-		return func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error) {
+		return func(l algo.Limit, now time.Time, cost int64, within time.Duration) (algo.Decision, error) {
 			p, err := l.Prepare()
 			if err != nil {
 				return algo.Decision{}, err
 			}
-			r, _, err := p.Decide(&s, now.UnixMilli(), cost)
+			req := algo.Request{Within: within}
+			pw, err := p.For(&req)
+			if err != nil {
+				return algo.Decision{}, err
+			}
+			r, _, err := pw.Decide(&s, now.UnixMilli(), cost)
 			return r.Decision(), err
 		}
 	})

@@ -90,6 +90,61 @@ func (l Limit) Prepare() (Prepared, error) {
 	return Prepared{p: p}, nil
 }
 
+// Within returns pl for a request whose queue threshold is d (see
+// [Request.Within]): on a shaping limit it admits a request only if its
+// turn comes within d of now. A d of zero returns pl as it is. It fails
+// with [ErrInvalidRequest] on a limit that does not shape and for a d
+// that is negative, not a whole number of milliseconds, or longer than
+// the limit's MaxDelay.
+func (pl Prepared) Within(d time.Duration) (Prepared, error) {
+	if d == 0 {
+		return pl, nil
+	}
+	if err := checkWithin(pl.p.delay, d); err != nil {
+		return pl, err
+	}
+	pl.p.within = d.Milliseconds()
+	return pl, nil
+}
+
+// CheckWithin validates the request's queue threshold against its limit
+// (see [Request.Within]).
+func (r *Request) CheckWithin() error {
+	if r.Within == 0 {
+		return nil
+	}
+	delay := int64(0)
+	if r.Limit.Algorithm == LeakyBucket {
+		delay = r.Limit.MaxDelay.Milliseconds()
+	}
+	return checkWithin(delay, r.Within)
+}
+
+func checkWithin(delayMS int64, d time.Duration) error {
+	switch {
+	case delayMS <= 0:
+		return fmt.Errorf("%w: a queue threshold (within %v) needs a shaping limit (leaky_bucket with max_delay)", ErrInvalidRequest, d)
+	case d < 0 || d%time.Millisecond != 0:
+		return fmt.Errorf("%w: a queue threshold must be a positive whole number of milliseconds, got %v", ErrInvalidRequest, d)
+	case d.Milliseconds() > delayMS:
+		return fmt.Errorf("%w: a queue threshold of %v is longer than the limit's max_delay %v", ErrInvalidRequest, d, time.Duration(delayMS)*time.Millisecond)
+	}
+	return nil
+}
+
+// For returns the prepared limit to decide req with: pl, or pl with
+// req's queue threshold ([Prepared.Within]).
+func (pl *Prepared) For(req *Request) (*Prepared, error) {
+	if req.Within == 0 {
+		return pl, nil
+	}
+	w, err := pl.Within(req.Within)
+	if err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
 // Decide applies one request of the given cost at time nowMS (milliseconds
 // since the Unix epoch) to state s. It updates s only when the request is
 // allowed with a positive cost. It returns the result and ttl, the number of
@@ -221,10 +276,20 @@ func gcra(p *params, s *State, now, cost int64) (allowed bool, remaining, resetA
 // counting the tokens themselves would start it empty at the Unix epoch. As a shaper it lets the
 // level rise past the capacity by up to delay×n units (the queue); a
 // request that ends above the capacity waits until it has drained back.
+//
+// A shaper decides a request met before the state's last update (a clock
+// behind another instance's) as
+// of that update, where its turn is off = last - now further away: its
+// Delay counts from now and includes off, and it is admitted only if
+// that whole Delay is within its threshold (the request's Within, or
+// MaxDelay). The stored level is clamped by MaxDelay alone.
 func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 	capU := p.cap * p.period
 	limU := capU + p.delay*p.n
 	lvl, last := s.A, s.B
+	if p.delay > 0 && now < last {
+		return shaperBehind(p, s, now, cost)
+	}
 	if now < last {
 		now = last
 	}
@@ -236,8 +301,12 @@ func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 	} else {
 		lvl -= el * p.n
 	}
+	admitU := limU
+	if p.within > 0 {
+		admitU = capU + p.within*p.n
+	}
 	r := Result{Quota: p.cap}
-	if need := cost * p.period; lvl+need <= limU {
+	if need := cost * p.period; lvl+need <= admitU || cost == 0 {
 		r.Allowed = true
 		lvl += need
 		if lvl > capU {
@@ -247,10 +316,44 @@ func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 			s.A, s.B = lvl, now
 		}
 	} else {
-		r.RetryAfter = ceilDiv(lvl+need-limU, p.n)
+		r.RetryAfter = ceilDiv(lvl+need-admitU, p.n)
 	}
 	r.Remaining = max(0, capU-lvl) / p.period
 	r.ResetAfter = ceilDiv(lvl, p.n)
+	return r, now
+}
+
+// shaperBehind is leakyBucket for a shaper met at now, before the state's
+// last update: the level is as of last, off = last - now ms away, and
+// every duration counts from now.
+func shaperBehind(p params, s *State, now, cost int64) (Result, int64) {
+	capU := p.cap * p.period
+	limU := capU + p.delay*p.n
+	lvl, last := min(s.A, limU), s.B
+	off := last - now
+	admitU := limU
+	if p.within > 0 {
+		admitU = capU + p.within*p.n
+	}
+	r := Result{Quota: p.cap}
+	need := cost * p.period
+	// The turn of the cost's last unit, in units from now: the level
+	// above the capacity once the cost is added, plus the offset.
+	turn := max(lvl+need, capU) - capU + off*p.n
+	if turn <= admitU-capU || cost == 0 {
+		r.Allowed = true
+		lvl += need
+		r.Delay = ceilDiv(max(lvl, capU)-capU, p.n) + off
+		if cost > 0 {
+			s.A = lvl
+		}
+	} else {
+		r.RetryAfter = ceilDiv(turn-(admitU-capU), p.n)
+	}
+	r.Remaining = max(0, capU-lvl) / p.period
+	if lvl > 0 {
+		r.ResetAfter = ceilDiv(lvl, p.n) + off
+	}
 	return r, now
 }
 

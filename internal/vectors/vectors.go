@@ -36,6 +36,7 @@ type Vector struct {
 type Step struct {
 	At        int64  `json:"at"`
 	Cost      int64  `json:"cost"`
+	Within    int64  `json:"within"` // the request's queue threshold (ms), algo.Request.Within
 	Allowed   bool   `json:"allowed"`
 	Remaining int64  `json:"remaining"`
 	Reset     int64  `json:"reset"`
@@ -113,8 +114,9 @@ func Load() ([]Vector, error) {
 }
 
 // DecideFunc makes one decision for the test: a fresh state per call of the
-// enclosing Run, keyed by nothing else.
-type DecideFunc func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error)
+// enclosing Run, keyed by nothing else. within is the request's
+// [algo.Request.Within].
+type DecideFunc func(l algo.Limit, now time.Time, cost int64, within time.Duration) (algo.Decision, error)
 
 // Run checks every vector, for every algorithm it names, as a subtest of t.
 // newDecider is called once per (vector, algorithm) and must return a
@@ -138,9 +140,10 @@ func Run(t *testing.T, newDecider func(t *testing.T) DecideFunc) {
 				}
 				for i, s := range v.Steps {
 					now := time.UnixMilli(v.StartMS + s.At)
-					d, err := decide(l, now, s.Cost)
+					d, err := decide(l, now, s.Cost, time.Duration(s.Within)*time.Millisecond)
 					if s.Error != "" {
-						want := map[string]error{"cost_exceeds_burst": algo.ErrCostExceedsBurst, "negative_cost": algo.ErrNegativeCost}[s.Error]
+						want := map[string]error{"cost_exceeds_burst": algo.ErrCostExceedsBurst, "negative_cost": algo.ErrNegativeCost,
+							"invalid_request": algo.ErrInvalidRequest}[s.Error]
 						if want == nil {
 							t.Fatalf("step %d: unknown error name %q", i, s.Error)
 						}
@@ -152,7 +155,7 @@ func Run(t *testing.T, newDecider func(t *testing.T) DecideFunc) {
 					if err != nil {
 						t.Fatalf("step %d (at %d cost %d): %v", i, s.At, s.Cost, err)
 					}
-					got := Step{At: s.At, Cost: s.Cost, Allowed: d.Allowed, Remaining: d.Remaining,
+					got := Step{At: s.At, Cost: s.Cost, Within: s.Within, Allowed: d.Allowed, Remaining: d.Remaining,
 						Reset: d.ResetAfter.Milliseconds(), Retry: d.RetryAfter.Milliseconds(), Delay: d.Delay.Milliseconds()}
 					want := s
 					want.Note = ""

@@ -224,11 +224,23 @@ func (s *Store) allow(ctx context.Context, req *algo.Request, d *algo.Decision) 
 	}
 	k := keyOf(req)
 	if h := req.Prepared(); h != nil {
-		return s.decide(req, &k, h.KeyPrefix(), h.Prepared(), d)
+		if req.Within == 0 {
+			return s.decide(req, &k, h.KeyPrefix(), h.Prepared(), d)
+		}
+		pl, err := h.Prepared().For(req)
+		if err != nil {
+			return fmt.Errorf("deciding in memory: %w", err)
+		}
+		return s.decide(req, &k, h.KeyPrefix(), pl, d)
 	}
 	pl, err := req.Limit.Prepare()
 	if err != nil {
 		return fmt.Errorf("deciding in memory: %w", err)
+	}
+	if req.Within != 0 {
+		if pl, err = pl.Within(req.Within); err != nil {
+			return fmt.Errorf("deciding in memory: %w", err)
+		}
 	}
 	return s.decide(req, &k, nil, &pl, d)
 }
@@ -474,6 +486,12 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		} else {
 			var err error
 			if pls[i], err = reqs[i].Limit.Prepare(); err != nil {
+				return nil, fmt.Errorf("deciding in memory: %w", &algo.ItemError{Index: i, Err: err})
+			}
+		}
+		if w := reqs[i].Within; w != 0 {
+			var err error
+			if pls[i], err = pls[i].Within(w); err != nil {
 				return nil, fmt.Errorf("deciding in memory: %w", &algo.ItemError{Index: i, Err: err})
 			}
 		}

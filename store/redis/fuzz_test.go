@@ -91,6 +91,11 @@ func FuzzDifferential(f *testing.F) {
 			}
 			cost := int64(data[i+1]) % (l.Capacity() + 2)
 			req := algo.Request{Name: policy, Subject: "f", Limit: l, Cost: cost, Now: now}
+			if l.MaxDelay > 0 {
+				// A queue threshold of 0 to 4 quarters of the max delay,
+				// in whole milliseconds.
+				req.Within = time.Duration(l.MaxDelay.Milliseconds()*int64(data[i+1]>>5%5)/4) * time.Millisecond
+			}
 			dm, em := mem.Allow(ctx, req)
 			dr, er := fuzzStore.Allow(ctx, req)
 			if (em == nil) != (er == nil) {

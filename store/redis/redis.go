@@ -112,7 +112,7 @@ func definitions(entries ...string) (string, error) {
 }
 
 // reqSize is the size of one packed request (see appendRequest).
-const reqSize = 88
+const reqSize = 96
 
 // An entry point is one way into the Lua: a function of the library and
 // the script that stands in for it.
@@ -146,10 +146,10 @@ func (s *Store) exec(ctx context.Context, c rueidis.Client, e entryPoint, keys, 
 }
 
 // appendRequest appends r packed as the scripts read it (state.lua):
-// eleven little-endian doubles, the algorithm, rate, period (ms), capacity,
-// cost, max delay (ms), calendar, and for a calendar window the bounds of
+// twelve little-endian doubles, the algorithm, rate, period (ms), capacity,
+// cost, max delay (ms), calendar, for a calendar window the bounds of
 // the windows around the request's time (algo.Limit.CalendarBounds), zeros
-// otherwise. Every value is an integer below 2^53 (Limit.Validate), so the
+// otherwise, and the request's queue threshold (ms, algo.Request.Within). Every value is an integer below 2^53 (Limit.Validate), so the
 // doubles hold it exactly; Lua unpacks them in one call, where parsing
 // decimal arguments costs several times more of Redis' time.
 func appendRequest(b []byte, r algo.Request) []byte {
@@ -158,8 +158,8 @@ func appendRequest(b []byte, r algo.Request) []byte {
 	if l.Calendar != algo.NoCalendar {
 		cb = l.CalendarBounds(zoneTime(r.Now))
 	}
-	for _, v := range [11]int64{int64(l.Algorithm), l.Rate, l.Period.Milliseconds(), l.Capacity(), r.Cost,
-		l.MaxDelay.Milliseconds(), int64(l.Calendar), cb[0], cb[1], cb[2], cb[3]} {
+	for _, v := range [12]int64{int64(l.Algorithm), l.Rate, l.Period.Milliseconds(), l.Capacity(), r.Cost,
+		l.MaxDelay.Milliseconds(), int64(l.Calendar), cb[0], cb[1], cb[2], cb[3], r.Within.Milliseconds()} {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
 	}
 	return b
@@ -411,12 +411,15 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 }
 
 // checkRequest validates req's limit, unless it comes with its handle
-// (validated when the handle was made), and its cost.
+// (validated when the handle was made), its cost and its queue threshold.
 func checkRequest(req *algo.Request) error {
 	if req.Prepared() == nil {
 		if err := req.Limit.Validate(); err != nil {
 			return err
 		}
+	}
+	if err := req.CheckWithin(); err != nil {
+		return err
 	}
 	return req.Limit.CheckCost(req.Cost)
 }
