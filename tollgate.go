@@ -71,8 +71,8 @@ func PerDay(n int64) Limit { return Limit{Rate: n, Period: 24 * time.Hour} }
 // implemented whole by both of Tollgate's stores (and by package
 // resilience in front of them) and required whole by the conformance
 // suite in package storetest: rate decisions one at a time and in
-// all-or-nothing groups, held places, login-guard state, concurrency
-// leases and a health check.
+// all-or-nothing groups, held places, pushed-back schedules,
+// login-guard state, concurrency leases and a health check.
 //
 // Its methods return an error only when the request is invalid (see
 // [ErrCostExceedsBurst]) or the store cannot answer (wrapping
@@ -98,6 +98,7 @@ type Store interface {
 	// resetting a key never seen does nothing.
 	Reset(ctx context.Context, reqs []Request) error
 	Reserver
+	Shaper
 	Guard
 	Leaser
 	Health
@@ -107,6 +108,25 @@ type Store interface {
 
 // ItemError is the error of one request of a group; see [algo.ItemError].
 type ItemError = algo.ItemError
+
+// Shaper postpones the schedule of a shaping limit (a [LeakyBucket] with
+// MaxDelay) for every instance sharing the store: what a caller does when
+// the API it calls answers 429 with a Retry-After.
+type Shaper interface {
+	// PushBack postpones the schedule of req's key by d from now (req.Now,
+	// or the store's clock): nothing admitted afterwards has its turn
+	// before then, and turns then follow at the limit's rate, with no
+	// burst. It never brings a turn forward (a longer queue or push back
+	// stands), and places already taken keep their turns. A push back
+	// longer than MaxDelay is kept whole: requests are refused, with
+	// RetryAfter, until what is left of it fits in MaxDelay (or their
+	// Within). It charges nothing and reports a query (cost 0) of the
+	// postponed schedule: Delay is the wait of a turn taken now. req's
+	// Cost and Within are ignored; a limit that does not shape, or a d
+	// that is not positive, is an error ([algo.ErrInvalidRequest]). See
+	// [algo.PushBack].
+	PushBack(ctx context.Context, req Request, d time.Duration) (Decision, error)
+}
 
 // Health is what a readiness probe asks of a store.
 type Health interface {

@@ -132,6 +132,69 @@ func checkWithin(delayMS int64, d time.Duration) error {
 	return nil
 }
 
+// PushingBack returns pl turned into a push back of d on a shaping limit:
+// its Decide charges nothing and postpones the schedule the state holds
+// so that nothing it admits afterwards has its turn before d from now
+// (see [PushBack]). It fails with [ErrInvalidRequest] on a limit that
+// does not shape and for a d that is not positive or longer than
+// [MaxHorizon]; d is rounded up to a whole millisecond.
+func (pl Prepared) PushingBack(d time.Duration) (Prepared, error) {
+	switch {
+	case pl.p.alg != LeakyBucket || pl.p.delay == 0:
+		return pl, fmt.Errorf("%w: only a shaping limit (leaky_bucket with max_delay) has a schedule to push back", ErrInvalidRequest)
+	case d <= 0 || d > MaxHorizon:
+		return pl, fmt.Errorf("%w: a push back must be positive and at most %v, got %v", ErrInvalidRequest, MaxHorizon, d)
+	}
+	pl.p.push = int64((d + time.Millisecond - 1) / time.Millisecond)
+	return pl, nil
+}
+
+// PushBack postpones the schedule of a shaping limit held in s, at nowMS,
+// by d: nothing admitted afterwards has its turn before nowMS + d, and from
+// then on turns follow at the limit's rate (the bucket is full then, so
+// the first comes one unit's drain time after it: no burst). It charges
+// nothing, never brings a turn forward (a queue already longer, or a
+// longer push back, stands), and reports a query (cost 0) of the
+// postponed schedule, whose Delay is the wait of a turn taken now, and
+// ttl as [Decide] does. Requests met before the new last update are
+// decided as of it with their Delay from now (see [Prepared.Within]), so
+// a push back longer than MaxDelay refuses every request until what is
+// left of it fits; the stored level itself stays within MaxDelay, so the
+// clamp of the level never shortens a push back, which the state carries
+// in its last update.
+func PushBack(l Limit, s *State, nowMS int64, d time.Duration) (r Result, ttl int64, err error) {
+	p, err := l.Prepare()
+	if err != nil {
+		return r, 0, err
+	}
+	if p, err = p.PushingBack(d); err != nil {
+		return r, 0, err
+	}
+	return p.Decide(s, nowMS, 0)
+}
+
+// pushBack is PushBack on the state s at now by p.push ms.
+func pushBack(p params, s *State, now int64) (Result, int64) {
+	capU := p.cap * p.period
+	limU := capU + p.delay*p.n
+	at := now + p.push
+	lvl, last := min(s.A, limU), s.B
+	t := max(at, last)
+	// The level each schedule has at t: the one stored, drained since its
+	// last update, and the pushed one, a full bucket at at.
+	var held, pushed int64
+	if el := t - last; el < ceilDiv(lvl, p.n) {
+		held = lvl - el*p.n
+	}
+	if el := t - at; el < ceilDiv(capU, p.n) {
+		pushed = capU - el*p.n
+	}
+	s.A, s.B = max(held, pushed), t
+	q := *s
+	r, _ := leakyBucket(p, &q, now, 0)
+	return r, r.ResetAfter
+}
+
 // For returns the prepared limit to decide req with: pl, or pl with
 // req's queue threshold ([Prepared.Within]).
 func (pl *Prepared) For(req *Request) (*Prepared, error) {
@@ -189,6 +252,10 @@ func (pl *Prepared) DecideInto(r *Result, s *State, nowMS, cost int64) (ttl int6
 	if nowMS < 0 {
 		*r = Result{}
 		return 0, fmt.Errorf("deciding: time %d ms is before the Unix epoch", nowMS)
+	}
+	if p.push > 0 {
+		*r, ttl = pushBack(*p, s, nowMS)
+		return ttl, nil
 	}
 	var eff int64
 	switch p.alg {
@@ -278,7 +345,7 @@ func gcra(p *params, s *State, now, cost int64) (allowed bool, remaining, resetA
 // request that ends above the capacity waits until it has drained back.
 //
 // A shaper decides a request met before the state's last update (a clock
-// behind another instance's) as
+// behind another instance's, or a schedule pushed back, see [PushBack]) as
 // of that update, where its turn is off = last - now further away: its
 // Delay counts from now and includes off, and it is admitted only if
 // that whole Delay is within its threshold (the request's Within, or

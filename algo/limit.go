@@ -207,6 +207,7 @@ type params struct {
 	cap    int64 // burst for buckets, n for windows
 	delay  int64 // MaxDelay in milliseconds
 	within int64 // a request's queue threshold in ms (Request.Within); 0: delay
+	push   int64 // > 0: Decide pushes the schedule back this many ms (PushingBack)
 	cal    Calendar
 	zone   *time.Location
 

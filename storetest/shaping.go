@@ -61,3 +61,49 @@ func testWithin(t *testing.T, s tollgate.Store) {
 		t.Errorf("invalid requests changed the state: %+v, was %+v (%v)", after, before, err)
 	}
 }
+
+// testPushBack: a push back on the store's clock postpones the next turn
+// by what was asked, whether the request carries its handle or not, and
+// invalid push backs (a limit that does not shape, a duration that is not
+// positive) are errors that change nothing. The arithmetic is in the
+// shared vectors.
+func testPushBack(t *testing.T, s tollgate.Store) {
+	ctx := context.Background()
+	p := policy(t)
+	shaper := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: 2 * time.Second}
+	h, err := algo.NewHandle(p, shaper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, req := range []algo.Request{
+		{Name: p, Subject: "pb", Limit: shaper},
+		h.Request("pb-handle", 0),
+	} {
+		d, err := s.PushBack(ctx, req, 500*time.Millisecond)
+		if err != nil || !d.Allowed || d.Delay <= 400*time.Millisecond || d.Delay > 500*time.Millisecond {
+			t.Fatalf("request %d: push back 500ms on the store's clock: %+v, %v; want a turn taken now 400-500ms away", i, d, err)
+		}
+		req.Cost = 1
+		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Delay <= 500*time.Millisecond || d.Delay > 600*time.Millisecond {
+			t.Fatalf("request %d: the first place after the push back: %+v, %v; want it 500-600ms away", i, d, err)
+		}
+		// A push back is kept, like a charge, until it has drained.
+		if d, err := s.Allow(ctx, algo.Request{Name: req.Name, Subject: req.Subject, Limit: shaper}); err != nil || d.ResetAfter <= 500*time.Millisecond {
+			t.Errorf("request %d: query after: %+v, %v", i, d, err)
+		}
+	}
+	gcra := algo.Limit{Rate: 10, Period: time.Second}
+	meter := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second}
+	for _, bad := range []struct {
+		l algo.Limit
+		d time.Duration
+	}{{gcra, time.Second}, {meter, time.Second}, {shaper, 0}, {shaper, -time.Second}, {shaper, algo.MaxHorizon + time.Hour}} {
+		req := algo.Request{Name: p, Subject: "pb-bad", Limit: bad.l, Now: base}
+		if _, err := s.PushBack(ctx, req, bad.d); !errors.Is(err, algo.ErrInvalidRequest) {
+			t.Errorf("push back %v on %v: err = %v, want ErrInvalidRequest", bad.d, bad.l, err)
+		}
+	}
+	if d, err := s.Allow(ctx, algo.Request{Name: p, Subject: "pb-bad", Limit: shaper, Cost: 1, Now: base}); err != nil || d.Delay != 0 {
+		t.Errorf("invalid push backs changed the schedule: %+v, %v", d, err)
+	}
+}

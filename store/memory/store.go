@@ -245,6 +245,38 @@ func (s *Store) allow(ctx context.Context, req *algo.Request, d *algo.Decision) 
 	return s.decide(req, &k, nil, &pl, d)
 }
 
+// PushBack implements [tollgate.Shaper]: it postpones the schedule of
+// req's shaping limit by d on the store's clock (on req.Now if set); see
+// [algo.PushBack]. req's Cost and Within are ignored.
+func (s *Store) PushBack(ctx context.Context, req algo.Request, d time.Duration) (algo.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return algo.Decision{}, fmt.Errorf("pushing back in memory: %w", err)
+	}
+	var pl algo.Prepared
+	var prefix []byte
+	if h := req.Prepared(); h != nil {
+		pl, prefix = *h.Prepared(), h.KeyPrefix()
+	} else {
+		var err error
+		if pl, err = req.Limit.Prepare(); err != nil {
+			return algo.Decision{}, fmt.Errorf("pushing back in memory: %w", err)
+		}
+	}
+	pl, err := pl.PushingBack(d)
+	if err != nil {
+		return algo.Decision{}, fmt.Errorf("pushing back in memory: %w", err)
+	}
+	// A push back is written as a charged request's state is: with a
+	// cost (which it does not spend) and the TTL it reports.
+	req.Cost, req.Within = 1, 0
+	k := keyOf(&req)
+	var dec algo.Decision
+	if err := s.decide(&req, &k, prefix, &pl, &dec); err != nil {
+		return algo.Decision{}, err
+	}
+	return dec, nil
+}
+
 // decide decides req, whose key is k, under pl into d; prefix, if not
 // nil, is the prefix of k's algorithm and name (its handle's).
 func (s *Store) decide(req *algo.Request, k *key, prefix []byte, pl *algo.Prepared, d *algo.Decision) error {

@@ -96,8 +96,17 @@ func FuzzDifferential(f *testing.F) {
 				// in whole milliseconds.
 				req.Within = time.Duration(l.MaxDelay.Milliseconds()*int64(data[i+1]>>5%5)/4) * time.Millisecond
 			}
-			dm, em := mem.Allow(ctx, req)
-			dr, er := fuzzStore.Allow(ctx, req)
+			var dm, dr algo.Decision
+			var em, er error
+			if l.MaxDelay > 0 && data[i+1]&0x18 == 0x18 {
+				// A push back of 1 to 8 drain times of one unit.
+				d := time.Duration(1+int64(data[i+1]>>5))*period/time.Duration(l.Rate) + time.Millisecond
+				dm, em = mem.PushBack(ctx, req, d)
+				dr, er = fuzzStore.PushBack(ctx, req, d)
+			} else {
+				dm, em = mem.Allow(ctx, req)
+				dr, er = fuzzStore.Allow(ctx, req)
+			}
 			if (em == nil) != (er == nil) {
 				t.Fatalf("%v step %d (cost %d): memory err %v, redis err %v", l, i, cost, em, er)
 			}

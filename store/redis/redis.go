@@ -112,7 +112,7 @@ func definitions(entries ...string) (string, error) {
 }
 
 // reqSize is the size of one packed request (see appendRequest).
-const reqSize = 96
+const reqSize = 104
 
 // An entry point is one way into the Lua: a function of the library and
 // the script that stands in for it.
@@ -146,20 +146,26 @@ func (s *Store) exec(ctx context.Context, c rueidis.Client, e entryPoint, keys, 
 }
 
 // appendRequest appends r packed as the scripts read it (state.lua):
-// twelve little-endian doubles, the algorithm, rate, period (ms), capacity,
+// thirteen little-endian doubles, the algorithm, rate, period (ms), capacity,
 // cost, max delay (ms), calendar, for a calendar window the bounds of
 // the windows around the request's time (algo.Limit.CalendarBounds), zeros
-// otherwise, and the request's queue threshold (ms, algo.Request.Within). Every value is an integer below 2^53 (Limit.Validate), so the
+// otherwise, the request's queue threshold (ms, algo.Request.Within), and
+// zero (see appendPushBack). Every value is an integer below 2^53 (Limit.Validate), so the
 // doubles hold it exactly; Lua unpacks them in one call, where parsing
 // decimal arguments costs several times more of Redis' time.
-func appendRequest(b []byte, r algo.Request) []byte {
+func appendRequest(b []byte, r algo.Request) []byte { return appendPushBack(b, r, 0) }
+
+// appendPushBack appends r packed as appendRequest does, with push as its
+// last double: when positive, the script pushes the schedule of r's
+// shaping limit back by push ms (algo.PushBack) instead of deciding r.
+func appendPushBack(b []byte, r algo.Request, push int64) []byte {
 	l := r.Limit
 	var cb [4]int64
 	if l.Calendar != algo.NoCalendar {
 		cb = l.CalendarBounds(zoneTime(r.Now))
 	}
-	for _, v := range [12]int64{int64(l.Algorithm), l.Rate, l.Period.Milliseconds(), l.Capacity(), r.Cost,
-		l.MaxDelay.Milliseconds(), int64(l.Calendar), cb[0], cb[1], cb[2], cb[3], r.Within.Milliseconds()} {
+	for _, v := range [13]int64{int64(l.Algorithm), l.Rate, l.Period.Milliseconds(), l.Capacity(), r.Cost,
+		l.MaxDelay.Milliseconds(), int64(l.Calendar), cb[0], cb[1], cb[2], cb[3], r.Within.Milliseconds(), push} {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
 	}
 	return b
@@ -329,6 +335,31 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	if err := checkRequest(&req); err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
 	}
+	return s.allow(ctx, req, 0)
+}
+
+// PushBack implements [tollgate.Shaper]: one call of decide.lua (or a
+// share of a coalesced one) postpones the schedule of req's shaping limit
+// by d on Redis' clock (on req.Now if set), for every instance sharing
+// the key, and reports a query of it; see [algo.PushBack]. req's Cost and
+// Within are ignored.
+func (s *Store) PushBack(ctx context.Context, req algo.Request, d time.Duration) (algo.Decision, error) {
+	req.Cost, req.Within = 0, 0
+	if err := checkRequest(&req); err != nil {
+		return algo.Decision{}, fmt.Errorf("pushing back in redis: %w", err)
+	}
+	pl, err := req.Limit.Prepare()
+	if err == nil {
+		pl, err = pl.PushingBack(d)
+	}
+	if err != nil {
+		return algo.Decision{}, fmt.Errorf("pushing back in redis: %w", err)
+	}
+	return s.allow(ctx, req, int64((d+time.Millisecond-1)/time.Millisecond))
+}
+
+// allow decides req, checked, or with push > 0 pushes its schedule back.
+func (s *Store) allow(ctx context.Context, req algo.Request, push int64) (algo.Decision, error) {
 	now, slack, err := timeArgs(req.Now)
 	if err != nil {
 		return algo.Decision{}, err
@@ -339,7 +370,7 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	}
 	key := KeyFor(req)
 	var packed [reqSize]byte
-	appendRequest(packed[:0], req)
+	appendPushBack(packed[:0], req, push)
 	var o outcome
 	if req.Now.IsZero() && s.batch.maxBatch > 1 {
 		o = s.coalesced(ctx, c, key, &packed)

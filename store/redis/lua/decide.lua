@@ -11,7 +11,7 @@
 -- (GET or SET on a key of another type) fails the call, which is the
 -- request's error: no pcall to pay for.
 local function lone()
-  local a, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd = unpack_('<dddddddddddd', REQS)
+  local a, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb = unpack_('<ddddddddddddd', REQS)
   if cal > 0 and (NOW < b0 or NOW >= b3) then return false, skewed(b0, b3) end
   local key = K[1]
   if a == 4 then
@@ -20,7 +20,7 @@ local function lone()
     return r1, r2, r3, r4, r5
   end
   local x, y, z = parse(STATE[a], redis.call('GET', key))
-  local allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, y, z, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd)
+  local allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, y, z, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb)
   if w1 then
     if REDIS_CLOCK then
       redis.call('SET', key, pack(STATE[a], w1, w2, w3), 'PXAT', ttl + NOW)

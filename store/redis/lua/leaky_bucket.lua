@@ -5,14 +5,29 @@
 -- wd ms (its queue threshold; 0: md), and decides one met before the
 -- state's last update as of that update, with every duration from NOW
 -- (the offset included). See algo.leakyBucket and algo.shaperBehind.
+-- With pb > 0 it pushes the schedule back by pb ms instead (algo.pushBack):
+-- the state becomes the later of the stored one and a full bucket at
+-- NOW + pb, and it reports a query of that.
 STATE[2] = '<dd'
-algs[2] = function(lvl, last, _, n, period, cap, cost, md, _, _, _, _, _, wd)
+algs[2] = function(lvl, last, _, n, period, cap, cost, md, _, _, _, _, _, wd, pb)
   local now = NOW
   local capU = cap * period
   local limU = capU + md * n
   local admitU = limU
   if wd and wd > 0 then admitU = capU + wd * n end
   if not lvl then lvl, last = 0, 0 end
+  if pb and pb > 0 then
+    if lvl > limU then lvl = limU end
+    local at = NOW + pb
+    local t = at
+    if last > t then t = last end
+    local held, pushed = 0, 0
+    if t - last < ceil(lvl / n) then held = lvl - (t - last) * n end
+    if t - at < ceil(capU / n) then pushed = capU - (t - at) * n end
+    if pushed > held then held = pushed end
+    local allowed, rem, reset, retry, delay = algs[2](held, t, nil, n, period, cap, 0, md)
+    return allowed, rem, reset, retry, delay, held, t, nil, reset
+  end
   local need = cost * period
   if md > 0 and now < last then
     local off = last - now
