@@ -97,6 +97,14 @@ type WaitOptions struct {
 	// longer than MaxDelay, or any Within on a limit that does not shape,
 	// is an error.
 	Within time.Duration
+	// MaxWait, when positive, is the longest WaitWith may wait: it gives
+	// up at once, charging nothing, with an error wrapping
+	// [ErrWouldExceedDeadline], when the cost could not be admitted and
+	// its turn come within MaxWait, as it does for a context's deadline
+	// (the earlier of the two counts). It bounds the decision, not the
+	// sleep: a place taken within MaxWait is slept for on the context
+	// alone. Reserve ignores it.
+	MaxWait time.Duration
 }
 
 // threshold returns the longest turn o admits on l's limit: its Within,
@@ -179,6 +187,9 @@ func (l *Limiter) WaitWith(ctx context.Context, subject string, cost int64, o Wa
 	if err := l.checkOptions(o); err != nil {
 		return fmt.Errorf("waiting: %w", err)
 	}
+	if o.MaxWait < 0 {
+		return fmt.Errorf("waiting: negative max wait %v", o.MaxWait)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -190,7 +201,22 @@ func (l *Limiter) WaitWith(ctx context.Context, subject string, cost int64, o Wa
 	tooLate := func(now time.Time, wait time.Duration) bool {
 		return hasDeadline && deadline.Sub(now) < wait
 	}
-	ln, w, err := l.join(subject, c.Now(), deadline, hasDeadline, cost)
+	// MaxWait bounds the wait through the store's threshold (a place
+	// whose turn comes later is refused) and when a refusal says how long
+	// until admission; a place taken is slept for on ctx alone.
+	giveUp, hasGiveUp := deadline, hasDeadline
+	if o.MaxWait > 0 {
+		if by := c.Now().Add(o.MaxWait); !hasGiveUp || by.Before(giveUp) {
+			giveUp, hasGiveUp = by, true
+		}
+		if l.handle.Limit().MaxDelay > 0 && o.MaxWait < l.threshold(o) {
+			o.Within = max(o.MaxWait.Truncate(time.Millisecond), time.Millisecond)
+		}
+	}
+	overWait := func(now time.Time, wait time.Duration) bool {
+		return hasGiveUp && giveUp.Sub(now) < wait
+	}
+	ln, w, err := l.join(subject, c.Now(), giveUp, hasGiveUp, cost)
 	if err != nil {
 		return err
 	}
@@ -242,7 +268,7 @@ func (l *Limiter) WaitWith(ctx context.Context, subject string, cost int64, o Wa
 		if shaping {
 			earliest += within
 		}
-		if tooLate(now, earliest) {
+		if overWait(now, earliest) {
 			return fmt.Errorf("waiting: cost %d: %w (admitted in %v at the earliest)", cost, ErrWouldExceedDeadline, earliest)
 		}
 		l.wait.mu.Lock()
@@ -252,6 +278,21 @@ func (l *Limiter) WaitWith(ctx context.Context, subject string, cost int64, o Wa
 			return err
 		}
 	}
+}
+
+// PushBack postpones the schedule of subject on the Limiter's shaping
+// limit by d, for every instance sharing the store: see [Shaper]. It
+// decides on the Limiter's clock ([Limiter.WithClock]) or the store's.
+func (l *Limiter) PushBack(ctx context.Context, subject string, d time.Duration) (Decision, error) {
+	req := l.handle.Request(subject, 0)
+	if l.wait.clock != nil {
+		req.Now = l.wait.clock.Now()
+	}
+	dec, err := l.store.PushBack(ctx, req, d)
+	if err != nil {
+		return dec, fmt.Errorf("pushing back %q by %v: %w", subject, d, err)
+	}
+	return dec, nil
 }
 
 // shapedDelay returns the longest Delay a shaping limit would give cost

@@ -611,3 +611,37 @@ func TestWaitWithin(t *testing.T) {
 		}
 	})
 }
+
+// WaitOptions.MaxWait bounds the wait as a deadline would, but through the
+// store's threshold: a turn further away is refused, not charged, and a
+// place taken is slept for in full.
+func TestWaitMaxWait(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+		c := newClock(true)
+		l := newLimiter(t, s, shaper, c)
+		ctx := context.Background()
+		for range 6 { // turns 0 to 500 ms
+			if r, err := l.Reserve(ctx, "m", 1); err != nil || !r.OK() {
+				t.Fatalf("place: %+v, %v", r.Decision(), err)
+			}
+		}
+		before := query(t, l, "m", c.Now())
+		if err := l.WaitWith(ctx, "m", 1, tollgate.WaitOptions{MaxWait: 300 * time.Millisecond}); !errors.Is(err, tollgate.ErrWouldExceedDeadline) {
+			t.Fatalf("max wait 300ms behind a 600 ms queue: err = %v, want ErrWouldExceedDeadline", err)
+		}
+		if after := query(t, l, "m", c.Now()); after != before {
+			t.Fatalf("the refused wait charged: %+v, was %+v", after, before)
+		}
+		start := c.Now()
+		if err := l.WaitWith(ctx, "m", 1, tollgate.WaitOptions{MaxWait: 600 * time.Millisecond}); err != nil {
+			t.Fatalf("max wait 600ms for a turn 600 ms away: %v", err)
+		}
+		if got := c.Now().Sub(start); got != 600*time.Millisecond {
+			t.Errorf("waited %v, want 600ms", got)
+		}
+		if err := l.WaitWith(ctx, "m", 1, tollgate.WaitOptions{MaxWait: -time.Second}); err == nil {
+			t.Error("a negative max wait was accepted")
+		}
+	})
+}
