@@ -30,9 +30,12 @@ import (
 // A 429 (or a 503 with Retry-After) from the provider pushes the shared
 // schedule back by its Retry-After ([tollgate.Shaper]), for every instance:
 // nothing then leaves before it ends. The response is returned; to retry
-// it, put the Shaper under a [Transport] (New(NewShaper(...), opts)),
-// whose retries go through the Shaper again and so take a turn after the
-// push back.
+// it, put the Shaper under a [Transport] with NoPacing (the Shaper
+// paces): New(shaper, Options{NoPacing: true}), whose retries go through
+// the Shaper again and so take a turn after the push back. Turns taken
+// before the push back reached the store (at most MaxDelay's worth) keep
+// them; if they are refused too, their Retry-After pushes back to the
+// same end.
 //
 // A request whose context ends while it sleeps for its turn returns the
 // context's error; its turn stays spent (the stores cannot give it back,
