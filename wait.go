@@ -179,7 +179,8 @@ func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
 // WaitWith is [Limiter.Wait] with options: on a shaping limit, o.Within
 // bounds the turn the cost may take in the queue (its class's threshold),
 // and Wait waits, as it does for a refusal, while the queue is longer
-// than that.
+// than that; where Wait's deadline rules speak of MaxDelay, they then
+// mean o.Within. o.MaxWait bounds the whole wait (see [WaitOptions]).
 func (l *Limiter) WaitWith(ctx context.Context, subject string, cost int64, o WaitOptions) error {
 	if err := l.handle.Limit().CheckCost(cost); err != nil {
 		return fmt.Errorf("waiting: %w", err)

@@ -236,6 +236,9 @@ func (pl *Prepared) Decide(s *State, nowMS, cost int64) (r Result, ttl int64, er
 	return r, ttl, err
 }
 
+// A Prepared from [Prepared.PushingBack] pushes the schedule back instead
+// (see [PushBack]): it updates s whatever the cost, which it ignores.
+//
 // DecideInto is [Prepared.Decide] with the result written to *r, field by
 // field, for callers on a hot path: a Result returned by value is copied
 // on through memory, which stalls right after it was written.

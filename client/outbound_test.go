@@ -212,7 +212,7 @@ func TestOutboundThreeTimesTheRate(t *testing.T) {
 		errs := make([]time.Duration, n)
 		for i, o := range offs {
 			errs[i] = (o - mid[n/2]).Abs()
-			if errs[i] > 20*time.Millisecond {
+			if errs[i] > 50*time.Millisecond {
 				t.Logf("arrival %d of %d: %v off its turn (sent %v after the first)", i, n, o-mid[n/2], p.accepted[i].sent.Sub(first))
 			}
 		}
@@ -224,8 +224,12 @@ func TestOutboundThreeTimesTheRate(t *testing.T) {
 		if got > rate*1.02 || got < rate*0.9 {
 			t.Errorf("arrivals at %.1f/s, want %d/s", got, rate)
 		}
-		if p99 := percentile(errs, 0.99); p99 > 40*time.Millisecond {
-			t.Errorf("spacing error p99 %v, want under 40ms", p99)
+		// Loose bounds: on a quiet machine p99 is 1-4 ms; a process
+		// stalled past its turns (the whole test suite on two cores)
+		// sends the turns it missed together when it resumes, and p99
+		// is then the stall.
+		if p50, p99 := percentile(errs, 0.5), percentile(errs, 0.99); p50 > 15*time.Millisecond || p99 > 300*time.Millisecond {
+			t.Errorf("spacing error p50 %v p99 %v, want under 15ms and 300ms", p50, p99)
 		}
 		if shed.Load() == 0 || int64(n)+shed.Load() != sent.Load() {
 			t.Errorf("offered %d: %d arrived and %d shed; want the rest shed", sent.Load(), n, shed.Load())
@@ -235,13 +239,14 @@ func TestOutboundThreeTimesTheRate(t *testing.T) {
 
 // Batch work saturates the provider from three instances while each also
 // sends critical work: batch queues only while the backlog is under its
-// threshold (250 ms), so critical waits about that long, never the max
-// delay.
+// threshold (250 ms), so critical waits about that long, not the max
+// delay (2 s) it may queue up to.
 func TestOutboundCriticalWhileBatchSaturates(t *testing.T) {
 	eachKind(t, func(t *testing.T, kind string) {
 		const rate = 50
 		const batchWithin = 250 * time.Millisecond
-		l := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: rate, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+		const maxDelay = 2 * time.Second
+		l := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: rate, Period: time.Second, Burst: 1, MaxDelay: maxDelay}
 		p := &testProvider{limit: 55, window: time.Second}
 		srv := httptest.NewServer(p)
 		defer srv.Close()
@@ -284,10 +289,11 @@ func TestOutboundCriticalWhileBatchSaturates(t *testing.T) {
 		if criticalShed.Load() != 0 || len(critical) == 0 {
 			t.Errorf("critical: %d shed, %d through; want all through", criticalShed.Load(), len(critical))
 		}
-		// The backlog batch leaves, a turn or two of critical work ahead,
-		// and scheduling slack: well under the max delay.
-		if worst > batchWithin+150*time.Millisecond {
-			t.Errorf("critical waited up to %v, want under %v", worst, batchWithin+150*time.Millisecond)
+		// The backlog batch leaves and a turn or two of critical work
+		// ahead: about 300 ms on a quiet machine (more when the process
+		// stalls), where without classes it would be the max delay.
+		if p50 := percentile(critical, 0.5); p50 > batchWithin+150*time.Millisecond || worst > maxDelay/2 {
+			t.Errorf("critical waited p50 %v, max %v; want under %v and %v", p50, worst, batchWithin+150*time.Millisecond, maxDelay/2)
 		}
 	})
 }
@@ -331,7 +337,7 @@ func TestOutboundProviderPushBack(t *testing.T) {
 		end := p.trip.Add(p.pause)
 		// Turns taken before the push back reached the store: up to the
 		// max delay after the trip, plus scheduling slack.
-		quiet := p.trip.Add(maxDelay + 100*time.Millisecond)
+		quiet := p.trip.Add(maxDelay + 300*time.Millisecond)
 		var inQuiet, after int
 		for _, a := range p.paused {
 			if !a.Before(quiet) {
@@ -359,7 +365,7 @@ func TestOutboundProviderPushBack(t *testing.T) {
 		if len(resumed) < 10 {
 			t.Fatalf("only %d arrivals after the pause", len(resumed))
 		}
-		if first := resumed[0].Sub(end); first > 100*time.Millisecond {
+		if first := resumed[0].Sub(end); first > 300*time.Millisecond {
 			t.Errorf("the first arrival came %v after the pause ended", first)
 		}
 	})
