@@ -109,9 +109,11 @@ type Store interface {
 // ItemError is the error of one request of a group; see [algo.ItemError].
 type ItemError = algo.ItemError
 
-// Shaper postpones the schedule of a shaping limit (a [LeakyBucket] with
-// MaxDelay) for every instance sharing the store: what a caller does when
-// the API it calls answers 429 with a Retry-After.
+// Shaper is what a shaping limit (a [LeakyBucket] with MaxDelay) needs
+// beyond decisions, for every instance sharing the store: postponing its
+// schedule (what a caller does when the API it calls answers 429 with a
+// Retry-After), and taking a place in its queue that can be given back
+// while it is the last one (a caller that will not use it).
 type Shaper interface {
 	// PushBack postpones the schedule of req's key by d from now (req.Now,
 	// or the store's clock): nothing admitted afterwards has its turn
@@ -126,6 +128,17 @@ type Shaper interface {
 	// that is not positive, is an error ([algo.ErrInvalidRequest]). See
 	// [algo.PushBack].
 	PushBack(ctx context.Context, req Request, d time.Duration) (Decision, error)
+	// TakePlace decides req as Allow does and, when it charges a shaping
+	// limit, also returns the place the charge took in its queue (the
+	// zero Place otherwise), for GiveBack. It is an error on a limit that
+	// does not shape.
+	TakePlace(ctx context.Context, req Request) (Decision, algo.Place, error)
+	// GiveBack gives back the place p, taken by TakePlace with req (its
+	// cost), if it is still the last one in the queue (nothing was
+	// charged since), and reports whether it did: the queue is then as if
+	// the place had never been taken. A place others have queued behind
+	// stays spent.
+	GiveBack(ctx context.Context, req Request, p algo.Place) (bool, error)
 }
 
 // Health is what a readiness probe asks of a store.

@@ -8,6 +8,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate/algo"
 )
 
 // ErrWouldExceedDeadline reports a [Limiter.Wait] that returned at once
@@ -16,8 +18,8 @@ import (
 var ErrWouldExceedDeadline = errors.New("would exceed context deadline")
 
 // ErrCannotGiveBack reports a [Reservation.Cancel] of a reservation whose
-// time to act has not come: neither store can return a charge, so its
-// place in the shaping queue stays spent.
+// time to act has not come and whose place in the shaping queue is no
+// longer the last one (others queued behind it): it stays spent.
 var ErrCannotGiveBack = errors.New("the store cannot give back a charge")
 
 // InfDuration is what [Reservation.Delay] returns for a reservation that
@@ -83,6 +85,42 @@ func (l *Limiter) clock() Clock {
 		return realClock{}
 	}
 	return l.wait.clock
+}
+
+// takeAt is decideAt for a charge that may take a place in a shaping
+// queue: on a shaping limit it also returns the place (see
+// [Shaper.TakePlace]), the zero Place otherwise.
+func (l *Limiter) takeAt(ctx context.Context, subject string, cost int64, now time.Time, o WaitOptions) (Decision, algo.Place, error) {
+	if l.handle.Limit().MaxDelay <= 0 || cost == 0 {
+		d, err := l.decideAt(ctx, subject, cost, now, o)
+		return d, algo.Place{}, err
+	}
+	if l.wait.clock == nil {
+		now = time.Time{}
+	}
+	req := l.handle.Request(subject, cost)
+	req.Now = now
+	req.Within = o.Within
+	return l.store.TakePlace(ctx, req)
+}
+
+// giveBackTimeout bounds a give back made after the caller's context
+// ended.
+const giveBackTimeout = time.Second
+
+// giveBack gives back the place at that cost took in subject's queue if it
+// is still the last one, reporting whether it did.
+func (l *Limiter) giveBack(ctx context.Context, subject string, cost int64, at algo.Place) (bool, error) {
+	if at == (algo.Place{}) {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
+	req := l.handle.Request(subject, cost)
+	if l.wait.clock != nil {
+		req.Now = l.wait.clock.Now()
+	}
+	return l.store.GiveBack(ctx, req, at)
 }
 
 // WaitOptions configures one [Limiter.WaitWith] or [Limiter.ReserveWith].
@@ -166,12 +204,13 @@ func (l *Limiter) decideAt(ctx context.Context, subject string, cost int64, now 
 // context's deadline is closer than MaxDelay, Wait first asks the store
 // (cost 0, which charges nothing) how long the queue is, and returns
 // ErrWouldExceedDeadline without charging if the cost's turn would come
-// after it. The place is charged when it is taken: should other callers
-// lengthen the queue in between so that its turn comes after the deadline
-// anyway, or the context end while Wait sleeps until its turn, Wait
-// returns the error and the place stays spent, since neither store can
-// give back a charge. Only LeakyBucket shapes: the other algorithms have
-// no queue and Wait waits as above.
+// after it. The place is charged when it is taken ([Shaper.TakePlace]):
+// should other callers lengthen the queue in between so that its turn
+// comes after the deadline anyway, or the context end while Wait sleeps
+// until its turn, Wait returns the error and gives the place back if it
+// is still the last one in the queue ([Shaper.GiveBack]); one that others
+// have queued behind stays spent. Only LeakyBucket shapes: the other
+// algorithms have no queue and Wait waits as above.
 func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
 	return l.WaitWith(ctx, subject, cost, WaitOptions{})
 }
@@ -247,7 +286,7 @@ func (l *Limiter) WaitWith(ctx context.Context, subject string, cost int64, o Wa
 				return fmt.Errorf("waiting: cost %d: %w (its turn in the queue is %v away)", cost, ErrWouldExceedDeadline, most)
 			}
 		}
-		d, err := l.decideAt(ctx, subject, cost, now, o)
+		d, at, err := l.takeAt(ctx, subject, cost, now, o)
 		if err != nil {
 			return fmt.Errorf("waiting: %w", err)
 		}
@@ -260,9 +299,16 @@ func (l *Limiter) WaitWith(ctx context.Context, subject string, cost int64, o Wa
 			// behind it while it waits for its turn.
 			leave()
 			if tooLate(now, d.Delay) {
+				if ok, _ := l.giveBack(ctx, subject, cost, at); ok {
+					return fmt.Errorf("waiting: cost %d: %w (its turn in the queue, %v away, was given back)", cost, ErrWouldExceedDeadline, d.Delay)
+				}
 				return fmt.Errorf("waiting: cost %d: %w (its turn in the queue, %v away, is charged and stays spent)", cost, ErrWouldExceedDeadline, d.Delay)
 			}
-			return c.Sleep(ctx, d.Delay)
+			if err := c.Sleep(ctx, d.Delay); err != nil {
+				l.giveBack(ctx, subject, cost, at)
+				return err
+			}
+			return nil
 		}
 		retry := max(d.RetryAfter, time.Millisecond)
 		earliest := retry
@@ -353,6 +399,10 @@ type Reservation struct {
 	decision Decision
 	clock    Clock
 	act      time.Time // when the holder may act
+	limiter  *Limiter
+	subject  string
+	cost     int64
+	place    algo.Place // the place taken in a shaping queue, if any
 }
 
 // Reserve asks the store for cost now and charges it if admitted, as
@@ -369,12 +419,14 @@ type Reservation struct {
 // false, nothing is charged, and RetryAfter says when the same cost would
 // be admitted.
 //
-// What [Reservation.Cancel] gives back, on both stores: nothing, since
-// neither can return a charge. A refused reservation, and one whose time
-// to act has come (every reservation on a limit that does not shape), has
-// nothing to give back, as with x/time/rate, and Cancel returns nil; one
-// still waiting for its turn in a shaping queue keeps its place spent, and
-// Cancel says so with [ErrCannotGiveBack]. To decide whether to act before
+// What [Reservation.Cancel] gives back, on both stores: a place in a
+// shaping queue still ahead, if it is still the last one in the queue
+// (nothing was charged after it), and then returns nil, the queue as if
+// the reservation had never been made; a place others have queued behind
+// stays spent, and Cancel says so with [ErrCannotGiveBack]. A refused
+// reservation, and one whose time to act has come (every reservation on
+// a limit that does not shape), has nothing to give back, as with
+// x/time/rate, and Cancel returns nil. To decide whether to act before
 // anything is charged, use Allow's refusal (RetryAfter) instead, or a
 // store's holds ([Reserver]) to hold a cost while an outcome is pending.
 func (l *Limiter) Reserve(ctx context.Context, subject string, cost int64) (*Reservation, error) {
@@ -392,13 +444,13 @@ func (l *Limiter) ReserveWith(ctx context.Context, subject string, cost int64, o
 		return nil, fmt.Errorf("reserving: %w", err)
 	}
 	c := l.clock()
-	d, err := l.decideAt(ctx, subject, cost, c.Now(), o)
+	d, at, err := l.takeAt(ctx, subject, cost, c.Now(), o)
 	if err != nil {
 		return nil, fmt.Errorf("reserving: %w", err)
 	}
 	// Delay counts from the store's answer, which this side sees no
 	// earlier than the store gave it.
-	return &Reservation{decision: d, clock: c, act: c.Now().Add(d.Delay)}, nil
+	return &Reservation{decision: d, clock: c, act: c.Now().Add(d.Delay), limiter: l, subject: subject, cost: cost, place: at}, nil
 }
 
 // OK reports whether the cost was admitted (and charged).
@@ -429,11 +481,20 @@ func (r *Reservation) Cancel() error { return r.CancelAt(r.clock.Now()) }
 // CancelAt says that the holder will not act on the reservation at t, and
 // gives back what can be given back: see [Limiter.Reserve]. It returns nil
 // when there is nothing to give back (a refused reservation, or one whose
-// time to act has come by t), and [ErrCannotGiveBack] for a place in a
-// shaping queue still ahead of t, which stays spent.
+// time to act has come by t) or the place was given back, and
+// [ErrCannotGiveBack] for a place in a shaping queue still ahead of t
+// that others have queued behind, which stays spent.
 func (r *Reservation) CancelAt(t time.Time) error {
 	if !r.OK() || !t.Before(r.act) {
 		return nil
 	}
-	return fmt.Errorf("canceling a reservation %v ahead: %w: its place in the queue stays spent", r.act.Sub(t), ErrCannotGiveBack)
+	ok, err := r.limiter.giveBack(context.Background(), r.subject, r.cost, r.place)
+	if err != nil {
+		return fmt.Errorf("canceling a reservation %v ahead: giving its place back: %w", r.act.Sub(t), err)
+	}
+	if ok {
+		r.place = algo.Place{}
+		return nil
+	}
+	return fmt.Errorf("canceling a reservation %v ahead: %w: others have queued behind its place, which stays spent", r.act.Sub(t), ErrCannotGiveBack)
 }

@@ -127,6 +127,11 @@ func (c *counting) Allow(ctx context.Context, req tollgate.Request) (tollgate.De
 	return c.Store.Allow(ctx, req)
 }
 
+func (c *counting) TakePlace(ctx context.Context, req tollgate.Request) (tollgate.Decision, algo.Place, error) {
+	c.calls.Add(1)
+	return c.Store.TakePlace(ctx, req)
+}
+
 // eachStore runs f on a fresh in-memory store and on a Redis store of a
 // real redis-server (instances opens another client of the same server,
 // as another instance would).
@@ -379,8 +384,23 @@ func TestWaitCanceledInShapingQueue(t *testing.T) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
 		r, err := l.Reserve(context.Background(), "s", 1)
-		if err != nil || r.Delay() != 400*time.Millisecond {
-			t.Fatalf("next place %v (%v), want 400ms: the canceled place stays in the queue", r.Delay(), err)
+		if err != nil || r.Delay() != 200*time.Millisecond {
+			t.Fatalf("next place %v (%v), want 200ms: the canceled place, the last in the queue, is given back", r.Delay(), err)
+		}
+		// A waiter canceled with another place behind its own leaves it
+		// spent.
+		ctx, cancel = context.WithCancel(context.Background())
+		go func() { errc <- l.Wait(ctx, "s", 1) }()
+		eventually(t, "the waiter sleeps until its turn", func() bool { return c.Sleepers() == 1 })
+		if r, err := l.Reserve(context.Background(), "s", 1); err != nil || r.Delay() != 600*time.Millisecond {
+			t.Fatalf("place behind the waiter's: %v (%v), want 600ms", r.Delay(), err)
+		}
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+		if r, err := l.Reserve(context.Background(), "s", 1); err != nil || r.Delay() != 800*time.Millisecond {
+			t.Fatalf("next place %v (%v), want 800ms: the canceled place had one behind it and stays spent", r.Delay(), err)
 		}
 	})
 }
@@ -460,19 +480,37 @@ func TestReserve(t *testing.T) {
 			if got := r.DelayFrom(testBase.Add(150 * time.Millisecond)); got != 50*time.Millisecond {
 				t.Errorf("DelayFrom 150ms = %v, want 50ms", got)
 			}
-			before := query(t, l, "q", testBase)
-			if err := r.Cancel(); !errors.Is(err, tollgate.ErrCannotGiveBack) {
-				t.Errorf("cancel of a place ahead: err = %v, want ErrCannotGiveBack", err)
-			}
-			if after := query(t, l, "q", testBase); after != before {
-				t.Errorf("cancel changed the state: %+v, was %+v", after, before)
-			}
 			if err := r.CancelAt(testBase.Add(200 * time.Millisecond)); err != nil {
 				t.Errorf("cancel once its turn has come: %v", err)
 			}
+			// The last place in the queue is given back: the queue is as
+			// it was before it.
+			before := query(t, l, "q", testBase)
+			r3, err := l.Reserve(context.Background(), "q", 1)
+			if err != nil || !r3.OK() || r3.Delay() != 400*time.Millisecond {
+				t.Fatalf("third place: %+v, %v", r3.Decision(), err)
+			}
+			if err := r3.Cancel(); err != nil {
+				t.Errorf("cancel of the last place: %v", err)
+			}
+			if after := query(t, l, "q", testBase); after != before {
+				t.Errorf("after the give back: %+v, was %+v", after, before)
+			}
+			// One with a place behind it stays spent, and says so.
+			r3, _ = l.Reserve(context.Background(), "q", 1)
+			if _, err := l.Reserve(context.Background(), "q", 1); err != nil {
+				t.Fatal(err)
+			}
+			before = query(t, l, "q", testBase)
+			if err := r3.Cancel(); !errors.Is(err, tollgate.ErrCannotGiveBack) {
+				t.Errorf("cancel of a place with another behind it: err = %v, want ErrCannotGiveBack", err)
+			}
+			if after := query(t, l, "q", testBase); after != before {
+				t.Errorf("the refused cancel changed the state: %+v, was %+v", after, before)
+			}
 			// Five places fill the queue; the sixth is refused until the
 			// first has drained.
-			for range 4 {
+			for range 2 {
 				if r, err := l.Reserve(context.Background(), "q", 1); err != nil || !r.OK() {
 					t.Fatalf("place: %+v, %v", r.Decision(), err)
 				}

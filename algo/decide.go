@@ -195,6 +195,56 @@ func pushBack(p params, s *State, now int64) (Result, int64) {
 	return r, r.ResetAfter
 }
 
+// Place identifies a place taken in a shaping queue: the state its
+// admission left (the level and the last update, see [State]). The place
+// is still the last one in the queue while the state is exactly that: any
+// later charge changes it. The zero Place is none.
+type Place struct {
+	Level, Last int64
+}
+
+// Taking returns pl reporting in *p, when its Decide charges a shaping
+// limit, the place the charge took (the state it left), for a later
+// [Prepared.GivingBack]; *p is left alone otherwise.
+func (pl Prepared) Taking(p *Place) Prepared {
+	pl.p.place = p
+	return pl
+}
+
+// GivingBack returns pl turned into a give back of at: its Decide, with
+// the cost at took, gives the place back if it is still the last in the
+// queue (the state is at) and reports Allowed; otherwise it changes
+// nothing and reports Allowed false. Either way the other fields are a
+// query's (cost 0) after it. It fails with [ErrInvalidRequest] on a limit
+// that does not shape or for the zero Place.
+func (pl Prepared) GivingBack(at Place) (Prepared, error) {
+	if pl.p.alg != LeakyBucket || pl.p.delay == 0 {
+		return pl, fmt.Errorf("%w: only a shaping limit (leaky_bucket with max_delay) has places to give back", ErrInvalidRequest)
+	}
+	if at == (Place{}) {
+		return pl, fmt.Errorf("%w: no place to give back", ErrInvalidRequest)
+	}
+	pl.p.give = &at
+	return pl, nil
+}
+
+// giveBack is the give back of p.give, taken with cost, from s at now.
+func giveBack(p params, s *State, now, cost int64) (Result, int64) {
+	at := *p.give
+	need := cost * p.period
+	given := s.A == at.Level && s.B == at.Last && s.A >= need && need > 0
+	if given {
+		s.A -= need
+		if s.A == 0 {
+			s.B = 0 // an empty queue: as a key never seen (Redis deletes it)
+		}
+	}
+	q := *s
+	r, _ := leakyBucket(p, &q, now, 0)
+	r.Allowed = given
+	return r, r.ResetAfter
+}
+
 // For returns the prepared limit to decide req with: pl, or pl with
 // req's queue threshold ([Prepared.Within]).
 func (pl *Prepared) For(req *Request) (*Prepared, error) {
@@ -260,6 +310,10 @@ func (pl *Prepared) DecideInto(r *Result, s *State, nowMS, cost int64) (ttl int6
 		*r, ttl = pushBack(*p, s, nowMS)
 		return ttl, nil
 	}
+	if p.give != nil {
+		*r, ttl = giveBack(*p, s, nowMS, cost)
+		return ttl, nil
+	}
 	var eff int64
 	switch p.alg {
 	case GCRA:
@@ -276,6 +330,9 @@ func (pl *Prepared) DecideInto(r *Result, s *State, nowMS, cost int64) (ttl int6
 		return reset, nil
 	case TokenBucket, LeakyBucket:
 		*r, eff = leakyBucket(*p, s, nowMS, cost)
+		if p.place != nil && r.Allowed && cost > 0 && p.delay > 0 {
+			*p.place = Place{Level: s.A, Last: s.B}
+		}
 	case FixedWindow:
 		*r, eff = fixedWindow(*p, s, nowMS, cost)
 	case SlidingWindowLog:

@@ -213,6 +213,10 @@ type params struct {
 
 	// Set by Prepare.
 	capU int64 // cap × period
+
+	// Set by Taking and GivingBack.
+	place *Place // set: Decide reports there the place a charge took (Taking)
+	give  *Place // set: Decide gives this place back (GivingBack)
 }
 
 func (l Limit) params() (params, error) {

@@ -38,8 +38,9 @@ import (
 // same end.
 //
 // A request whose context ends while it sleeps for its turn returns the
-// context's error; its turn stays spent (the stores cannot give it back,
-// see [tollgate.Reservation.Cancel]), so the provider sees a gap there.
+// context's error and gives its turn back if it is still the last one in
+// the schedule (see [tollgate.Limiter.Wait]); one that others queued
+// behind stays spent, and the provider sees a gap there.
 type Shaper struct {
 	base    http.RoundTripper
 	limiter *tollgate.Limiter

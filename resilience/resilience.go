@@ -456,6 +456,29 @@ func (s *Store) PushBack(ctx context.Context, req algo.Request, d time.Duration)
 	return dec, err
 }
 
+// TakePlace implements [tollgate.Shaper]: the store decides behind the
+// breaker and the deadline (the fallback takes no places).
+func (s *Store) TakePlace(ctx context.Context, req algo.Request) (algo.Decision, algo.Place, error) {
+	var d algo.Decision
+	var p algo.Place
+	err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		d, p, err = s.primary.TakePlace(ctx, req)
+		return err
+	})
+	return d, p, err
+}
+
+// GiveBack implements [tollgate.Shaper] behind the breaker and the
+// deadline.
+func (s *Store) GiveBack(ctx context.Context, req algo.Request, p algo.Place) (bool, error) {
+	var ok bool
+	err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		ok, err = s.primary.GiveBack(ctx, req, p)
+		return err
+	})
+	return ok, err
+}
+
 // Settle passes the end of a hold to the store behind the breaker and the
 // deadline.
 func (s *Store) Settle(ctx context.Context, req algo.Request, h algo.Hold, charge bool) (algo.Decision, error) {

@@ -107,3 +107,87 @@ func testPushBack(t *testing.T, s tollgate.Store) {
 		t.Errorf("invalid push backs changed the schedule: %+v, %v", d, err)
 	}
 }
+
+// testGiveBack: a place taken with TakePlace is given back while it is
+// the last in the queue, and the queue is then as if it had never been
+// taken; a place others queued behind, a place given back already, and a
+// place of an expired queue are not; a limit that does not shape is an
+// error.
+func testGiveBack(t *testing.T, s tollgate.Store) {
+	ctx := context.Background()
+	p := policy(t)
+	shaper := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+	req := algo.Request{Name: p, Subject: "g", Limit: shaper, Cost: 1, Now: base}
+	take := func(now time.Time) (algo.Decision, algo.Place) {
+		t.Helper()
+		r := req
+		r.Now = now
+		d, at, err := s.TakePlace(ctx, r)
+		if err != nil || !d.Allowed {
+			t.Fatalf("TakePlace: %+v, %v", d, err)
+		}
+		if at == (algo.Place{}) {
+			t.Fatalf("TakePlace of a charge reported no place: %+v", d)
+		}
+		return d, at
+	}
+	give := func(at algo.Place, now time.Time) bool {
+		t.Helper()
+		r := req
+		r.Now = now
+		ok, err := s.GiveBack(ctx, r, at)
+		if err != nil {
+			t.Fatalf("GiveBack: %v", err)
+		}
+		return ok
+	}
+	_, p0 := take(base)
+	d1, p1 := take(base)
+	d2, p2 := take(base.Add(10 * time.Millisecond))
+	if d1.Delay != 100*time.Millisecond || d2.Delay != 190*time.Millisecond {
+		t.Fatalf("places at %v and %v, want 100ms and 190ms", d1.Delay, d2.Delay)
+	}
+	if give(p1, base.Add(20*time.Millisecond)) {
+		t.Error("a place with another behind it was given back")
+	}
+	if !give(p2, base.Add(20*time.Millisecond)) {
+		t.Fatal("the last place was not given back")
+	}
+	if give(p2, base.Add(20*time.Millisecond)) {
+		t.Error("a place was given back twice")
+	}
+	// The queue is as before the place: the next one takes its turn.
+	if d, _ := take(base.Add(10 * time.Millisecond)); d.Delay != 190*time.Millisecond {
+		t.Errorf("after the give back, the next place is %v away, want 190ms", d.Delay)
+	}
+	// Long after, the queue has drained and its state expired (or is
+	// drained): an old place is nothing to give back.
+	if give(p0, base.Add(time.Minute)) {
+		t.Error("a place of a drained queue was given back")
+	}
+	// With the store's clock: take the last place and give it back.
+	live := algo.Request{Name: p, Subject: "g-live", Limit: shaper, Cost: 1}
+	if _, _, err := s.TakePlace(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	d, at, err := s.TakePlace(ctx, live)
+	if err != nil || d.Delay <= 0 {
+		t.Fatalf("second live place: %+v, %v", d, err)
+	}
+	if ok, err := s.GiveBack(ctx, live, at); err != nil || !ok {
+		t.Errorf("live give back: %v, %v", ok, err)
+	}
+	if d2, _, err := s.TakePlace(ctx, live); err != nil || d2.Delay > d.Delay {
+		t.Errorf("after the live give back: %+v, %v; want a place no later than %v", d2, err, d.Delay)
+	}
+	gcra := algo.Request{Name: p, Subject: "g", Limit: algo.Limit{Rate: 10, Period: time.Second}, Cost: 1, Now: base}
+	if _, _, err := s.TakePlace(ctx, gcra); !errors.Is(err, algo.ErrInvalidRequest) {
+		t.Errorf("TakePlace on gcra: err = %v, want ErrInvalidRequest", err)
+	}
+	if _, err := s.GiveBack(ctx, gcra, p0); !errors.Is(err, algo.ErrInvalidRequest) {
+		t.Errorf("GiveBack on gcra: err = %v, want ErrInvalidRequest", err)
+	}
+	if _, err := s.GiveBack(ctx, req, algo.Place{}); !errors.Is(err, algo.ErrInvalidRequest) {
+		t.Errorf("GiveBack of no place: err = %v, want ErrInvalidRequest", err)
+	}
+}

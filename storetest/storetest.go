@@ -57,6 +57,7 @@ func RunDecisions(t *testing.T, newStore NewStore) {
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newStore(t)) })
 	t.Run("Within", func(t *testing.T) { testWithin(t, newStore(t)) })
 	t.Run("PushBack", func(t *testing.T) { testPushBack(t, newStore(t)) })
+	t.Run("GiveBack", func(t *testing.T) { testGiveBack(t, newStore(t)) })
 	t.Run("RefusalConsumesNothing", func(t *testing.T) { testRefusalConsumesNothing(t, newStore(t)) })
 	t.Run("StoreClock", func(t *testing.T) { testStoreClock(t, newStore(t)) })
 	t.Run("Calendar", func(t *testing.T) { RunCalendar(t, newStore(t)) })

@@ -98,7 +98,23 @@ func FuzzDifferential(f *testing.F) {
 			}
 			var dm, dr algo.Decision
 			var em, er error
-			if l.MaxDelay > 0 && data[i+1]&0x18 == 0x18 {
+			if l.MaxDelay > 0 && data[i+1]&0x18 == 0x10 && cost > 0 && cost <= l.Capacity() {
+				// Take a place, and give it back at once when the next
+				// byte says so: the places and outcomes must agree.
+				var pm, pr algo.Place
+				dm, pm, em = mem.TakePlace(ctx, req)
+				dr, pr, er = fuzzStore.TakePlace(ctx, req)
+				if pm != pr {
+					t.Fatalf("%v step %d: places differ: memory %+v, redis %+v", l, (i-4)/2, pm, pr)
+				}
+				if em == nil && er == nil && pm != (algo.Place{}) && i+2 < len(data) && data[i+2]&1 == 1 {
+					gm, e1 := mem.GiveBack(ctx, req, pm)
+					gr, e2 := fuzzStore.GiveBack(ctx, req, pr)
+					if gm != gr || (e1 == nil) != (e2 == nil) {
+						t.Fatalf("%v step %d: give back: memory %v %v, redis %v %v", l, (i-4)/2, gm, e1, gr, e2)
+					}
+				}
+			} else if l.MaxDelay > 0 && data[i+1]&0x18 == 0x18 {
 				// A push back of 1 to 8 drain times of one unit.
 				d := time.Duration(1+int64(data[i+1]>>5))*period/time.Duration(l.Rate) + time.Millisecond
 				dm, em = mem.PushBack(ctx, req, d)

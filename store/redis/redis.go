@@ -91,6 +91,10 @@ func MultiScript() (string, error) { return script("multi.lua", "multi_all") }
 // gives back attempts on a rate limit (see [Store.Reserve]).
 func ReserveScript() (string, error) { return script("reserve.lua", "reserve_one") }
 
+// PlaceScript returns the source of the script that takes and gives back
+// places in a shaping queue (see [Store.TakePlace]).
+func PlaceScript() (string, error) { return script("place.lua", "place_op") }
+
 // script returns the source of a script for rate-limit requests: the
 // definitions with entry, then a call of entry's function fn.
 func script(entry, fn string) (string, error) {
@@ -211,6 +215,7 @@ type Store struct {
 	lockout *rueidis.Lua
 	lease   *rueidis.Lua
 	reserve entryPoint    // reserve.lua: attempts held on a rate limit
+	place   entryPoint    // place.lua: places in a shaping queue
 	owned   bool          // Open made the client; Close closes it
 	stop    chan struct{} // ends Open's connect loop
 	done    chan struct{}
@@ -251,7 +256,7 @@ func newStore(opts Options) (*Store, error) {
 		dst *entryPoint
 		fn  string
 		src func() (string, error)
-	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}} {
+	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}, {&s.place, lib.place, PlaceScript}} {
 		src, err := x.src()
 		if err != nil {
 			return nil, fmt.Errorf("creating redis store: %w", err)
