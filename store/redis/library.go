@@ -12,7 +12,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// A library is decide.lua, multi.lua and reserve.lua as a Redis function library: its definitions
+// A library is decide.lua, multi.lua, reserve.lua and place.lua as a Redis function library: its definitions
 // made once, when the library is loaded, instead of on every EVALSHA, which
 // is most of what a lone decision costs Redis. Its name holds a hash of its
 // source, so gateways of different versions load libraries side by side.
@@ -28,7 +28,7 @@ type library struct {
 	mu                     sync.Mutex // one load at a time
 }
 
-// newLibrary returns the library of decide.lua, multi.lua and reserve.lua.
+// newLibrary returns the library of decide.lua, multi.lua, reserve.lua and place.lua.
 func newLibrary() (*library, error) {
 	defs, err := definitions("decide.lua", "multi.lua", "reserve.lua", "place.lua")
 	if err != nil {

@@ -2,7 +2,8 @@
 // that many gateway instances spend one budget.
 //
 // Every decision is made atomically by Lua code (decide.lua, multi.lua
-// for all-or-nothing groups and reserve.lua for held attempts, embedded in the binary with one
+// for all-or-nothing groups, reserve.lua for held attempts and place.lua
+// for places in a shaping queue, embedded in the binary with one
 // file per algorithm), loaded as a function library and called with
 // FCALL, or, where Redis refuses functions, run as scripts with EVALSHA;
 // both are loaded again when Redis has lost them. The code reads the time
