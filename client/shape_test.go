@@ -147,3 +147,50 @@ func TestNewShaperInvalid(t *testing.T) {
 		t.Error("a nil limiter was accepted")
 	}
 }
+
+// cancelingClock is a fakeClock whose Sleep is interrupted: the caller's
+// context ends while it sleeps for its turn.
+type cancelingClock struct {
+	*fakeClock
+	cancel context.CancelFunc
+}
+
+func (c cancelingClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.cancel()
+	return ctx.Err()
+}
+
+// A call whose context ends while it sleeps for its turn gives the turn
+// back when it is still the last one, and is not sent.
+func TestShaperGivesBackAbandonedTurn(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
+	defer srv.Close()
+	st := memory.New(memory.Options{})
+	defer st.Close()
+	lim, err := tollgate.NewLimiter(st, provider10, tollgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := cancelingClock{&fakeClock{t: shapeBase}, cancel}
+	lim = lim.WithClock(c)
+	s, err := client.NewShaper(nil, lim, client.ShaperOptions{Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := srv.Listener.Addr().String()
+	for range 3 { // the next turn is 300 ms away
+		if r, err := lim.Reserve(context.Background(), host, 1); err != nil || !r.OK() {
+			t.Fatal(r, err)
+		}
+	}
+	before, _ := lim.AllowAt(context.Background(), host, 0, c.Now())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	if _, err := s.RoundTrip(req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if after, _ := lim.AllowAt(context.Background(), host, 0, c.Now()); after != before || calls.Load() != 0 {
+		t.Errorf("after the abandoned turn: %+v, was %+v (%d sent); want it given back", after, before, calls.Load())
+	}
+}
