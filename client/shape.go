@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
 )
 
 // Shaper is an http.RoundTripper for calling an API that enforces a hard
@@ -197,7 +198,9 @@ func (s *Shaper) pushBack(resp *http.Response) (time.Duration, bool) {
 		return 0, false
 	}
 	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), resp.Header.Get("Date"), s.opts.Now()); ok {
-		return max(d, time.Millisecond), true
+		// A Retry-After past what a limit can count (200 years) is
+		// taken as that.
+		return min(max(d, time.Millisecond), algo.MaxHorizon), true
 	}
 	if resp.StatusCode == http.StatusTooManyRequests && s.opts.PushBack > 0 {
 		return s.opts.PushBack, true
