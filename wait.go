@@ -143,6 +143,14 @@ type WaitOptions struct {
 	// sleep: a place taken within MaxWait is slept for on the context
 	// alone. Reserve ignores it.
 	MaxWait time.Duration
+	// Tolerance, when positive on a shaping limit, is how late after its
+	// turn a wait may wake and still act. One that wakes later (its
+	// process stalled: a GC pause, CPU throttling) would leave together
+	// with every other turn missed meanwhile, a burst; it takes a new
+	// place instead and waits again, as a new call would (its old turn is
+	// spent, a gap in the schedule), up to 3 times. Zero: it acts however
+	// late it wakes. Reserve ignores it.
+	Tolerance time.Duration
 }
 
 // threshold returns the longest turn o admits on l's limit: its Within,
@@ -221,14 +229,23 @@ func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
 // than that; where Wait's deadline rules speak of MaxDelay, they then
 // mean o.Within. o.MaxWait bounds the whole wait (see [WaitOptions]).
 func (l *Limiter) WaitWith(ctx context.Context, subject string, cost int64, o WaitOptions) error {
+	return l.waitFor(ctx, subject, cost, o, 0)
+}
+
+// maxRetakes is how many times a wait that wakes too late takes a new
+// place (see WaitOptions.Tolerance) before it acts late all the same.
+const maxRetakes = 3
+
+// waitFor is WaitWith after retakes new places taken for turns missed.
+func (l *Limiter) waitFor(ctx context.Context, subject string, cost int64, o WaitOptions, retakes int) error {
 	if err := l.handle.Limit().CheckCost(cost); err != nil {
 		return fmt.Errorf("waiting: %w", err)
 	}
 	if err := l.checkOptions(o); err != nil {
 		return fmt.Errorf("waiting: %w", err)
 	}
-	if o.MaxWait < 0 {
-		return fmt.Errorf("waiting: negative max wait %v", o.MaxWait)
+	if o.MaxWait < 0 || o.Tolerance < 0 {
+		return fmt.Errorf("waiting: negative max wait %v or tolerance %v", o.MaxWait, o.Tolerance)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -304,9 +321,15 @@ func (l *Limiter) WaitWith(ctx context.Context, subject string, cost int64, o Wa
 				}
 				return fmt.Errorf("waiting: cost %d: %w (its turn in the queue, %v away, is charged and stays spent)", cost, ErrWouldExceedDeadline, d.Delay)
 			}
+			turn := now.Add(d.Delay)
 			if err := c.Sleep(ctx, d.Delay); err != nil {
 				l.giveBack(ctx, subject, cost, at)
 				return err
+			}
+			if o.Tolerance > 0 && retakes < maxRetakes && c.Now().Sub(turn) > o.Tolerance {
+				// Woken long after its turn (the process stalled): acting
+				// now would leave with the other turns missed, together.
+				return l.waitFor(ctx, subject, cost, o, retakes+1)
 			}
 			return nil
 		}

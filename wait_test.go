@@ -683,3 +683,57 @@ func TestWaitMaxWait(t *testing.T) {
 		}
 	})
 }
+
+// stallingClock is an auto-moving fakeClock whose first Sleep wakes
+// stall late, as a process stalled meanwhile would.
+type stallingClock struct {
+	*fakeClock
+	stall time.Duration
+	once  sync.Once
+}
+
+func (c *stallingClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.once.Do(func() { d += c.stall })
+	return c.fakeClock.Sleep(ctx, d)
+}
+
+// A shaped wait that wakes long after its turn takes a new place (with
+// WaitOptions.Tolerance) instead of leaving with the turns it missed; its
+// old turn stays spent, a gap.
+func TestWaitRetakesMissedTurn(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+		c := &stallingClock{fakeClock: newClock(true), stall: 500 * time.Millisecond}
+		cs := &counting{Store: s}
+		l := newLimiter(t, cs, shaper, c)
+		ctx := context.Background()
+		for range 2 { // turns at 0 and 100 ms; the next at 200
+			if r, err := l.Reserve(ctx, "st", 1); err != nil || !r.OK() {
+				t.Fatal(r, err)
+			}
+		}
+		// Meanwhile another instance takes the turns at 200 to 600 ms.
+		other := newLimiter(t, s, shaper, c)
+		for range 5 {
+			if r, err := other.ReserveWith(ctx, "st", 1, tollgate.WaitOptions{}); err != nil || !r.OK() {
+				t.Fatal(r, err)
+			}
+		}
+		calls := cs.calls.Load()
+		if err := l.WaitWith(ctx, "st", 1, tollgate.WaitOptions{Tolerance: 50 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		// Its turn, taken at 0 behind the others, is at 700 ms; woken at
+		// 1.2 s, it takes a new place, at once (the queue drained at
+		// 800 ms), and acts.
+		if got := c.Now().Sub(testBase); got != 1200*time.Millisecond {
+			t.Errorf("acted at %v, want 1.2s", got)
+		}
+		if n := cs.calls.Load() - calls; n != 2 {
+			t.Errorf("%d store calls, want 2 (the missed turn, then a new one)", n)
+		}
+		if r, err := l.Reserve(ctx, "st", 1); err != nil || r.Delay() != 100*time.Millisecond {
+			t.Errorf("next place %v (%v), want 100ms: the new turn was taken at 1.2 s", r.Delay(), err)
+		}
+	})
+}

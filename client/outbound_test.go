@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/client"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/store/memory"
@@ -78,7 +79,7 @@ func (p *testProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // instances returns n limiters on one limit, each over its own store:
 // for "redis" a store with its own client of one redis-server, for
 // "memory" the one memory store of the process.
-func instances(t *testing.T, kind string, n int, l tollgate.Limit) []*tollgate.Limiter {
+func instances(t *testing.T, kind string, n int, l tollgate.Limit, wrap func(tollgate.Store) tollgate.Store) []*tollgate.Limiter {
 	t.Helper()
 	var stores []tollgate.Store
 	switch kind {
@@ -101,6 +102,9 @@ func instances(t *testing.T, kind string, n int, l tollgate.Limit) []*tollgate.L
 	}
 	var out []*tollgate.Limiter
 	for _, s := range stores {
+		if wrap != nil {
+			s = wrap(s)
+		}
 		lim, err := tollgate.NewLimiter(s, l, tollgate.Options{Name: "outbound-" + t.Name()})
 		if err != nil {
 			t.Fatal(err)
@@ -149,6 +153,24 @@ func offer(t *testing.T, rt http.RoundTripper, url, class string, rate float64, 
 	return nSent.Load(), nShed.Load()
 }
 
+// recording is a store that records the Delay of each place taken with
+// no queue threshold (the critical class's).
+type recording struct {
+	tollgate.Store
+	mu       *sync.Mutex
+	assigned *[]time.Duration
+}
+
+func (r *recording) TakePlace(ctx context.Context, req tollgate.Request) (tollgate.Decision, algo.Place, error) {
+	d, p, err := r.Store.TakePlace(ctx, req)
+	if err == nil && d.Allowed && req.Within == 0 {
+		r.mu.Lock()
+		*r.assigned = append(*r.assigned, d.Delay)
+		r.mu.Unlock()
+	}
+	return d, p, err
+}
+
 func percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
@@ -175,7 +197,7 @@ func TestOutboundThreeTimesTheRate(t *testing.T) {
 		p := &testProvider{limit: 55, window: time.Second}
 		srv := httptest.NewServer(p)
 		defer srv.Close()
-		lims := instances(t, kind, 3, l)
+		lims := instances(t, kind, 3, l, nil)
 		stop := time.Now().Add(1500 * time.Millisecond)
 		var wg sync.WaitGroup
 		var sent, shed atomic.Int64
@@ -199,22 +221,18 @@ func TestOutboundThreeTimesTheRate(t *testing.T) {
 		if p.over != 0 {
 			t.Errorf("the provider refused %d of %d arrivals", p.over, n+p.over)
 		}
-		// The grid is a turn every 1/rate, placed where the arrivals'
-		// median offset from it is zero; the spacing error of an arrival
-		// is its distance from its turn on the grid.
+		// The spacing error of an arrival is how far the gap since the
+		// one before is from a whole number of turns (1/rate each, at
+		// least one): jitter, or two turns leaving together. A turn
+		// missed and taken again (a stalled process) leaves a gap of
+		// whole turns, which is no error.
+		const turn = time.Second / rate
 		first := p.accepted[0].at
-		offs := make([]time.Duration, n)
-		for i, a := range p.accepted {
-			offs[i] = a.at.Sub(first) - time.Duration(i)*time.Second/rate
-		}
-		mid := slices.Clone(offs)
-		slices.Sort(mid)
-		errs := make([]time.Duration, n)
-		for i, o := range offs {
-			errs[i] = (o - mid[n/2]).Abs()
-			if errs[i] > 50*time.Millisecond {
-				t.Logf("arrival %d of %d: %v off its turn (sent %v after the first)", i, n, o-mid[n/2], p.accepted[i].sent.Sub(first))
-			}
+		var errs []time.Duration
+		for i := 1; i < n; i++ {
+			gap := p.accepted[i].at.Sub(p.accepted[i-1].at)
+			k := max(1, (gap+turn/2)/turn)
+			errs = append(errs, (gap - k*turn).Abs())
 		}
 		span := p.accepted[n-1].at.Sub(first)
 		got := float64(n-1) / span.Seconds()
@@ -224,12 +242,13 @@ func TestOutboundThreeTimesTheRate(t *testing.T) {
 		if got > rate*1.02 || got < rate*0.9 {
 			t.Errorf("arrivals at %.1f/s, want %d/s", got, rate)
 		}
-		// Loose bounds: on a quiet machine p99 is 1-4 ms; a process
-		// stalled past its turns (the whole test suite on two cores)
-		// sends the turns it missed together when it resumes, and p99
-		// is then the stall.
-		if p50, p99 := percentile(errs, 0.5), percentile(errs, 0.99); p50 > 15*time.Millisecond || p99 > 300*time.Millisecond {
-			t.Errorf("spacing error p50 %v p99 %v, want under 15ms and 300ms", p50, p99)
+		// Loose bounds: on a quiet machine p99 is a few ms; under load
+		// (the whole suite on two cores) a call woken late, but within
+		// the Shaper's Tolerance of a turn, leaves close to the next one
+		// (p99 up to a turn); one woken later takes a new turn rather
+		// than leave with the others it missed.
+		if p50, p95 := percentile(errs, 0.5), percentile(errs, 0.95); p50 > 5*time.Millisecond || p95 > turn/2 {
+			t.Errorf("spacing error p50 %v p95 %v, want under 5ms and %v", p50, p95, turn/2)
 		}
 		if shed.Load() == 0 || int64(n)+shed.Load() != sent.Load() {
 			t.Errorf("offered %d: %d arrived and %d shed; want the rest shed", sent.Load(), n, shed.Load())
@@ -250,11 +269,13 @@ func TestOutboundCriticalWhileBatchSaturates(t *testing.T) {
 		p := &testProvider{limit: 55, window: time.Second}
 		srv := httptest.NewServer(p)
 		defer srv.Close()
-		lims := instances(t, kind, 3, l)
+		var mu sync.Mutex
+		var critical, assigned []time.Duration
+		lims := instances(t, kind, 3, l, func(s tollgate.Store) tollgate.Store {
+			return &recording{Store: s, mu: &mu, assigned: &assigned}
+		})
 		stop := time.Now().Add(1500 * time.Millisecond)
 		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var critical []time.Duration
 		var batchShed, criticalShed atomic.Int64
 		for _, lim := range lims {
 			s, err := client.NewShaper(nil, lim, client.ShaperOptions{Classes: map[string]time.Duration{"critical": 0, "batch": batchWithin}})
@@ -281,19 +302,24 @@ func TestOutboundCriticalWhileBatchSaturates(t *testing.T) {
 			t.Errorf("the provider refused %d arrivals", p.over)
 		}
 		worst := percentile(critical, 1)
-		t.Logf("%s: %d arrived; batch shed %d; critical: %d sent, waits p50 %v max %v (batch threshold %v)", kind, len(p.accepted), batchShed.Load(),
-			len(critical), percentile(critical, 0.5).Round(time.Millisecond), worst.Round(time.Millisecond), batchWithin)
+		t.Logf("%s: %d arrived; batch shed %d; critical: %d sent, turns up to %v away, waits p50 %v max %v (batch threshold %v)", kind, len(p.accepted), batchShed.Load(),
+			len(critical), percentile(assigned, 1), percentile(critical, 0.5).Round(time.Millisecond), worst.Round(time.Millisecond), batchWithin)
 		if batchShed.Load() == 0 {
 			t.Error("batch never found the queue full: not saturated")
 		}
 		if criticalShed.Load() != 0 || len(critical) == 0 {
 			t.Errorf("critical: %d shed, %d through; want all through", criticalShed.Load(), len(critical))
 		}
-		// The backlog batch leaves and a turn or two of critical work
-		// ahead: about 300 ms on a quiet machine (more when the process
-		// stalls), where without classes it would be the max delay.
-		if p50 := percentile(critical, 0.5); p50 > batchWithin+150*time.Millisecond || worst > maxDelay/2 {
-			t.Errorf("critical waited p50 %v, max %v; want under %v and %v", p50, worst, batchWithin+150*time.Millisecond, maxDelay/2)
+		// The turns the store gave critical calls: behind the backlog
+		// batch leaves and a few critical turns, where without classes
+		// they would be behind the max delay's. What the calls waited
+		// end to end is that plus scheduling (and any stall of the
+		// process: its median is checked, loosely).
+		if most := percentile(assigned, 1); most > batchWithin+100*time.Millisecond {
+			t.Errorf("critical turns up to %v away, want under %v", most, batchWithin+100*time.Millisecond)
+		}
+		if p50 := percentile(critical, 0.5); p50 > batchWithin+150*time.Millisecond {
+			t.Errorf("critical waited p50 %v, want under %v", p50, batchWithin+150*time.Millisecond)
 		}
 	})
 }
@@ -312,7 +338,7 @@ func TestOutboundProviderPushBack(t *testing.T) {
 		p := &testProvider{limit: 55, window: time.Second, tripAt: start.Add(500 * time.Millisecond), pause: time.Second}
 		srv := httptest.NewServer(p)
 		defer srv.Close()
-		lims := instances(t, kind, 3, l)
+		lims := instances(t, kind, 3, l, nil)
 		stop := start.Add(2200 * time.Millisecond)
 		var wg sync.WaitGroup
 		for _, lim := range lims {

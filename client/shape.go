@@ -71,6 +71,13 @@ type ShaperOptions struct {
 	// waits no longer than its turn: one whose class's queue is full fails
 	// at once.
 	MaxWait time.Duration
+	// Tolerance is how late after its turn a call may wake and still be
+	// sent (see [tollgate.WaitOptions.Tolerance]): a call whose process
+	// stalled past its turn takes a new one rather than leave with every
+	// turn missed meanwhile, a burst the provider would refuse. By default
+	// one turn's worth (Period / Rate), at least 5 ms; negative: it is
+	// sent however late it wakes.
+	Tolerance time.Duration
 	// PushBack is how long a 429 without Retry-After pushes the schedule
 	// back: by default one second; negative: a 429 without Retry-After
 	// pushes nothing back. A 503 pushes back only with a Retry-After.
@@ -149,6 +156,9 @@ func NewShaper(base http.RoundTripper, lim *tollgate.Limiter, opts ShaperOptions
 	if opts.PushBack == 0 {
 		opts.PushBack = time.Second
 	}
+	if opts.Tolerance == 0 {
+		opts.Tolerance = max(l.Period/time.Duration(l.Rate), 5*time.Millisecond)
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -170,7 +180,7 @@ func (s *Shaper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !ok && class != "" && len(s.opts.Classes) > 0 {
 		return fail(ErrUnknownClass)
 	}
-	wo := tollgate.WaitOptions{Within: within, MaxWait: s.opts.MaxWait}
+	wo := tollgate.WaitOptions{Within: within, MaxWait: s.opts.MaxWait, Tolerance: max(s.opts.Tolerance, 0)}
 	if wo.MaxWait == 0 {
 		wo.MaxWait = within
 		if wo.MaxWait == 0 {
