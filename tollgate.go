@@ -71,8 +71,8 @@ func PerDay(n int64) Limit { return Limit{Rate: n, Period: 24 * time.Hour} }
 // implemented whole by both of Tollgate's stores (and by package
 // resilience in front of them) and required whole by the conformance
 // suite in package storetest: rate decisions one at a time and in
-// all-or-nothing groups, held places, login-guard state, concurrency
-// leases and a health check.
+// all-or-nothing groups, held places, pushed-back schedules,
+// login-guard state, concurrency leases and a health check.
 //
 // Its methods return an error only when the request is invalid (see
 // [ErrCostExceedsBurst]) or the store cannot answer (wrapping
@@ -98,6 +98,7 @@ type Store interface {
 	// resetting a key never seen does nothing.
 	Reset(ctx context.Context, reqs []Request) error
 	Reserver
+	Shaper
 	Guard
 	Leaser
 	Health
@@ -107,6 +108,38 @@ type Store interface {
 
 // ItemError is the error of one request of a group; see [algo.ItemError].
 type ItemError = algo.ItemError
+
+// Shaper is what a shaping limit (a [LeakyBucket] with MaxDelay) needs
+// beyond decisions, for every instance sharing the store: postponing its
+// schedule (what a caller does when the API it calls answers 429 with a
+// Retry-After), and taking a place in its queue that can be given back
+// while it is the last one (a caller that will not use it).
+type Shaper interface {
+	// PushBack postpones the schedule of req's key by d from now (req.Now,
+	// or the store's clock): nothing admitted afterwards has its turn
+	// before then, and turns then follow at the limit's rate, with no
+	// burst. It never brings a turn forward (a longer queue or push back
+	// stands), and places already taken keep their turns. A push back
+	// longer than MaxDelay is kept whole: requests are refused, with
+	// RetryAfter, until what is left of it fits in MaxDelay (or their
+	// Within). It charges nothing and reports a query (cost 0) of the
+	// postponed schedule: Delay is the wait of a turn taken now. req's
+	// Cost and Within are ignored; a limit that does not shape, or a d
+	// that is not positive, is an error ([algo.ErrInvalidRequest]). See
+	// [algo.PushBack].
+	PushBack(ctx context.Context, req Request, d time.Duration) (Decision, error)
+	// TakePlace decides req as Allow does and, when it charges a shaping
+	// limit, also returns the place the charge took in its queue (the
+	// zero Place otherwise), for GiveBack. It is an error on a limit that
+	// does not shape.
+	TakePlace(ctx context.Context, req Request) (Decision, algo.Place, error)
+	// GiveBack gives back the place p, taken by TakePlace with req (its
+	// cost), if it is still the last one in the queue (nothing was
+	// charged since), and reports whether it did: the queue is then as if
+	// the place had never been taken. A place others have queued behind
+	// stays spent.
+	GiveBack(ctx context.Context, req Request, p algo.Place) (bool, error)
+}
 
 // Health is what a readiness probe asks of a store.
 type Health interface {

@@ -8,6 +8,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate/algo"
 )
 
 // ErrWouldExceedDeadline reports a [Limiter.Wait] that returned at once
@@ -16,8 +18,8 @@ import (
 var ErrWouldExceedDeadline = errors.New("would exceed context deadline")
 
 // ErrCannotGiveBack reports a [Reservation.Cancel] of a reservation whose
-// time to act has not come: neither store can return a charge, so its
-// place in the shaping queue stays spent.
+// time to act has not come and whose place in the shaping queue is no
+// longer the last one (others queued behind it): it stays spent.
 var ErrCannotGiveBack = errors.New("the store cannot give back a charge")
 
 // InfDuration is what [Reservation.Delay] returns for a reservation that
@@ -85,13 +87,97 @@ func (l *Limiter) clock() Clock {
 	return l.wait.clock
 }
 
-// decideAt asks the store for cost at now: on the store's clock without
-// an injected clock, at now with one.
-func (l *Limiter) decideAt(ctx context.Context, subject string, cost int64, now time.Time) (Decision, error) {
+// takeAt is decideAt for a charge that may take a place in a shaping
+// queue: on a shaping limit it also returns the place (see
+// [Shaper.TakePlace]), the zero Place otherwise.
+func (l *Limiter) takeAt(ctx context.Context, subject string, cost int64, now time.Time, o WaitOptions) (Decision, algo.Place, error) {
+	if l.handle.Limit().MaxDelay <= 0 || cost == 0 {
+		d, err := l.decideAt(ctx, subject, cost, now, o)
+		return d, algo.Place{}, err
+	}
 	if l.wait.clock == nil {
 		now = time.Time{}
 	}
-	return l.AllowAt(ctx, subject, cost, now)
+	req := l.handle.Request(subject, cost)
+	req.Now = now
+	req.Within = o.Within
+	return l.store.TakePlace(ctx, req)
+}
+
+// giveBackTimeout bounds a give back made after the caller's context
+// ended.
+const giveBackTimeout = time.Second
+
+// giveBack gives back the place at that cost took in subject's queue if it
+// is still the last one, reporting whether it did.
+func (l *Limiter) giveBack(ctx context.Context, subject string, cost int64, at algo.Place) (bool, error) {
+	if at == (algo.Place{}) {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
+	req := l.handle.Request(subject, cost)
+	if l.wait.clock != nil {
+		req.Now = l.wait.clock.Now()
+	}
+	return l.store.GiveBack(ctx, req, at)
+}
+
+// WaitOptions configures one [Limiter.WaitWith] or [Limiter.ReserveWith].
+// The zero value is the default, what [Limiter.Wait] and [Limiter.Reserve]
+// use.
+type WaitOptions struct {
+	// Within is the request's queue threshold on a shaping limit (see
+	// [Request.Within]): it takes a place only if its turn comes within
+	// Within, so that a lower class of work (batch) stops queueing while
+	// the backlog is long and a higher one (critical, with a longer or
+	// zero Within) keeps its latency. Zero means the limit's MaxDelay;
+	// longer than MaxDelay, or any Within on a limit that does not shape,
+	// is an error.
+	Within time.Duration
+	// MaxWait, when positive, is the longest WaitWith may wait: it gives
+	// up at once, charging nothing, with an error wrapping
+	// [ErrWouldExceedDeadline], when the cost could not be admitted and
+	// its turn come within MaxWait, as it does for a context's deadline
+	// (the earlier of the two counts). It bounds the decision, not the
+	// sleep: a place taken within MaxWait is slept for on the context
+	// alone. Reserve ignores it.
+	MaxWait time.Duration
+	// Tolerance, when positive on a shaping limit, is how late after its
+	// turn a wait may wake and still act. One that wakes later (its
+	// process stalled: a GC pause, CPU throttling) would leave together
+	// with every other turn missed meanwhile, a burst; it takes a new
+	// place instead and waits again, as a new call would (its old turn is
+	// spent, a gap in the schedule), up to 3 times. Zero: it acts however
+	// late it wakes. Reserve ignores it.
+	Tolerance time.Duration
+}
+
+// threshold returns the longest turn o admits on l's limit: its Within,
+// or the limit's MaxDelay.
+func (l *Limiter) threshold(o WaitOptions) time.Duration {
+	if o.Within > 0 {
+		return o.Within
+	}
+	return l.handle.Limit().MaxDelay
+}
+
+// checkOptions validates o against the limit.
+func (l *Limiter) checkOptions(o WaitOptions) error {
+	req := Request{Limit: l.handle.Limit(), Within: o.Within}
+	return req.CheckWithin()
+}
+
+// decideAt asks the store for cost at now: on the store's clock without
+// an injected clock, at now with one.
+func (l *Limiter) decideAt(ctx context.Context, subject string, cost int64, now time.Time, o WaitOptions) (Decision, error) {
+	if l.wait.clock == nil {
+		now = time.Time{}
+	}
+	req := l.handle.Request(subject, cost)
+	req.Now = now
+	req.Within = o.Within
+	return l.store.Allow(ctx, req)
 }
 
 // Wait blocks until subject may spend cost and charges it, as Allow would
@@ -126,15 +212,40 @@ func (l *Limiter) decideAt(ctx context.Context, subject string, cost int64, now 
 // context's deadline is closer than MaxDelay, Wait first asks the store
 // (cost 0, which charges nothing) how long the queue is, and returns
 // ErrWouldExceedDeadline without charging if the cost's turn would come
-// after it. The place is charged when it is taken: should other callers
-// lengthen the queue in between so that its turn comes after the deadline
-// anyway, or the context end while Wait sleeps until its turn, Wait
-// returns the error and the place stays spent, since neither store can
-// give back a charge. Only LeakyBucket shapes: the other algorithms have
-// no queue and Wait waits as above.
+// after it. The place is charged when it is taken ([Shaper.TakePlace]):
+// should other callers lengthen the queue in between so that its turn
+// comes after the deadline anyway, or the context end while Wait sleeps
+// until its turn, Wait returns the error and gives the place back if it
+// is still the last one in the queue ([Shaper.GiveBack]); one that others
+// have queued behind stays spent. Only LeakyBucket shapes: the other
+// algorithms have no queue and Wait waits as above.
 func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
+	return l.WaitWith(ctx, subject, cost, WaitOptions{})
+}
+
+// WaitWith is [Limiter.Wait] with options: on a shaping limit, o.Within
+// bounds the turn the cost may take in the queue (its class's threshold),
+// and Wait waits, as it does for a refusal, while the queue is longer
+// than that; where Wait's deadline rules speak of MaxDelay, they then
+// mean o.Within. o.MaxWait bounds the whole wait (see [WaitOptions]).
+func (l *Limiter) WaitWith(ctx context.Context, subject string, cost int64, o WaitOptions) error {
+	return l.waitFor(ctx, subject, cost, o, 0)
+}
+
+// maxRetakes is how many times a wait that wakes too late takes a new
+// place (see WaitOptions.Tolerance) before it acts late all the same.
+const maxRetakes = 3
+
+// waitFor is WaitWith after retakes new places taken for turns missed.
+func (l *Limiter) waitFor(ctx context.Context, subject string, cost int64, o WaitOptions, retakes int) error {
 	if err := l.handle.Limit().CheckCost(cost); err != nil {
 		return fmt.Errorf("waiting: %w", err)
+	}
+	if err := l.checkOptions(o); err != nil {
+		return fmt.Errorf("waiting: %w", err)
+	}
+	if o.MaxWait < 0 || o.Tolerance < 0 {
+		return fmt.Errorf("waiting: negative max wait %v or tolerance %v", o.MaxWait, o.Tolerance)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -147,7 +258,22 @@ func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
 	tooLate := func(now time.Time, wait time.Duration) bool {
 		return hasDeadline && deadline.Sub(now) < wait
 	}
-	ln, w, err := l.join(subject, c.Now(), deadline, hasDeadline, cost)
+	// MaxWait bounds the wait through the store's threshold (a place
+	// whose turn comes later is refused) and when a refusal says how long
+	// until admission; a place taken is slept for on ctx alone.
+	giveUp, hasGiveUp := deadline, hasDeadline
+	if o.MaxWait > 0 {
+		if by := c.Now().Add(o.MaxWait); !hasGiveUp || by.Before(giveUp) {
+			giveUp, hasGiveUp = by, true
+		}
+		if l.handle.Limit().MaxDelay > 0 && o.MaxWait < l.threshold(o) {
+			o.Within = max(o.MaxWait.Truncate(time.Millisecond), time.Millisecond)
+		}
+	}
+	overWait := func(now time.Time, wait time.Duration) bool {
+		return hasGiveUp && giveUp.Sub(now) < wait
+	}
+	ln, w, err := l.join(subject, c.Now(), giveUp, hasGiveUp, cost)
 	if err != nil {
 		return err
 	}
@@ -165,10 +291,11 @@ func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
 		return ctx.Err()
 	}
 	shaping := l.handle.Limit().MaxDelay > 0
+	within := l.threshold(o)
 	for {
 		now := c.Now()
-		if shaping && tooLate(now, l.handle.Limit().MaxDelay) {
-			q, err := l.decideAt(ctx, subject, 0, now)
+		if shaping && tooLate(now, within) {
+			q, err := l.decideAt(ctx, subject, 0, now, WaitOptions{})
 			if err != nil {
 				return fmt.Errorf("waiting: %w", err)
 			}
@@ -176,7 +303,7 @@ func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
 				return fmt.Errorf("waiting: cost %d: %w (its turn in the queue is %v away)", cost, ErrWouldExceedDeadline, most)
 			}
 		}
-		d, err := l.decideAt(ctx, subject, cost, now)
+		d, at, err := l.takeAt(ctx, subject, cost, now, o)
 		if err != nil {
 			return fmt.Errorf("waiting: %w", err)
 		}
@@ -189,16 +316,29 @@ func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
 			// behind it while it waits for its turn.
 			leave()
 			if tooLate(now, d.Delay) {
+				if ok, _ := l.giveBack(ctx, subject, cost, at); ok {
+					return fmt.Errorf("waiting: cost %d: %w (its turn in the queue, %v away, was given back)", cost, ErrWouldExceedDeadline, d.Delay)
+				}
 				return fmt.Errorf("waiting: cost %d: %w (its turn in the queue, %v away, is charged and stays spent)", cost, ErrWouldExceedDeadline, d.Delay)
 			}
-			return c.Sleep(ctx, d.Delay)
+			turn := now.Add(d.Delay)
+			if err := c.Sleep(ctx, d.Delay); err != nil {
+				l.giveBack(ctx, subject, cost, at)
+				return err
+			}
+			if o.Tolerance > 0 && retakes < maxRetakes && c.Now().Sub(turn) > o.Tolerance {
+				// Woken long after its turn (the process stalled): acting
+				// now would leave with the other turns missed, together.
+				return l.waitFor(ctx, subject, cost, o, retakes+1)
+			}
+			return nil
 		}
 		retry := max(d.RetryAfter, time.Millisecond)
 		earliest := retry
 		if shaping {
-			earliest += l.handle.Limit().MaxDelay
+			earliest += within
 		}
-		if tooLate(now, earliest) {
+		if overWait(now, earliest) {
 			return fmt.Errorf("waiting: cost %d: %w (admitted in %v at the earliest)", cost, ErrWouldExceedDeadline, earliest)
 		}
 		l.wait.mu.Lock()
@@ -208,6 +348,21 @@ func (l *Limiter) Wait(ctx context.Context, subject string, cost int64) error {
 			return err
 		}
 	}
+}
+
+// PushBack postpones the schedule of subject on the Limiter's shaping
+// limit by d, for every instance sharing the store: see [Shaper]. It
+// decides on the Limiter's clock ([Limiter.WithClock]) or the store's.
+func (l *Limiter) PushBack(ctx context.Context, subject string, d time.Duration) (Decision, error) {
+	req := l.handle.Request(subject, 0)
+	if l.wait.clock != nil {
+		req.Now = l.wait.clock.Now()
+	}
+	dec, err := l.store.PushBack(ctx, req, d)
+	if err != nil {
+		return dec, fmt.Errorf("pushing back %q by %v: %w", subject, d, err)
+	}
+	return dec, nil
 }
 
 // shapedDelay returns the longest Delay a shaping limit would give cost
@@ -267,6 +422,10 @@ type Reservation struct {
 	decision Decision
 	clock    Clock
 	act      time.Time // when the holder may act
+	limiter  *Limiter
+	subject  string
+	cost     int64
+	place    algo.Place // the place taken in a shaping queue, if any
 }
 
 // Reserve asks the store for cost now and charges it if admitted, as
@@ -283,26 +442,38 @@ type Reservation struct {
 // false, nothing is charged, and RetryAfter says when the same cost would
 // be admitted.
 //
-// What [Reservation.Cancel] gives back, on both stores: nothing, since
-// neither can return a charge. A refused reservation, and one whose time
-// to act has come (every reservation on a limit that does not shape), has
-// nothing to give back, as with x/time/rate, and Cancel returns nil; one
-// still waiting for its turn in a shaping queue keeps its place spent, and
-// Cancel says so with [ErrCannotGiveBack]. To decide whether to act before
+// What [Reservation.Cancel] gives back, on both stores: a place in a
+// shaping queue still ahead, if it is still the last one in the queue
+// (nothing was charged after it), and then returns nil, the queue as if
+// the reservation had never been made; a place others have queued behind
+// stays spent, and Cancel says so with [ErrCannotGiveBack]. A refused
+// reservation, and one whose time to act has come (every reservation on
+// a limit that does not shape), has nothing to give back, as with
+// x/time/rate, and Cancel returns nil. To decide whether to act before
 // anything is charged, use Allow's refusal (RetryAfter) instead, or a
 // store's holds ([Reserver]) to hold a cost while an outcome is pending.
 func (l *Limiter) Reserve(ctx context.Context, subject string, cost int64) (*Reservation, error) {
+	return l.ReserveWith(ctx, subject, cost, WaitOptions{})
+}
+
+// ReserveWith is [Limiter.Reserve] with options: on a shaping limit, a
+// reservation whose turn would come later than o.Within is refused (see
+// [WaitOptions]).
+func (l *Limiter) ReserveWith(ctx context.Context, subject string, cost int64, o WaitOptions) (*Reservation, error) {
 	if err := l.handle.Limit().CheckCost(cost); err != nil {
 		return nil, fmt.Errorf("reserving: %w", err)
 	}
+	if err := l.checkOptions(o); err != nil {
+		return nil, fmt.Errorf("reserving: %w", err)
+	}
 	c := l.clock()
-	d, err := l.decideAt(ctx, subject, cost, c.Now())
+	d, at, err := l.takeAt(ctx, subject, cost, c.Now(), o)
 	if err != nil {
 		return nil, fmt.Errorf("reserving: %w", err)
 	}
 	// Delay counts from the store's answer, which this side sees no
 	// earlier than the store gave it.
-	return &Reservation{decision: d, clock: c, act: c.Now().Add(d.Delay)}, nil
+	return &Reservation{decision: d, clock: c, act: c.Now().Add(d.Delay), limiter: l, subject: subject, cost: cost, place: at}, nil
 }
 
 // OK reports whether the cost was admitted (and charged).
@@ -333,11 +504,20 @@ func (r *Reservation) Cancel() error { return r.CancelAt(r.clock.Now()) }
 // CancelAt says that the holder will not act on the reservation at t, and
 // gives back what can be given back: see [Limiter.Reserve]. It returns nil
 // when there is nothing to give back (a refused reservation, or one whose
-// time to act has come by t), and [ErrCannotGiveBack] for a place in a
-// shaping queue still ahead of t, which stays spent.
+// time to act has come by t) or the place was given back, and
+// [ErrCannotGiveBack] for a place in a shaping queue still ahead of t
+// that others have queued behind, which stays spent.
 func (r *Reservation) CancelAt(t time.Time) error {
 	if !r.OK() || !t.Before(r.act) {
 		return nil
 	}
-	return fmt.Errorf("canceling a reservation %v ahead: %w: its place in the queue stays spent", r.act.Sub(t), ErrCannotGiveBack)
+	ok, err := r.limiter.giveBack(context.Background(), r.subject, r.cost, r.place)
+	if err != nil {
+		return fmt.Errorf("canceling a reservation %v ahead: giving its place back: %w", r.act.Sub(t), err)
+	}
+	if ok {
+		r.place = algo.Place{}
+		return nil
+	}
+	return fmt.Errorf("canceling a reservation %v ahead: %w: others have queued behind its place, which stays spent", r.act.Sub(t), ErrCannotGiveBack)
 }

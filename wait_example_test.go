@@ -57,14 +57,15 @@ func ExampleLimiter_Reserve() {
 		}
 		fmt.Printf("webhook %d: send in %v\n", i, r.Delay().Round(100*time.Millisecond))
 		if i == 3 {
-			// The store cannot give back a place still ahead.
-			fmt.Println("cancel webhook 3:", errors.Is(r.Cancel(), tollgate.ErrCannotGiveBack))
+			// The last place in the queue is given back; the next
+			// reservation takes it.
+			fmt.Println("cancel webhook 3:", r.Cancel())
 		}
 	}
 	// Output:
 	// webhook 1: send in 0s
 	// webhook 2: send in 500ms
 	// webhook 3: send in 1s
-	// cancel webhook 3: true
-	// webhook 4: refused, retry after 500ms
+	// cancel webhook 3: <nil>
+	// webhook 4: send in 1s
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/store/memory"
 	"github.com/tollgate/tollgate/store/redis"
@@ -124,6 +125,11 @@ type counting struct {
 func (c *counting) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
 	c.calls.Add(1)
 	return c.Store.Allow(ctx, req)
+}
+
+func (c *counting) TakePlace(ctx context.Context, req tollgate.Request) (tollgate.Decision, algo.Place, error) {
+	c.calls.Add(1)
+	return c.Store.TakePlace(ctx, req)
 }
 
 // eachStore runs f on a fresh in-memory store and on a Redis store of a
@@ -378,8 +384,23 @@ func TestWaitCanceledInShapingQueue(t *testing.T) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
 		r, err := l.Reserve(context.Background(), "s", 1)
-		if err != nil || r.Delay() != 400*time.Millisecond {
-			t.Fatalf("next place %v (%v), want 400ms: the canceled place stays in the queue", r.Delay(), err)
+		if err != nil || r.Delay() != 200*time.Millisecond {
+			t.Fatalf("next place %v (%v), want 200ms: the canceled place, the last in the queue, is given back", r.Delay(), err)
+		}
+		// A waiter canceled with another place behind its own leaves it
+		// spent.
+		ctx, cancel = context.WithCancel(context.Background())
+		go func() { errc <- l.Wait(ctx, "s", 1) }()
+		eventually(t, "the waiter sleeps until its turn", func() bool { return c.Sleepers() == 1 })
+		if r, err := l.Reserve(context.Background(), "s", 1); err != nil || r.Delay() != 600*time.Millisecond {
+			t.Fatalf("place behind the waiter's: %v (%v), want 600ms", r.Delay(), err)
+		}
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+		if r, err := l.Reserve(context.Background(), "s", 1); err != nil || r.Delay() != 800*time.Millisecond {
+			t.Fatalf("next place %v (%v), want 800ms: the canceled place had one behind it and stays spent", r.Delay(), err)
 		}
 	})
 }
@@ -459,19 +480,37 @@ func TestReserve(t *testing.T) {
 			if got := r.DelayFrom(testBase.Add(150 * time.Millisecond)); got != 50*time.Millisecond {
 				t.Errorf("DelayFrom 150ms = %v, want 50ms", got)
 			}
-			before := query(t, l, "q", testBase)
-			if err := r.Cancel(); !errors.Is(err, tollgate.ErrCannotGiveBack) {
-				t.Errorf("cancel of a place ahead: err = %v, want ErrCannotGiveBack", err)
-			}
-			if after := query(t, l, "q", testBase); after != before {
-				t.Errorf("cancel changed the state: %+v, was %+v", after, before)
-			}
 			if err := r.CancelAt(testBase.Add(200 * time.Millisecond)); err != nil {
 				t.Errorf("cancel once its turn has come: %v", err)
 			}
+			// The last place in the queue is given back: the queue is as
+			// it was before it.
+			before := query(t, l, "q", testBase)
+			r3, err := l.Reserve(context.Background(), "q", 1)
+			if err != nil || !r3.OK() || r3.Delay() != 400*time.Millisecond {
+				t.Fatalf("third place: %+v, %v", r3.Decision(), err)
+			}
+			if err := r3.Cancel(); err != nil {
+				t.Errorf("cancel of the last place: %v", err)
+			}
+			if after := query(t, l, "q", testBase); after != before {
+				t.Errorf("after the give back: %+v, was %+v", after, before)
+			}
+			// One with a place behind it stays spent, and says so.
+			r3, _ = l.Reserve(context.Background(), "q", 1)
+			if _, err := l.Reserve(context.Background(), "q", 1); err != nil {
+				t.Fatal(err)
+			}
+			before = query(t, l, "q", testBase)
+			if err := r3.Cancel(); !errors.Is(err, tollgate.ErrCannotGiveBack) {
+				t.Errorf("cancel of a place with another behind it: err = %v, want ErrCannotGiveBack", err)
+			}
+			if after := query(t, l, "q", testBase); after != before {
+				t.Errorf("the refused cancel changed the state: %+v, was %+v", after, before)
+			}
 			// Five places fill the queue; the sixth is refused until the
 			// first has drained.
-			for range 4 {
+			for range 2 {
 				if r, err := l.Reserve(context.Background(), "q", 1); err != nil || !r.OK() {
 					t.Fatalf("place: %+v, %v", r.Decision(), err)
 				}
@@ -557,6 +596,144 @@ func TestWaitLineOrder(t *testing.T) {
 		// head and once at their retry: no polling.
 		if got := cs.calls.Load() - calls; got != 5 {
 			t.Errorf("%d store calls for three waits, want 5", got)
+		}
+	})
+}
+
+// A request's queue threshold (WaitOptions.Within) keeps a lower class out
+// of a queue that still takes the default class up to MaxDelay; Wait
+// with a threshold waits while the queue is longer, and gives up at once
+// when the deadline comes before the queue could let it in.
+func TestWaitWithin(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+		c := newClock(true)
+		l := newLimiter(t, s, shaper, c)
+		ctx := context.Background()
+		for i := range 6 { // turns 0 to 500 ms
+			if r, err := l.Reserve(ctx, "p", 1); err != nil || !r.OK() || r.Delay() != ms(int64(100*i)) {
+				t.Fatalf("place %d: %+v, %v", i, r.Decision(), err)
+			}
+		}
+		batch := tollgate.WaitOptions{Within: 300 * time.Millisecond}
+		r, err := l.ReserveWith(ctx, "p", 1, batch)
+		if err != nil || r.OK() || r.RetryAfter() != 300*time.Millisecond {
+			t.Fatalf("batch behind 600 ms of queue: ok %v retry %v, %v; want refused for 300ms", r.OK(), r.RetryAfter(), err)
+		}
+		dctx, cancel := context.WithDeadline(ctx, testBase.Add(500*time.Millisecond))
+		defer cancel()
+		if err := l.WaitWith(dctx, "p", 1, batch); !errors.Is(err, tollgate.ErrWouldExceedDeadline) {
+			t.Errorf("batch wait with a deadline 500 ms away: err = %v, want ErrWouldExceedDeadline", err)
+		}
+		if r, err := l.Reserve(ctx, "p", 1); err != nil || !r.OK() || r.Delay() != 600*time.Millisecond {
+			t.Fatalf("default class behind the same queue: %+v, %v; want a place 600ms away", r.Decision(), err)
+		}
+		// With the clock moving as it sleeps, a batch wait sleeps until the
+		// queue is short enough (700 ms of it: 400 ms), takes its place
+		// 300 ms from then and sleeps until it.
+		start := c.Now()
+		if err := l.WaitWith(ctx, "p", 1, batch); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Now().Sub(start); got != 700*time.Millisecond {
+			t.Errorf("batch waited %v, want 700ms", got)
+		}
+		for _, bad := range []time.Duration{2 * time.Second, -time.Millisecond, time.Microsecond} {
+			if err := l.WaitWith(ctx, "p", 1, tollgate.WaitOptions{Within: bad}); !errors.Is(err, algo.ErrInvalidRequest) {
+				t.Errorf("Within %v: err = %v, want ErrInvalidRequest", bad, err)
+			}
+		}
+		gl := newLimiter(t, s, tollgate.Limit{Rate: 10, Period: time.Second}, c)
+		if _, err := gl.ReserveWith(ctx, "p", 1, batch); !errors.Is(err, algo.ErrInvalidRequest) {
+			t.Errorf("Within on a limit that does not shape: err = %v, want ErrInvalidRequest", err)
+		}
+	})
+}
+
+// WaitOptions.MaxWait bounds the wait as a deadline would, but through the
+// store's threshold: a turn further away is refused, not charged, and a
+// place taken is slept for in full.
+func TestWaitMaxWait(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+		c := newClock(true)
+		l := newLimiter(t, s, shaper, c)
+		ctx := context.Background()
+		for range 6 { // turns 0 to 500 ms
+			if r, err := l.Reserve(ctx, "m", 1); err != nil || !r.OK() {
+				t.Fatalf("place: %+v, %v", r.Decision(), err)
+			}
+		}
+		before := query(t, l, "m", c.Now())
+		if err := l.WaitWith(ctx, "m", 1, tollgate.WaitOptions{MaxWait: 300 * time.Millisecond}); !errors.Is(err, tollgate.ErrWouldExceedDeadline) {
+			t.Fatalf("max wait 300ms behind a 600 ms queue: err = %v, want ErrWouldExceedDeadline", err)
+		}
+		if after := query(t, l, "m", c.Now()); after != before {
+			t.Fatalf("the refused wait charged: %+v, was %+v", after, before)
+		}
+		start := c.Now()
+		if err := l.WaitWith(ctx, "m", 1, tollgate.WaitOptions{MaxWait: 600 * time.Millisecond}); err != nil {
+			t.Fatalf("max wait 600ms for a turn 600 ms away: %v", err)
+		}
+		if got := c.Now().Sub(start); got != 600*time.Millisecond {
+			t.Errorf("waited %v, want 600ms", got)
+		}
+		if err := l.WaitWith(ctx, "m", 1, tollgate.WaitOptions{MaxWait: -time.Second}); err == nil {
+			t.Error("a negative max wait was accepted")
+		}
+	})
+}
+
+// stallingClock is an auto-moving fakeClock whose first Sleep wakes
+// stall late, as a process stalled meanwhile would.
+type stallingClock struct {
+	*fakeClock
+	stall time.Duration
+	once  sync.Once
+}
+
+func (c *stallingClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.once.Do(func() { d += c.stall })
+	return c.fakeClock.Sleep(ctx, d)
+}
+
+// A shaped wait that wakes long after its turn takes a new place (with
+// WaitOptions.Tolerance) instead of leaving with the turns it missed; its
+// old turn stays spent, a gap.
+func TestWaitRetakesMissedTurn(t *testing.T) {
+	eachStore(t, func(t *testing.T, s tollgate.Store, _ func() tollgate.Store) {
+		shaper := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+		c := &stallingClock{fakeClock: newClock(true), stall: 500 * time.Millisecond}
+		cs := &counting{Store: s}
+		l := newLimiter(t, cs, shaper, c)
+		ctx := context.Background()
+		for range 2 { // turns at 0 and 100 ms; the next at 200
+			if r, err := l.Reserve(ctx, "st", 1); err != nil || !r.OK() {
+				t.Fatal(r, err)
+			}
+		}
+		// Meanwhile another instance takes the turns at 200 to 600 ms.
+		other := newLimiter(t, s, shaper, c)
+		for range 5 {
+			if r, err := other.ReserveWith(ctx, "st", 1, tollgate.WaitOptions{}); err != nil || !r.OK() {
+				t.Fatal(r, err)
+			}
+		}
+		calls := cs.calls.Load()
+		if err := l.WaitWith(ctx, "st", 1, tollgate.WaitOptions{Tolerance: 50 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		// Its turn, taken at 0 behind the others, is at 700 ms; woken at
+		// 1.2 s, it takes a new place, at once (the queue drained at
+		// 800 ms), and acts.
+		if got := c.Now().Sub(testBase); got != 1200*time.Millisecond {
+			t.Errorf("acted at %v, want 1.2s", got)
+		}
+		if n := cs.calls.Load() - calls; n != 2 {
+			t.Errorf("%d store calls, want 2 (the missed turn, then a new one)", n)
+		}
+		if r, err := l.Reserve(ctx, "st", 1); err != nil || r.Delay() != 100*time.Millisecond {
+			t.Errorf("next place %v (%v), want 100ms: the new turn was taken at 1.2 s", r.Delay(), err)
 		}
 	})
 }

@@ -13,8 +13,23 @@ import (
 func TestVectors(t *testing.T) {
 	vectors.Run(t, func(t *testing.T) vectors.DecideFunc {
 		var s algo.State
-		return func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error) {
-			r, _, err := algo.Decide(l, &s, now.UnixMilli(), cost)
+		return func(l algo.Limit, now time.Time, a vectors.Ask) (algo.Decision, error) {
+			if a.Push != 0 {
+				r, _, err := algo.PushBack(l, &s, now.UnixMilli(), a.Push)
+				return r.Decision(), err
+			}
+			if a.Within != 0 {
+				p, err := l.Prepare()
+				if err != nil {
+					return algo.Decision{}, err
+				}
+				if p, err = p.Within(a.Within); err != nil {
+					return algo.Decision{}, err
+				}
+				r, _, err := p.Decide(&s, now.UnixMilli(), a.Cost)
+				return r.Decision(), err
+			}
+			r, _, err := algo.Decide(l, &s, now.UnixMilli(), a.Cost)
 			return r.Decision(), err
 		}
 	})
@@ -59,12 +74,24 @@ func TestValidate(t *testing.T) {
 func TestPrepared(t *testing.T) {
 	vectors.Run(t, func(t *testing.T) vectors.DecideFunc {
 		var s algo.State
-		return func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error) {
+		return func(l algo.Limit, now time.Time, a vectors.Ask) (algo.Decision, error) {
 			p, err := l.Prepare()
 			if err != nil {
 				return algo.Decision{}, err
 			}
-			r, _, err := p.Decide(&s, now.UnixMilli(), cost)
+			req := algo.Request{Within: a.Within}
+			pw, err := p.For(&req)
+			if err != nil {
+				return algo.Decision{}, err
+			}
+			if a.Push != 0 {
+				pp, err := pw.PushingBack(a.Push)
+				if err != nil {
+					return algo.Decision{}, err
+				}
+				pw = &pp
+			}
+			r, _, err := pw.Decide(&s, now.UnixMilli(), a.Cost)
 			return r.Decision(), err
 		}
 	})

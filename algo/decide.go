@@ -90,6 +90,174 @@ func (l Limit) Prepare() (Prepared, error) {
 	return Prepared{p: p}, nil
 }
 
+// Within returns pl for a request whose queue threshold is d (see
+// [Request.Within]): on a shaping limit it admits a request only if its
+// turn comes within d of now. A d of zero returns pl as it is. It fails
+// with [ErrInvalidRequest] on a limit that does not shape and for a d
+// that is negative, not a whole number of milliseconds, or longer than
+// the limit's MaxDelay.
+func (pl Prepared) Within(d time.Duration) (Prepared, error) {
+	if d == 0 {
+		return pl, nil
+	}
+	if err := checkWithin(pl.p.delay, d); err != nil {
+		return pl, err
+	}
+	pl.p.within = d.Milliseconds()
+	return pl, nil
+}
+
+// CheckWithin validates the request's queue threshold against its limit
+// (see [Request.Within]).
+func (r *Request) CheckWithin() error {
+	if r.Within == 0 {
+		return nil
+	}
+	delay := int64(0)
+	if r.Limit.Algorithm == LeakyBucket {
+		delay = r.Limit.MaxDelay.Milliseconds()
+	}
+	return checkWithin(delay, r.Within)
+}
+
+func checkWithin(delayMS int64, d time.Duration) error {
+	switch {
+	case delayMS <= 0:
+		return fmt.Errorf("%w: a queue threshold (within %v) needs a shaping limit (leaky_bucket with max_delay)", ErrInvalidRequest, d)
+	case d < 0 || d%time.Millisecond != 0:
+		return fmt.Errorf("%w: a queue threshold must be a positive whole number of milliseconds, got %v", ErrInvalidRequest, d)
+	case d.Milliseconds() > delayMS:
+		return fmt.Errorf("%w: a queue threshold of %v is longer than the limit's max_delay %v", ErrInvalidRequest, d, time.Duration(delayMS)*time.Millisecond)
+	}
+	return nil
+}
+
+// PushingBack returns pl turned into a push back of d on a shaping limit:
+// its Decide charges nothing and postpones the schedule the state holds
+// so that nothing it admits afterwards has its turn before d from now
+// (see [PushBack]). It fails with [ErrInvalidRequest] on a limit that
+// does not shape and for a d that is not positive or longer than
+// [MaxHorizon]; d is rounded up to a whole millisecond.
+func (pl Prepared) PushingBack(d time.Duration) (Prepared, error) {
+	switch {
+	case pl.p.alg != LeakyBucket || pl.p.delay == 0:
+		return pl, fmt.Errorf("%w: only a shaping limit (leaky_bucket with max_delay) has a schedule to push back", ErrInvalidRequest)
+	case d <= 0 || d > MaxHorizon:
+		return pl, fmt.Errorf("%w: a push back must be positive and at most %v, got %v", ErrInvalidRequest, MaxHorizon, d)
+	}
+	pl.p.push = int64((d + time.Millisecond - 1) / time.Millisecond)
+	return pl, nil
+}
+
+// PushBack postpones the schedule of a shaping limit held in s, at nowMS,
+// by d: nothing admitted afterwards has its turn before nowMS + d, and from
+// then on turns follow at the limit's rate (the bucket is full then, so
+// the first comes one unit's drain time after it: no burst). It charges
+// nothing, never brings a turn forward (a queue already longer, or a
+// longer push back, stands), and reports a query (cost 0) of the
+// postponed schedule, whose Delay is the wait of a turn taken now, and
+// ttl as [Decide] does. Requests met before the new last update are
+// decided as of it with their Delay from now (see [Prepared.Within]), so
+// a push back longer than MaxDelay refuses every request until what is
+// left of it fits; the stored level itself stays within MaxDelay, so the
+// clamp of the level never shortens a push back, which the state carries
+// in its last update.
+func PushBack(l Limit, s *State, nowMS int64, d time.Duration) (r Result, ttl int64, err error) {
+	p, err := l.Prepare()
+	if err != nil {
+		return r, 0, err
+	}
+	if p, err = p.PushingBack(d); err != nil {
+		return r, 0, err
+	}
+	return p.Decide(s, nowMS, 0)
+}
+
+// pushBack is PushBack on the state s at now by p.push ms.
+func pushBack(p params, s *State, now int64) (Result, int64) {
+	capU := p.cap * p.period
+	limU := capU + p.delay*p.n
+	at := now + p.push
+	lvl, last := min(s.A, limU), s.B
+	t := max(at, last)
+	// The level each schedule has at t: the one stored, drained since its
+	// last update, and the pushed one, a full bucket at at.
+	var held, pushed int64
+	if el := t - last; el < ceilDiv(lvl, p.n) {
+		held = lvl - el*p.n
+	}
+	if el := t - at; el < ceilDiv(capU, p.n) {
+		pushed = capU - el*p.n
+	}
+	s.A, s.B = max(held, pushed), t
+	q := *s
+	r, _ := leakyBucket(p, &q, now, 0)
+	return r, r.ResetAfter
+}
+
+// Place identifies a place taken in a shaping queue: the state its
+// admission left (the level and the last update, see [State]). The place
+// is still the last one in the queue while the state is exactly that: any
+// later charge changes it. The zero Place is none.
+type Place struct {
+	Level, Last int64
+}
+
+// Taking returns pl reporting in *p, when its Decide charges a shaping
+// limit, the place the charge took (the state it left), for a later
+// [Prepared.GivingBack]; *p is left alone otherwise.
+func (pl Prepared) Taking(p *Place) Prepared {
+	pl.p.place = p
+	return pl
+}
+
+// GivingBack returns pl turned into a give back of at: its Decide, with
+// the cost at took, gives the place back if it is still the last in the
+// queue (the state is at) and reports Allowed; otherwise it changes
+// nothing and reports Allowed false. Either way the other fields are a
+// query's (cost 0) after it. It fails with [ErrInvalidRequest] on a limit
+// that does not shape or for the zero Place.
+func (pl Prepared) GivingBack(at Place) (Prepared, error) {
+	if pl.p.alg != LeakyBucket || pl.p.delay == 0 {
+		return pl, fmt.Errorf("%w: only a shaping limit (leaky_bucket with max_delay) has places to give back", ErrInvalidRequest)
+	}
+	if at == (Place{}) {
+		return pl, fmt.Errorf("%w: no place to give back", ErrInvalidRequest)
+	}
+	pl.p.give = &at
+	return pl, nil
+}
+
+// giveBack is the give back of p.give, taken with cost, from s at now.
+func giveBack(p params, s *State, now, cost int64) (Result, int64) {
+	at := *p.give
+	need := cost * p.period
+	given := s.A == at.Level && s.B == at.Last && s.A >= need && need > 0
+	if given {
+		s.A -= need
+		if s.A == 0 {
+			s.B = 0 // an empty queue: as a key never seen (Redis deletes it)
+		}
+	}
+	q := *s
+	r, _ := leakyBucket(p, &q, now, 0)
+	r.Allowed = given
+	return r, r.ResetAfter
+}
+
+// For returns the prepared limit to decide req with: pl, or pl with
+// req's queue threshold ([Prepared.Within]).
+func (pl *Prepared) For(req *Request) (*Prepared, error) {
+	if req.Within == 0 {
+		return pl, nil
+	}
+	w, err := pl.Within(req.Within)
+	if err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
 // Decide applies one request of the given cost at time nowMS (milliseconds
 // since the Unix epoch) to state s. It updates s only when the request is
 // allowed with a positive cost. It returns the result and ttl, the number of
@@ -118,6 +286,9 @@ func (pl *Prepared) Decide(s *State, nowMS, cost int64) (r Result, ttl int64, er
 	return r, ttl, err
 }
 
+// A Prepared from [Prepared.PushingBack] pushes the schedule back instead
+// (see [PushBack]): it updates s whatever the cost, which it ignores.
+//
 // DecideInto is [Prepared.Decide] with the result written to *r, field by
 // field, for callers on a hot path: a Result returned by value is copied
 // on through memory, which stalls right after it was written.
@@ -135,6 +306,14 @@ func (pl *Prepared) DecideInto(r *Result, s *State, nowMS, cost int64) (ttl int6
 		*r = Result{}
 		return 0, fmt.Errorf("deciding: time %d ms is before the Unix epoch", nowMS)
 	}
+	if p.push > 0 {
+		*r, ttl = pushBack(*p, s, nowMS)
+		return ttl, nil
+	}
+	if p.give != nil {
+		*r, ttl = giveBack(*p, s, nowMS, cost)
+		return ttl, nil
+	}
 	var eff int64
 	switch p.alg {
 	case GCRA:
@@ -151,6 +330,9 @@ func (pl *Prepared) DecideInto(r *Result, s *State, nowMS, cost int64) (ttl int6
 		return reset, nil
 	case TokenBucket, LeakyBucket:
 		*r, eff = leakyBucket(*p, s, nowMS, cost)
+		if p.place != nil && r.Allowed && cost > 0 && p.delay > 0 {
+			*p.place = Place{Level: s.A, Last: s.B}
+		}
 	case FixedWindow:
 		*r, eff = fixedWindow(*p, s, nowMS, cost)
 	case SlidingWindowLog:
@@ -221,10 +403,20 @@ func gcra(p *params, s *State, now, cost int64) (allowed bool, remaining, resetA
 // counting the tokens themselves would start it empty at the Unix epoch. As a shaper it lets the
 // level rise past the capacity by up to delay×n units (the queue); a
 // request that ends above the capacity waits until it has drained back.
+//
+// A shaper decides a request met before the state's last update (a clock
+// behind another instance's, or a schedule pushed back, see [PushBack]) as
+// of that update, where its turn is off = last - now further away: its
+// Delay counts from now and includes off, and it is admitted only if
+// that whole Delay is within its threshold (the request's Within, or
+// MaxDelay). The stored level is clamped by MaxDelay alone.
 func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 	capU := p.cap * p.period
 	limU := capU + p.delay*p.n
 	lvl, last := s.A, s.B
+	if p.delay > 0 && now < last {
+		return shaperBehind(p, s, now, cost)
+	}
 	if now < last {
 		now = last
 	}
@@ -236,8 +428,12 @@ func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 	} else {
 		lvl -= el * p.n
 	}
+	admitU := limU
+	if p.within > 0 {
+		admitU = capU + p.within*p.n
+	}
 	r := Result{Quota: p.cap}
-	if need := cost * p.period; lvl+need <= limU {
+	if need := cost * p.period; lvl+need <= admitU || cost == 0 {
 		r.Allowed = true
 		lvl += need
 		if lvl > capU {
@@ -247,10 +443,44 @@ func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 			s.A, s.B = lvl, now
 		}
 	} else {
-		r.RetryAfter = ceilDiv(lvl+need-limU, p.n)
+		r.RetryAfter = ceilDiv(lvl+need-admitU, p.n)
 	}
 	r.Remaining = max(0, capU-lvl) / p.period
 	r.ResetAfter = ceilDiv(lvl, p.n)
+	return r, now
+}
+
+// shaperBehind is leakyBucket for a shaper met at now, before the state's
+// last update: the level is as of last, off = last - now ms away, and
+// every duration counts from now.
+func shaperBehind(p params, s *State, now, cost int64) (Result, int64) {
+	capU := p.cap * p.period
+	limU := capU + p.delay*p.n
+	lvl, last := min(s.A, limU), s.B
+	off := last - now
+	admitU := limU
+	if p.within > 0 {
+		admitU = capU + p.within*p.n
+	}
+	r := Result{Quota: p.cap}
+	need := cost * p.period
+	// The turn of the cost's last unit, in units from now: the level
+	// above the capacity once the cost is added, plus the offset.
+	turn := max(lvl+need, capU) - capU + off*p.n
+	if turn <= admitU-capU || cost == 0 {
+		r.Allowed = true
+		lvl += need
+		r.Delay = ceilDiv(max(lvl, capU)-capU, p.n) + off
+		if cost > 0 {
+			s.A = lvl
+		}
+	} else {
+		r.RetryAfter = ceilDiv(turn-(admitU-capU), p.n)
+	}
+	r.Remaining = max(0, capU-lvl) / p.period
+	if lvl > 0 {
+		r.ResetAfter = ceilDiv(lvl, p.n) + off
+	}
 	return r, now
 }
 

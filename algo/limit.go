@@ -206,11 +206,17 @@ type params struct {
 	period int64 // milliseconds
 	cap    int64 // burst for buckets, n for windows
 	delay  int64 // MaxDelay in milliseconds
+	within int64 // a request's queue threshold in ms (Request.Within); 0: delay
+	push   int64 // > 0: Decide pushes the schedule back this many ms (PushingBack)
 	cal    Calendar
 	zone   *time.Location
 
 	// Set by Prepare.
 	capU int64 // cap × period
+
+	// Set by Taking and GivingBack.
+	place *Place // set: Decide reports there the place a charge took (Taking)
+	give  *Place // set: Decide gives this place back (GivingBack)
 }
 
 func (l Limit) params() (params, error) {
@@ -328,6 +334,15 @@ type Request struct {
 	Limit Limit
 	// Cost is how much the request spends; zero asks without spending.
 	Cost int64
+	// Within is, on a shaping limit ([Limit.MaxDelay]), the request's own
+	// queue threshold: it is admitted only if its turn comes within
+	// Within of now, so a class of lesser requests can be kept out of a
+	// queue that still takes more important ones up to MaxDelay. Zero
+	// means the limit's MaxDelay; more than MaxDelay, a negative value, a
+	// fraction of a millisecond, or any value on a limit that does not
+	// shape is an error ([ErrInvalidRequest]). It changes only what is
+	// admitted: the queue itself is still bounded by MaxDelay.
+	Within time.Duration
 	// Now is the decision time. The zero Time means the store's own clock
 	// (Redis' TIME for the Redis store), which is what production uses;
 	// explicit times are for tests and test vectors.
@@ -391,6 +406,9 @@ func CheckGroup(reqs []Request) error {
 			}
 		}
 		if err := r.Limit.CheckCost(r.Cost); err != nil {
+			return fmt.Errorf("deciding together: %w", &ItemError{i, err})
+		}
+		if err := r.CheckWithin(); err != nil {
 			return fmt.Errorf("deciding together: %w", &ItemError{i, err})
 		}
 	}

@@ -415,6 +415,70 @@ func (s *Store) Reserve(ctx context.Context, req algo.Request, h algo.Hold) (alg
 	return d, err
 }
 
+// PushBack implements [tollgate.Shaper]: it pushes the schedule back in
+// the store, behind the breaker and the deadline, and in the local
+// fallback too (this instance's share of the limit, [Store.Fallback]),
+// so that requests the fallback decides while the store is unavailable
+// keep to it as well. It reports the store's answer, or its error
+// wrapping [ErrUnavailable] (the local push back is made all the same);
+// an invalid request is reported as itself, and pushes back nothing.
+func (s *Store) PushBack(ctx context.Context, req algo.Request, d time.Duration) (algo.Decision, error) {
+	now := s.now(req.Now)
+	share := Share(req.Limit, s.opts.Instances)
+	local := req
+	local.Limit, local.Handle = share, nil
+	if s.memo != nil && req.Limit.Calendar == algo.NoCalendar {
+		// The fallback's state of the key, as Fallback would find it.
+		var err error
+		local, err = s.memo.local(&req, &share, now.UnixMilli(), false, func(seed algo.Request) error {
+			_, err := s.local.Allow(ctx, seed)
+			return err
+		})
+		if err != nil {
+			if algo.IsInvalid(err) {
+				return algo.Decision{}, fmt.Errorf("pushing back: %w", err)
+			}
+			local.Limit = algo.Limit{} // no local state to push back
+		}
+		local.Handle = nil
+	}
+	if local.Limit != (algo.Limit{}) {
+		local.Now = now
+		if _, err := s.local.PushBack(ctx, local, d); err != nil && algo.IsInvalid(err) {
+			return algo.Decision{}, fmt.Errorf("pushing back: %w", err)
+		}
+	}
+	var dec algo.Decision
+	err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		dec, err = s.primary.PushBack(ctx, req, d)
+		return err
+	})
+	return dec, err
+}
+
+// TakePlace implements [tollgate.Shaper]: the store decides behind the
+// breaker and the deadline (the fallback takes no places).
+func (s *Store) TakePlace(ctx context.Context, req algo.Request) (algo.Decision, algo.Place, error) {
+	var d algo.Decision
+	var p algo.Place
+	err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		d, p, err = s.primary.TakePlace(ctx, req)
+		return err
+	})
+	return d, p, err
+}
+
+// GiveBack implements [tollgate.Shaper] behind the breaker and the
+// deadline.
+func (s *Store) GiveBack(ctx context.Context, req algo.Request, p algo.Place) (bool, error) {
+	var ok bool
+	err := s.guarded(ctx, func(ctx context.Context) (err error) {
+		ok, err = s.primary.GiveBack(ctx, req, p)
+		return err
+	})
+	return ok, err
+}
+
 // Settle passes the end of a hold to the store behind the breaker and the
 // deadline.
 func (s *Store) Settle(ctx context.Context, req algo.Request, h algo.Hold, charge bool) (algo.Decision, error) {

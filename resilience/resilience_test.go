@@ -154,3 +154,31 @@ func TestFallbackShare(t *testing.T) {
 		t.Fatalf("cost above the share: %+v %v", d, err)
 	}
 }
+
+// A push back reaches the local fallback too: while Redis is cut off,
+// PushBack reports ErrUnavailable, and the fallback's share of the limit
+// keeps to the pushed-back schedule.
+func TestPushBackReachesFallback(t *testing.T) {
+	fp, err := faultproxy.Start(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fp.Close()
+	s := resilience.New(redisStore(t, fp.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 100 * time.Millisecond})
+	defer s.Close()
+	ctx := context.Background()
+	shaper := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: 2 * time.Second}
+	req := algo.Request{Name: uniq("pushback"), Subject: "s", Limit: shaper}
+	fp.Cut()
+	if _, err := s.PushBack(ctx, req, time.Second); !errors.Is(err, resilience.ErrUnavailable) {
+		t.Fatalf("push back with Redis cut off: err = %v, want ErrUnavailable", err)
+	}
+	req.Cost = 1
+	d, err := s.Fallback(ctx, req)
+	if err != nil || !d.Allowed || d.Delay <= 900*time.Millisecond {
+		t.Fatalf("fallback after the push back: %+v, %v; want a turn about 1.1 s away", d, err)
+	}
+	if _, err := s.PushBack(ctx, algo.Request{Name: req.Name, Subject: "s", Limit: algo.Limit{Rate: 1, Period: time.Second}}, time.Second); !errors.Is(err, algo.ErrInvalidRequest) {
+		t.Errorf("push back of a limit that does not shape: err = %v, want ErrInvalidRequest", err)
+	}
+}

@@ -55,6 +55,9 @@ func RunDecisions(t *testing.T, newStore NewStore) {
 	t.Run("Vectors", func(t *testing.T) { testVectors(t, newStore) })
 	t.Run("InvalidInput", func(t *testing.T) { testInvalidInput(t, newStore(t)) })
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newStore(t)) })
+	t.Run("Within", func(t *testing.T) { testWithin(t, newStore(t)) })
+	t.Run("PushBack", func(t *testing.T) { testPushBack(t, newStore(t)) })
+	t.Run("GiveBack", func(t *testing.T) { testGiveBack(t, newStore(t)) })
 	t.Run("RefusalConsumesNothing", func(t *testing.T) { testRefusalConsumesNothing(t, newStore(t)) })
 	t.Run("StoreClock", func(t *testing.T) { testStoreClock(t, newStore(t)) })
 	t.Run("Calendar", func(t *testing.T) { RunCalendar(t, newStore(t)) })
@@ -78,8 +81,12 @@ func testVectors(t *testing.T, newStore NewStore) {
 	s := newStore(t)
 	vectors.Run(t, func(t *testing.T) vectors.DecideFunc {
 		p := policy(t)
-		return func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error) {
-			return s.Allow(context.Background(), algo.Request{Name: p, Subject: "vector", Limit: l, Cost: cost, Now: now})
+		return func(l algo.Limit, now time.Time, a vectors.Ask) (algo.Decision, error) {
+			req := algo.Request{Name: p, Subject: "vector", Limit: l, Cost: a.Cost, Now: now, Within: a.Within}
+			if a.Push != 0 {
+				return s.PushBack(context.Background(), req, a.Push)
+			}
+			return s.Allow(context.Background(), req)
 		}
 	})
 }

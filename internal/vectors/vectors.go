@@ -36,6 +36,8 @@ type Vector struct {
 type Step struct {
 	At        int64  `json:"at"`
 	Cost      int64  `json:"cost"`
+	Within    int64  `json:"within"` // the request's queue threshold (ms), algo.Request.Within
+	Push      int64  `json:"push"`   // ms: the step is a push back (algo.PushBack) instead of a request
 	Allowed   bool   `json:"allowed"`
 	Remaining int64  `json:"remaining"`
 	Reset     int64  `json:"reset"`
@@ -112,9 +114,18 @@ func Load() ([]Vector, error) {
 	return all, nil
 }
 
+// Ask is what one step asks: a request of Cost with the queue threshold
+// Within ([algo.Request.Within]) or, when Push is not zero, a push back by
+// Push ([algo.PushBack]), whose decision is that of a query after it.
+type Ask struct {
+	Cost   int64
+	Within time.Duration
+	Push   time.Duration
+}
+
 // DecideFunc makes one decision for the test: a fresh state per call of the
 // enclosing Run, keyed by nothing else.
-type DecideFunc func(l algo.Limit, now time.Time, cost int64) (algo.Decision, error)
+type DecideFunc func(l algo.Limit, now time.Time, a Ask) (algo.Decision, error)
 
 // Run checks every vector, for every algorithm it names, as a subtest of t.
 // newDecider is called once per (vector, algorithm) and must return a
@@ -138,9 +149,10 @@ func Run(t *testing.T, newDecider func(t *testing.T) DecideFunc) {
 				}
 				for i, s := range v.Steps {
 					now := time.UnixMilli(v.StartMS + s.At)
-					d, err := decide(l, now, s.Cost)
+					d, err := decide(l, now, Ask{Cost: s.Cost, Within: time.Duration(s.Within) * time.Millisecond, Push: time.Duration(s.Push) * time.Millisecond})
 					if s.Error != "" {
-						want := map[string]error{"cost_exceeds_burst": algo.ErrCostExceedsBurst, "negative_cost": algo.ErrNegativeCost}[s.Error]
+						want := map[string]error{"cost_exceeds_burst": algo.ErrCostExceedsBurst, "negative_cost": algo.ErrNegativeCost,
+							"invalid_request": algo.ErrInvalidRequest}[s.Error]
 						if want == nil {
 							t.Fatalf("step %d: unknown error name %q", i, s.Error)
 						}
@@ -152,7 +164,7 @@ func Run(t *testing.T, newDecider func(t *testing.T) DecideFunc) {
 					if err != nil {
 						t.Fatalf("step %d (at %d cost %d): %v", i, s.At, s.Cost, err)
 					}
-					got := Step{At: s.At, Cost: s.Cost, Allowed: d.Allowed, Remaining: d.Remaining,
+					got := Step{At: s.At, Cost: s.Cost, Within: s.Within, Push: s.Push, Allowed: d.Allowed, Remaining: d.Remaining,
 						Reset: d.ResetAfter.Milliseconds(), Retry: d.RetryAfter.Milliseconds(), Delay: d.Delay.Milliseconds()}
 					want := s
 					want.Note = ""

@@ -328,6 +328,10 @@ func (s *Store) holdOp(ctx context.Context, req *algo.Request, h algo.Hold, rese
 		}
 		pl = &p
 	}
+	pl, werr := pl.For(req)
+	if werr != nil {
+		return algo.Decision{}, werr
+	}
 	if err := req.Limit.CheckCost(req.Cost); err != nil {
 		return algo.Decision{}, err
 	}

@@ -224,13 +224,57 @@ func (s *Store) allow(ctx context.Context, req *algo.Request, d *algo.Decision) 
 	}
 	k := keyOf(req)
 	if h := req.Prepared(); h != nil {
-		return s.decide(req, &k, h.KeyPrefix(), h.Prepared(), d)
+		if req.Within == 0 {
+			return s.decide(req, &k, h.KeyPrefix(), h.Prepared(), d)
+		}
+		pl, err := h.Prepared().For(req)
+		if err != nil {
+			return fmt.Errorf("deciding in memory: %w", err)
+		}
+		return s.decide(req, &k, h.KeyPrefix(), pl, d)
 	}
 	pl, err := req.Limit.Prepare()
 	if err != nil {
 		return fmt.Errorf("deciding in memory: %w", err)
 	}
+	if req.Within != 0 {
+		if pl, err = pl.Within(req.Within); err != nil {
+			return fmt.Errorf("deciding in memory: %w", err)
+		}
+	}
 	return s.decide(req, &k, nil, &pl, d)
+}
+
+// PushBack implements [tollgate.Shaper]: it postpones the schedule of
+// req's shaping limit by d on the store's clock (on req.Now if set); see
+// [algo.PushBack]. req's Cost and Within are ignored.
+func (s *Store) PushBack(ctx context.Context, req algo.Request, d time.Duration) (algo.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return algo.Decision{}, fmt.Errorf("pushing back in memory: %w", err)
+	}
+	var pl algo.Prepared
+	var prefix []byte
+	if h := req.Prepared(); h != nil {
+		pl, prefix = *h.Prepared(), h.KeyPrefix()
+	} else {
+		var err error
+		if pl, err = req.Limit.Prepare(); err != nil {
+			return algo.Decision{}, fmt.Errorf("pushing back in memory: %w", err)
+		}
+	}
+	pl, err := pl.PushingBack(d)
+	if err != nil {
+		return algo.Decision{}, fmt.Errorf("pushing back in memory: %w", err)
+	}
+	// A push back is written as a charged request's state is: with a
+	// cost (which it does not spend) and the TTL it reports.
+	req.Cost, req.Within = 1, 0
+	k := keyOf(&req)
+	var dec algo.Decision
+	if err := s.decide(&req, &k, prefix, &pl, &dec); err != nil {
+		return algo.Decision{}, err
+	}
+	return dec, nil
 }
 
 // decide decides req, whose key is k, under pl into d; prefix, if not
@@ -474,6 +518,12 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 		} else {
 			var err error
 			if pls[i], err = reqs[i].Limit.Prepare(); err != nil {
+				return nil, fmt.Errorf("deciding in memory: %w", &algo.ItemError{Index: i, Err: err})
+			}
+		}
+		if w := reqs[i].Within; w != 0 {
+			var err error
+			if pls[i], err = pls[i].Within(w); err != nil {
 				return nil, fmt.Errorf("deciding in memory: %w", &algo.ItemError{Index: i, Err: err})
 			}
 		}

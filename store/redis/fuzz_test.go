@@ -91,8 +91,38 @@ func FuzzDifferential(f *testing.F) {
 			}
 			cost := int64(data[i+1]) % (l.Capacity() + 2)
 			req := algo.Request{Name: policy, Subject: "f", Limit: l, Cost: cost, Now: now}
-			dm, em := mem.Allow(ctx, req)
-			dr, er := fuzzStore.Allow(ctx, req)
+			if l.MaxDelay > 0 {
+				// A queue threshold of 0 to 4 quarters of the max delay,
+				// in whole milliseconds.
+				req.Within = time.Duration(l.MaxDelay.Milliseconds()*int64(data[i+1]>>5%5)/4) * time.Millisecond
+			}
+			var dm, dr algo.Decision
+			var em, er error
+			if l.MaxDelay > 0 && data[i+1]&0x18 == 0x10 && cost > 0 && cost <= l.Capacity() {
+				// Take a place, and give it back at once when the next
+				// byte says so: the places and outcomes must agree.
+				var pm, pr algo.Place
+				dm, pm, em = mem.TakePlace(ctx, req)
+				dr, pr, er = fuzzStore.TakePlace(ctx, req)
+				if pm != pr {
+					t.Fatalf("%v step %d: places differ: memory %+v, redis %+v", l, (i-4)/2, pm, pr)
+				}
+				if em == nil && er == nil && pm != (algo.Place{}) && i+2 < len(data) && data[i+2]&1 == 1 {
+					gm, e1 := mem.GiveBack(ctx, req, pm)
+					gr, e2 := fuzzStore.GiveBack(ctx, req, pr)
+					if gm != gr || (e1 == nil) != (e2 == nil) {
+						t.Fatalf("%v step %d: give back: memory %v %v, redis %v %v", l, (i-4)/2, gm, e1, gr, e2)
+					}
+				}
+			} else if l.MaxDelay > 0 && data[i+1]&0x18 == 0x18 {
+				// A push back of 1 to 8 drain times of one unit.
+				d := time.Duration(1+int64(data[i+1]>>5))*period/time.Duration(l.Rate) + time.Millisecond
+				dm, em = mem.PushBack(ctx, req, d)
+				dr, er = fuzzStore.PushBack(ctx, req, d)
+			} else {
+				dm, em = mem.Allow(ctx, req)
+				dr, er = fuzzStore.Allow(ctx, req)
+			}
 			if (em == nil) != (er == nil) {
 				t.Fatalf("%v step %d (cost %d): memory err %v, redis err %v", l, i, cost, em, er)
 			}

@@ -2,7 +2,8 @@
 // that many gateway instances spend one budget.
 //
 // Every decision is made atomically by Lua code (decide.lua, multi.lua
-// for all-or-nothing groups and reserve.lua for held attempts, embedded in the binary with one
+// for all-or-nothing groups, reserve.lua for held attempts and place.lua
+// for places in a shaping queue, embedded in the binary with one
 // file per algorithm), loaded as a function library and called with
 // FCALL, or, where Redis refuses functions, run as scripts with EVALSHA;
 // both are loaded again when Redis has lost them. The code reads the time
@@ -91,6 +92,10 @@ func MultiScript() (string, error) { return script("multi.lua", "multi_all") }
 // gives back attempts on a rate limit (see [Store.Reserve]).
 func ReserveScript() (string, error) { return script("reserve.lua", "reserve_one") }
 
+// PlaceScript returns the source of the script that takes and gives back
+// places in a shaping queue (see [Store.TakePlace]).
+func PlaceScript() (string, error) { return script("place.lua", "place_op") }
+
 // script returns the source of a script for rate-limit requests: the
 // definitions with entry, then a call of entry's function fn.
 func script(entry, fn string) (string, error) {
@@ -112,7 +117,7 @@ func definitions(entries ...string) (string, error) {
 }
 
 // reqSize is the size of one packed request (see appendRequest).
-const reqSize = 88
+const reqSize = 104
 
 // An entry point is one way into the Lua: a function of the library and
 // the script that stands in for it.
@@ -146,20 +151,26 @@ func (s *Store) exec(ctx context.Context, c rueidis.Client, e entryPoint, keys, 
 }
 
 // appendRequest appends r packed as the scripts read it (state.lua):
-// eleven little-endian doubles, the algorithm, rate, period (ms), capacity,
-// cost, max delay (ms), calendar, and for a calendar window the bounds of
+// thirteen little-endian doubles, the algorithm, rate, period (ms), capacity,
+// cost, max delay (ms), calendar, for a calendar window the bounds of
 // the windows around the request's time (algo.Limit.CalendarBounds), zeros
-// otherwise. Every value is an integer below 2^53 (Limit.Validate), so the
+// otherwise, the request's queue threshold (ms, algo.Request.Within), and
+// zero (see appendPushBack). Every value is an integer below 2^53 (Limit.Validate), so the
 // doubles hold it exactly; Lua unpacks them in one call, where parsing
 // decimal arguments costs several times more of Redis' time.
-func appendRequest(b []byte, r algo.Request) []byte {
+func appendRequest(b []byte, r algo.Request) []byte { return appendPushBack(b, r, 0) }
+
+// appendPushBack appends r packed as appendRequest does, with push as its
+// last double: when positive, the script pushes the schedule of r's
+// shaping limit back by push ms (algo.PushBack) instead of deciding r.
+func appendPushBack(b []byte, r algo.Request, push int64) []byte {
 	l := r.Limit
 	var cb [4]int64
 	if l.Calendar != algo.NoCalendar {
 		cb = l.CalendarBounds(zoneTime(r.Now))
 	}
-	for _, v := range [11]int64{int64(l.Algorithm), l.Rate, l.Period.Milliseconds(), l.Capacity(), r.Cost,
-		l.MaxDelay.Milliseconds(), int64(l.Calendar), cb[0], cb[1], cb[2], cb[3]} {
+	for _, v := range [13]int64{int64(l.Algorithm), l.Rate, l.Period.Milliseconds(), l.Capacity(), r.Cost,
+		l.MaxDelay.Milliseconds(), int64(l.Calendar), cb[0], cb[1], cb[2], cb[3], r.Within.Milliseconds(), push} {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
 	}
 	return b
@@ -205,6 +216,7 @@ type Store struct {
 	lockout *rueidis.Lua
 	lease   *rueidis.Lua
 	reserve entryPoint    // reserve.lua: attempts held on a rate limit
+	place   entryPoint    // place.lua: places in a shaping queue
 	owned   bool          // Open made the client; Close closes it
 	stop    chan struct{} // ends Open's connect loop
 	done    chan struct{}
@@ -245,7 +257,7 @@ func newStore(opts Options) (*Store, error) {
 		dst *entryPoint
 		fn  string
 		src func() (string, error)
-	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}} {
+	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}, {&s.place, lib.place, PlaceScript}} {
 		src, err := x.src()
 		if err != nil {
 			return nil, fmt.Errorf("creating redis store: %w", err)
@@ -329,6 +341,31 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	if err := checkRequest(&req); err != nil {
 		return algo.Decision{}, fmt.Errorf("deciding in redis: %w", err)
 	}
+	return s.allow(ctx, req, 0)
+}
+
+// PushBack implements [tollgate.Shaper]: one call of decide.lua (or a
+// share of a coalesced one) postpones the schedule of req's shaping limit
+// by d on Redis' clock (on req.Now if set), for every instance sharing
+// the key, and reports a query of it; see [algo.PushBack]. req's Cost and
+// Within are ignored.
+func (s *Store) PushBack(ctx context.Context, req algo.Request, d time.Duration) (algo.Decision, error) {
+	req.Cost, req.Within = 0, 0
+	if err := checkRequest(&req); err != nil {
+		return algo.Decision{}, fmt.Errorf("pushing back in redis: %w", err)
+	}
+	pl, err := req.Limit.Prepare()
+	if err == nil {
+		pl, err = pl.PushingBack(d)
+	}
+	if err != nil {
+		return algo.Decision{}, fmt.Errorf("pushing back in redis: %w", err)
+	}
+	return s.allow(ctx, req, int64((d+time.Millisecond-1)/time.Millisecond))
+}
+
+// allow decides req, checked, or with push > 0 pushes its schedule back.
+func (s *Store) allow(ctx context.Context, req algo.Request, push int64) (algo.Decision, error) {
 	now, slack, err := timeArgs(req.Now)
 	if err != nil {
 		return algo.Decision{}, err
@@ -339,7 +376,7 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	}
 	key := KeyFor(req)
 	var packed [reqSize]byte
-	appendRequest(packed[:0], req)
+	appendPushBack(packed[:0], req, push)
 	var o outcome
 	if req.Now.IsZero() && s.batch.maxBatch > 1 {
 		o = s.coalesced(ctx, c, key, &packed)
@@ -411,12 +448,15 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 }
 
 // checkRequest validates req's limit, unless it comes with its handle
-// (validated when the handle was made), and its cost.
+// (validated when the handle was made), its cost and its queue threshold.
 func checkRequest(req *algo.Request) error {
 	if req.Prepared() == nil {
 		if err := req.Limit.Validate(); err != nil {
 			return err
 		}
+	}
+	if err := req.CheckWithin(); err != nil {
+		return err
 	}
 	return req.Limit.CheckCost(req.Cost)
 }

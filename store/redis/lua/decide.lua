@@ -63,7 +63,7 @@ local function lone()
     local r1, r2, r3, r4, r5 = spaced(key, n, period, cap, cost)
     if r1 then return r1, r2, r3, r4, r5 end
   end
-  local a, n, period, cap, cost, md, cal, b0, b1, b2, b3 = unpack_('<ddddddddddd', REQS)
+  local a, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb = unpack_('<ddddddddddddd', REQS)
   tick()
   if cal > 0 and (NOW < b0 or NOW >= b3) then return false, skewed(b0, b3) end
   if a == 4 then
@@ -72,7 +72,7 @@ local function lone()
     return r1, r2, r3, r4, r5
   end
   local x, y, z = read(key, a, redis.call('GET', key))
-  local allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, y, z, n, period, cap, cost, md, cal, b0, b1, b2, b3)
+  local allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, y, z, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb)
   if w1 then
     if REDIS_CLOCK then
       redis.call('SET', key, pack(STATE[a], w1, w2, w3), 'PXAT', ttl + NOW)

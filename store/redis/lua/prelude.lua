@@ -43,7 +43,7 @@ end
 -- scripts keep every value below 2^50.
 -- Algorithms. Every one but the sliding log (see log below) is a pure
 -- function algs[<algo.Algorithm>](s1, s2, s3, n, period, cap, cost, md,
--- cal, b0, b1, b2, b3) of its stored state (s1 nil when there is none) that returns
+-- cal, b0, b1, b2, b3, wd, pb) of its stored state (s1 nil when there is none) that returns
 -- allowed (0/1), remaining, reset_after_ms, retry_after_ms, delay_ms, then
 -- the state to store w1, w2, w3 (w1 nil: store nothing) and its TTL in ms
 -- from NOW. STATE[a] is the struct format the state is stored in: two or

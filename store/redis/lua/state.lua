@@ -1,8 +1,11 @@
 -- Requests come packed in the call's third argument, REQ bytes each:
--- eleven little-endian doubles, algorithm, rate n, period (ms), capacity,
--- cost, max delay (ms), calendar (0 none, 1 day, 2 month) and, for a
--- calendar window, the bounds b0 < b1 < b2 < b3 (ms) of three consecutive
--- windows around the caller's clock (zeros otherwise); the call's key i is
+-- thirteen little-endian doubles, algorithm, rate n, period (ms), capacity,
+-- cost, max delay (ms), calendar (0 none, 1 day, 2 month), for a
+-- calendar window the bounds b0 < b1 < b2 < b3 (ms) of three consecutive
+-- windows around the caller's clock (zeros otherwise), the request's
+-- queue threshold wd (ms; 0: the max delay), and pb: when positive, the
+-- request is a push back of its shaping limit's schedule by pb ms
+-- (algo.PushBack), reported as a query; the call's key i is
 -- request i's key. A call reads each key's state once
 -- into the cache and writes each key it charged once, at the end (flush),
 -- so requests on one key see each other's effect in order, exactly as
@@ -16,7 +19,7 @@
 -- reused from call to call in a function library: nothing for Redis' Lua
 -- to allocate and collect on each decision.
 local REQS
-local REQ = 88
+local REQ = 104
 local slot, KEY, S1, S2, S3, ALG, TTL, DIRTY, FRESH = {}, {}, {}, {}, {}, {}, {}, {}, {}
 local NK, ND = 0, 0
 -- reset starts the requests of a call, begun: an empty cache.
@@ -97,7 +100,7 @@ end
 -- set) and returns its five values, or false and the error reply; with
 -- write it records the new state for flush.
 local function decide(i, write, zero, over)
-  local a, n, period, cap, cost, md, cal, b0, b1, b2, b3 = unpack_('<ddddddddddd', REQS, i * REQ - REQ + 1)
+  local a, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb = unpack_('<ddddddddddddd', REQS, i * REQ - REQ + 1)
   if zero then cost = 0 elseif over then cost = over end
   if cal > 0 and (NOW < b0 or NOW >= b3) then return false, skewed(b0, b3) end
   local key = K[i]
@@ -111,9 +114,9 @@ local function decide(i, write, zero, over)
   local x = S1[j]
   local allowed, rem, reset, retry, delay, w1, w2, w3, ttl
   if x then
-    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, S2[j], S3[j], n, period, cap, cost, md, cal, b0, b1, b2, b3)
+    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, S2[j], S3[j], n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb)
   else
-    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](nil, nil, nil, n, period, cap, cost, md, cal, b0, b1, b2, b3)
+    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](nil, nil, nil, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb)
   end
   if write and w1 then
     if not TTL[j] then

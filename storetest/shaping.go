@@ -1,0 +1,193 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
+)
+
+// testWithin: a request's queue threshold (algo.Request.Within) is
+// honoured alone and in a group, and one that is invalid (on a limit that
+// does not shape, longer than the max delay, negative) is an error that
+// charges nothing. The arithmetic is in the shared vectors.
+func testWithin(t *testing.T, s tollgate.Store) {
+	ctx := context.Background()
+	p := policy(t)
+	shaper := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+	req := func(cost int64, within time.Duration) algo.Request {
+		return algo.Request{Name: p, Subject: "w", Limit: shaper, Cost: cost, Now: base, Within: within}
+	}
+	for i := range 4 { // turns 0 to 300 ms
+		if d, err := s.Allow(ctx, req(1, 0)); err != nil || !d.Allowed || d.Delay != time.Duration(i)*100*time.Millisecond {
+			t.Fatalf("place %d: %+v, %v", i, d, err)
+		}
+	}
+	d, err := s.Allow(ctx, req(1, 300*time.Millisecond))
+	if err != nil || d.Allowed || d.RetryAfter != 100*time.Millisecond {
+		t.Errorf("a turn 400 ms away under a threshold of 300 ms: %+v, %v; want refused for 100ms", d, err)
+	}
+	ds, err := s.AllowAll(ctx, []algo.Request{req(1, 300*time.Millisecond)})
+	if err != nil || ds[0].Allowed || ds[0].RetryAfter != 100*time.Millisecond {
+		t.Errorf("the same in a group: %+v, %v", ds, err)
+	}
+	if d, err := s.Allow(ctx, req(1, 400*time.Millisecond)); err != nil || !d.Allowed || d.Delay != 400*time.Millisecond {
+		t.Errorf("a turn 400 ms away under a threshold of 400 ms: %+v, %v", d, err)
+	}
+	before, err := s.Allow(ctx, req(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	meter := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second}
+	for _, bad := range []algo.Request{
+		req(1, 2*time.Second),
+		req(1, -time.Millisecond),
+		req(1, time.Microsecond),
+		{Name: p, Subject: "w", Limit: meter, Cost: 1, Now: base, Within: time.Millisecond},
+		{Name: p, Subject: "w", Limit: algo.Limit{Rate: 10, Period: time.Second}, Cost: 1, Now: base, Within: time.Millisecond},
+	} {
+		if _, err := s.Allow(ctx, bad); !errors.Is(err, algo.ErrInvalidRequest) {
+			t.Errorf("Within %v on %v: err = %v, want ErrInvalidRequest", bad.Within, bad.Limit, err)
+		}
+		var ie *algo.ItemError
+		if _, err := s.AllowAll(ctx, []algo.Request{bad}); !errors.Is(err, algo.ErrInvalidRequest) || !errors.As(err, &ie) {
+			t.Errorf("Within %v on %v in a group: err = %v, want an ItemError of ErrInvalidRequest", bad.Within, bad.Limit, err)
+		}
+	}
+	if after, err := s.Allow(ctx, req(0, 0)); err != nil || after != before {
+		t.Errorf("invalid requests changed the state: %+v, was %+v (%v)", after, before, err)
+	}
+}
+
+// testPushBack: a push back on the store's clock postpones the next turn
+// by what was asked, whether the request carries its handle or not, and
+// invalid push backs (a limit that does not shape, a duration that is not
+// positive) are errors that change nothing. The arithmetic is in the
+// shared vectors.
+func testPushBack(t *testing.T, s tollgate.Store) {
+	ctx := context.Background()
+	p := policy(t)
+	shaper := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: 2 * time.Second}
+	h, err := algo.NewHandle(p, shaper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, req := range []algo.Request{
+		{Name: p, Subject: "pb", Limit: shaper},
+		h.Request("pb-handle", 0),
+	} {
+		d, err := s.PushBack(ctx, req, 500*time.Millisecond)
+		if err != nil || !d.Allowed || d.Delay <= 400*time.Millisecond || d.Delay > 500*time.Millisecond {
+			t.Fatalf("request %d: push back 500ms on the store's clock: %+v, %v; want a turn taken now 400-500ms away", i, d, err)
+		}
+		req.Cost = 1
+		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Delay <= 500*time.Millisecond || d.Delay > 600*time.Millisecond {
+			t.Fatalf("request %d: the first place after the push back: %+v, %v; want it 500-600ms away", i, d, err)
+		}
+		// A push back is kept, like a charge, until it has drained.
+		if d, err := s.Allow(ctx, algo.Request{Name: req.Name, Subject: req.Subject, Limit: shaper}); err != nil || d.ResetAfter <= 500*time.Millisecond {
+			t.Errorf("request %d: query after: %+v, %v", i, d, err)
+		}
+	}
+	gcra := algo.Limit{Rate: 10, Period: time.Second}
+	meter := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second}
+	for _, bad := range []struct {
+		l algo.Limit
+		d time.Duration
+	}{{gcra, time.Second}, {meter, time.Second}, {shaper, 0}, {shaper, -time.Second}, {shaper, algo.MaxHorizon + time.Hour}} {
+		req := algo.Request{Name: p, Subject: "pb-bad", Limit: bad.l, Now: base}
+		if _, err := s.PushBack(ctx, req, bad.d); !errors.Is(err, algo.ErrInvalidRequest) {
+			t.Errorf("push back %v on %v: err = %v, want ErrInvalidRequest", bad.d, bad.l, err)
+		}
+	}
+	if d, err := s.Allow(ctx, algo.Request{Name: p, Subject: "pb-bad", Limit: shaper, Cost: 1, Now: base}); err != nil || d.Delay != 0 {
+		t.Errorf("invalid push backs changed the schedule: %+v, %v", d, err)
+	}
+}
+
+// testGiveBack: a place taken with TakePlace is given back while it is
+// the last in the queue, and the queue is then as if it had never been
+// taken; a place others queued behind, a place given back already, and a
+// place of an expired queue are not; a limit that does not shape is an
+// error.
+func testGiveBack(t *testing.T, s tollgate.Store) {
+	ctx := context.Background()
+	p := policy(t)
+	shaper := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+	req := algo.Request{Name: p, Subject: "g", Limit: shaper, Cost: 1, Now: base}
+	take := func(now time.Time) (algo.Decision, algo.Place) {
+		t.Helper()
+		r := req
+		r.Now = now
+		d, at, err := s.TakePlace(ctx, r)
+		if err != nil || !d.Allowed {
+			t.Fatalf("TakePlace: %+v, %v", d, err)
+		}
+		if at == (algo.Place{}) {
+			t.Fatalf("TakePlace of a charge reported no place: %+v", d)
+		}
+		return d, at
+	}
+	give := func(at algo.Place, now time.Time) bool {
+		t.Helper()
+		r := req
+		r.Now = now
+		ok, err := s.GiveBack(ctx, r, at)
+		if err != nil {
+			t.Fatalf("GiveBack: %v", err)
+		}
+		return ok
+	}
+	_, p0 := take(base)
+	d1, p1 := take(base)
+	d2, p2 := take(base.Add(10 * time.Millisecond))
+	if d1.Delay != 100*time.Millisecond || d2.Delay != 190*time.Millisecond {
+		t.Fatalf("places at %v and %v, want 100ms and 190ms", d1.Delay, d2.Delay)
+	}
+	if give(p1, base.Add(20*time.Millisecond)) {
+		t.Error("a place with another behind it was given back")
+	}
+	if !give(p2, base.Add(20*time.Millisecond)) {
+		t.Fatal("the last place was not given back")
+	}
+	if give(p2, base.Add(20*time.Millisecond)) {
+		t.Error("a place was given back twice")
+	}
+	// The queue is as before the place: the next one takes its turn.
+	if d, _ := take(base.Add(10 * time.Millisecond)); d.Delay != 190*time.Millisecond {
+		t.Errorf("after the give back, the next place is %v away, want 190ms", d.Delay)
+	}
+	// Long after, the queue has drained and its state expired (or is
+	// drained): an old place is nothing to give back.
+	if give(p0, base.Add(time.Minute)) {
+		t.Error("a place of a drained queue was given back")
+	}
+	// With the store's clock: take the last place and give it back.
+	live := algo.Request{Name: p, Subject: "g-live", Limit: shaper, Cost: 1}
+	if _, _, err := s.TakePlace(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	d, at, err := s.TakePlace(ctx, live)
+	if err != nil || d.Delay <= 0 {
+		t.Fatalf("second live place: %+v, %v", d, err)
+	}
+	if ok, err := s.GiveBack(ctx, live, at); err != nil || !ok {
+		t.Errorf("live give back: %v, %v", ok, err)
+	}
+	if d2, _, err := s.TakePlace(ctx, live); err != nil || d2.Delay > d.Delay {
+		t.Errorf("after the live give back: %+v, %v; want a place no later than %v", d2, err, d.Delay)
+	}
+	gcra := algo.Request{Name: p, Subject: "g", Limit: algo.Limit{Rate: 10, Period: time.Second}, Cost: 1, Now: base}
+	if _, _, err := s.TakePlace(ctx, gcra); !errors.Is(err, algo.ErrInvalidRequest) {
+		t.Errorf("TakePlace on gcra: err = %v, want ErrInvalidRequest", err)
+	}
+	if _, err := s.GiveBack(ctx, gcra, p0); !errors.Is(err, algo.ErrInvalidRequest) {
+		t.Errorf("GiveBack on gcra: err = %v, want ErrInvalidRequest", err)
+	}
+	if _, err := s.GiveBack(ctx, req, algo.Place{}); !errors.Is(err, algo.ErrInvalidRequest) {
+		t.Errorf("GiveBack of no place: err = %v, want ErrInvalidRequest", err)
+	}
+}
