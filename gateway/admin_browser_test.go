@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,17 +21,25 @@ import (
 // the DOM once the page's scripts have settled.
 func headless(t *testing.T, page string, extra ...string) string {
 	t.Helper()
+	return string(browse(t, page, 15*time.Second, append([]string{"--dump-dom"}, extra...)...))
+}
+
+// browse runs headless Chromium (a fresh profile) on page for budget of
+// virtual time with extra flags (--dump-dom, --screenshot=...), and
+// returns what it printed.
+func browse(t *testing.T, page string, budget time.Duration, extra ...string) []byte {
+	t.Helper()
 	bin := chromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=15000", "--dump-dom"}
+		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=" + strconv.FormatInt(budget.Milliseconds(), 10)}
 	out, err := exec.CommandContext(ctx, bin, append(append(args, extra...), page)...).Output()
 	if err != nil {
-		t.Fatalf("chromium %s: %v", page, err)
+		t.Fatalf("chromium %s %v: %v", page, extra, err)
 	}
-	return string(out)
+	return out
 }
 
 // adminTarget is a gateway with something to roll back to and a runtime

@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -31,7 +30,7 @@ func chromium(t *testing.T) string {
 // live data from the gateway (the active version, the refusals it saw, the
 // most refused subject) and it saves a screenshot.
 func TestDashboard(t *testing.T) {
-	bin := chromium(t)
+	chromium(t) // fail before the traffic if it is missing
 	up := newUpstream(t)
 	g := start(t, config(t, up.URL, "[]"), "")
 	admitUntilRefused(t, g.public+"/api/items", 200, "X-API-Key", freeKey)
@@ -50,19 +49,7 @@ func TestDashboard(t *testing.T) {
 			}
 		}
 	}()
-	run := func(extra ...string) []byte {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-			"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-			"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=4000"}
-		out, err := exec.CommandContext(ctx, bin, append(append(args, extra...), g.admin+"/dashboard")...).Output()
-		if err != nil {
-			t.Fatalf("chromium %v: %v", extra, err)
-		}
-		return out
-	}
+	run := func(extra ...string) []byte { return browse(t, g.admin+"/dashboard", 4*time.Second, extra...) }
 	dom := string(run("--dump-dom"))
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`id="version">quickstart-1<`),
@@ -89,7 +76,7 @@ func TestDashboard(t *testing.T) {
 // latency, the most refused subject), and the history endpoint keeps
 // answering while the gateway is saturated.
 func TestDashboardCharts(t *testing.T) {
-	bin := chromium(t)
+	chromium(t) // fail before the traffic if it is missing
 	up := newUpstream(t)
 	g := start(t, config(t, up.URL, "[]"), "")
 	stop := make(chan struct{})
@@ -135,19 +122,7 @@ func TestDashboardCharts(t *testing.T) {
 	if slowest > 2*time.Second {
 		t.Errorf("the history took %v to answer under load", slowest)
 	}
-	run := func(extra ...string) []byte {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-			"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-			"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=4000"}
-		out, err := exec.CommandContext(ctx, bin, append(append(args, extra...), g.admin+"/dashboard")...).Output()
-		if err != nil {
-			t.Fatalf("chromium %v: %v", extra, err)
-		}
-		return out
-	}
+	run := func(extra ...string) []byte { return browse(t, g.admin+"/dashboard", 4*time.Second, extra...) }
 	dom := string(run("--dump-dom"))
 	points := `data-points="([2-9]|\d\d+)"`
 	for _, want := range []*regexp.Regexp{

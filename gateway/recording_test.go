@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -113,23 +112,11 @@ func TestSimulatePanel(t *testing.T) {
 		t.Errorf("a body of another shape: %d, want 400", resp.StatusCode)
 	}
 
-	bin := chromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=4000", "--dump-dom", g.admin + "/dashboard#try=" + url.PathEscape(cand)}
-	out, err := exec.CommandContext(ctx, bin, args...).Output()
-	if err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	dom := string(out)
+	page := g.admin + "/dashboard#try=" + url.PathEscape(cand)
+	dom := headless(t, page)
 	shot := filepath.Join(os.TempDir(), "tollgate-simulator.png")
 	os.Remove(shot)
-	args[len(args)-2] = "--screenshot=" + shot
-	if err := exec.CommandContext(ctx, bin, append(args[:len(args)-1:len(args)-1], "--window-size=1280,1400", args[len(args)-1])...).Run(); err != nil {
-		t.Fatalf("chromium screenshot: %v", err)
-	}
+	browse(t, page, 4*time.Second, "--screenshot="+shot, "--window-size=1280,1400")
 	if st, err := os.Stat(shot); err != nil || st.Size() < 5000 {
 		t.Fatalf("screenshot %s: %v", shot, err)
 	}
