@@ -84,6 +84,16 @@ var keySuffix = map[algo.Algorithm]string{
 // where it cannot use the function library.
 func DecideScript() (string, error) { return script("decide.lua", "decide_all") }
 
+// SpacedScript returns the source of the script for a lone request on
+// Redis' clock that decide.lua's spaced decides (see spacedRequest).
+func SpacedScript() (string, error) {
+	defs, err := definitions("decide.lua")
+	if err != nil {
+		return "", err
+	}
+	return defs + "return spaced_one(KEYS, ARGV)\n", nil
+}
+
 // MultiScript returns the source of the script that decides several limits
 // of any algorithms all or nothing.
 func MultiScript() (string, error) { return script("multi.lua", "multi_all") }
@@ -217,6 +227,7 @@ type Store struct {
 	lease   *rueidis.Lua
 	reserve entryPoint    // reserve.lua: attempts held on a rate limit
 	place   entryPoint    // place.lua: places in a shaping queue
+	spaced  entryPoint    // decide.lua's spaced_one: a lone request spaced decides
 	owned   bool          // Open made the client; Close closes it
 	stop    chan struct{} // ends Open's connect loop
 	done    chan struct{}
@@ -257,7 +268,7 @@ func newStore(opts Options) (*Store, error) {
 		dst *entryPoint
 		fn  string
 		src func() (string, error)
-	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}, {&s.place, lib.place, PlaceScript}} {
+	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}, {&s.place, lib.place, PlaceScript}, {&s.spaced, lib.spaced, SpacedScript}} {
 		src, err := x.src()
 		if err != nil {
 			return nil, fmt.Errorf("creating redis store: %w", err)

@@ -96,8 +96,22 @@ func TestSpacedGCRAForeignKeys(t *testing.T) {
 			t.Errorf("junk with a TTL of %v: TTL %d ms after, want the request's debt, 1000 ms", ttl, p)
 		}
 	}
-	req := algo.Request{Name: unique("spaced-list"), Subject: "s", Limit: l, Cost: 1}
+	// A key without a TTL is none of the spaced path's: the usual path
+	// decides it (junk: none) and writes a state of its own.
+	req := algo.Request{Name: unique("spaced-persistent"), Subject: "s", Limit: l, Cost: 1}
 	key := rstore.KeyFor(req)
+	c.Do(ctx, c.B().Set().Key(key).Value("persistent junk").Build())
+	if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Errorf("persistent junk: %+v %v, want a fresh bucket charged once", d, err)
+	}
+	if v, _ := c.Do(ctx, c.B().Get().Key(key).Build()).ToString(); len(v) != 16 {
+		t.Errorf("persistent junk: the key holds %q after, want a state of two doubles", v)
+	}
+	if p, _ := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64(); p <= 0 {
+		t.Errorf("persistent junk: no TTL after (%d)", p)
+	}
+	req = algo.Request{Name: unique("spaced-list"), Subject: "s", Limit: l, Cost: 1}
+	key = rstore.KeyFor(req)
 	c.Do(ctx, c.B().Lpush().Key(key).Element("x").Build())
 	c.Do(ctx, c.B().Pexpire().Key(key).Milliseconds(60_000).Build())
 	if _, err := s.Allow(ctx, req); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {

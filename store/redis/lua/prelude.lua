@@ -5,8 +5,8 @@
 -- library (FCALL: made once, when the library is loaded).
 -- All values are integers below 2^53, so double arithmetic is exact and
 -- matches package algo bit for bit.
--- floor, ceil, pack and unpack_ are set by the first begin: a function
--- library may not touch math or struct while it loads.
+-- floor, ceil, pack and unpack_ are set by the first init (which begin
+-- calls): a function library may not touch math or struct while it loads.
 local floor, ceil, pack, unpack_
 -- The call: K its keys, A its arguments; NOW its time in ms; slack added
 -- to every TTL (only for tests that pass explicit times); REDIS_CLOCK true
@@ -25,11 +25,14 @@ end
 -- the entry point (decide.lua, multi.lua, ...). With lazy, a call on
 -- Redis' clock leaves NOW unset until the entry point calls tick: a lone
 -- decision may need no TIME at all (decide.lua's spaced).
-local function begin(k, a, lazy)
+local function init()
   if not floor then
     floor, ceil = math.floor, math.ceil
     pack, unpack_ = struct.pack, struct.unpack
   end
+end
+local function begin(k, a, lazy)
+  init()
   K, A = k, a
   NOW = tonumber(a[1])
   slack = tonumber(a[2]) or 0
