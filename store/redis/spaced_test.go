@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +158,60 @@ func TestSpacedGCRAInBatches(t *testing.T) {
 		}
 		if v, _ := c.Do(ctx, c.B().Get().Key(rstore.KeyFor(odd)).Build()).ToString(); len(v) != 16 {
 			t.Errorf("functions %v: the other GCRA key holds %q, want a state of two doubles", !noFn, v)
+		}
+	}
+}
+
+// TestSpacedGCRAMatchesAlgo: the spaced path decides as the algorithm
+// does from the same debt, over random limits, costs and debts. A key is
+// set to a debt (its TTL) the way the spaced path keeps it, decided once
+// on Redis' clock, and compared with algo.Decide from a state owing that
+// debt; debts lie half a spacing off the multiples, so the few
+// milliseconds between the write and the decision move no rounding, and
+// durations are compared within those milliseconds.
+func TestSpacedGCRAMatchesAlgo(t *testing.T) {
+	ctx := context.Background()
+	c := srv.NewClient(t)
+	s := newStore(t)
+	rng := rand.New(rand.NewPCG(18, 5))
+	const slack = 50 // ms: the most the test's own time may take off a debt
+	for trial := range 300 {
+		n := 1 + rng.Int64N(20)
+		spacing := 200 + rng.Int64N(2000) // ms between requests, well above the slack
+		l := algo.Limit{Algorithm: algo.GCRA, Rate: n, Period: time.Duration(n*spacing) * time.Millisecond}
+		if rng.IntN(2) == 0 {
+			l.Burst = 1 + rng.Int64N(30)
+		}
+		capacity := l.Capacity()
+		cost := rng.Int64N(capacity + 1)
+		debt := rng.Int64N(capacity+2)*spacing + spacing/2 // may exceed the capacity: a limit that shrank
+		req := algo.Request{Name: unique("spaced-rand"), Subject: "s", Limit: l, Cost: cost}
+		key := rstore.KeyFor(req)
+		if err := c.Do(ctx, c.B().Set().Key(key).Value("").Px(time.Duration(debt)*time.Millisecond).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Allow(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The algorithm from a state owing debt ms at now: a TAT of now + debt.
+		now := int64(1_800_000_000_000)
+		st := algo.State{A: now + debt}
+		want, _, err := algo.Decide(l, &st, now, cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		near := func(a time.Duration, b int64) bool {
+			d := a.Milliseconds() - b
+			return d <= 0 && d >= -slack
+		}
+		if got.Allowed != want.Allowed || got.Remaining != want.Remaining || !near(got.ResetAfter, want.ResetAfter) || !near(got.RetryAfter, want.RetryAfter) {
+			t.Fatalf("trial %d: %v, cost %d, debt %d ms:\nspaced %+v\n  algo %+v", trial, l, cost, debt, got, want)
+		}
+		if ttl, _ := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64(); want.Allowed && cost > 0 {
+			if wantTTL := st.A - now; ttl > wantTTL || ttl < wantTTL-slack {
+				t.Fatalf("trial %d: %v, cost %d, debt %d ms: TTL %d ms after, want the new debt, %d ms", trial, l, cost, debt, ttl, wantTTL)
+			}
 		}
 	}
 }
