@@ -152,27 +152,18 @@ type batcher struct {
 	flushers  sync.WaitGroup
 }
 
-// single decides one request with its own call of decide.lua.
+// single decides one request with its own call of decide.lua (its
+// decide_one on Redis' clock).
 func (s *Store) single(ctx context.Context, c rueidis.Client, key, now, slack string, packed []byte) outcome {
 	e := s.decide
-	if now == "" && spacedRequest(packed) {
-		e = s.spaced
+	if now == "" {
+		e = s.one
 	}
 	var outs [1]outcome
 	if err := decodeOutcomes(s.exec(ctx, c, e, []string{key}, []string{now, slack, string(packed)}), outs[:]); err != nil {
 		return outcome{err: err}
 	}
 	return outs[0]
-}
-
-// spacedRequest reports whether decide.lua's spaced decides a request
-// packed on Redis' clock: GCRA under a limit that spaces requests a whole
-// number of milliseconds apart (its period a multiple of its rate).
-func spacedRequest(packed []byte) bool {
-	alg := math.Float64frombits(binary.LittleEndian.Uint64(packed[0:]))
-	rate := math.Float64frombits(binary.LittleEndian.Uint64(packed[8:]))
-	period := math.Float64frombits(binary.LittleEndian.Uint64(packed[16:]))
-	return alg == float64(algo.GCRA) && rate >= 1 && math.Mod(period, rate) == 0
 }
 
 // coalesced decides a request on Redis' clock, alone if a call is free in

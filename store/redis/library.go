@@ -24,7 +24,7 @@ type library struct {
 	name, src              string
 	decide, multi, reserve string // the functions of decide.lua, multi.lua and reserve.lua
 	place                  string // the function of place.lua
-	spaced                 string // decide.lua's spaced_one: a lone request spaced decides
+	one                    string // decide.lua's decide_one: a lone request on Redis' clock
 	refused                atomic.Bool
 	mu                     sync.Mutex // one load at a time
 }
@@ -38,13 +38,13 @@ func newLibrary() (*library, error) {
 	sum := sha256.Sum256([]byte(defs))
 	tag := hex.EncodeToString(sum[:6])
 	l := &library{name: "tollgate_" + tag, decide: "tollgate_decide_" + tag, multi: "tollgate_multi_" + tag, reserve: "tollgate_reserve_" + tag,
-		place: "tollgate_place_" + tag, spaced: "tollgate_spaced_" + tag}
+		place: "tollgate_place_" + tag, one: "tollgate_one_" + tag}
 	register := func(fn, entry string) string {
 		return "redis.register_function('" + fn + "', function(keys, args) begin(keys, args, true) reset() return " + entry + "() end)\n"
 	}
 	l.src = "#!lua name=" + l.name + "\n" + defs + register(l.decide, "decide_all") + register(l.multi, "multi_all") +
 		register(l.reserve, "reserve_one") + register(l.place, "place_op") +
-		"redis.register_function('" + l.spaced + "', function(keys, args) return spaced_one(keys, args) end)\n"
+		"redis.register_function('" + l.one + "', function(keys, args) return decide_one(keys, args) end)\n"
 	return l, nil
 }
 

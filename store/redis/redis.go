@@ -84,14 +84,14 @@ var keySuffix = map[algo.Algorithm]string{
 // where it cannot use the function library.
 func DecideScript() (string, error) { return script("decide.lua", "decide_all") }
 
-// SpacedScript returns the source of the script for a lone request on
-// Redis' clock that decide.lua's spaced decides (see spacedRequest).
-func SpacedScript() (string, error) {
+// OneScript returns the source of the script that decides a lone request
+// on Redis' clock (decide.lua's decide_one).
+func OneScript() (string, error) {
 	defs, err := definitions("decide.lua")
 	if err != nil {
 		return "", err
 	}
-	return defs + "return spaced_one(KEYS, ARGV)\n", nil
+	return defs + "return decide_one(KEYS, ARGV)\n", nil
 }
 
 // MultiScript returns the source of the script that decides several limits
@@ -227,7 +227,7 @@ type Store struct {
 	lease   *rueidis.Lua
 	reserve entryPoint    // reserve.lua: attempts held on a rate limit
 	place   entryPoint    // place.lua: places in a shaping queue
-	spaced  entryPoint    // decide.lua's spaced_one: a lone request spaced decides
+	one     entryPoint    // decide.lua's decide_one: a lone request on Redis' clock
 	owned   bool          // Open made the client; Close closes it
 	stop    chan struct{} // ends Open's connect loop
 	done    chan struct{}
@@ -268,7 +268,7 @@ func newStore(opts Options) (*Store, error) {
 		dst *entryPoint
 		fn  string
 		src func() (string, error)
-	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}, {&s.place, lib.place, PlaceScript}, {&s.spaced, lib.spaced, SpacedScript}} {
+	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}, {&s.place, lib.place, PlaceScript}, {&s.one, lib.one, OneScript}} {
 		src, err := x.src()
 		if err != nil {
 			return nil, fmt.Errorf("creating redis store: %w", err)

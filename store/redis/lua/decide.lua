@@ -1,9 +1,11 @@
--- Entry point for k independent single-limit requests, one or coalesced
--- (on Redis Cluster all in one hash slot). The requests are decided in
--- order, each on its own, as separate calls made in the same millisecond
--- would decide them. They are not all or nothing: a request that fails
--- (say, WRONGTYPE on a key written by something else) yields an error
--- reply in its first slot and leaves the others' decisions standing.
+-- Entry points for k independent single-limit requests, one or coalesced
+-- (on Redis Cluster all in one hash slot): decide_all, and decide_one for
+-- a lone request on Redis' clock. The requests are decided in order, each
+-- on its own, as separate calls made in the same millisecond would decide
+-- them. They are not all or nothing: a request that fails (say, WRONGTYPE
+-- on a key written by something else) gets its error in the answer and
+-- leaves the others' decisions standing.
+--
 -- spaced decides a lone GCRA request on Redis' clock whose limit spaces
 -- requests a whole number of milliseconds apart (its period a multiple of
 -- its rate). Its state is then the debt alone, in whole milliseconds: the
@@ -15,7 +17,7 @@
 -- a key on the other paths). A key without a TTL is not one it knows: it
 -- returns nil for lone to decide as usual. A key that held something
 -- else than a state (counts as none) is decided again afresh; a key of
--- another type fails the call, as on the other paths.
+-- another type fails the call, as on the other paths. See spaceable.
 local function spaced(key, n, period, cap, cost)
   local d = redis.call('PTTL', key)
   if d == -1 then return nil end
@@ -40,12 +42,14 @@ end
 -- SPACED[i] is true for request i of a batch that spaced decides
 -- (reused from call to call, like the cache).
 local SPACED = {}
--- eligible reports whether spaced decides request i: GCRA on Redis' clock
--- under a limit that spaces requests a whole number of milliseconds apart.
+-- spaceable reports whether spaced decides a request of algorithm a,
+-- rate n and period (ms) on Redis' clock: GCRA under a limit that spaces
+-- requests a whole number of milliseconds apart.
+local function spaceable(a, n, period) return a == 0 and period % n == 0 end
+-- eligible reports whether spaced decides request i of the call.
 local function eligible(i)
   if not REDIS_CLOCK then return false end
-  local a, n, period = unpack_('<ddd', REQS, i * REQ - REQ + 1)
-  return a == 0 and period % n == 0
+  return spaceable(unpack_('<ddd', REQS, i * REQ - REQ + 1))
 end
 -- lone decides a call's only request as decide and flush would, but
 -- without the cache, which one request has nothing to share through: the
@@ -55,13 +59,6 @@ end
 -- request's error: no pcall to pay for.
 local function lone()
   local key = K[1]
-  if REDIS_CLOCK then
-    local a, n, period, cap, cost = unpack_('<ddddd', REQS)
-    if a == 0 and period % n == 0 then
-      local r1, r2, r3, r4, r5 = spaced(key, n, period, cap, cost)
-      if r1 then return r1, r2, r3, r4, r5 end
-    end
-  end
   local a, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb = unpack_('<ddddddddddddd', REQS)
   tick()
   if cal > 0 and (NOW < b0 or NOW >= b3) then return false, skewed(b0, b3) end
@@ -142,15 +139,18 @@ local function decide_all()
   end
   return answer(k, errs)
 end
--- spaced_one is the entry point of a lone request on Redis' clock that
--- spaced can decide (the store checks that before it calls): straight to
--- spaced, without begin's and decide_all's work, which in Redis' Lua cost a
--- fifth of such a call. A key spaced does not know goes the usual way.
-local function spaced_one(k, a)
+-- decide_one is the entry point of a lone request on Redis' clock (the
+-- store's calls of one request): straight to spaced when it can decide
+-- it, without begin's and decide_all's work, which in Redis' Lua cost a
+-- fifth of such a call; else, and for a key spaced does not know, as
+-- decide_all decides it.
+local function decide_one(k, a)
   init()
-  local _, n, period, cap, cost = unpack_('<ddddd', a[3])
-  local r1, r2, r3, r4, r5 = spaced(k[1], n, period, cap, cost)
-  if r1 then return pack('<ddddd', r1, r2, r3, r4, r5) end
+  local alg, n, period, cap, cost = unpack_('<ddddd', a[3])
+  if a[1] == '' and spaceable(alg, n, period) then
+    local r1, r2, r3, r4, r5 = spaced(k[1], n, period, cap, cost)
+    if r1 then return pack('<ddddd', r1, r2, r3, r4, r5) end
+  end
   begin(k, a, true)
   reset()
   return decide_all()
