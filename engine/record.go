@@ -2,8 +2,9 @@ package engine
 
 import (
 	"context"
-	"hash/fnv"
+	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,28 +40,53 @@ const DefaultRecordSize = 20_000
 // sample (chosen by a hash of the subject's pseudonym: a sampled
 // subject's calls are all kept, so its budgets replay exactly). Engines
 // record into the one their Options name; a gateway keeps one across
-// policy reloads.
+// policy reloads. Every call takes the next sequence number and writes
+// its record into one of recordShards rings by it, under that ring's
+// lock, so concurrent calls rarely wait for each other.
 type Recording struct {
-	mu     sync.Mutex
-	ring   []Record
-	seq    uint64 // calls recorded so far; ring[(seq-1) % len] is the last
+	seq    atomic.Uint64 // calls recorded so far
 	sample uint32
+	shards [recordShards]recordShard
 }
 
-// NewRecording returns a recording of at most size calls, of one subject
-// in every sample (1 or less: every subject).
+// recordShards is how many rings a Recording spreads its calls over.
+const recordShards = 16
+
+type recordShard struct {
+	mu   sync.Mutex
+	ring []Record // slot (seq / recordShards) % len holds call seq
+	seqs []uint64 // the sequence number of each slot's record, 0 if none
+}
+
+// NewRecording returns a recording of about size calls (the last ones),
+// of one subject in every sample (1 or less: every subject).
 func NewRecording(size, sample int) *Recording {
-	return &Recording{ring: make([]Record, 0, max(1, size)), sample: uint32(max(1, sample))}
+	r := &Recording{sample: uint32(max(1, sample))}
+	per := max(1, (size+recordShards-1)/recordShards)
+	for i := range r.shards {
+		r.shards[i].ring = make([]Record, per)
+		r.shards[i].seqs = make([]uint64, per)
+	}
+	return r
 }
 
-// sampled reports whether subject's calls are recorded.
+// sampled reports whether subject's calls are recorded (FNV-1a of the
+// subject, without allocating).
 func (r *Recording) sampled(subject string) bool {
 	if r.sample == 1 {
 		return true
 	}
-	h := fnv.New32a()
-	h.Write([]byte(subject))
-	return h.Sum32()%r.sample == 0
+	h := uint32(2166136261)
+	for i := 0; i < len(subject); i++ {
+		h = (h ^ uint32(subject[i])) * 16777619
+	}
+	return h%r.sample == 0
+}
+
+// slot returns the ring and slot of call seq.
+func (r *Recording) slot(seq uint64) (*recordShard, int) {
+	sh := &r.shards[seq%recordShards]
+	return sh, int(seq / recordShards % uint64(len(sh.ring)))
 }
 
 // add records c and its verdict, and returns the record's sequence number
@@ -77,39 +103,53 @@ func (r *Recording) add(t time.Time, c Call, v *Verdict) uint64 {
 	if c.Subject.Plan != nil {
 		rec.Plan = c.Subject.Plan.Name
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.seq++
-	if len(r.ring) < cap(r.ring) {
-		r.ring = append(r.ring, rec)
-	} else {
-		r.ring[(r.seq-1)%uint64(cap(r.ring))] = rec
+	seq := r.seq.Add(1)
+	sh, i := r.slot(seq)
+	sh.mu.Lock()
+	if seq > sh.seqs[i] { // a slower call must not overwrite a newer record
+		sh.ring[i], sh.seqs[i] = rec, seq
 	}
-	return r.seq
+	sh.mu.Unlock()
+	return seq
 }
 
 // answered sets the status of record seq, the first time, if the ring
 // still holds it.
 func (r *Recording) answered(seq uint64, status int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if seq == 0 || seq+uint64(cap(r.ring)) <= r.seq {
+	if seq == 0 {
 		return
 	}
-	if rec := &r.ring[(seq-1)%uint64(cap(r.ring))]; rec.Status == 0 {
-		rec.Status = status
+	sh, i := r.slot(seq)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.seqs[i] == seq && sh.ring[i].Status == 0 {
+		sh.ring[i].Status = status
 	}
 }
 
 // Records returns the recorded calls, oldest first.
 func (r *Recording) Records() []Record {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.ring) < cap(r.ring) {
-		return append([]Record(nil), r.ring...)
+	type numbered struct {
+		seq uint64
+		rec Record
 	}
-	i := int(r.seq % uint64(cap(r.ring)))
-	return append(append([]Record(nil), r.ring[i:]...), r.ring[:i]...)
+	var all []numbered
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		for j, seq := range sh.seqs {
+			if seq != 0 {
+				all = append(all, numbered{seq, sh.ring[j]})
+			}
+		}
+		sh.mu.Unlock()
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].seq < all[j].seq })
+	out := make([]Record, len(all))
+	for i, n := range all {
+		out[i] = n.rec
+	}
+	return out
 }
 
 // record keeps c and its verdict in the recording, if there is one.

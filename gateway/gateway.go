@@ -80,16 +80,17 @@ type Gateway struct {
 	store tollgate.Store
 	// denyCache is the engine's deny cache size: refusals are answered
 	// again without a store call in front of Redis, not of memory.
-	denyCache int
-	closers   []func()
-	past      history           // the dashboard's recent past
-	recording *engine.Recording // recent calls, for tollgate simulate
-	registry  *prometheus.Registry
-	metrics   *httplimit.Metrics
-	public    http.Handler
-	admin     http.Handler
-	log       *slog.Logger
-	proxyLog  *log.Logger // ReverseProxy's own errors, into log as JSON
+	denyCache  int
+	closers    []func()
+	past       history           // the dashboard's recent past
+	recording  *engine.Recording // recent calls, for tollgate simulate
+	simulating sync.Mutex        // held while POST /simulate replays
+	registry   *prometheus.Registry
+	metrics    *httplimit.Metrics
+	public     http.Handler
+	admin      http.Handler
+	log        *slog.Logger
+	proxyLog   *log.Logger // ReverseProxy's own errors, into log as JSON
 
 	mu         sync.Mutex // serialises reloads, overrides and so builds
 	transports map[time.Duration]*http.Transport

@@ -286,6 +286,13 @@ const maxCandidate = 1 << 20
 // (simulate.Compare), as JSON. A candidate that does not compile is a 422
 // with its problems.
 func (g *Gateway) simulateCandidate(w http.ResponseWriter, r *http.Request) {
+	// A replay takes a core for a moment: one at a time.
+	if !g.simulating.TryLock() {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "a simulation is running; try again in a moment", http.StatusServiceUnavailable)
+		return
+	}
+	defer g.simulating.Unlock()
 	if g.recording == nil {
 		http.Error(w, "this gateway keeps no recording (gateway.Options.RecordSize is negative)", http.StatusNotFound)
 		return
