@@ -413,6 +413,15 @@ func (c *compiler) compileMatch(p *Policy, path string, r *Route, rs *RouteSpec,
 	if r.LimitAdds && len(r.LimitKey) > 0 && !seen["subject"] {
 		c.addf(path+".limit_key", "a limit not counted per subject is shared by subjects and decided on its own: it can only replace the plan's (limit_mode: replace), or add subject to limit_key")
 	}
+	if !r.LimitAdds && len(r.LimitKey) > 0 && !seen["subject"] {
+		for _, k := range r.LimitKey {
+			if k.Kind != "claim" {
+				c.warnf(path+".limit_key", "the route's limit replaces the plan and is counted per %s, which the client chooses: "+
+					"a client that sends a new value each time is limited by neither (add subject to limit_key to count it per caller too)", k)
+				break
+			}
+		}
+	}
 }
 
 // forbiddenHeader reports whether a route may not match or key on the

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 
@@ -128,6 +129,38 @@ func TestMatchInvalid(t *testing.T) {
 					t.Errorf("%s: error lacks %q:\n%v", c.name, w, err)
 				}
 			}
+		}
+	}
+}
+
+// TestClientChosenKeyWarns: a route limit that replaces the plan and is
+// counted only per something the client chooses loads, with a warning
+// that a new value each time escapes both; per a claim (the issuer's) or
+// with subject it loads without one.
+func TestClientChosenKeyWarns(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		warn bool
+	}{{`["header:X-Org"]`, true}, {`["path:id"]`, true}, {`[host]`, true}, {`[subject, "header:X-Org"]`, false}} {
+		b, err := os.ReadFile("../examples/quickstart.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Replace(string(b), "  - name: api\n", `  - name: keyed
+    path: "/api/k/{id}"
+    upstream: builtin:echo
+    limit: {rate: 5, period: 1m}
+    limit_key: `+c.key+"\n  - name: api\n", 1)
+		p, err := policy.Parse([]byte(text), "t.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		warned := false
+		for _, w := range p.Warnings {
+			warned = warned || strings.Contains(w.String(), "the client chooses")
+		}
+		if warned != c.warn {
+			t.Errorf("limit_key %s: warned %v, want %v (%v)", c.key, warned, c.warn, p.Warnings)
 		}
 	}
 }
