@@ -425,6 +425,7 @@ type Reservation struct {
 	limiter  *Limiter
 	subject  string
 	cost     int64
+	mu       sync.Mutex // guards place: Cancel may be called at once from several goroutines
 	place    algo.Place // the place taken in a shaping queue, if any
 }
 
@@ -511,6 +512,8 @@ func (r *Reservation) CancelAt(t time.Time) error {
 	if !r.OK() || !t.Before(r.act) {
 		return nil
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	ok, err := r.limiter.giveBack(context.Background(), r.subject, r.cost, r.place)
 	if err != nil {
 		return fmt.Errorf("canceling a reservation %v ahead: giving its place back: %w", r.act.Sub(t), err)

@@ -228,11 +228,14 @@ func (pl Prepared) GivingBack(at Place) (Prepared, error) {
 	return pl, nil
 }
 
-// giveBack is the give back of p.give, taken with cost, from s at now.
+// giveBack is the give back of p.give, taken with cost, from s at now:
+// only while the place's turn is still ahead (a place whose turn has come
+// was used, or could have been) and nothing has queued behind it.
 func giveBack(p params, s *State, now, cost int64) (Result, int64) {
 	at := *p.give
 	need := cost * p.period
-	given := s.A == at.Level && s.B == at.Last && s.A >= need && need > 0
+	ahead := at.Level > p.capU && now < at.Last+ceilDiv(at.Level-p.capU, p.n)
+	given := ahead && s.A == at.Level && s.B == at.Last && s.A >= need && need > 0
 	if given {
 		s.A -= need
 		if s.A == 0 {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/algo"
 )
 
 // Shaper is an http.RoundTripper for calling an API that enforces a hard
@@ -82,6 +81,11 @@ type ShaperOptions struct {
 	// back: by default one second; negative: a 429 without Retry-After
 	// pushes nothing back. A 503 pushes back only with a Retry-After.
 	PushBack time.Duration
+	// MaxPushBack caps how far one response's Retry-After pushes the
+	// schedule back, for every instance: by default ten minutes, so a
+	// provider (or whoever answers for a host) cannot stop the fleet's
+	// calls for days with one header.
+	MaxPushBack time.Duration
 	// Now is the clock that Retry-After dates are read against: by
 	// default time.Now.
 	Now func() time.Time
@@ -202,15 +206,21 @@ func (s *Shaper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// pushBack returns how long resp asks the schedule to be pushed back.
+// defaultMaxPushBack is ShaperOptions.MaxPushBack's default.
+const defaultMaxPushBack = 10 * time.Minute
+
+// pushBack returns how long resp asks the schedule to be pushed back, at
+// most MaxPushBack.
 func (s *Shaper) pushBack(resp *http.Response) (time.Duration, bool) {
 	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
 		return 0, false
 	}
 	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), resp.Header.Get("Date"), s.opts.Now()); ok {
-		// A Retry-After past what a limit can count (200 years) is
-		// taken as that.
-		return min(max(d, time.Millisecond), algo.MaxHorizon), true
+		most := s.opts.MaxPushBack
+		if most <= 0 {
+			most = defaultMaxPushBack
+		}
+		return min(max(d, time.Millisecond), most), true
 	}
 	if resp.StatusCode == http.StatusTooManyRequests && s.opts.PushBack > 0 {
 		return s.opts.PushBack, true

@@ -194,3 +194,32 @@ func TestShaperGivesBackAbandonedTurn(t *testing.T) {
 		t.Errorf("after the abandoned turn: %+v, was %+v (%d sent); want it given back", after, before, calls.Load())
 	}
 }
+
+// A Retry-After longer than MaxPushBack pushes the shared schedule back by
+// MaxPushBack only: one response cannot stop every instance for days.
+func TestShaperPushBackCapped(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("Retry-After", "999999999")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	c := &fakeClock{t: shapeBase}
+	ss, _ := shapers(t, 2, c, client.ShaperOptions{MaxPushBack: 1500 * time.Millisecond})
+	for i, s := range ss {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+		start := c.Now()
+		resp, err := s.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		resp.Body.Close()
+		if i == 1 {
+			if got := c.Now().Sub(start); got != 1600*time.Millisecond {
+				t.Errorf("the other instance's call waited %v, want 1.6s (MaxPushBack, then one drain time)", got)
+			}
+		}
+	}
+}

@@ -160,6 +160,24 @@ func testGiveBack(t *testing.T, s tollgate.Store) {
 	if d, _ := take(base.Add(10 * time.Millisecond)); d.Delay != 190*time.Millisecond {
 		t.Errorf("after the give back, the next place is %v away, want 190ms", d.Delay)
 	}
+	// A place whose turn has come was used (or could have been): it is
+	// not given back, even while it is the last.
+	late := req
+	late.Subject = "g-late"
+	takeLate := func() algo.Place {
+		t.Helper()
+		d, at, err := s.TakePlace(ctx, late)
+		if err != nil || !d.Allowed {
+			t.Fatalf("TakePlace: %+v, %v", d, err)
+		}
+		return at
+	}
+	takeLate()
+	lp := takeLate() // its turn: 100 ms after base
+	late.Now = base.Add(150 * time.Millisecond)
+	if ok, err := s.GiveBack(ctx, late, lp); err != nil || ok {
+		t.Errorf("a place given back after its turn: %v, %v", ok, err)
+	}
 	// Long after, the queue has drained and its state expired (or is
 	// drained): an old place is nothing to give back.
 	if give(p0, base.Add(time.Minute)) {

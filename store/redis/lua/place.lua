@@ -29,7 +29,9 @@ local function place_op()
   local lvl, last = tonumber(A[5]), tonumber(A[6])
   local need = cost * period
   local given = 0
-  if x and x == lvl and y == last and x >= need and need > 0 then
+  -- Only while the place's turn is still ahead (see algo.giveBack).
+  local capU = cap * period
+  if x and x == lvl and y == last and x >= need and need > 0 and lvl > capU and NOW < last + ceil((lvl - capU) / n) then
     given = 1
     x = x - need
   end
