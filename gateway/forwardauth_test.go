@@ -249,6 +249,10 @@ func TestForwardAuthEndpoint(t *testing.T) {
 		{"no route", describe("GET", "/nothing"), 404, httplimit.ProblemNotFound},
 		{"concurrency", describe("GET", "/api/reports"), 500, httplimit.ProblemForwardAuthUnsupported},
 		{"login guard", describe("POST", "/LOGIN/"), 500, httplimit.ProblemForwardAuthUnsupported},
+		// A proxy passes these on where the gateway would remove them: a
+		// service reading '_' as '-' would see another credential or user.
+		{"credential spelt with _", append(describe("GET", "/api/items"), "X_Api_Key", freeKey), 400, httplimit.ProblemForwardAuthBadRequest},
+		{"user header spelt with _", append(describe("GET", "/api/items"), "X_User_Id", "mallory"), 400, httplimit.ProblemForwardAuthBadRequest},
 	}
 	for _, c := range refused {
 		resp, p := ask(t, g, gateway.ForwardAuthPath, false, append(c.header, key...)...)

@@ -113,6 +113,9 @@ func (fa *forwardAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	described, err := describedRequest(r)
+	if err == nil {
+		err = m.underscored(described.Header)
+	}
 	if err != nil {
 		WriteProblem(aw, Problem{Type: ProblemForwardAuthBadRequest, Status: http.StatusBadRequest, Detail: err.Error()})
 		return
@@ -135,6 +138,19 @@ func (fa *forwardAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v.Deferred() {
 		http.NewResponseController(w).Flush()
 	}
+}
+
+// underscored refuses a header that the gateway would remove before the
+// service (an identity, credential, forwarding or route header spelt with
+// '_' for '-'): here the proxy passes it on, and a service that reads '_'
+// as '-' would see what the decision did not.
+func (m *middleware) underscored(h http.Header) error {
+	for name := range h {
+		if strings.IndexByte(name, '_') >= 0 && m.protected[headerKey(name)] {
+			return fmt.Errorf("the header %s is spelt with '_', which services read differently; send it with '-'", name)
+		}
+	}
+	return nil
 }
 
 // describedRequest returns the request r describes, for deciding: r with
