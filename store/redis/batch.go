@@ -106,12 +106,8 @@ func decodeOutcomes(res rueidis.RedisResult, outs []outcome) error {
 		return fmt.Errorf("script answered %d bytes for %d requests, want %d", len(packed), len(outs), 40*len(outs))
 	}
 	for i := range outs {
-		for j := range 5 {
-			f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(packed[40*i+8*j : 40*i+8*j+8])))
-			if f != math.Trunc(f) || math.Abs(f) >= 1<<53 {
-				return fmt.Errorf("script answered %v, not an integer", f)
-			}
-			outs[i].vals[j] = int64(f)
+		if err := decodeInts(packed[40*i:40*i+40], outs[i].vals[:]); err != nil {
+			return err
 		}
 	}
 	for p := 1; p < len(msgs); p += 2 {
@@ -124,6 +120,19 @@ func decodeOutcomes(res rueidis.RedisResult, outs []outcome) error {
 			return fmt.Errorf("reading script error: %w", err)
 		}
 		outs[i-1] = outcome{err: requestError(text)}
+	}
+	return nil
+}
+
+// decodeInts decodes packed, little-endian doubles holding integers below
+// 2^53 as the scripts write them, into vals (len(packed) = 8 × len(vals)).
+func decodeInts(packed string, vals []int64) error {
+	for i := range vals {
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(packed[8*i : 8*i+8])))
+		if f != math.Trunc(f) || math.Abs(f) >= 1<<53 {
+			return fmt.Errorf("script answered %v, not an integer", f)
+		}
+		vals[i] = int64(f)
 	}
 	return nil
 }

@@ -2,9 +2,7 @@ package redis
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/tollgate/tollgate/algo"
@@ -79,12 +77,8 @@ func (s *Store) placeOp(ctx context.Context, req algo.Request, op int, p algo.Pl
 		return nil, fmt.Errorf("script answered %d bytes, want %d", len(b), 8*k)
 	}
 	v := make([]int64, k)
-	for i := range v {
-		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(b[8*i : 8*i+8])))
-		if f != math.Trunc(f) || math.Abs(f) >= 1<<53 {
-			return nil, fmt.Errorf("script answered %v, not an integer", f)
-		}
-		v[i] = int64(f)
+	if err := decodeInts(b, v); err != nil {
+		return nil, err
 	}
 	return v, nil
 }

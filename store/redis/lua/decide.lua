@@ -69,13 +69,7 @@ local function lone()
   end
   local x, y, z = read(key, a, redis.call('GET', key))
   local allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, y, z, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb)
-  if w1 then
-    if REDIS_CLOCK then
-      redis.call('SET', key, pack(STATE[a], w1, w2, w3), 'PXAT', ttl + NOW)
-    else
-      redis.call('SET', key, pack(STATE[a], w1, w2, w3), 'PX', ttl + slack)
-    end
-  end
+  if w1 then store(key, a, w1, w2, w3, ttl) end
   return allowed, rem, reset, retry, delay
 end
 -- decide_all answers the k requests (see answer).

@@ -17,11 +17,7 @@ local function place_op()
     local allowed, rem, reset, retry, delay, w1, w2, _, ttl = algs[2](x, y, nil, n, period, cap, cost, md, nil, nil, nil, nil, nil, wd, 0)
     local l1, l2 = 0, 0
     if w1 then
-      if REDIS_CLOCK then
-        redis.call('SET', key, pack('<dd', w1, w2), 'PXAT', ttl + NOW)
-      else
-        redis.call('SET', key, pack('<dd', w1, w2), 'PX', ttl + slack)
-      end
+      store(key, 2, w1, w2, nil, ttl)
       l1, l2 = w1, w2
     end
     return pack('<ddddddd', allowed, rem, reset, retry, delay, l1, l2)
@@ -38,11 +34,7 @@ local function place_op()
   local _, rem, reset, retry, delay = algs[2](x, y, nil, n, period, cap, 0, md)
   if given == 1 then
     if reset > 0 then
-      if REDIS_CLOCK then
-        redis.call('SET', key, pack('<dd', x, y), 'PXAT', reset + NOW)
-      else
-        redis.call('SET', key, pack('<dd', x, y), 'PX', reset + slack)
-      end
+      store(key, 2, x, y, nil, reset)
     else
       redis.call('DEL', key)
     end

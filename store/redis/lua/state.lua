@@ -127,19 +127,23 @@ local function decide(i, write, zero, over)
   end
   return allowed, rem, reset, retry, delay
 end
--- save stores state w1, w2, w3 of algorithm a under key with a TTL of
+-- store stores state w1, w2, w3 of algorithm a under key with a TTL of
 -- ttl ms from NOW, checking first that the key holds no other type when
--- fresh; it returns true, or false and the error. On Redis'
+-- fresh; a failure (a key of another type) fails the call. save is store
+-- in a pcall: it returns true, or false and the error. On Redis'
 -- clock the expiry is given as an absolute time (PXAT), which Redis
 -- propagates as it is; a relative one (PX) it rewrites into an absolute
--- one first. (decide.lua's lone writes the same way.)
-local function save(key, a, w1, w2, w3, ttl, fresh)
+-- one first.
+local function store(key, a, w1, w2, w3, ttl, fresh)
   local opt, at = 'PX', ttl + slack
   if REDIS_CLOCK then opt, at = 'PXAT', ttl + NOW end
   if fresh then
-    return pcall(redis.call, 'SET', key, pack(STATE[a], w1, w2, w3), opt, at, 'GET')
+    return redis.call('SET', key, pack(STATE[a], w1, w2, w3), opt, at, 'GET')
   end
-  return pcall(redis.call, 'SET', key, pack(STATE[a], w1, w2, w3), opt, at)
+  return redis.call('SET', key, pack(STATE[a], w1, w2, w3), opt, at)
+end
+local function save(key, a, w1, w2, w3, ttl, fresh)
+  return pcall(store, key, a, w1, w2, w3, ttl, fresh)
 end
 -- flush writes every charged key's state with its TTL. It returns the
 -- keys whose write failed, with the errors.
