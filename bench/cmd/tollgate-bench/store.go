@@ -178,7 +178,41 @@ func fleetImpls() []storeImpl {
 			return d, func() { st.Close() }, err
 		}},
 		redisRateImpl(),
+		{name: floorName, open: openFloor},
 	}
+}
+
+// floorName names the fleet's floor: a call that decides nothing.
+const floorName = "floor: an FCALL that decides nothing (rueidis)"
+
+// floorLibrary is the floor's function: it returns a constant string as
+// long as Tollgate's answer to one request, and touches no key.
+const floorLibrary = "#!lua name=tollgate_bench_floor\n" +
+	"redis.register_function('tollgate_bench_floor', function(keys, args) return '" + "0123456789012345678901234567890123456789" + "' end)\n"
+
+// openFloor opens a client as the gateway's store opens one and calls the
+// floor's function with the arguments of Tollgate's lone decision (a key,
+// an empty string, "0" and 104 bytes): what Redis spends on a call, its network work
+// and its Lua function call, before a script does anything.
+func openFloor(s workerSpec) (decider, func(), error) {
+	opt, err := rueidis.ParseURL("redis://" + s.Addr + "/0")
+	if err != nil {
+		return nil, nil, err
+	}
+	opt.DisableCache, opt.ForceSingleClient = true, true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx := context.Background()
+	if err := c.Do(ctx, c.B().FunctionLoad().Replace().FunctionCode(floorLibrary).Build()).Error(); err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("loading the floor's function: %w", err)
+	}
+	packed := string(make([]byte, 104))
+	return func(ctx context.Context, key string) error {
+		return c.Do(ctx, c.B().Fcall().Function("tollgate_bench_floor").Numkeys(1).Key(key).Arg("", "0", packed).Build()).Error()
+	}, c.Close, nil
 }
 
 // implNamed finds an implementation by name among the store and fleet
