@@ -214,8 +214,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		st.charge = len(charges)
 		for j, c := range charges {
 			if c.Budget == st.lim.Budget && c.Subject == sub {
-				// The same descriptor twice: one charge of both.
-				charges[j].Cost += st.hits
+				// The same descriptor twice: one charge of both
+				// (saturated: hits summing past an int64 are more
+				// than any limit, never a small charge).
+				charges[j].Cost = addHits(c.Cost, st.hits)
 				st.charge = j
 				break
 			}
@@ -408,6 +410,14 @@ func hitsOf(req *rlspb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
 		h = max(1, uint64(req.GetHitsAddend()))
 	}
 	return int64(min(h, math.MaxInt64))
+}
+
+// addHits is a+b for non-negative counts, saturated at math.MaxInt64.
+func addHits(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // windowReset is the seconds until the window of period that now is in

@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -343,4 +344,27 @@ func TestStoreFailure(t *testing.T) {
 	if open.OverallCode != ok || open.Statuses[0].LimitRemaining != 19 {
 		t.Fatalf("fail_open domain with Redis down: %v", open)
 	}
+}
+
+// TestHitsAddendSumOverflow: the same descriptor several times is one
+// charge of all its hits; hits that add up past what an int64 holds must
+// refuse the request (more than any limit), never wrap round to a small
+// charge that is admitted.
+func TestHitsAddendSumOverflow(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, fixtureOptions{})
+		huge := uint64(math.MaxInt64)
+		// MaxInt64 + MaxInt64 + 3 wraps round to 1 in int64.
+		resp := f.ask(t, "another", 1, withHits(desc("key2", "w"), huge), withHits(desc("key2", "w"), huge), withHits(desc("key2", "w"), 3))
+		if resp.OverallCode != over {
+			t.Fatalf("hits summing past MaxInt64: %v, want OVER_LIMIT", resp)
+		}
+		// Nothing was charged.
+		expect(t, "after", f.ask(t, "another", 0, withHits(desc("key2", "w"), 0)), ok, status{ok, 20, 20, 50})
+		// Two of them (a sum of -2 if wrapped) refuse too, not an error.
+		resp = f.ask(t, "another", 1, withHits(desc("key2", "w"), huge), withHits(desc("key2", "w"), math.MaxUint64))
+		if resp.OverallCode != over {
+			t.Fatalf("hits summing to 2×MaxInt64: %v, want OVER_LIMIT", resp)
+		}
+	})
 }
