@@ -80,9 +80,11 @@ type ticket struct {
 }
 
 // acquire waits until a request to host and path may be sent; sleep waits
-// for a reset the server reported (the Options.Sleep seam); waits for
-// answers to requests in flight use real time.
-func (p *pacer) acquire(ctx context.Context, host, path string, now func() time.Time, failFast bool, sleep func(context.Context, time.Duration) error) (ticket, error) {
+// for a reset the server reported (the Options.Sleep seam), at most
+// maxWait: a reset further off, which the server chose and may have set
+// centuries ahead, fails the request as failFast does; waits for answers
+// to requests in flight use real time.
+func (p *pacer) acquire(ctx context.Context, host, path string, now func() time.Time, failFast bool, maxWait time.Duration, sleep func(context.Context, time.Duration) error) (ticket, error) {
 	for {
 		p.mu.Lock()
 		name, ok := p.byPath[host+" "+path]
@@ -112,7 +114,7 @@ func (p *pacer) acquire(ctx context.Context, host, path string, now func() time.
 		case s.remaining == 0:
 			wait := s.resetAt.Sub(t)
 			p.mu.Unlock()
-			if failFast {
+			if failFast || wait > maxWait {
 				return ticket{}, &PacedError{Host: host, Policy: name, Wait: wait}
 			}
 			if dl, ok := ctx.Deadline(); ok && t.Add(wait).After(dl) {

@@ -317,3 +317,33 @@ func TestRetryBudget(t *testing.T) {
 		t.Errorf("%d attempts for 5 requests, want 7 (2 retries in the budget)", got)
 	}
 }
+
+// TestPacingWaitCappedByMaxDelay: a server that says a policy has nothing
+// left for centuries (RateLimit t, or Retry-After, of any size) cannot
+// make a request without a deadline wait past MaxDelay: it fails with
+// ErrPaced at once, as a retry asked to wait past MaxDelay returns the
+// refusal instead.
+func TestPacingWaitCappedByMaxDelay(t *testing.T) {
+	for name, h := range map[string]http.HandlerFunc{
+		"RateLimit t": refuse(200, "RateLimit", `"p";r=0;t=9999999999999`),
+		"Retry-After": refuse(429, "Retry-After", "9999999999999"),
+		"just past":   refuse(200, "RateLimit", `"p";r=0;t=31`),
+		"HTTP-date":   refuse(429, "Retry-After", "Fri, 31 Dec 9999 23:59:59 GMT"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newScript(t, h, ok)
+			clk := &fakeClock{t: now}
+			tr := newTransport(clk, client.Options{})
+			do(t, tr, must(http.NewRequest("GET", s.URL+"/a", nil)))
+			_, err := tr.RoundTrip(must(http.NewRequest("GET", s.URL+"/a", nil)))
+			if !errors.Is(err, client.ErrPaced) {
+				t.Errorf("got %v; want ErrPaced at once", err)
+			}
+			for _, d := range clk.slept() {
+				if d > 30*time.Second {
+					t.Fatalf("slept %v, past MaxDelay (30s)", d)
+				}
+			}
+		})
+	}
+}
