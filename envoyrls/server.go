@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
@@ -223,6 +224,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			}
 		}
 		if st.charge == len(charges) {
+			if len(charges) == algo.MaxGroup {
+				// Refused before the next descriptor is compared with
+				// all those before it: a request of thousands costs
+				// no more than its reading.
+				return nil, s.serviceError(fmt.Sprintf("more than %d limited descriptors in one request", algo.MaxGroup))
+			}
 			charges = append(charges, engine.BudgetCharge{Budget: st.lim.Budget, Subject: sub, Cost: st.hits})
 		}
 	}

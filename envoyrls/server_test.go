@@ -3,6 +3,7 @@ package envoyrls_test
 import (
 	"context"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/envoyrls"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/resilience"
@@ -367,4 +369,34 @@ func TestHitsAddendSumOverflow(t *testing.T) {
 			t.Fatalf("hits summing to 2×MaxInt64: %v, want OVER_LIMIT", resp)
 		}
 	})
+}
+
+// TestManyDescriptors: a request may name at most algo.MaxGroup limited
+// descriptors; one naming more is an error, answered in time linear in
+// the request (a request of 150,000 distinct descriptors, 3 MiB, under
+// gRPC's default 4 MiB, took minutes of CPU when every descriptor was
+// compared with every other before the count was checked).
+func TestManyDescriptors(t *testing.T) {
+	f := newFixture(t, "memory", fixtureOptions{})
+	ask := func(n int) error {
+		ds := make([]*rlv3Descriptor, n)
+		for i := range ds {
+			ds[i] = desc("key2", strconv.Itoa(i))
+		}
+		_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "another", Descriptors: ds})
+		return err
+	}
+	if err := ask(algo.MaxGroup); err != nil {
+		t.Fatalf("%d descriptors: %v", algo.MaxGroup, err)
+	}
+	if err := ask(algo.MaxGroup + 1); grpcstatus.Code(err) != codes.InvalidArgument {
+		t.Fatalf("%d descriptors: %v, want InvalidArgument", algo.MaxGroup+1, err)
+	}
+	start := time.Now()
+	if err := ask(150_000); grpcstatus.Code(err) != codes.InvalidArgument {
+		t.Fatalf("150,000 descriptors: %v, want InvalidArgument", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("150,000 descriptors answered in %v", d)
+	}
 }
