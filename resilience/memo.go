@@ -1,7 +1,6 @@
 package resilience
 
 import (
-	"crypto/sha256"
 	"hash/maphash"
 	"math/bits"
 	"strconv"
@@ -44,34 +43,12 @@ type memoShard struct {
 	m  map[memoKey]*memoEntry
 }
 
-// memoKey is a request's key, as the stores tell states apart: a tag equal
-// to the subject is no tag. A name, tag or subject longer than maxKeyPart
-// is held as its SHA-256 digest (and marked in digests), so that what the
-// memo keeps per key is bounded as the number of keys is, however long
-// the callers' subjects.
-type memoKey struct {
-	name, tag, subject string
-	alg                algo.Algorithm
-	digests            uint8 // 1: name, 2: tag, 4: subject, held as digests
-}
+// memoKey is a request's key, as the stores tell states apart, long parts
+// held as digests, so that what the memo keeps per key is bounded as the
+// number of keys is (see [algo.StateKey]).
+type memoKey = algo.StateKey
 
-// maxKeyPart is the longest name, tag or subject a memoKey holds as it is.
-const maxKeyPart = 64
-
-func keyOf(r *algo.Request) memoKey {
-	k := memoKey{name: r.Name, tag: r.Tag, subject: r.Subject, alg: r.Limit.Algorithm}
-	if k.tag == k.subject {
-		k.tag = ""
-	}
-	for i, p := range [...]*string{&k.name, &k.tag, &k.subject} {
-		if len(*p) > maxKeyPart {
-			sum := sha256.Sum256([]byte(*p))
-			*p = string(sum[:])
-			k.digests |= 1 << i
-		}
-	}
-	return k
-}
+func keyOf(r *algo.Request) memoKey { return algo.StateKeyOf(r) }
 
 // memoEntry is what this instance knows of one key. Times are in ms since
 // the epoch, on this instance's clock.
@@ -131,7 +108,7 @@ func newMemo(size int) *memo {
 }
 
 func (m *memo) shard(k *memoKey) *memoShard {
-	return &m.shards[maphash.String(m.seed, k.subject)%memoShards]
+	return &m.shards[maphash.String(m.seed, k.Subject)%memoShards]
 }
 
 // entry returns k's entry for limit l, creating it (and making room for
