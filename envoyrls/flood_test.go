@@ -84,3 +84,51 @@ func TestLongValuesBounded(t *testing.T) {
 	// A value that looks like a digest is no other value's budget.
 	expect(t, "h: value", f.ask(t, "another", 1, desc("key2", "h:0123")), ok, status{ok, 20, 19, 50})
 }
+
+// TestDetailedMetricBounded: with detailed_metric, a descriptor's values
+// are in its metrics' labels, as envoyproxy/ratelimit puts them; values
+// are request data, so a client sending a new one each time (or one of
+// 60 KiB) made a series of each, in Prometheus and in the service's own
+// map of counters, without end. The first maxDetailedKeys keys (each of
+// at most 256 bytes) get their series; any other is counted under the
+// descriptor's configured key.
+func TestDetailedMetricBounded(t *testing.T) {
+	f := newFixture(t, "memory", fixtureOptions{files: map[string]string{"d.yaml": `domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+`}})
+	const max = 10_000 // envoyrls' maxDetailedKeys
+	for i := range max + 500 {
+		f.ask(t, "d", 1, desc("user", strconv.Itoa(i)))
+	}
+	f.ask(t, "d", 1, desc("user", strings.Repeat("x", 60<<10)))
+	fams, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range fams {
+		if fam.GetName() != "ratelimit_service_rate_limit_total_hits" {
+			continue
+		}
+		if n := len(fam.Metric); n > max+1 {
+			t.Errorf("%d series of total_hits after %d values", n, max+501)
+		}
+		for _, m := range fam.Metric {
+			for _, l := range m.Label {
+				if len(l.GetValue()) > 256 {
+					t.Fatalf("a label of %d bytes", len(l.GetValue()))
+				}
+			}
+		}
+	}
+	if got := f.counter(f.metrics.TotalHits, "d", "user_0", "", "user_0"); got != 1 {
+		t.Errorf("the first value's own series: %d hits, want 1", got)
+	}
+	if got := f.counter(f.metrics.TotalHits, "d", "user", "", "user"); got != 501 {
+		t.Errorf("the configured key's series: %d hits, want the 501 past the bound", got)
+	}
+}

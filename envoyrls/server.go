@@ -314,7 +314,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		if m := s.opts.Metrics; m != nil {
 			key := lim.StatKey
 			if st.nodes != nil && dynamicMetric(lim, st.nodes) {
-				key = metricKey(req.Domain, lim, d.Entries, st.nodes)
+				key = m.detailedKey(metricKey(req.Domain, lim, d.Entries, st.nodes), lim.StatKey)
 			}
 			m.counters(req.Domain, key).record(uint64(st.hits), limit, before, over, lim.Shadow, s.opts.NearLimitRatio)
 		}
