@@ -43,12 +43,29 @@ func (e *PacedError) Unwrap() error { return ErrPaced }
 // When a response says r=0 for t, requests wait until then; after it, one
 // probe goes alone and its answer sets how many follow (the others wait
 // for it, up to probeTimeout).
+//
+// What it keeps is bounded (maxPaths, maxHosts, maxPolicies): a client
+// calling paths with ids in them, or a server naming a new policy in each
+// answer, would otherwise grow it without end. When full, it forgets a
+// path or host at random (a path forgotten goes under its host's last
+// policy again) and, of a few policies no request is waiting on, the one
+// whose reset is earliest.
 type pacer struct {
 	mu       sync.Mutex
 	policies map[paceKey]*paceState
 	byPath   map[string]string // host+" "+path: the policy it answered with
 	byHost   map[string]string // host: the policy it last answered with
 }
+
+// The pacer's bounds.
+const (
+	maxPaths    = 4096
+	maxHosts    = 1024
+	maxPolicies = 1024
+	// policySample is how many policies a full pacer looks at to pick
+	// one to forget.
+	policySample = 8
+)
 
 // probeTimeout is how long requests wait for a probe's answer before
 // another request may probe (a slow request should not hold up the rest
@@ -80,9 +97,11 @@ type ticket struct {
 }
 
 // acquire waits until a request to host and path may be sent; sleep waits
-// for a reset the server reported (the Options.Sleep seam); waits for
-// answers to requests in flight use real time.
-func (p *pacer) acquire(ctx context.Context, host, path string, now func() time.Time, failFast bool, sleep func(context.Context, time.Duration) error) (ticket, error) {
+// for a reset the server reported (the Options.Sleep seam), at most
+// maxWait: a reset further off, which the server chose and may have set
+// centuries ahead, fails the request as failFast does; waits for answers
+// to requests in flight use real time.
+func (p *pacer) acquire(ctx context.Context, host, path string, now func() time.Time, failFast bool, maxWait time.Duration, sleep func(context.Context, time.Duration) error) (ticket, error) {
 	for {
 		p.mu.Lock()
 		name, ok := p.byPath[host+" "+path]
@@ -95,6 +114,10 @@ func (p *pacer) acquire(ctx context.Context, host, path string, now func() time.
 		}
 		k := paceKey{host, name}
 		s := p.policies[k]
+		if s == nil { // forgotten (see maxPolicies): nothing known
+			p.mu.Unlock()
+			return ticket{}, nil
+		}
 		t := now()
 		if s.remaining == 0 && !t.Before(s.resetAt) {
 			s.remaining = -1 // the quota is back by now, but how much of it?
@@ -112,7 +135,7 @@ func (p *pacer) acquire(ctx context.Context, host, path string, now func() time.
 		case s.remaining == 0:
 			wait := s.resetAt.Sub(t)
 			p.mu.Unlock()
-			if failFast {
+			if failFast || wait > maxWait {
 				return ticket{}, &PacedError{Host: host, Policy: name, Wait: wait}
 			}
 			if dl, ok := ctx.Deadline(); ok && t.Add(wait).After(dl) {
@@ -154,8 +177,7 @@ func (p *pacer) acquire(ctx context.Context, host, path string, now func() time.
 func (p *pacer) record(tk ticket, host, path string, info *Info, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if tk.paced {
-		s := p.policies[tk.key]
+	if s := p.policies[tk.key]; tk.paced && s != nil {
 		s.inflight = max(0, s.inflight-1)
 		if tk.probe {
 			s.probing = false
@@ -177,10 +199,13 @@ func (p *pacer) record(tk ticket, host, path string, info *Info, now time.Time) 
 		return
 	}
 	k := paceKey{host, l.Name}
-	p.byPath[host+" "+path] = l.Name
-	p.byHost[host] = l.Name
+	setBounded(p.byPath, host+" "+path, l.Name, maxPaths)
+	setBounded(p.byHost, host, l.Name, maxHosts)
 	s := p.policies[k]
 	if s == nil {
+		if len(p.policies) >= maxPolicies {
+			p.forgetPolicy()
+		}
 		s = &paceState{batchMin: -1, changed: make(chan struct{})}
 		p.policies[k] = s
 	}
@@ -205,6 +230,38 @@ func (p *pacer) record(tk ticket, host, path string, info *Info, now time.Time) 
 	}
 	if !tk.paced || tk.key != k {
 		s.notify()
+	}
+}
+
+// setBounded sets m[k] to v, first deleting another key (the first the
+// map's random order gives) if m holds limit keys and not k.
+func setBounded(m map[string]string, k, v string, limit int) {
+	if _, ok := m[k]; !ok && len(m) >= limit {
+		for old := range m {
+			delete(m, old)
+			break
+		}
+	}
+	m[k] = v
+}
+
+// forgetPolicy deletes, of up to policySample policies no request holds a
+// ticket of (none in flight, no probe), the one whose reset is earliest;
+// none if every one looked at is in use. The caller holds p.mu.
+func (p *pacer) forgetPolicy() {
+	var victim paceKey
+	var found *paceState
+	n := 0
+	for k, s := range p.policies {
+		if s.inflight == 0 && !s.probing && (found == nil || s.resetAt.Before(found.resetAt)) {
+			victim, found = k, s
+		}
+		if n++; n == policySample {
+			break
+		}
+	}
+	if found != nil {
+		delete(p.policies, victim)
 	}
 }
 

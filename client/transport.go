@@ -10,7 +10,8 @@
 // says, in the RateLimit field (draft-ietf-httpapi-ratelimit-headers, or
 // the older spellings, see ParseResponse), that a policy has nothing left
 // for t seconds, further requests under that policy wait until then (or
-// fail fast with ErrPaced) instead of being sent to be refused.
+// fail fast with ErrPaced; so does one that would wait past MaxDelay)
+// instead of being sent to be refused.
 package client
 
 import (
@@ -34,7 +35,9 @@ type Options struct {
 	// doubles each retry.
 	BaseDelay time.Duration
 	// MaxDelay caps every wait (default 30s). A server asking for a longer
-	// wait than this gets its response returned instead of a retry.
+	// wait than this gets its response returned instead of a retry, and
+	// a request its policy would hold back longer fails with ErrPaced
+	// instead of waiting.
 	MaxDelay time.Duration
 	// RetryRatio is the retry budget: retries may be at most this share
 	// of requests (default 0.2), beyond RetryPerSecond (default 5) retries
@@ -177,7 +180,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		tk := ticket{}
 		if !t.NoPacing {
 			var err error
-			tk, err = t.pace.acquire(ctx, host, path, t.Now, t.FailFast, t.Sleep)
+			tk, err = t.pace.acquire(ctx, host, path, t.Now, t.FailFast, t.MaxDelay, t.Sleep)
 			if err != nil {
 				if prev != nil {
 					return prev, nil // the retry cannot go: the refusal is the answer

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -315,5 +316,63 @@ func TestRetryBudget(t *testing.T) {
 	}
 	if got := s.hits.Load(); got != 5+2 {
 		t.Errorf("%d attempts for 5 requests, want 7 (2 retries in the budget)", got)
+	}
+}
+
+// TestPacingWaitCappedByMaxDelay: a server that says a policy has nothing
+// left for centuries (RateLimit t, or Retry-After, of any size) cannot
+// make a request without a deadline wait past MaxDelay: it fails with
+// ErrPaced at once, as a retry asked to wait past MaxDelay returns the
+// refusal instead.
+func TestPacingWaitCappedByMaxDelay(t *testing.T) {
+	for name, h := range map[string]http.HandlerFunc{
+		"RateLimit t": refuse(200, "RateLimit", `"p";r=0;t=9999999999999`),
+		"Retry-After": refuse(429, "Retry-After", "9999999999999"),
+		"just past":   refuse(200, "RateLimit", `"p";r=0;t=31`),
+		"HTTP-date":   refuse(429, "Retry-After", "Fri, 31 Dec 9999 23:59:59 GMT"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newScript(t, h, ok)
+			clk := &fakeClock{t: now}
+			tr := newTransport(clk, client.Options{})
+			do(t, tr, must(http.NewRequest("GET", s.URL+"/a", nil)))
+			_, err := tr.RoundTrip(must(http.NewRequest("GET", s.URL+"/a", nil)))
+			if !errors.Is(err, client.ErrPaced) {
+				t.Errorf("got %v; want ErrPaced at once", err)
+			}
+			for _, d := range clk.slept() {
+				if d > 30*time.Second {
+					t.Fatalf("slept %v, past MaxDelay (30s)", d)
+				}
+			}
+		})
+	}
+}
+
+// TestPacerBounded: what the pacer keeps is bounded whatever the paths a
+// client calls (ids in them) and the policy names servers answer with (a
+// new one each time): a long-lived client must not grow without end.
+func TestPacerBounded(t *testing.T) {
+	var n atomic.Int64
+	s := newScript(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("RateLimit", fmt.Sprintf(`"p%d";r=5;t=60`, n.Add(1)))
+		io.WriteString(w, "fine")
+	})
+	clk := &fakeClock{t: now}
+	tr := newTransport(clk, client.Options{})
+	const calls = 6000
+	for i := range calls {
+		do(t, tr, must(http.NewRequest("GET", fmt.Sprintf("%s/items/%d", s.URL, i), nil)))
+	}
+	paths, hosts, policies := client.PacerSizes(tr)
+	if paths > 4096 || hosts > 1024 || policies > 1024 {
+		t.Fatalf("after %d calls to new paths under new policies the pacer keeps %d paths, %d hosts, %d policies", calls, paths, hosts, policies)
+	}
+	// It still paces: a policy with nothing left holds the next request.
+	s2 := newScript(t, refuse(200, "RateLimit", `"q";r=0;t=5`), ok)
+	do(t, tr, must(http.NewRequest("GET", s2.URL+"/a", nil)))
+	do(t, tr, must(http.NewRequest("GET", s2.URL+"/a", nil)))
+	if got := clk.slept(); len(got) != 1 || got[0] != 5*time.Second {
+		t.Errorf("slept %v, want [5s]", got)
 	}
 }

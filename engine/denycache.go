@@ -36,20 +36,13 @@ type denyShard struct {
 }
 
 // denyKey names one state as the stores do: a subject's state in its own
-// group (empty tag) is not the same subject's state in another group.
-type denyKey struct {
-	name, tag, subject string
-	alg                algo.Algorithm
-}
+// group (empty tag) is not the same subject's state in another group. Long
+// parts are held as digests, so that the cache's bound, a number of
+// entries, bounds its bytes too (see [algo.StateKey]).
+type denyKey = algo.StateKey
 
 // denyKeyOf returns the deny cache's key of a request.
-func denyKeyOf(req *algo.Request) denyKey {
-	k := denyKey{req.Name, req.Tag, req.Subject, req.Limit.Algorithm}
-	if k.tag == k.subject {
-		k.tag = ""
-	}
-	return k
-}
+func denyKeyOf(req *algo.Request) denyKey { return algo.StateKeyOf(req) }
 
 type denyEntry struct {
 	until time.Time // refused until

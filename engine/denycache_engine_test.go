@@ -2,11 +2,15 @@ package engine_test
 
 import (
 	"context"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
@@ -144,5 +148,43 @@ func TestDenyCacheGroup(t *testing.T) {
 	*now = start.Add(time.Minute)
 	if ds = group(); !ds[0].Decision.Allowed || !ds[1].Decision.Allowed || st.calls.Load() != calls+1 {
 		t.Fatalf("after RetryAfter: %+v", ds)
+	}
+}
+
+// TestDenyCacheLongSubjectsBounded: the deny cache is bounded by a number
+// of refusals, so a subject's length must not count: a caller of
+// CheckBudgets charging subjects of 60 KiB (a header's value) kept each
+// refused one. Long subjects are remembered by a digest, and the cache
+// still answers their refusals without a store call.
+func TestDenyCacheLongSubjectsBounded(t *testing.T) {
+	e, st, _, _, _ := denyFixture(t)
+	b, err := policy.RLSBudget("long", "d", []policy.RLSEntry{{Key: "k"}}, tollgate.Limit{Algorithm: algo.FixedWindow, Rate: 1, Period: time.Hour}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(sub string) *engine.Verdict {
+		return e.CheckBudgets(context.Background(), engine.BudgetCall{Group: "d", Tag: "d", Charges: []engine.BudgetCharge{{Budget: b, Subject: sub, Cost: 1}}})
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	pad := strings.Repeat("x", 60<<10)
+	before := heap()
+	for i := range 1000 {
+		sub := strconv.Itoa(i) + pad
+		call(sub)
+		if v := call(sub); v.Outcome != engine.Refused {
+			t.Fatalf("second call of a 1-an-hour budget: %v", v.Outcome)
+		}
+	}
+	if grew := int64(heap()) - int64(before); grew > 16<<20 {
+		t.Errorf("1,000 refused long subjects kept %d MiB", grew>>20)
+	}
+	calls := st.calls.Load()
+	if v := call("999" + pad); v.Outcome != engine.Refused || st.calls.Load() != calls {
+		t.Fatalf("a cached refusal of a long subject: %v after %d store calls", v.Outcome, st.calls.Load()-calls)
 	}
 }

@@ -1,6 +1,8 @@
 package envoyrls
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -45,11 +47,31 @@ func (d *Domain) lookup(entries []*rlv3.RateLimitDescriptor_Entry, buf []*node) 
 // subjectEscaper writes the bytes that join a subject's values as %XX.
 var subjectEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
 
-// subject is whose state of a descriptor's budget a request charges: its
+// subject is whose state of a descriptor's budget a request charges:
+// rawSubject, or, when that is longer than maxSubject bytes or starts
+// with "h:", "h:" and a digest of it. Values are request data (a header's,
+// up to Envoy's 60 KiB of headers): bounded here, no value of any length
+// reaches what is kept per subject (the stores' keys, the fallback's
+// memory of Redis' answers, the deny cache), which bound how many
+// subjects they keep, not how long each is. A raw subject never starts
+// with "h:", so no value names another's digest.
+func subject(entries []*rlv3.RateLimitDescriptor_Entry, nodes []*node) string {
+	s := rawSubject(entries, nodes)
+	if len(s) <= maxSubject && !strings.HasPrefix(s, "h:") {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "h:" + hex.EncodeToString(sum[:16])
+}
+
+// maxSubject is the longest subject kept as the request's values spell it.
+const maxSubject = 64
+
+// rawSubject is whose state of a descriptor's budget a request charges: its
 // entries' values, each escaped and joined by '/', an entry matched by a
 // share_threshold wildcard counting as the pattern, so that every value
 // it matches shares one budget.
-func subject(entries []*rlv3.RateLimitDescriptor_Entry, nodes []*node) string {
+func rawSubject(entries []*rlv3.RateLimitDescriptor_Entry, nodes []*node) string {
 	if len(entries) == 1 {
 		v := entries[0].Value
 		if nodes[0].shareThreshold {

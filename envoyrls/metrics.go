@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -16,7 +17,9 @@ import (
 // configured path (key_value or key per level); a descriptor with
 // detailed_metric (or a level with value_to_metric) puts the request's
 // values in it, as envoyproxy/ratelimit does, and then its series grow
-// with the values requests carry.
+// with the values requests carry: up to maxDetailedKeys such keys, each
+// of at most maxDetailedKeyLen bytes, after which a descriptor is counted
+// under its configured key.
 type Metrics struct {
 	TotalHits, OverLimit, NearLimit, WithinLimit, ShadowMode *prometheus.CounterVec
 	// DomainNotFound counts requests for a domain not configured.
@@ -31,7 +34,34 @@ type Metrics struct {
 	// limit.
 	GlobalShadowMode prometheus.Counter
 
-	cache sync.Map // descriptor key → *statCounters
+	cache    sync.Map     // descriptor key → *statCounters
+	detailed atomic.Int64 // keys with a request's values in the cache
+}
+
+// The bounds of the descriptor keys made of a request's values: values
+// are request data, and a client sending a new one each time must not
+// make a series (and counters kept here) of each.
+const (
+	maxDetailedKeys   = 10_000
+	maxDetailedKeyLen = 256
+)
+
+// detailedKey returns key, a descriptor key holding a request's values,
+// if it has its series already or may have one, else static, the
+// descriptor's configured key. Concurrent first uses of one key may count
+// it more than once: the bound holds, a little early.
+func (m *Metrics) detailedKey(key, static string) string {
+	if len(key) > maxDetailedKeyLen {
+		return static
+	}
+	if _, ok := m.cache.Load(key); ok {
+		return key
+	}
+	if m.detailed.Add(1) > maxDetailedKeys {
+		m.detailed.Add(-1)
+		return static
+	}
+	return key
 }
 
 // statCounters are one descriptor key's counters.

@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
@@ -214,13 +215,21 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		st.charge = len(charges)
 		for j, c := range charges {
 			if c.Budget == st.lim.Budget && c.Subject == sub {
-				// The same descriptor twice: one charge of both.
-				charges[j].Cost += st.hits
+				// The same descriptor twice: one charge of both
+				// (saturated: hits summing past an int64 are more
+				// than any limit, never a small charge).
+				charges[j].Cost = addHits(c.Cost, st.hits)
 				st.charge = j
 				break
 			}
 		}
 		if st.charge == len(charges) {
+			if len(charges) == algo.MaxGroup {
+				// Refused before the next descriptor is compared with
+				// all those before it: a request of thousands costs
+				// no more than its reading.
+				return nil, s.serviceError(fmt.Sprintf("more than %d limited descriptors in one request", algo.MaxGroup))
+			}
 			charges = append(charges, engine.BudgetCharge{Budget: st.lim.Budget, Subject: sub, Cost: st.hits})
 		}
 	}
@@ -305,7 +314,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		if m := s.opts.Metrics; m != nil {
 			key := lim.StatKey
 			if st.nodes != nil && dynamicMetric(lim, st.nodes) {
-				key = metricKey(req.Domain, lim, d.Entries, st.nodes)
+				key = m.detailedKey(metricKey(req.Domain, lim, d.Entries, st.nodes), lim.StatKey)
 			}
 			m.counters(req.Domain, key).record(uint64(st.hits), limit, before, over, lim.Shadow, s.opts.NearLimitRatio)
 		}
@@ -408,6 +417,14 @@ func hitsOf(req *rlspb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
 		h = max(1, uint64(req.GetHitsAddend()))
 	}
 	return int64(min(h, math.MaxInt64))
+}
+
+// addHits is a+b for non-negative counts, saturated at math.MaxInt64.
+func addHits(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // windowReset is the seconds until the window of period that now is in

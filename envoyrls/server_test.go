@@ -2,6 +2,8 @@ package envoyrls_test
 
 import (
 	"context"
+	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/envoyrls"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/resilience"
@@ -342,5 +345,58 @@ func TestStoreFailure(t *testing.T) {
 	open := f.ask(t, "another", 1, desc("key2", "down"))
 	if open.OverallCode != ok || open.Statuses[0].LimitRemaining != 19 {
 		t.Fatalf("fail_open domain with Redis down: %v", open)
+	}
+}
+
+// TestHitsAddendSumOverflow: the same descriptor several times is one
+// charge of all its hits; hits that add up past what an int64 holds must
+// refuse the request (more than any limit), never wrap round to a small
+// charge that is admitted.
+func TestHitsAddendSumOverflow(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, fixtureOptions{})
+		huge := uint64(math.MaxInt64)
+		// MaxInt64 + MaxInt64 + 3 wraps round to 1 in int64.
+		resp := f.ask(t, "another", 1, withHits(desc("key2", "w"), huge), withHits(desc("key2", "w"), huge), withHits(desc("key2", "w"), 3))
+		if resp.OverallCode != over {
+			t.Fatalf("hits summing past MaxInt64: %v, want OVER_LIMIT", resp)
+		}
+		// Nothing was charged.
+		expect(t, "after", f.ask(t, "another", 0, withHits(desc("key2", "w"), 0)), ok, status{ok, 20, 20, 50})
+		// Two of them (a sum of -2 if wrapped) refuse too, not an error.
+		resp = f.ask(t, "another", 1, withHits(desc("key2", "w"), huge), withHits(desc("key2", "w"), math.MaxUint64))
+		if resp.OverallCode != over {
+			t.Fatalf("hits summing to 2×MaxInt64: %v, want OVER_LIMIT", resp)
+		}
+	})
+}
+
+// TestManyDescriptors: a request may name at most algo.MaxGroup limited
+// descriptors; one naming more is an error, answered in time linear in
+// the request (a request of 150,000 distinct descriptors, 3 MiB, under
+// gRPC's default 4 MiB, took minutes of CPU when every descriptor was
+// compared with every other before the count was checked).
+func TestManyDescriptors(t *testing.T) {
+	f := newFixture(t, "memory", fixtureOptions{})
+	ask := func(n int) error {
+		ds := make([]*rlv3Descriptor, n)
+		for i := range ds {
+			ds[i] = desc("key2", strconv.Itoa(i))
+		}
+		_, err := f.client.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "another", Descriptors: ds})
+		return err
+	}
+	if err := ask(algo.MaxGroup); err != nil {
+		t.Fatalf("%d descriptors: %v", algo.MaxGroup, err)
+	}
+	if err := ask(algo.MaxGroup + 1); grpcstatus.Code(err) != codes.InvalidArgument {
+		t.Fatalf("%d descriptors: %v, want InvalidArgument", algo.MaxGroup+1, err)
+	}
+	start := time.Now()
+	if err := ask(150_000); grpcstatus.Code(err) != codes.InvalidArgument {
+		t.Fatalf("150,000 descriptors: %v, want InvalidArgument", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("150,000 descriptors answered in %v", d)
 	}
 }

@@ -262,7 +262,7 @@ func (g *Gateway) openStore() error {
 		}
 		// Open does not wait for Redis: the gateway serves (degraded, by
 		// each route's failure policy) until Redis appears.
-		rs, err := rstore.Open(opt, rstore.Options{})
+		rs, err := rstore.Open(opt, rstore.Options{Logger: g.log})
 		if err != nil {
 			return fmt.Errorf("opening redis store: %w", err)
 		}

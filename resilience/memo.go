@@ -43,20 +43,12 @@ type memoShard struct {
 	m  map[memoKey]*memoEntry
 }
 
-// memoKey is a request's key, as the stores tell states apart: a tag equal
-// to the subject is no tag.
-type memoKey struct {
-	name, tag, subject string
-	alg                algo.Algorithm
-}
+// memoKey is a request's key, as the stores tell states apart, long parts
+// held as digests, so that what the memo keeps per key is bounded as the
+// number of keys is (see [algo.StateKey]).
+type memoKey = algo.StateKey
 
-func keyOf(r *algo.Request) memoKey {
-	k := memoKey{name: r.Name, tag: r.Tag, subject: r.Subject, alg: r.Limit.Algorithm}
-	if k.tag == k.subject {
-		k.tag = ""
-	}
-	return k
-}
+func keyOf(r *algo.Request) memoKey { return algo.StateKeyOf(r) }
 
 // memoEntry is what this instance knows of one key. Times are in ms since
 // the epoch, on this instance's clock.
@@ -116,7 +108,7 @@ func newMemo(size int) *memo {
 }
 
 func (m *memo) shard(k *memoKey) *memoShard {
-	return &m.shards[maphash.String(m.seed, k.subject)%memoShards]
+	return &m.shards[maphash.String(m.seed, k.Subject)%memoShards]
 }
 
 // entry returns k's entry for limit l, creating it (and making room for

@@ -179,7 +179,7 @@ func openRLSStore(set envoyrls.Settings, reg prometheus.Registerer, log *slog.Lo
 	if set.RedisMode == "standalone" {
 		opt.ForceSingleClient = true
 	}
-	rs, err := rstore.Open(opt, rstore.Options{})
+	rs, err := rstore.Open(opt, rstore.Options{Logger: log})
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("opening redis store: %w", err)
 	}

@@ -37,6 +37,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -137,8 +138,14 @@ type entryPoint struct {
 }
 
 // preload loads the function library through c in the background, so
-// that the first decisions find it rather than wait for it.
+// that the first decisions find it rather than wait for it, and checks
+// whether Redis evicts keys (checkEviction).
 func (s *Store) preload(c rueidis.Client) {
+	s.checks.Add(1)
+	go func() {
+		defer s.checks.Done()
+		s.checkEviction(c)
+	}()
 	if s.lib == nil {
 		return
 	}
@@ -215,6 +222,10 @@ type Options struct {
 	// ConnectRetry is how often a store from [Open] tries to reach Redis
 	// while it cannot; zero means 500ms.
 	ConnectRetry time.Duration
+	// Logger receives the error a store logs when it connects to a Redis
+	// that evicts keys (see [Store.EvictionPolicy]); nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is the Redis [tollgate.Store]. It is safe for concurrent use.
@@ -225,11 +236,13 @@ type Store struct {
 	lib     *library   // nil with Options.NoFunctions
 	lockout *rueidis.Lua
 	lease   *rueidis.Lua
-	reserve entryPoint    // reserve.lua: attempts held on a rate limit
-	place   entryPoint    // place.lua: places in a shaping queue
-	one     entryPoint    // decide.lua's decide_one: a lone request on Redis' clock
-	owned   bool          // Open made the client; Close closes it
-	stop    chan struct{} // ends Open's connect loop
+	reserve entryPoint // reserve.lua: attempts held on a rate limit
+	place   entryPoint // place.lua: places in a shaping queue
+	one     entryPoint // decide.lua's decide_one: a lone request on Redis' clock
+	owned   bool       // Open made the client; Close closes it
+	log     *slog.Logger
+	checks  sync.WaitGroup // the eviction check made on connecting
+	stop    chan struct{}  // ends Open's connect loop
 	done    chan struct{}
 	once    sync.Once
 	batch   batcher
@@ -256,7 +269,10 @@ func newStore(opts Options) (*Store, error) {
 	if opts.MaxBatch < 0 {
 		return nil, fmt.Errorf("creating redis store: MaxBatch %d is negative", opts.MaxBatch)
 	}
-	s := &Store{stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{stop: make(chan struct{}), done: make(chan struct{}), log: opts.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	lib, err := newLibrary()
 	if err != nil {
 		return nil, fmt.Errorf("creating redis store: %w", err)
@@ -332,6 +348,7 @@ func Open(opt rueidis.ClientOption, opts Options) (*Store, error) {
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
+	s.checks.Wait()
 	if c := s.client.Load(); c != nil && s.owned {
 		(*c).Close()
 	}
