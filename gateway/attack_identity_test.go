@@ -1,8 +1,12 @@
 package gateway_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/textproto"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -141,4 +145,84 @@ func TestTwoCredentials(t *testing.T) {
 			}
 		}
 	})
+}
+
+// startForwardedNginx runs nginx as a reverse proxy in front of the
+// gateway at tollgate (host:port) that names the client in Forwarded
+// only, as nginx's own guide to RFC 7239 has it, passing on whatever
+// X-Forwarded-For the client sent. It returns nginx's address.
+func startForwardedNginx(t *testing.T, tollgate string) string {
+	t.Helper()
+	bin := proxyBinary(t, "nginx", "nginx")
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	conf := `daemon off;
+worker_processes 1;
+pid nginx.pid;
+error_log error.log notice;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path client_body_temp;
+    proxy_temp_path proxy_temp;
+    fastcgi_temp_path fastcgi_temp;
+    uwsgi_temp_path uwsgi_temp;
+    scgi_temp_path scgi_temp;
+    server {
+        listen ` + addr + `;
+        location / {
+            proxy_set_header Forwarded "for=$remote_addr";
+            proxy_pass http://` + tollgate + `;
+        }
+    }
+}
+`
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runProxy(t, exec.Command(bin, "-p", dir, "-c", path), addr, filepath.Join(dir, "error.log"))
+	return addr
+}
+
+// TestForwardedProxyWithClientXFF: behind a trusted proxy that names the
+// client in Forwarded, a client that writes its own X-Forwarded-For was
+// charged as the address it wrote (a new one each time: every request
+// passed), or with an empty one as the proxy itself (someone else's
+// budget). Now an X-Forwarded-For that tells another story than the
+// proxy's Forwarded is a 400, an empty one adds nothing, anonymous
+// requests stay within the anonymous plan's 20 a minute for the client
+// nginx saw, and the upstream never hears of the addresses made up.
+func TestForwardedProxyWithClientXFF(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[127.0.0.1/32]"), "")
+	ng := "http://" + startForwardedNginx(t, strings.TrimPrefix(g.public, "http://"))
+	// The honest client, charged as 127.0.0.2 (nginx's $remote_addr).
+	if resp, body := proxyGet(t, ng+"/api/items"); resp.StatusCode != 200 {
+		t.Fatalf("an honest request: status %d: %s", resp.StatusCode, body)
+	}
+	if got := up.lastHeader().Get("X-Real-Ip"); got != "127.0.0.2" {
+		t.Fatalf("X-Real-IP %q, want the client nginx saw, 127.0.0.2", got)
+	}
+	passed := 1
+	for i := range 60 {
+		xff := fmt.Sprintf("198.51.100.%d", i+1)
+		if i%3 == 2 {
+			xff = "" // an empty line: the chain ends at the proxy itself
+		}
+		resp, _ := proxyGet(t, ng+"/api/items", "X-Forwarded-For", xff)
+		if xff != "" && resp.StatusCode != 400 {
+			// The gateway cannot tell which header nginx wrote.
+			t.Errorf("X-Forwarded-For %s beside nginx's Forwarded: status %d, want 400", xff, resp.StatusCode)
+		}
+		if resp.StatusCode == 200 {
+			passed++
+			if h := up.lastHeader(); strings.Contains(h.Get("X-Forwarded-For"), "198.51.100.") || h.Get("X-Real-Ip") != "127.0.0.2" {
+				t.Errorf("request %d: the upstream heard X-Forwarded-For %q, X-Real-IP %q", i, h.Get("X-Forwarded-For"), h.Get("X-Real-Ip"))
+			}
+		}
+	}
+	if passed > 20 {
+		t.Errorf("%d requests reached the upstream, want at most the anonymous plan's 20 a minute", passed)
+	}
 }
