@@ -89,6 +89,15 @@ type Options struct {
 	// Recording, if set, records the calls decided (see
 	// engine.Options.Recording).
 	Recording *engine.Recording
+	// CleanPathForwarded says that the handler behind hands the request
+	// on with its cleaned path (Info.Path) in place of its own, as the
+	// gateway does. Otherwise the handler gets the path as the client
+	// wrote it, and a path whose readings (policy.PathReadings: dot
+	// segments, encoded slashes) match different routes is answered 400:
+	// the server behind may serve any of them. Forward-auth always
+	// refuses such a path, since the proxy forwards the request as it
+	// came.
+	CleanPathForwarded bool
 }
 
 // Metrics are the decision engine's Prometheus metrics; see
@@ -281,6 +290,17 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		return decision{}, false
 	}
 	route, params := p.MatchRequest(rr)
+	if forwardAuth || !m.opts.CleanPathForwarded {
+		for _, alt := range policy.PathReadings(r.URL.EscapedPath()) {
+			other := rr
+			other.Path = alt
+			if o, _ := p.MatchRequest(other); o != route {
+				WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest,
+					Detail: "the request path reads as different routes to different servers (a dot segment or an encoded '/'); send it without them"})
+				return decision{}, false
+			}
+		}
+	}
 	if route == nil && m.opts.RequireRoute {
 		WriteProblem(w, Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Detail: "no route matches this request"})
 		return decision{}, false
