@@ -226,3 +226,49 @@ func TestForwardedProxyWithClientXFF(t *testing.T) {
 		t.Errorf("%d requests reached the upstream, want at most the anonymous plan's 20 a minute", passed)
 	}
 }
+
+// TestQueryAccessToken: RFC 6750 lets a resource server take a bearer
+// token from the access_token query parameter too (browsers' EventSource
+// and WebSocket cannot set headers). A key whose minute was used up in
+// its header went on being served from the query, charged as an
+// anonymous address instead of the key. Now the query's token is the
+// request's credential like the header's: charged to the key, and one
+// that differs from the header's, or is given twice, is a 401.
+func TestQueryAccessToken(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	for i := range 100 {
+		if resp := get(t, g.public+"/api/items", "X-API-Key", freeKey); resp.StatusCode != 200 {
+			t.Fatalf("request %d with the key in its header: %d", i, resp.StatusCode)
+		}
+	}
+	before := up.hits.Load()
+	for i := range 5 {
+		resp := get(t, g.public+"/api/items?access_token="+freeKey)
+		if resp.StatusCode != 429 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"free.minute";r=0;`) {
+			t.Errorf("request %d with the used-up key in access_token: %d, RateLimit %q; want 429 on the key's minute",
+				i, resp.StatusCode, resp.Header.Get("RateLimit"))
+		}
+	}
+	for _, c := range []struct {
+		query  string
+		header []string
+	}{
+		{"?access_token=" + proKey, []string{"X-API-Key", freeKey}},
+		{"?access_token=" + proKey, []string{"Authorization", "Bearer " + freeKey}},
+		{"?access_token=" + proKey + "&access_token=" + freeKey, nil},
+		{"?access_token=", nil},
+	} {
+		if resp := get(t, g.public+"/api/items"+c.query, c.header...); resp.StatusCode != 401 {
+			t.Errorf("%s %v: %d, want 401", c.query, c.header, resp.StatusCode)
+		}
+	}
+	if n := up.hits.Load() - before; n != 0 {
+		t.Errorf("%d requests reached the upstream with the key's minute used up", n)
+	}
+	// The same key in both places is one credential.
+	if resp := get(t, g.public+"/api/items?access_token="+proKey, "X-API-Key", proKey); resp.StatusCode != 200 ||
+		!strings.HasPrefix(resp.Header.Get("RateLimit"), `"pro";`) {
+		t.Errorf("the pro key in both places: %d, RateLimit %q", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+}

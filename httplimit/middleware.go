@@ -447,7 +447,7 @@ func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Ca
 		cred.Custom, cred.CustomOK = m.opts.Subject(r)
 	}
 	if !cred.CustomOK {
-		key, isJWT, present, kerr := identity.Credential(r.Header, p.JWT != nil)
+		key, isJWT, present, kerr := identity.RequestCredential(r.Header, r.URL.RawQuery, p.JWT != nil)
 		cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, kerr != nil
 		if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
 			user, ok, err := identity.UserID(r.Header, p.UserHeader)

@@ -301,3 +301,44 @@ func TestCredential(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestCredential(t *testing.T) {
+	const key = "k-123"
+	for _, c := range []struct {
+		name     string
+		header   http.Header
+		query    string
+		want     string // "" with !malformed: no credential
+		malformd bool
+	}{
+		{name: "none", query: "a=1&b=2"},
+		{name: "header only", header: http.Header{"X-Api-Key": {key}}, query: "a=1", want: key},
+		{name: "query only", query: "access_token=" + key, want: key},
+		{name: "query name in any case", query: "ACCESS_TOKEN=" + key, want: key},
+		{name: "query name escaped", query: "%61ccess%5Ftoken=" + key, want: key},
+		{name: "after a semicolon", query: "a=1;access_token=" + key, want: key},
+		{name: "same in both", header: http.Header{"Authorization": {"Bearer " + key}}, query: "access_token=" + key, want: key},
+		{name: "differ", header: http.Header{"X-Api-Key": {"other"}}, query: "access_token=" + key, malformd: true},
+		{name: "twice", query: "access_token=" + key + "&access_token=" + key, malformd: true},
+		{name: "twice in two cases", query: "access_token=a&Access_Token=b", malformd: true},
+		{name: "empty", query: "access_token=", malformd: true},
+		{name: "no value", query: "access_token", malformd: true},
+		{name: "spaces", query: "access_token=%20" + key, malformd: true},
+		{name: "bad escape", query: "access_token=%zz", malformd: true},
+		{name: "too long", query: "access_token=" + strings.Repeat("a", identity.MaxKeyLength+1), malformd: true},
+		{name: "another name", query: "access_tokens=" + key + "&my_access_token=" + key},
+	} {
+		got, _, ok, err := identity.RequestCredential(c.header, c.query, false)
+		switch {
+		case c.malformd:
+			if err == nil || !errors.Is(err, identity.ErrMalformedKey) || ok || got != "" {
+				t.Errorf("%s: %q, %v, %v; want malformed", c.name, got, ok, err)
+			}
+			if err != nil && strings.Contains(err.Error(), key) {
+				t.Errorf("%s: the error holds the key: %v", c.name, err)
+			}
+		case err != nil || ok != (c.want != "") || got != c.want:
+			t.Errorf("%s: %q, %v, %v; want %q", c.name, got, ok, err, c.want)
+		}
+	}
+}
