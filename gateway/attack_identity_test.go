@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/textproto"
@@ -270,5 +271,52 @@ func TestQueryAccessToken(t *testing.T) {
 	if resp := get(t, g.public+"/api/items?access_token="+proKey, "X-API-Key", proKey); resp.StatusCode != 200 ||
 		!strings.HasPrefix(resp.Header.Get("RateLimit"), `"pro";`) {
 		t.Errorf("the pro key in both places: %d, RateLimit %q", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+}
+
+// TestBasicAuthKey: APIs in the manner of Stripe and Mailgun take the API
+// key as a Basic credential's user name or password. A key whose minute
+// was used up went on being served with the key in Basic, charged as an
+// anonymous address. Now a Basic credential that holds a configured key
+// is charged to it, and one that holds another key than the request's
+// Bearer or X-API-Key is a 401; Basic credentials that hold no key (a
+// service's own users) are left alone, as before.
+func TestBasicAuthKey(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	basic := func(user, pass string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
+	for i := range 100 {
+		if resp := get(t, g.public+"/api/items", "X-API-Key", freeKey); resp.StatusCode != 200 {
+			t.Fatalf("request %d with the key in its header: %d", i, resp.StatusCode)
+		}
+	}
+	before := up.hits.Load()
+	for _, auth := range []string{basic(freeKey, ""), basic("api", freeKey), basic(freeKey, "x")} {
+		resp := get(t, g.public+"/api/items", "Authorization", auth)
+		if resp.StatusCode != 429 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"free.minute";r=0;`) {
+			t.Errorf("the used-up key in %s: %d, RateLimit %q; want 429 on the key's minute", auth, resp.StatusCode, resp.Header.Get("RateLimit"))
+		}
+	}
+	for _, h := range [][]string{
+		{"Authorization", basic(proKey, ""), "X-API-Key", freeKey},
+		{"Authorization", basic(proKey, freeKey)},
+	} {
+		if resp := get(t, g.public+"/api/items", h...); resp.StatusCode != 401 {
+			t.Errorf("%v: %d, want 401", h, resp.StatusCode)
+		}
+	}
+	if n := up.hits.Load() - before; n != 0 {
+		t.Errorf("%d requests reached the upstream with the key's minute used up", n)
+	}
+	// A service's own Basic users: anonymous, as before.
+	if resp := get(t, g.public+"/api/items", "Authorization", basic("alice", "secret")); resp.StatusCode != 200 ||
+		!strings.HasPrefix(resp.Header.Get("RateLimit"), `"anonymous";`) {
+		t.Errorf("Basic alice: %d, RateLimit %q; want 200 anonymous", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+	if resp := get(t, g.public+"/api/items", "Authorization", basic(proKey, proKey)); resp.StatusCode != 200 ||
+		!strings.HasPrefix(resp.Header.Get("RateLimit"), `"pro";`) {
+		t.Errorf("Basic with the pro key: %d, RateLimit %q; want 200 on pro", resp.StatusCode, resp.Header.Get("RateLimit"))
 	}
 }

@@ -477,6 +477,7 @@ func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Ca
 	if !cred.CustomOK {
 		key, isJWT, present, kerr := identity.RequestCredential(r.Header, r.URL.RawQuery, p.JWT != nil)
 		cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, kerr != nil
+		cred.Basic = identity.BasicParts(r.Header)
 		if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
 			user, ok, err := identity.UserID(r.Header, p.UserHeader)
 			if err != nil {

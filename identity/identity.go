@@ -8,6 +8,7 @@
 package identity
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -133,6 +134,40 @@ func RequestCredential(h http.Header, rawQuery string, jwt bool) (cred string, i
 		return "", false, false, fmt.Errorf("parsing the %s query parameter: %w: empty or with spaces", QueryToken, ErrMalformedKey)
 	}
 	return cred, isJWT, ok, nil
+}
+
+// BasicParts returns the parts of a request's Basic credential
+// ("Authorization: Basic base64(user:password)", the scheme in any case)
+// that could be API keys: the user name and the password, each when it
+// is one as [APIKey] accepts it. APIs in the manner of Stripe (the key as
+// user name) and Mailgun (as password) take keys so; whether either is
+// one is for the caller to look up. Nil when there is no Basic credential
+// (or more than one Authorization line, which Credential refuses).
+func BasicParts(h http.Header) []string {
+	auth := h[headerAuthorization]
+	if len(auth) != 1 {
+		return nil
+	}
+	v := trimOWS(auth[0])
+	const scheme = "Basic"
+	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) || !isOWS(v[len(scheme)]) {
+		return nil
+	}
+	enc := trimOWS(v[len(scheme):])
+	b, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		if b, err = base64.RawStdEncoding.DecodeString(enc); err != nil {
+			return nil
+		}
+	}
+	user, pass, _ := strings.Cut(string(b), ":")
+	var parts []string
+	for _, p := range []string{user, pass} {
+		if checkKey(p, MaxKeyLength) == nil {
+			parts = append(parts, p)
+		}
+	}
+	return parts
 }
 
 // LooksLikeJWT reports whether s has the shape of a JWS in compact form

@@ -2,9 +2,11 @@ package identity_test
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -339,6 +341,33 @@ func TestRequestCredential(t *testing.T) {
 			}
 		case err != nil || ok != (c.want != "") || got != c.want:
 			t.Errorf("%s: %q, %v, %v; want %q", c.name, got, ok, err, c.want)
+		}
+	}
+}
+
+func TestBasicParts(t *testing.T) {
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, c := range []struct {
+		auth []string
+		want []string
+	}{
+		{nil, nil},
+		{[]string{"Bearer k"}, nil},
+		{[]string{"Basic " + b64("sk_live_1:")}, []string{"sk_live_1"}},
+		{[]string{"basic  " + b64("api:key-2") + " "}, []string{"api", "key-2"}},
+		{[]string{"BASIC " + strings.TrimRight(b64("u:p"), "=")}, []string{"u", "p"}},
+		{[]string{"Basic " + b64("a b:c\x01")}, nil},
+		{[]string{"Basic " + b64(":"+strings.Repeat("k", identity.MaxKeyLength+1))}, nil},
+		{[]string{"Basic !!!"}, nil},
+		{[]string{"Basicx " + b64("u:p")}, nil},
+		{[]string{"Basic " + b64("u:p"), "Basic " + b64("v:q")}, nil},
+	} {
+		h := http.Header{}
+		for _, a := range c.auth {
+			h.Add("Authorization", a)
+		}
+		if got := identity.BasicParts(h); !slices.Equal(got, c.want) {
+			t.Errorf("BasicParts(%q) = %q, want %q", c.auth, got, c.want)
 		}
 	}
 }
