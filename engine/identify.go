@@ -22,6 +22,11 @@ type Credentials struct {
 	// JWT says the key presented is a bearer JWT to verify (see
 	// identity.Credential), under a policy that verifies them.
 	JWT bool
+	// Basic are the parts of a Basic credential that may be API keys
+	// (identity.BasicParts): one that is a configured key is presented
+	// as Key is, and one that is another key than Key makes the call
+	// malformed. Parts that are no key are the service's own business.
+	Basic []string
 	// User is a user id a trusted proxy vouched for; read only when no
 	// key was presented ("" for none).
 	User string
@@ -76,6 +81,9 @@ func (e *Engine) identify(ctx context.Context, c Credentials) (Call, *policy.API
 	p := e.policy
 	ipID := e.hasher.Hash("ip", identity.ClientGroup(c.Client))
 	sub := Subject{Client: ipID}
+	if len(c.Basic) > 0 && !c.CustomOK && !c.KeyMalformed {
+		c = basicKey(p, c)
+	}
 	switch {
 	case c.CustomOK:
 		sub.Kind, sub.ID, sub.Plan = "custom", e.hasher.Hash("c", c.Custom), p.UserPlan
@@ -127,6 +135,31 @@ func (e *Engine) identify(ctx context.Context, c Credentials) (Call, *policy.API
 	}
 	sub.Kind, sub.ID, sub.Plan = "ip", ipID, p.AnonymousPlan
 	return Call{Subject: sub}, nil, rawIDs{}
+}
+
+// basicKey returns c with the configured API key its Basic credential
+// holds presented as its key; malformed if the credential holds two, or
+// another than the key c presents otherwise.
+func basicKey(p *policy.Policy, c Credentials) Credentials {
+	found := ""
+	for _, b := range c.Basic {
+		if p.Keys[identity.KeyDigest(b)] == nil {
+			continue
+		}
+		if found != "" && found != b {
+			c.KeyMalformed, c.KeyPresent, c.Key = true, true, ""
+			return c
+		}
+		found = b
+	}
+	switch {
+	case found == "":
+	case !c.KeyPresent:
+		c.Key, c.KeyPresent, c.JWT = found, true, false
+	case c.Key != found:
+		c.KeyMalformed, c.Key, c.JWT = true, "", false
+	}
+	return c
 }
 
 // KeySubject returns the pseudonyms the API key k is charged under: its

@@ -1,8 +1,13 @@
 package gateway_test
 
 import (
+	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/textproto"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -141,4 +146,177 @@ func TestTwoCredentials(t *testing.T) {
 			}
 		}
 	})
+}
+
+// startForwardedNginx runs nginx as a reverse proxy in front of the
+// gateway at tollgate (host:port) that names the client in Forwarded
+// only, as nginx's own guide to RFC 7239 has it, passing on whatever
+// X-Forwarded-For the client sent. It returns nginx's address.
+func startForwardedNginx(t *testing.T, tollgate string) string {
+	t.Helper()
+	bin := proxyBinary(t, "nginx", "nginx")
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	conf := `daemon off;
+worker_processes 1;
+pid nginx.pid;
+error_log error.log notice;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path client_body_temp;
+    proxy_temp_path proxy_temp;
+    fastcgi_temp_path fastcgi_temp;
+    uwsgi_temp_path uwsgi_temp;
+    scgi_temp_path scgi_temp;
+    server {
+        listen ` + addr + `;
+        location / {
+            proxy_set_header Forwarded "for=$remote_addr";
+            proxy_pass http://` + tollgate + `;
+        }
+    }
+}
+`
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runProxy(t, exec.Command(bin, "-p", dir, "-c", path), addr, filepath.Join(dir, "error.log"))
+	return addr
+}
+
+// TestForwardedProxyWithClientXFF: behind a trusted proxy that names the
+// client in Forwarded, a client that writes its own X-Forwarded-For was
+// charged as the address it wrote (a new one each time: every request
+// passed), or with an empty one as the proxy itself (someone else's
+// budget). Now an X-Forwarded-For that tells another story than the
+// proxy's Forwarded is a 400, an empty one adds nothing, anonymous
+// requests stay within the anonymous plan's 20 a minute for the client
+// nginx saw, and the upstream never hears of the addresses made up.
+func TestForwardedProxyWithClientXFF(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[127.0.0.1/32]"), "")
+	ng := "http://" + startForwardedNginx(t, strings.TrimPrefix(g.public, "http://"))
+	// The honest client, charged as 127.0.0.2 (nginx's $remote_addr).
+	if resp, body := proxyGet(t, ng+"/api/items"); resp.StatusCode != 200 {
+		t.Fatalf("an honest request: status %d: %s", resp.StatusCode, body)
+	}
+	if got := up.lastHeader().Get("X-Real-Ip"); got != "127.0.0.2" {
+		t.Fatalf("X-Real-IP %q, want the client nginx saw, 127.0.0.2", got)
+	}
+	passed := 1
+	for i := range 60 {
+		xff := fmt.Sprintf("198.51.100.%d", i+1)
+		if i%3 == 2 {
+			xff = "" // an empty line: the chain ends at the proxy itself
+		}
+		resp, _ := proxyGet(t, ng+"/api/items", "X-Forwarded-For", xff)
+		if xff != "" && resp.StatusCode != 400 {
+			// The gateway cannot tell which header nginx wrote.
+			t.Errorf("X-Forwarded-For %s beside nginx's Forwarded: status %d, want 400", xff, resp.StatusCode)
+		}
+		if resp.StatusCode == 200 {
+			passed++
+			if h := up.lastHeader(); strings.Contains(h.Get("X-Forwarded-For"), "198.51.100.") || h.Get("X-Real-Ip") != "127.0.0.2" {
+				t.Errorf("request %d: the upstream heard X-Forwarded-For %q, X-Real-IP %q", i, h.Get("X-Forwarded-For"), h.Get("X-Real-Ip"))
+			}
+		}
+	}
+	if passed > 20 {
+		t.Errorf("%d requests reached the upstream, want at most the anonymous plan's 20 a minute", passed)
+	}
+}
+
+// TestQueryAccessToken: RFC 6750 lets a resource server take a bearer
+// token from the access_token query parameter too (browsers' EventSource
+// and WebSocket cannot set headers). A key whose minute was used up in
+// its header went on being served from the query, charged as an
+// anonymous address instead of the key. Now the query's token is the
+// request's credential like the header's: charged to the key, and one
+// that differs from the header's, or is given twice, is a 401.
+func TestQueryAccessToken(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	for i := range 100 {
+		if resp := get(t, g.public+"/api/items", "X-API-Key", freeKey); resp.StatusCode != 200 {
+			t.Fatalf("request %d with the key in its header: %d", i, resp.StatusCode)
+		}
+	}
+	before := up.hits.Load()
+	for i := range 5 {
+		resp := get(t, g.public+"/api/items?access_token="+freeKey)
+		if resp.StatusCode != 429 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"free.minute";r=0;`) {
+			t.Errorf("request %d with the used-up key in access_token: %d, RateLimit %q; want 429 on the key's minute",
+				i, resp.StatusCode, resp.Header.Get("RateLimit"))
+		}
+	}
+	for _, c := range []struct {
+		query  string
+		header []string
+	}{
+		{"?access_token=" + proKey, []string{"X-API-Key", freeKey}},
+		{"?access_token=" + proKey, []string{"Authorization", "Bearer " + freeKey}},
+		{"?access_token=" + proKey + "&access_token=" + freeKey, nil},
+		{"?access_token=", nil},
+	} {
+		if resp := get(t, g.public+"/api/items"+c.query, c.header...); resp.StatusCode != 401 {
+			t.Errorf("%s %v: %d, want 401", c.query, c.header, resp.StatusCode)
+		}
+	}
+	if n := up.hits.Load() - before; n != 0 {
+		t.Errorf("%d requests reached the upstream with the key's minute used up", n)
+	}
+	// The same key in both places is one credential.
+	if resp := get(t, g.public+"/api/items?access_token="+proKey, "X-API-Key", proKey); resp.StatusCode != 200 ||
+		!strings.HasPrefix(resp.Header.Get("RateLimit"), `"pro";`) {
+		t.Errorf("the pro key in both places: %d, RateLimit %q", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+}
+
+// TestBasicAuthKey: APIs in the manner of Stripe and Mailgun take the API
+// key as a Basic credential's user name or password. A key whose minute
+// was used up went on being served with the key in Basic, charged as an
+// anonymous address. Now a Basic credential that holds a configured key
+// is charged to it, and one that holds another key than the request's
+// Bearer or X-API-Key is a 401; Basic credentials that hold no key (a
+// service's own users) are left alone, as before.
+func TestBasicAuthKey(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	basic := func(user, pass string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
+	for i := range 100 {
+		if resp := get(t, g.public+"/api/items", "X-API-Key", freeKey); resp.StatusCode != 200 {
+			t.Fatalf("request %d with the key in its header: %d", i, resp.StatusCode)
+		}
+	}
+	before := up.hits.Load()
+	for _, auth := range []string{basic(freeKey, ""), basic("api", freeKey), basic(freeKey, "x")} {
+		resp := get(t, g.public+"/api/items", "Authorization", auth)
+		if resp.StatusCode != 429 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"free.minute";r=0;`) {
+			t.Errorf("the used-up key in %s: %d, RateLimit %q; want 429 on the key's minute", auth, resp.StatusCode, resp.Header.Get("RateLimit"))
+		}
+	}
+	for _, h := range [][]string{
+		{"Authorization", basic(proKey, ""), "X-API-Key", freeKey},
+		{"Authorization", basic(proKey, freeKey)},
+	} {
+		if resp := get(t, g.public+"/api/items", h...); resp.StatusCode != 401 {
+			t.Errorf("%v: %d, want 401", h, resp.StatusCode)
+		}
+	}
+	if n := up.hits.Load() - before; n != 0 {
+		t.Errorf("%d requests reached the upstream with the key's minute used up", n)
+	}
+	// A service's own Basic users: anonymous, as before.
+	if resp := get(t, g.public+"/api/items", "Authorization", basic("alice", "secret")); resp.StatusCode != 200 ||
+		!strings.HasPrefix(resp.Header.Get("RateLimit"), `"anonymous";`) {
+		t.Errorf("Basic alice: %d, RateLimit %q; want 200 anonymous", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+	if resp := get(t, g.public+"/api/items", "Authorization", basic(proKey, proKey)); resp.StatusCode != 200 ||
+		!strings.HasPrefix(resp.Header.Get("RateLimit"), `"pro";`) {
+		t.Errorf("Basic with the pro key: %d, RateLimit %q; want 200 on pro", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
 }

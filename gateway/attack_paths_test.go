@@ -138,3 +138,58 @@ func TestDotSegmentParameters(t *testing.T) {
 		}
 	}
 }
+
+// TestMethodOverride: Rails, Laravel, Express's method-override and
+// ASP.NET Core's UseHttpMethodOverride serve a POST as the method that
+// X-HTTP-Method-Override (or a _method parameter) names. A POST that the
+// upstream served as DELETE /api/items/{id} (cost 10) was charged as
+// POST under /api/ (cost 1). A request whose override names a method
+// that matches another route is now a 400 that costs nothing; one whose
+// override changes nothing is decided as before.
+func TestMethodOverride(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, quickstart(t, up.URL, "  - name: reports", `  - name: delete
+    method: DELETE
+    path: /api/items/{id}
+    upstream: builtin:echo
+    cost: 10
+  - name: reports`), "")
+	do := func(method, url string, header ...string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, nil)
+		req.Header.Set("X-API-Key", proKey)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Add(header[i], header[i+1])
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	for _, c := range []struct {
+		url    string
+		header []string
+	}{
+		{"/api/items/1", []string{"X-HTTP-Method-Override", "DELETE"}},
+		{"/api/items/1", []string{"X-Http-Method-Override", "delete"}},
+		{"/api/items/1", []string{"X-HTTP-Method", "DELETE"}},
+		{"/api/items/1", []string{"X-Method-Override", "DELETE"}},
+		{"/api/items/1?_method=DELETE", nil},
+		{"/api/items/1?_METHOD=delete", nil},
+		{"/api/items/1?a=1;_method=DELETE", nil},
+	} {
+		before := up.hits.Load()
+		if resp := do("POST", g.public+c.url, c.header...); resp.StatusCode != 400 || resp.Header.Get("RateLimit") != "" || up.hits.Load() != before {
+			t.Errorf("POST %s %v: %d, RateLimit %q; want 400, nothing charged or forwarded", c.url, c.header, resp.StatusCode, resp.Header.Get("RateLimit"))
+		}
+	}
+	// An override that matches the same route as the method: decided.
+	if resp := do("POST", g.public+"/api/other", "X-HTTP-Method-Override", "DELETE"); resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"pro";r=999;`) {
+		t.Errorf("POST /api/other overridden to DELETE: %d, RateLimit %q; want 200 at cost 1", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+	if resp := do("DELETE", g.public+"/api/items/1"); resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"pro";r=989;`) {
+		t.Errorf("DELETE /api/items/1: %d, RateLimit %q; want 200 at cost 10", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+}

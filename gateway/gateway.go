@@ -224,6 +224,7 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 	front, err := httplimit.New(httplimit.Options{
 		Policy: p, Store: g.store, Logger: g.log, Metrics: g.metrics, RequireRoute: true, Now: g.opts.Clock,
 		DenyCacheSize: g.denyCache, Tracer: g.tracer, Recording: g.recording,
+		CleanPathForwarded: true, // upstreams get Info.Path (see upstreams)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building policy %s: %w", p.Version, err)

@@ -71,6 +71,7 @@ type upstream struct {
 	delay time.Duration
 	mu    sync.Mutex
 	last  http.Header
+	uri   string // the last request's target, as it came
 }
 
 func newUpstream(t *testing.T) *upstream {
@@ -79,6 +80,7 @@ func newUpstream(t *testing.T) *upstream {
 		u.hits.Add(1)
 		u.mu.Lock()
 		u.last = r.Header.Clone()
+		u.uri = r.RequestURI
 		u.mu.Unlock()
 		if u.delay > 0 {
 			select {

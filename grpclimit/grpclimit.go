@@ -354,7 +354,8 @@ func (l *Limiter) identify(ctx context.Context) (engine.Call, Subject, error) {
 	peerIP, _ := identity.PeerAddr(r)
 	sub := Subject{Addr: ip, trustedPeer: p.Trusted.Contains(peerIP)}
 	key, isJWT, present, kerr := identity.Credential(r.Header, p.JWT != nil)
-	cred := engine.Credentials{Client: ip, Key: key, JWT: isJWT, KeyPresent: present, KeyMalformed: kerr != nil}
+	cred := engine.Credentials{Client: ip, Key: key, JWT: isJWT, KeyPresent: present, KeyMalformed: kerr != nil,
+		Basic: identity.BasicParts(r.Header)}
 	if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
 		user, ok, err := identity.UserID(r.Header, p.UserHeader)
 		if err != nil {

@@ -89,6 +89,15 @@ type Options struct {
 	// Recording, if set, records the calls decided (see
 	// engine.Options.Recording).
 	Recording *engine.Recording
+	// CleanPathForwarded says that the handler behind hands the request
+	// on with its cleaned path (Info.Path) in place of its own, as the
+	// gateway does. Otherwise the handler gets the path as the client
+	// wrote it, and a path whose readings (policy.PathReadings: dot
+	// segments, encoded slashes) match different routes is answered 400:
+	// the server behind may serve any of them. Forward-auth always
+	// refuses such a path, since the proxy forwards the request as it
+	// came.
+	CleanPathForwarded bool
 }
 
 // Metrics are the decision engine's Prometheus metrics; see
@@ -281,6 +290,10 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		return decision{}, false
 	}
 	route, params := p.MatchRequest(rr)
+	if why := m.readsAsOtherRoute(r, rr, route, forwardAuth); why != "" {
+		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
+		return decision{}, false
+	}
 	if route == nil && m.opts.RequireRoute {
 		WriteProblem(w, Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Detail: "no route matches this request"})
 		return decision{}, false
@@ -325,6 +338,41 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		}
 	}
 	return decision{call: call, sub: sub, clean: clean, v: v}, true
+}
+
+// readsAsOtherRoute returns why the server behind may serve r as another
+// route than route, which rr matched, or "": its path read otherwise
+// (policy.PathReadings: dot segments, encoded slashes; unless the handler
+// forwards the cleaned path), its method read otherwise
+// (policy.MethodReadings: X-HTTP-Method-Override, _method), or both.
+func (m *middleware) readsAsOtherRoute(r *http.Request, rr policy.RouteRequest, route *policy.Route, forwardAuth bool) string {
+	methods := policy.MethodReadings(r.Method, r.Header, r.URL.RawQuery)
+	var paths []string
+	if forwardAuth || !m.opts.CleanPathForwarded {
+		paths = policy.PathReadings(r.URL.EscapedPath())
+	}
+	if len(methods) == 0 && len(paths) == 0 {
+		return "" // the usual case
+	}
+	methods = append([]string{r.Method}, methods...)
+	paths = append([]string{rr.Path}, paths...)
+	for i, method := range methods {
+		for j, path := range paths {
+			if i == 0 && j == 0 {
+				continue
+			}
+			other := rr
+			other.Method, other.Path = method, path
+			if o, _ := m.opts.Policy.MatchRequest(other); o == route {
+				continue
+			}
+			if i == 0 {
+				return "the request path reads as different routes to different servers (a dot segment or an encoded '/'); send it without them"
+			}
+			return "the request names another method (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override or _method) that reads as another route; send it with that method"
+		}
+	}
+	return ""
 }
 
 // writeRefusal answers a call the engine did not admit.
@@ -427,8 +475,9 @@ func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Ca
 		cred.Custom, cred.CustomOK = m.opts.Subject(r)
 	}
 	if !cred.CustomOK {
-		key, isJWT, present, kerr := identity.Credential(r.Header, p.JWT != nil)
+		key, isJWT, present, kerr := identity.RequestCredential(r.Header, r.URL.RawQuery, p.JWT != nil)
 		cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, kerr != nil
+		cred.Basic = identity.BasicParts(r.Header)
 		if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
 			user, ok, err := identity.UserID(r.Header, p.UserHeader)
 			if err != nil {

@@ -142,3 +142,55 @@ func TestMiddlewareNeedsPolicyAndStore(t *testing.T) {
 		t.Fatal("accepted empty options")
 	}
 }
+
+// TestMiddlewarePathReadings: in front of a handler that routes on the
+// path as written (chi, Express-style routers resolve no dot segments and
+// keep %2F within a segment), /files/../x and /files%2F..%2Fx were
+// charged as / (cost 1) while the handler served them as /files/ (cost 3). A path whose
+// readings match different routes is now a 400 that costs nothing; with
+// CleanPathForwarded (a handler that forwards Info.Path, as the gateway
+// does) it is decided as cleaned.
+func TestMiddlewarePathReadings(t *testing.T) {
+	p, err := policy.Parse([]byte(`version: t1
+listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
+identity: {secret: 0123456789abcdef0123, anonymous_plan: free}
+plans:
+  free: {algorithm: fixed_window, rate: 10, period: 1m}
+routes:
+  - {name: read, path: /, upstream: builtin:echo}
+  - {name: files, path: /files/, upstream: builtin:echo, cost: 3}
+  - {name: user, path: "/users/{id}", upstream: builtin:echo, cost: 3}
+`), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, clean := range []bool{false, true} {
+		var files atomic.Int64
+		mw, err := httplimit.Middleware(httplimit.Options{Policy: p, Store: fixedClockStore(t), CleanPathForwarded: clean})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// A router that reads the path as written.
+			if strings.HasPrefix(r.URL.EscapedPath(), "/files/") {
+				files.Add(1)
+			}
+		}))
+		for _, path := range []string{"/files/../x", "/files/%2e%2e/x", "/files%2F..%2Fx", "/users/a%2Fb"} {
+			rec := do(h, "GET", path)
+			switch {
+			case !clean && (rec.Code != 400 || rec.Header().Get("RateLimit") != ""):
+				t.Errorf("%s: %d %q, want 400 charging nothing", path, rec.Code, rec.Header().Get("RateLimit"))
+			case clean && rec.Code != 200:
+				t.Errorf("CleanPathForwarded, %s: %d, want 200 (decided as cleaned)", path, rec.Code)
+			}
+		}
+		if files.Load() > 0 && !clean {
+			t.Errorf("the handler served %d file requests the middleware charged as /", files.Load())
+		}
+		// Paths whose readings agree are decided as before.
+		if rec := do(h, "GET", "/files/a/./b"); !clean && rec.Code != 200 {
+			t.Errorf("/files/a/./b: %d, want 200", rec.Code)
+		}
+	}
+}

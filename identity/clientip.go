@@ -109,10 +109,20 @@ const (
 //
 // Otherwise ClientIP walks the forwarding chain from right to left: the
 // entries of all X-Forwarded-For header lines (comma separated,
-// concatenated in order) or, only when there is no X-Forwarded-For, the
-// for= parameters of the Forwarded header (RFC 7239). Each hop that is
-// itself trusted is skipped; the first untrusted address is the client. If
-// every hop is trusted, the leftmost one examined is the client.
+// concatenated in order), or the for= parameters of the Forwarded header
+// (RFC 7239). Each hop that is itself trusted is skipped; the first
+// untrusted address is the client. If every hop is trusted, the leftmost
+// one examined is the client.
+//
+// A trusted proxy writes one of the two headers and passes the other on
+// as its client sent it, so when a request carries both, either may be
+// the client's own. Both are walked, and they must tell one story: the
+// same addresses from the right, except that a chain that ran out with
+// every hop trusted may be continued by the other (a CDN that speaks
+// X-Forwarded-For behind a proxy that speaks both). The longer chain is
+// then the answer. Otherwise the client cannot be determined, and
+// ClientIP returns the zero Addr and false: whichever header the client
+// wrote would name whom it is charged as.
 //
 // Whatever the walk cannot vouch for ends it, and the last good address
 // (initially the peer, otherwise the trusted proxy that sent the entry) is
@@ -154,26 +164,61 @@ func clientIP(r *http.Request, trusted TrustedProxies, seen *[]netip.Addr) (neti
 	if !trusted.Contains(peer) {
 		return peer, true
 	}
-	if lines := r.Header[headerXFF]; len(lines) > 0 {
-		return walk(peer, trusted, lines, false, seen), true
-	}
-	if lines := r.Header[headerForwarded]; len(lines) > 0 {
-		return walk(peer, trusted, lines, true, seen), true
+	xff, fwd := r.Header[headerXFF], r.Header[headerForwarded]
+	switch {
+	case len(xff) > 0 && len(fwd) > 0:
+		return walkBoth(peer, trusted, xff, fwd, seen)
+	case len(xff) > 0:
+		a, _ := walk(peer, trusted, xff, false, seen)
+		return a, true
+	case len(fwd) > 0:
+		a, _ := walk(peer, trusted, fwd, true, seen)
+		return a, true
 	}
 	return peer, true
+}
+
+// walkBoth walks the X-Forwarded-For lines xff and the Forwarded lines
+// fwd, and returns the client they agree on, as ClientIP describes, or
+// false if they disagree. If seen is not nil, the addresses of the chain
+// answered are appended to it, right to left.
+func walkBoth(peer netip.Addr, trusted TrustedProxies, xff, fwd []string, seen *[]netip.Addr) (netip.Addr, bool) {
+	var xs, fs []netip.Addr
+	xa, xopen := walk(peer, trusted, xff, false, &xs)
+	fa, fopen := walk(peer, trusted, fwd, true, &fs)
+	short, long, a := xs, fs, fa
+	shortOpen := xopen
+	if len(xs) > len(fs) {
+		short, long, a, shortOpen = fs, xs, xa, fopen
+	}
+	if !slices.Equal(short, long[:len(short)]) {
+		return netip.Addr{}, false
+	}
+	if len(short) < len(long) && !shortOpen {
+		// The shorter chain stopped (at an entry it could not vouch
+		// for, or a bound) where the other goes on.
+		return netip.Addr{}, false
+	}
+	if seen != nil {
+		*seen = append(*seen, long...)
+	}
+	return a, true
 }
 
 // walk walks the comma-separated list in lines from right to left, starting
 // from the trusted peer, as ClientIP describes. forwarded selects the
 // Forwarded syntax (quoted strings, for= parameters) over X-Forwarded-For.
-// If seen is not nil, each address taken is appended to it.
-func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded bool, seen *[]netip.Addr) netip.Addr {
-	client := peer
+// If seen is not nil, each address taken is appended to it. open reports
+// that the walk ran out of entries with every hop trusted, rather than
+// stopping at an untrusted client, an entry it could not vouch for, or a
+// bound.
+func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded bool, seen *[]netip.Addr) (client netip.Addr, open bool) {
+	client = peer
 	budget := maxForwardedBytes + 1 // the first line has no separator
 	hops := 0
 	for i := len(lines) - 1; i >= 0; i-- {
 		if budget <= 0 {
-			return client
+			return client, false
 		}
 		budget-- // the separator between lines; bounds runs of empty lines
 		line := lines[i]
@@ -190,11 +235,11 @@ func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded boo
 			if j == malformedList || (j < 0 && cut) {
 				// An unterminated quoted string, or an entry
 				// whose left end lies beyond the byte budget.
-				return client
+				return client, false
 			}
 			if entry := trimOWS(line[j+1:]); entry != "" {
 				if hops == MaxForwardedHops {
-					return client
+					return client, false
 				}
 				hops++
 				var a netip.Addr
@@ -205,14 +250,14 @@ func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded boo
 					a, ok = parseNode(entry, false)
 				}
 				if !ok {
-					return client
+					return client, false
 				}
 				client = a
 				if seen != nil {
 					*seen = append(*seen, a)
 				}
 				if !trusted.Contains(a) {
-					return a
+					return a, false
 				}
 			}
 			if j < 0 {
@@ -221,7 +266,7 @@ func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded boo
 			line = line[:j]
 		}
 	}
-	return client
+	return client, true
 }
 
 // malformedList is returned by the separator scanners for a list that

@@ -139,7 +139,23 @@ func TestClientIP(t *testing.T) {
 		{name: "XFF empty elements ignored", r: req("10.0.0.1:80", xff, "203.0.113.7,, 10.0.0.2,"), want: "203.0.113.7"},
 		{name: "XFF empty line", r: req("10.0.0.1:80", xff, ""), want: "10.0.0.1"},
 		{name: "XFF IPv6 peer", r: req("[::1]:80", xff, "203.0.113.7, fd00::2"), want: "203.0.113.7"},
-		{name: "XFF wins over Forwarded", r: req("10.0.0.1:80", fwd, "for=198.51.100.1", xff, "203.0.113.7"), want: "203.0.113.7"},
+
+		// Both headers: a trusted proxy speaks one and passes on the other
+		// as the client wrote it, so they must tell one story, read right
+		// to left; where one chain stops short of the other with every
+		// hop trusted, the longer goes on from it.
+		{name: "XFF and Forwarded name different clients", r: req("10.0.0.1:80", fwd, "for=198.51.100.1", xff, "203.0.113.7"), want: ""},
+		{name: "a client's XFF beside the proxy's Forwarded", r: req("10.0.0.1:80", fwd, "for=203.0.113.7", xff, "198.51.100.1"), want: ""},
+		{name: "a client's Forwarded beside the proxy's XFF", r: req("10.0.0.1:80", xff, "203.0.113.7", fwd, "for=198.51.100.1"), want: ""},
+		{name: "a client's XFF naming a trusted hop", r: req("10.0.0.1:80", fwd, "for=203.0.113.7", xff, "10.0.0.9"), want: ""},
+		{name: "a client's empty XFF beside Forwarded", r: req("10.0.0.1:80", fwd, "for=203.0.113.7", xff, ""), want: "203.0.113.7"},
+		{name: "a client's empty Forwarded beside XFF", r: req("10.0.0.1:80", xff, "203.0.113.7", fwd, ""), want: "203.0.113.7"},
+		{name: "XFF and Forwarded agree", r: req("10.0.0.1:80", fwd, "for=6.6.6.6, for=203.0.113.7, for=10.0.0.2", xff, "203.0.113.7, 10.0.0.2"), want: "203.0.113.7"},
+		{name: "as long, one stopped at unknown", r: req("10.0.0.1:80", fwd, "for=unknown, for=10.0.0.2", xff, "10.0.0.2"), want: "10.0.0.2"},
+		{name: "XFF goes on from Forwarded's trusted hops", r: req("10.0.0.1:80", fwd, "for=10.0.0.3", xff, "203.0.113.7, 10.0.0.3"), want: "203.0.113.7"},
+		{name: "Forwarded goes on from XFF's trusted hops", r: req("10.0.0.1:80", xff, "10.0.0.3", fwd, "for=203.0.113.7, for=10.0.0.3"), want: "203.0.113.7"},
+		{name: "XFF goes on past a Forwarded that stopped", r: req("10.0.0.1:80", fwd, "for=unknown, for=10.0.0.3", xff, "198.51.100.1, 10.0.0.3"), want: ""},
+		{name: "XFF and Forwarded differ on a trusted hop", r: req("10.0.0.1:80", fwd, "for=203.0.113.7, for=10.0.0.3", xff, "203.0.113.7, 10.0.0.4"), want: ""},
 
 		// Malformed X-Forwarded-For entries end the walk at the last good address.
 		{name: "XFF malformed rightmost", r: req("10.0.0.1:80", xff, "203.0.113.7, garbage"), want: "10.0.0.1"},

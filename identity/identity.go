@@ -8,9 +8,11 @@
 package identity
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -75,6 +77,97 @@ func Credential(h http.Header, jwt bool) (cred string, isJWT, ok bool, err error
 		return "", false, false, fmt.Errorf("parsing credentials: %w: longer than %d bytes", ErrMalformedKey, MaxKeyLength)
 	}
 	return cred, false, true, nil
+}
+
+// QueryToken is the query parameter in which a client may send a bearer
+// token (RFC 6750 section 2.3), as resource servers may accept it: for
+// browsers' EventSource and WebSocket, which cannot set headers.
+const QueryToken = "access_token"
+
+// RequestCredential is [Credential] for a request: its headers and its
+// query (rawQuery, as it came), whose [QueryToken] parameter holds a
+// credential like a Bearer token's, so that a server behind that reads
+// it is never handed a credential other than the one charged. The
+// parameter is found wherever a server could split the query ('&' or
+// ';') and whatever the case of its name. Given more than once, empty, or
+// beside a header credential that differs, it makes the request malformed
+// (ErrMalformedKey); given alone it is the credential, read as a Bearer
+// token is.
+func RequestCredential(h http.Header, rawQuery string, jwt bool) (cred string, isJWT, ok bool, err error) {
+	cred, isJWT, ok, err = Credential(h, jwt)
+	if err != nil || rawQuery == "" {
+		return cred, isJWT, ok, err
+	}
+	var tokens []string
+	for pair := range strings.FieldsFuncSeq(rawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
+		name, value, _ := strings.Cut(pair, "=")
+		if len(name) < len(QueryToken) {
+			continue
+		}
+		// A name that does not decode is not access_token to a lenient
+		// decoder either (it keeps the bad escape).
+		if n, err := url.QueryUnescape(name); err != nil || !strings.EqualFold(n, QueryToken) {
+			continue
+		}
+		v, err := url.QueryUnescape(value)
+		if err != nil {
+			return "", false, false, fmt.Errorf("parsing the %s query parameter: %w: it does not decode", QueryToken, ErrMalformedKey)
+		}
+		tokens = append(tokens, v)
+	}
+	switch {
+	case len(tokens) == 0:
+		return cred, isJWT, ok, nil
+	case len(tokens) > 1:
+		return "", false, false, fmt.Errorf("parsing the %s query parameter: %w: more than one value", QueryToken, ErrMalformedKey)
+	case ok && tokens[0] != cred:
+		return "", false, false, fmt.Errorf("parsing credentials: %w: a %s query parameter and a header credential that differ", ErrMalformedKey, QueryToken)
+	case ok:
+		return cred, isJWT, ok, nil
+	}
+	// Alone: read as the Bearer token it stands for, but untrimmed.
+	cred, isJWT, ok, err = Credential(http.Header{headerAuthorization: {"Bearer " + tokens[0]}}, jwt)
+	switch {
+	case err != nil:
+		return "", false, false, err
+	case !ok || cred != tokens[0]:
+		return "", false, false, fmt.Errorf("parsing the %s query parameter: %w: empty or with spaces", QueryToken, ErrMalformedKey)
+	}
+	return cred, isJWT, ok, nil
+}
+
+// BasicParts returns the parts of a request's Basic credential
+// ("Authorization: Basic base64(user:password)", the scheme in any case)
+// that could be API keys: the user name and the password, each when it
+// is one as [APIKey] accepts it. APIs in the manner of Stripe (the key as
+// user name) and Mailgun (as password) take keys so; whether either is
+// one is for the caller to look up. Nil when there is no Basic credential
+// (or more than one Authorization line, which Credential refuses).
+func BasicParts(h http.Header) []string {
+	auth := h[headerAuthorization]
+	if len(auth) != 1 {
+		return nil
+	}
+	v := trimOWS(auth[0])
+	const scheme = "Basic"
+	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) || !isOWS(v[len(scheme)]) {
+		return nil
+	}
+	enc := trimOWS(v[len(scheme):])
+	b, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		if b, err = base64.RawStdEncoding.DecodeString(enc); err != nil {
+			return nil
+		}
+	}
+	user, pass, _ := strings.Cut(string(b), ":")
+	var parts []string
+	for _, p := range []string{user, pass} {
+		if checkKey(p, MaxKeyLength) == nil {
+			parts = append(parts, p)
+		}
+	}
+	return parts
 }
 
 // LooksLikeJWT reports whether s has the shape of a JWS in compact form

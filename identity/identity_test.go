@@ -2,9 +2,11 @@ package identity_test
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -298,6 +300,74 @@ func TestCredential(t *testing.T) {
 		}
 		if ok && cred == "" {
 			t.Errorf("%s: no credential", c.name)
+		}
+	}
+}
+
+func TestRequestCredential(t *testing.T) {
+	const key = "k-123"
+	for _, c := range []struct {
+		name     string
+		header   http.Header
+		query    string
+		want     string // "" with !malformed: no credential
+		malformd bool
+	}{
+		{name: "none", query: "a=1&b=2"},
+		{name: "header only", header: http.Header{"X-Api-Key": {key}}, query: "a=1", want: key},
+		{name: "query only", query: "access_token=" + key, want: key},
+		{name: "query name in any case", query: "ACCESS_TOKEN=" + key, want: key},
+		{name: "query name escaped", query: "%61ccess%5Ftoken=" + key, want: key},
+		{name: "after a semicolon", query: "a=1;access_token=" + key, want: key},
+		{name: "same in both", header: http.Header{"Authorization": {"Bearer " + key}}, query: "access_token=" + key, want: key},
+		{name: "differ", header: http.Header{"X-Api-Key": {"other"}}, query: "access_token=" + key, malformd: true},
+		{name: "twice", query: "access_token=" + key + "&access_token=" + key, malformd: true},
+		{name: "twice in two cases", query: "access_token=a&Access_Token=b", malformd: true},
+		{name: "empty", query: "access_token=", malformd: true},
+		{name: "no value", query: "access_token", malformd: true},
+		{name: "spaces", query: "access_token=%20" + key, malformd: true},
+		{name: "bad escape", query: "access_token=%zz", malformd: true},
+		{name: "too long", query: "access_token=" + strings.Repeat("a", identity.MaxKeyLength+1), malformd: true},
+		{name: "another name", query: "access_tokens=" + key + "&my_access_token=" + key},
+	} {
+		got, _, ok, err := identity.RequestCredential(c.header, c.query, false)
+		switch {
+		case c.malformd:
+			if err == nil || !errors.Is(err, identity.ErrMalformedKey) || ok || got != "" {
+				t.Errorf("%s: %q, %v, %v; want malformed", c.name, got, ok, err)
+			}
+			if err != nil && strings.Contains(err.Error(), key) {
+				t.Errorf("%s: the error holds the key: %v", c.name, err)
+			}
+		case err != nil || ok != (c.want != "") || got != c.want:
+			t.Errorf("%s: %q, %v, %v; want %q", c.name, got, ok, err, c.want)
+		}
+	}
+}
+
+func TestBasicParts(t *testing.T) {
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, c := range []struct {
+		auth []string
+		want []string
+	}{
+		{nil, nil},
+		{[]string{"Bearer k"}, nil},
+		{[]string{"Basic " + b64("sk_live_1:")}, []string{"sk_live_1"}},
+		{[]string{"basic  " + b64("api:key-2") + " "}, []string{"api", "key-2"}},
+		{[]string{"BASIC " + strings.TrimRight(b64("u:p"), "=")}, []string{"u", "p"}},
+		{[]string{"Basic " + b64("a b:c\x01")}, nil},
+		{[]string{"Basic " + b64(":"+strings.Repeat("k", identity.MaxKeyLength+1))}, nil},
+		{[]string{"Basic !!!"}, nil},
+		{[]string{"Basicx " + b64("u:p")}, nil},
+		{[]string{"Basic " + b64("u:p"), "Basic " + b64("v:q")}, nil},
+	} {
+		h := http.Header{}
+		for _, a := range c.auth {
+			h.Add("Authorization", a)
+		}
+		if got := identity.BasicParts(h); !slices.Equal(got, c.want) {
+			t.Errorf("BasicParts(%q) = %q, want %q", c.auth, got, c.want)
 		}
 	}
 }

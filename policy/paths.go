@@ -2,7 +2,9 @@ package policy
 
 import (
 	"fmt"
+	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -81,10 +83,14 @@ const ReservedPrefix = "/_tollgate/"
 
 // MatchKey returns the form of a cleaned path that routes are matched on:
 // lower case, and without path parameters (";jsessionid=…", which Servlet
-// containers drop from each segment, so that "/a/..;/login" is "/login" to
-// them), cleaned again. A request is thus charged as the route its upstream
-// may serve it as, whether or not that upstream ignores case or path
-// parameters; the gateway still forwards the cleaned path as it came.
+// containers drop from each segment), the empty segments that leaves
+// merged. A request is thus charged as the route its upstream may serve it
+// as, whether or not that upstream ignores case or path parameters; the
+// gateway still forwards the cleaned path as it came. A dot segment is
+// resolved only where it had parameters ("/a/..;/b" is "/b" to Servlet
+// containers; AmbiguousPath refuses such requests): a cleaned path has no
+// other, and a reading of the path that keeps them (PathReadings) must
+// keep them here too.
 func MatchKey(p string) string {
 	lower := true
 	for i := 0; i < len(p); i++ {
@@ -101,10 +107,23 @@ func MatchKey(p string) string {
 		return k
 	}
 	segs := strings.Split(k, "/")
+	kept := segs[:0]
+	dotParams := false
 	for i, s := range segs {
-		segs[i], _, _ = strings.Cut(s, ";")
+		s, _, params := strings.Cut(s, ";")
+		dotParams = dotParams || params && (s == "." || s == "..")
+		if s != "" || i == 0 || i == len(segs)-1 {
+			kept = append(kept, s)
+		}
 	}
-	return CleanPath(strings.Join(segs, "/"))
+	if dotParams {
+		// "/a/..;/b" is "/b" to the servers that drop parameters.
+		return CleanPath(strings.Join(kept, "/"))
+	}
+	if len(kept) == 2 && kept[0] == "" && kept[1] == "" {
+		return "/"
+	}
+	return strings.Join(kept, "/")
 }
 
 // AmbiguousPath returns why servers may read the decoded request path p
@@ -125,4 +144,88 @@ func AmbiguousPath(p string) string {
 		}
 	}
 	return ""
+}
+
+// PathReadings returns the other paths that servers may read the escaped
+// request path as, besides the CleanPath of its decoded form that routes
+// are matched on, or nil when there is no other: servers differ on dot
+// segments ("..", and "%2e%2e", which some resolve, some resolve only
+// when written literally, and some, such as Express, chi and Werkzeug,
+// keep as names) and on an encoded slash ("%2F", a separator to some, a
+// byte within one segment to most). Each reading merges empty segments
+// (as CleanPath does) and keeps a trailing slash; in the readings that
+// keep an encoded slash within its segment it is written "%2f", which
+// no route path holds.
+//
+// A front that hands the request on as it came (forward-auth, the
+// middleware in front of a handler) should refuse a request whose
+// readings match different routes: which of them the server behind
+// serves, no route can say.
+func PathReadings(escaped string) []string {
+	if !readsDifferently(escaped) {
+		return nil
+	}
+	raw := strings.Split(escaped, "/")
+	decoded := make([]string, len(raw))
+	for i, s := range raw {
+		d, err := url.PathUnescape(s)
+		if err != nil {
+			d = s // net/http refuses such a path before this
+		}
+		decoded[i] = d
+	}
+	trailing := strings.HasSuffix(escaped, "/")
+	var out []string
+	for _, splitSlash := range []bool{true, false} {
+		for _, literalDots := range []bool{true, false} {
+			var segs []string
+			for i, d := range decoded {
+				literal := raw[i] == "." || raw[i] == ".."
+				var parts []string
+				if splitSlash {
+					parts = strings.Split(d, "/")
+				} else {
+					parts = []string{strings.ReplaceAll(d, "/", "%2f")}
+				}
+				for _, s := range parts {
+					switch {
+					case s == "":
+					case literalDots && literal && s == ".":
+					case literalDots && literal && s == "..":
+						if len(segs) > 0 {
+							segs = segs[:len(segs)-1]
+						}
+					default:
+						segs = append(segs, s)
+					}
+				}
+			}
+			p := "/" + strings.Join(segs, "/")
+			if trailing && p != "/" {
+				p += "/"
+			}
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// readsDifferently reports whether an escaped path may hold a dot
+// segment or an encoded slash: whether PathReadings has work to do.
+func readsDifferently(escaped string) bool {
+	for i := 0; i < len(escaped); i++ {
+		switch escaped[i] {
+		case '.':
+			if i == 0 || escaped[i-1] == '/' {
+				return true
+			}
+		case '%':
+			if i+2 < len(escaped) && escaped[i+1] == '2' && (escaped[i+2]|0x20 == 'e' || escaped[i+2]|0x20 == 'f') {
+				return true
+			}
+		}
+	}
+	return false
 }

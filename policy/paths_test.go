@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -186,5 +187,29 @@ routes:
 	}
 	if _, err := policy.Parse([]byte(strings.Replace(minimal, "path: /api/", "path: /a;b", 1)), "semi.yaml"); err == nil {
 		t.Fatal("a route path with ';' was accepted")
+	}
+}
+
+func TestPathReadings(t *testing.T) {
+	for _, c := range []struct {
+		escaped string
+		want    []string
+	}{
+		{"/api/items", nil},
+		{"/api/file.txt", nil},
+		{"/api/files/../items", []string{"/api/items", "/api/files/../items"}},
+		{"/api/files/%2e%2e/items", []string{"/api/files/../items"}},
+		{"/api/files/%2E./items/", []string{"/api/files/../items/"}},
+		{"/a/./b", []string{"/a/b", "/a/./b"}},
+		{"/users/a%2Fb", []string{"/users/a/b", "/users/a%2fb"}},
+		{"/files%2F..%2Fx", []string{"/files/../x", "/files%2f..%2fx"}},
+		{"//a//..//b", []string{"/b", "/a/../b"}},
+		{"/..", []string{"/", "/.."}},
+		{"/.well-known", []string{"/.well-known"}},
+	} {
+		got := policy.PathReadings(c.escaped)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("PathReadings(%q) = %q, want %q", c.escaped, got, c.want)
+		}
 	}
 }
