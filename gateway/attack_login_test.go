@@ -8,6 +8,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -266,6 +267,135 @@ func TestLoginConcurrentGuesses(t *testing.T) {
 		}
 		if code := postLogin(t, gs[0], "198.51.100.66", "/login", "application/json", `{"username":"dave","password":"demo"}`); code != 429 {
 			t.Fatalf("after the burst, from the same address: %d, want 429", code)
+		}
+	})
+}
+
+// foldedUpstream is a login service whose account lookup is as broad as a
+// database's default collation (MySQL 8's utf8mb4_0900_ai_ci, SQL
+// Server's *_CI_AI, a nondeterministic ICU collation at level 1): case
+// and accents ignored, ignorable characters (soft hyphen, zero-width
+// space) skipped, letters with a stroke (ł, ø) the letter. It keeps its
+// own small table rather than a collation library, so the test does not
+// grade the guard by the guard's own rule. Forms are read the way PHP
+// (Laravel) reads them: a name's leading spaces dropped, cut at a NUL,
+// ' ' and '.' made '_', the last of a name winning. The password is
+// "demo" for every account; it records the accounts it let in.
+type foldedUpstream struct {
+	*httptest.Server
+	hits atomic.Int64
+	mu   sync.Mutex
+	let  map[string]int
+}
+
+func newFoldedUpstream(t *testing.T) *foldedUpstream {
+	u := &foldedUpstream{let: map[string]int{}}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		raw, _ := io.ReadAll(r.Body)
+		var acct, pw string
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+			form := phpForm(string(raw))
+			acct, pw = form["username"], form["password"]
+		} else {
+			var body struct{ Username, Password string }
+			json.Unmarshal(raw, &body)
+			acct, pw = body.Username, body.Password
+		}
+		if pw != "demo" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		u.mu.Lock()
+		u.let[collated(acct)]++
+		u.mu.Unlock()
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *foldedUpstream) logins(acct string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.let[acct]
+}
+
+// collated is an account as an accent- and case-insensitive collation
+// compares it, for the letters these tests use.
+func collated(s string) string {
+	var b strings.Builder
+	for _, c := range strings.ToLower(strings.TrimSpace(s)) {
+		switch c {
+		case '\u00ad', '\u200b', '\u200c', '\u200d', '\u2060', '\ufeff', '\u0301', '\u0308', '\u030a':
+			continue // ignorable, or a combining accent
+		case 'á', 'à', 'â', 'ä', 'å', 'ã':
+			c = 'a'
+		case 'é', 'è', 'ê', 'ë':
+			c = 'e'
+		case 'í', 'ì', 'î', 'ï':
+			c = 'i'
+		case 'ç':
+			c = 'c'
+		case 'ł':
+			c = 'l'
+		case 'ø':
+			c = 'o'
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// phpForm parses a form body as PHP does: names with their leading spaces
+// dropped, cut at a NUL, ' ' and '.' turned into '_'; the last value of a
+// name wins.
+func phpForm(raw string) map[string]string {
+	form := map[string]string{}
+	for _, pair := range strings.Split(raw, "&") {
+		k, v, _ := strings.Cut(pair, "=")
+		name, err1 := url.QueryUnescape(k)
+		value, err2 := url.QueryUnescape(v)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		name = strings.TrimLeft(name, " ")
+		if i := strings.IndexByte(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		form[strings.NewReplacer(" ", "_", ".", "_").Replace(name)] = value
+	}
+	return form
+}
+
+// TestLoginAccountSpellings: an account locked after 5 wrong passwords
+// stays locked for every spelling a service's lookup may take as it: with
+// accents, ignorable characters, a stroke, or in another case. Each
+// spelling counted apart would give a guesser 5 more guesses at the same
+// account, without end, from any number of addresses.
+func TestLoginAccountSpellings(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newFoldedUpstream(t)
+		g := start(t, loginConfig(t, up.URL), redisURL)
+		for i := 0; i < 5; i++ {
+			if code := postLogin(t, g, fmt.Sprintf("203.0.113.%d", i), "/login", "application/json", `{"username":"alice","password":"guess"}`); code != 401 {
+				t.Fatalf("wrong password %d: %d", i, code)
+			}
+		}
+		for _, acct := range []string{"alicé", "ÁLICE", "ålice", "alice\u0301", "ałice", "ali\u00adce", "a\u200blice", "alice\u2060", "ALÏÇE"} {
+			body, _ := json.Marshal(map[string]string{"username": acct, "password": "demo"})
+			if code := postLogin(t, g, "198.51.100.9", "/login", "application/json", string(body)); code != 429 {
+				t.Errorf("%q with the right password: status %d, want 429 (locked)", acct, code)
+			}
+		}
+		if n := up.logins("alice"); n != 0 {
+			t.Fatalf("the locked account was logged into %d times", n)
+		}
+		// Spellings of other accounts are other accounts.
+		for _, acct := range []string{"bob", "Bób", "øle", "olé"} {
+			body, _ := json.Marshal(map[string]string{"username": acct, "password": "demo"})
+			if code := postLogin(t, g, "198.51.100.9", "/login", "application/json", string(body)); code != 200 {
+				t.Errorf("%q: status %d, want 200", acct, code)
+			}
 		}
 	})
 }

@@ -11,10 +11,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
-	"golang.org/x/text/cases"
+	"golang.org/x/text/collate"
+	"golang.org/x/text/language"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -327,10 +329,32 @@ func checkAccount(acct string) error {
 }
 
 // accountKey is the form of an account the guard counts failures under:
-// spaces trimmed, compatibility forms and case folded (NFKC, then Unicode
-// full case folding), so that spellings a service may treat as one account
-// ("Alice", "alice ", "ａｌｉｃｅ") share one count. Accounts that differ
-// only in such ways share a lock; none escapes one.
+// its collation key at the primary level of the Unicode Collation
+// Algorithm (CLDR root), after NFKC and with surrounding spaces trimmed.
+// It ignores case, accents and other diacritics (é, å, ł, ø), width and
+// compatibility forms (ａｌｉｃｅ), and ignorable characters (soft hyphen,
+// zero-width space), and equates ß with ss and æ with ae: so every
+// spelling that a service's lookup may take as one account ("Alice",
+// "alice ", "alicé", "ali\u00adce") shares one count, as broad as the
+// accent- and case-insensitive collations databases look accounts up
+// with by default (MySQL's utf8mb4_0900_ai_ci, SQL Server's CI_AI).
+// Accounts that differ only in such ways share a lock; none escapes one.
 func accountKey(acct string) string {
-	return norm.NFKC.String(cases.Fold().String(norm.NFKC.String(strings.TrimSpace(acct))))
+	c := collators.Get().(*collator)
+	defer collators.Put(c)
+	k := c.c.KeyFromString(&c.buf, norm.NFKC.String(strings.TrimSpace(acct)))
+	s := string(k)
+	c.buf.Reset()
+	return s
 }
+
+// A collator computes primary collation keys; it is not safe for
+// concurrent use, so accountKey takes one from a pool.
+type collator struct {
+	c   *collate.Collator
+	buf collate.Buffer
+}
+
+var collators = sync.Pool{New: func() any {
+	return &collator{c: collate.New(language.Und, collate.IgnoreCase, collate.IgnoreDiacritics, collate.IgnoreWidth)}
+}}

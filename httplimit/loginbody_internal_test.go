@@ -1,0 +1,33 @@
+package httplimit
+
+import "testing"
+
+// TestAccountKey: spellings a case- and accent-insensitive lookup takes
+// as one account share a key; other accounts do not.
+func TestAccountKey(t *testing.T) {
+	same := [][]string{
+		{"alice", "Alice", " alice ", "ａｌｉｃｅ", "ALICE", "alicé", "ålice", "alice\u0301", "ałice", "ali\u00adce", "a\u200blice"},
+		{"strasse", "Straße", "STRASSE"},
+		{"aeon", "æon"},
+		{"ole", "Øle"},
+	}
+	keys := map[string]string{}
+	for _, group := range same {
+		k := accountKey(group[0])
+		for _, s := range group[1:] {
+			if accountKey(s) != k {
+				t.Errorf("%q and %q have different keys", group[0], s)
+			}
+		}
+		if other, ok := keys[k]; ok {
+			t.Errorf("%q and %q share a key", group[0], other)
+		}
+		keys[k] = group[0]
+	}
+	for _, s := range []string{"alice1", "alic", "a.lice", "a lice", "bob", "日本", "日"} {
+		if other, ok := keys[accountKey(s)]; ok {
+			t.Errorf("%q and %q share a key", s, other)
+		}
+		keys[accountKey(s)] = s
+	}
+}
