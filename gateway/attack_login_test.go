@@ -399,3 +399,43 @@ func TestLoginAccountSpellings(t *testing.T) {
 		}
 	})
 }
+
+// TestLoginFieldNameSpellings: a form field whose name a PHP service
+// reads as the account field (leading spaces, a NUL and what follows,
+// '.' or ' ' for '_') cannot name the account beside the field the guard
+// reads: the guard would charge one account while the service checks the
+// password of another.
+func TestLoginFieldNameSpellings(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newFoldedUpstream(t)
+		g := start(t, loginConfig(t, up.URL), redisURL)
+		for i := 0; i < 5; i++ {
+			if code := postLogin(t, g, fmt.Sprintf("203.0.113.%d", i), "/login", "application/json", `{"username":"alice","password":"guess"}`); code != 401 {
+				t.Fatalf("wrong password %d: %d", i, code)
+			}
+		}
+		for _, body := range []string{
+			"username=bob&+username=alice&password=demo",
+			"username=bob&%20%20username=alice&password=demo",
+			"username=bob&username%00x=alice&password=demo",
+			"username=bob&username%00=alice&password=demo",
+			"username=bob&%20Username=alice&password=demo",
+			"username=bob&+username%5B%5D=alice&password=demo",
+		} {
+			before := up.hits.Load()
+			if code := postLogin(t, g, "198.51.100.9", "/login", "application/x-www-form-urlencoded", body); code != 400 {
+				t.Errorf("%s: status %d, want 400", body, code)
+			}
+			if up.hits.Load() != before {
+				t.Errorf("%s: reached the upstream", body)
+			}
+		}
+		if n := up.logins("alice"); n != 0 {
+			t.Fatalf("the locked account was logged into %d times", n)
+		}
+		// A field that is another field to every parser still passes.
+		if code := postLogin(t, g, "198.51.100.9", "/login", "application/x-www-form-urlencoded", "username=bob&user_name=x&password=demo&next=%2F"); code != 200 {
+			t.Errorf("an unrelated field: status %d, want 200", code)
+		}
+	})
+}

@@ -51,10 +51,11 @@ const maxAccountBytes = 256
 //     UTF-8, or whose account is not a string;
 //   - a form with a ';' (a separator to some parsers) or a malformed
 //     escape;
-//   - an account field given twice, or a field that equals it but for case
-//     (encoding/json matches field names case-insensitively, with Unicode
-//     folding: "uſername" is "username" to it), or an array form of it
-//     ("username[]");
+//   - an account field given twice, or a field that some parser reads as
+//     it (isAccountField): one that equals it but for case (encoding/json
+//     matches field names case-insensitively, with Unicode folding:
+//     "uſername" is "username" to it), an array form of it ("username[]"),
+//     or a spelling PHP reads as it (" username", "username\x00x");
 //   - the account field in the query string (which r.FormValue merges
 //     into the form), Basic credentials (an account outside the body), or
 //     no account at all.
@@ -135,13 +136,37 @@ func checkQuery(raw, field string) error {
 }
 
 // isAccountField reports whether a field name could be read as the
-// account field by some parser: equal to it under Unicode case folding,
-// or an array form of it.
+// account field by some parser: whether the two read alike by
+// fieldReading, under Unicode case folding (encoding/json and ASP.NET
+// match names case-insensitively, folding "ſ" to "s"). An account field
+// that is itself nested ("user[email]") is compared whole.
 func isAccountField(name, field string) bool {
-	if i := strings.IndexByte(name, '['); i >= 0 {
+	whole := strings.ContainsAny(field, "[]")
+	return strings.EqualFold(fieldReading(name, whole), fieldReading(field, whole))
+}
+
+// fieldReading is a form or JSON field name as the parsers that bend
+// names read it: cut at a NUL (PHP ends the name there), leading and
+// trailing spaces dropped (PHP drops the leading ones), ' ' and '.' taken
+// for '_' (PHP's "user.name" is "user_name"), and unless whole, cut at the
+// first '[' with leading brackets dropped (the array and nested forms of
+// PHP, Rack and qs: "username[]", "username[0]", Rack's "[username]").
+func fieldReading(name string, whole bool) string {
+	if i := strings.IndexByte(name, 0); i >= 0 {
 		name = name[:i]
 	}
-	return strings.EqualFold(name, field)
+	trim := func(c rune) bool { return unicode.IsSpace(c) || !whole && (c == '[' || c == ']') }
+	name = strings.TrimLeftFunc(name, trim)
+	if i := strings.IndexByte(name, '['); i >= 0 && !whole {
+		name = name[:i]
+	}
+	name = strings.TrimRightFunc(name, trim)
+	return strings.Map(func(c rune) rune {
+		if c == ' ' || c == '.' {
+			return '_'
+		}
+		return c
+	}, name)
 }
 
 // readJSONLogin reads a JSON login body: one object, its account field a

@@ -2,6 +2,40 @@ package httplimit
 
 import "testing"
 
+// TestIsAccountField: every name some parser reads as the account field
+// is one, and names no parser reads as it are not.
+func TestIsAccountField(t *testing.T) {
+	for _, v := range []struct {
+		name, field string
+		want        bool
+	}{
+		{"username", "username", true},
+		{"Username", "username", true},
+		{"uſername", "username", true},
+		{"username[]", "username", true},
+		{"username[0]", "username", true},
+		{"[username]", "username", true},
+		{" username", "username", true},
+		{"  username ", "username", true},
+		{"username\x00", "username", true},
+		{"username\x00x", "username", true},
+		{"user.name", "user_name", true},
+		{"user name", "user_name", true},
+		{"user_name", "user.name", true},
+		{"user_name", "username", false},
+		{"usernames", "username", false},
+		{"password", "username", false},
+		{"user[email]", "user[email]", true},
+		{" user[email]", "user[email]", true},
+		{"user[password]", "user[email]", false},
+		{"user", "user[email]", false},
+	} {
+		if got := isAccountField(v.name, v.field); got != v.want {
+			t.Errorf("isAccountField(%q, %q) = %v, want %v", v.name, v.field, got, v.want)
+		}
+	}
+}
+
 // TestAccountKey: spellings a case- and accent-insensitive lookup takes
 // as one account share a key; other accounts do not.
 func TestAccountKey(t *testing.T) {
