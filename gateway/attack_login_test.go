@@ -439,3 +439,115 @@ func TestLoginFieldNameSpellings(t *testing.T) {
 		}
 	})
 }
+
+// nestedUpstream is a login service that finds the account inside a
+// nested object or under a prefix, as frameworks do: Rails'
+// wrap_parameters reads a JSON body's fields under the controller's key
+// ("session") and, when the client already sent that key, reads the
+// client's object instead; ASP.NET Core's model binding reads form fields
+// under the parameter's name ("model.username") when any is present,
+// else the bare names; Rails and PHP read "user[username]" as a nested
+// field, which a service may prefer to the bare one. The password is
+// "demo" for every account; it records the accounts it let in.
+type nestedUpstream struct {
+	*httptest.Server
+	hits atomic.Int64
+	mu   sync.Mutex
+	let  map[string]int
+}
+
+func newNestedUpstream(t *testing.T) *nestedUpstream {
+	u := &nestedUpstream{let: map[string]int{}}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		raw, _ := io.ReadAll(r.Body)
+		var acct, pw string
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+			form, _ := url.ParseQuery(string(raw))
+			acct, pw = form.Get("username"), form.Get("password")
+			for _, prefix := range []string{"model.", "user["} {
+				for k := range form {
+					if strings.HasPrefix(k, prefix) {
+						suffix := ""
+						if prefix == "user[" {
+							suffix = "]"
+						}
+						acct = form.Get(prefix + "username" + suffix)
+						if v := form.Get(prefix + "password" + suffix); v != "" {
+							pw = v
+						}
+					}
+				}
+			}
+		} else {
+			var body map[string]any
+			json.Unmarshal(raw, &body)
+			wrapped, ok := body["session"].(map[string]any)
+			if !ok {
+				wrapped = body
+			}
+			acct, _ = wrapped["username"].(string)
+			pw, _ = wrapped["password"].(string)
+		}
+		if pw != "demo" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		u.mu.Lock()
+		u.let[acct]++
+		u.mu.Unlock()
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// TestLoginNestedAccount: the account field inside a nested JSON object,
+// or under a prefix or in brackets in a form, is a 400 beside the field
+// the guard reads: frameworks read the account from there, and the guard
+// would charge one account while the service checks another's password.
+func TestLoginNestedAccount(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newNestedUpstream(t)
+		g := start(t, loginConfig(t, up.URL), redisURL)
+		for i := 0; i < 5; i++ {
+			if code := postLogin(t, g, fmt.Sprintf("203.0.113.%d", i), "/login", "application/json", `{"username":"alice","password":"guess"}`); code != 401 {
+				t.Fatalf("wrong password %d: %d", i, code)
+			}
+		}
+		for _, v := range []struct{ ctype, body string }{
+			{"application/json", `{"username":"bob","session":{"username":"alice","password":"demo"}}`},
+			{"application/json", `{"username":"bob","session":{"Username":"alice","password":"demo"}}`},
+			{"application/json", `{"username":"bob","a":[{"b":{"username":"alice"}}],"password":"demo"}`},
+			{"application/x-www-form-urlencoded", "username=bob&model.username=alice&password=demo"},
+			{"application/x-www-form-urlencoded", "username=bob&model.Username=alice&password=demo"},
+			{"application/x-www-form-urlencoded", "username=bob&user%5Busername%5D=alice&password=demo"},
+			{"application/x-www-form-urlencoded", "username=bob&user[username][]=alice&password=demo"},
+		} {
+			before := up.hits.Load()
+			if code := postLogin(t, g, "198.51.100.9", "/login", v.ctype, v.body); code != 400 {
+				t.Errorf("%s: status %d, want 400", v.body, code)
+			}
+			if up.hits.Load() != before {
+				t.Errorf("%s: reached the upstream", v.body)
+			}
+		}
+		if n := up.logins("alice"); n != 0 {
+			t.Fatalf("the locked account was logged into %d times", n)
+		}
+		// Nested fields that are not the account pass.
+		for _, v := range []struct{ ctype, body string }{
+			{"application/json", `{"username":"bob","password":"demo","device":{"name":"phone","user_agent":"x"}}`},
+			{"application/x-www-form-urlencoded", "username=bob&password=demo&device.name=phone&prefs[usernames]=1"},
+		} {
+			if code := postLogin(t, g, "198.51.100.9", "/login", v.ctype, v.body); code != 200 {
+				t.Errorf("%s: status %d, want 200", v.body, code)
+			}
+		}
+	})
+}
+
+func (u *nestedUpstream) logins(acct string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.let[acct]
+}

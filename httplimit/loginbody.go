@@ -55,7 +55,9 @@ const maxAccountBytes = 256
 //     it (isAccountField): one that equals it but for case (encoding/json
 //     matches field names case-insensitively, with Unicode folding:
 //     "uſername" is "username" to it), an array form of it ("username[]"),
-//     or a spelling PHP reads as it (" username", "username\x00x");
+//     a spelling PHP reads as it (" username", "username\x00x"), or a
+//     nested or prefixed form of it ("user[username]", "model.username",
+//     or the field in a nested JSON object);
 //   - the account field in the query string (which r.FormValue merges
 //     into the form), Basic credentials (an account outside the body), or
 //     no account at all.
@@ -138,11 +140,29 @@ func checkQuery(raw, field string) error {
 // isAccountField reports whether a field name could be read as the
 // account field by some parser: whether the two read alike by
 // fieldReading, under Unicode case folding (encoding/json and ASP.NET
-// match names case-insensitively, folding "ſ" to "s"). An account field
-// that is itself nested ("user[email]") is compared whole.
+// match names case-insensitively, folding "ſ" to "s"), or, for an
+// account field that is a plain name, whether any segment of the name
+// between '.', '[' and ']' is it ("model.username", which ASP.NET Core
+// binds under a parameter's name; "user[username]", which Rails and PHP
+// nest). An account field that is itself compound ("user[email]") is
+// compared whole.
 func isAccountField(name, field string) bool {
-	whole := strings.ContainsAny(field, "[]")
-	return strings.EqualFold(fieldReading(name, whole), fieldReading(field, whole))
+	whole := strings.ContainsAny(field, "[].")
+	if strings.EqualFold(fieldReading(name, whole), fieldReading(field, whole)) {
+		return true
+	}
+	if whole {
+		return false
+	}
+	if i := strings.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	for _, seg := range strings.FieldsFunc(name, func(c rune) bool { return c == '.' || c == '[' || c == ']' }) {
+		if strings.EqualFold(fieldReading(seg, false), fieldReading(field, false)) {
+			return true
+		}
+	}
+	return false
 }
 
 // fieldReading is a form or JSON field name as the parsers that bend
@@ -180,7 +200,7 @@ func readJSONLogin(raw []byte, field string) (*loginBody, error) {
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, badLogin("the body must be a JSON object")
 	}
-	w := &jsonWriter{dec: dec}
+	w := &jsonWriter{dec: dec, field: field}
 	w.out.WriteByte('{')
 	lb := &loginBody{}
 	found := false
@@ -234,10 +254,13 @@ func readJSONLogin(raw []byte, field string) (*loginBody, error) {
 }
 
 // A jsonWriter re-encodes the values a decoder reads: no spaces, numbers
-// as written, strings as decoded.
+// as written, strings as decoded. It refuses an object nested at any
+// depth that names the account field (Rails' wrap_parameters reads a
+// client's "session" object in place of the top level).
 type jsonWriter struct {
-	dec *json.Decoder
-	out bytes.Buffer
+	dec   *json.Decoder
+	field string // the account field, which no nested object may name
+	out   bytes.Buffer
 }
 
 // value writes the value that starts with tok, reading the rest of it.
@@ -259,6 +282,9 @@ func (w *jsonWriter) value(tok json.Token) error {
 				return badLogin("the body is not valid JSON")
 			}
 			if t == '{' {
+				if isAccountField(tok.(string), w.field) {
+					return badLogin("the account field %q is nested in the body", w.field)
+				}
 				w.str(tok.(string))
 				w.out.WriteByte(':')
 				if tok, err = w.dec.Token(); err != nil {
