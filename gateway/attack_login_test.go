@@ -551,3 +551,68 @@ func (u *nestedUpstream) logins(acct string) int {
 	defer u.mu.Unlock()
 	return u.let[acct]
 }
+
+// TestLoginOtherMethods: a login route names its method (POST), but a
+// service's login handler may answer any method (a Go handler that does
+// not check r.Method, a PHP script, Express's app.all). Beside a route
+// for everything else, a request to the login path with another method
+// that carries an attempt (a body, or the account in the query) is
+// refused, and does not reach the service past the account's lock; the
+// login page (GET with neither) is served as before.
+func TestLoginOtherMethods(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newLoginUpstream(t, 0)
+		p := quickstart(t, up.URL, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]",
+			"limit: {algorithm: sliding_log, rate: 10, period: 1m}", "limit: {algorithm: fixed_window, rate: 100000, period: 1m}",
+			"  - name: login\n", "  - name: everything-else\n    path: /\n    upstream: "+up.URL+"\n  - name: login\n")
+		p.Store.Timeout = 5 * time.Second
+		g := start(t, p, redisURL)
+		for i := 0; i < 5; i++ {
+			if code := postLogin(t, g, fmt.Sprintf("203.0.113.%d", i), "/login", "application/json", `{"username":"alice","password":"guess"}`); code != 401 {
+				t.Fatalf("wrong password %d: %d", i, code)
+			}
+		}
+		send := func(method, target, ctype, body string) int {
+			req, _ := http.NewRequest(method, g.public+target, strings.NewReader(body))
+			if body == "" {
+				req.Body, req.ContentLength = nil, 0
+			}
+			if ctype != "" {
+				req.Header.Set("Content-Type", ctype)
+			}
+			req.Header.Set("X-Forwarded-For", "198.51.100.9")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		for _, v := range []struct{ method, target, ctype, body string }{
+			{"PUT", "/login", "application/json", `{"username":"alice","password":"demo"}`},
+			{"PATCH", "/login", "application/json", `{"username":"alice","password":"demo"}`},
+			{"GET", "/login", "application/json", `{"username":"alice","password":"demo"}`},
+			{"DELETE", "/login/", "application/x-www-form-urlencoded", "username=alice&password=demo"},
+			{"GET", "/login?username=alice&password=demo", "", ""},
+			{"PUT", "/LOGIN?username=alice&password=demo", "", ""},
+		} {
+			before := up.hits.Load()
+			if code := send(v.method, v.target, v.ctype, v.body); code != 405 {
+				t.Errorf("%s %s: status %d, want 405", v.method, v.target, code)
+			}
+			if up.hits.Load() != before {
+				t.Errorf("%s %s: reached the upstream", v.method, v.target)
+			}
+		}
+		if n := up.logins("alice"); n != 0 {
+			t.Fatalf("the locked account was logged into %d times", n)
+		}
+		// The login page, and everything else, are served.
+		for _, target := range []string{"/login", "/login?next=%2Fhome", "/other"} {
+			if code := send("GET", target, "", ""); code != 401 { // the test upstream answers 401 to no password
+				t.Errorf("GET %s: status %d, want the upstream's 401", target, code)
+			}
+		}
+	})
+}

@@ -45,6 +45,38 @@ func (m *middleware) readLogin(w http.ResponseWriter, r *http.Request, lg *polic
 	return m.engine.Pseudonym("acct", accountKey(lb.account)), true
 }
 
+// loginElsewhere returns the login route whose path r names under
+// another method than the route's, when r could carry a login attempt
+// there (a method other than GET, HEAD and OPTIONS, a body, or the
+// account field in the query string), or nil. A service's login handler
+// may answer any method (a Go handler that does not check r.Method, a PHP
+// script, Express's app.all), so such a request, which another route
+// (or none) would pass on unguarded, is refused; the login page (a GET
+// with neither) is not. route is the route rr matched.
+func loginElsewhere(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route) *policy.Route {
+	if route != nil && route.Login != nil {
+		return nil
+	}
+	bodiless := r.ContentLength == 0 && len(r.TransferEncoding) == 0
+	safe := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
+	if safe && bodiless && r.URL.RawQuery == "" {
+		return nil // the usual case: no attempt to carry
+	}
+	for _, lr := range p.Routes {
+		if lr.Login == nil || lr.Method == "" || lr.Method == r.Method {
+			continue
+		}
+		other := rr
+		other.Method = lr.Method
+		if o, _ := p.MatchRequest(other); o == nil || o.Login == nil {
+			continue
+		} else if !safe || !bodiless || checkQuery(r.URL.RawQuery, o.Login.AccountField) != nil {
+			return o
+		}
+	}
+	return nil
+}
+
 // statusRecorder remembers the status the handler behind wrote, and,
 // once armed (the request passed on), calls onStatus with it before the
 // status goes out.

@@ -294,6 +294,13 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
 		return decision{}, false
 	}
+	if lr := loginElsewhere(p, r, rr, route); lr != nil {
+		m.engine.Count("login_body", lr.Group, "-", "bad_request")
+		w.Header().Set("Allow", lr.Method)
+		WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusMethodNotAllowed,
+			Detail: fmt.Sprintf("this path is a login route for %s: a login attempt by another method is not accepted", lr.Method)})
+		return decision{}, false
+	}
 	if route == nil && m.opts.RequireRoute {
 		WriteProblem(w, Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Detail: "no route matches this request"})
 		return decision{}, false
