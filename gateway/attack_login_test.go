@@ -616,3 +616,49 @@ func TestLoginOtherMethods(t *testing.T) {
 		}
 	})
 }
+
+// TestLoginFormatSuffix: Rails routes a path with a format extension
+// ("/login.json") to the route without it, so beside a route for
+// everything else an attempt at a login route's path with an extension is
+// refused rather than passed on unguarded; a login page asked for with
+// one (GET /login.html, no body) is served.
+func TestLoginFormatSuffix(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newLoginUpstream(t, 0)
+		p := quickstart(t, up.URL, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]",
+			"limit: {algorithm: sliding_log, rate: 10, period: 1m}", "limit: {algorithm: fixed_window, rate: 100000, period: 1m}",
+			"  - name: login\n", "  - name: everything-else\n    path: /\n    upstream: "+up.URL+"\n  - name: login\n")
+		p.Store.Timeout = 5 * time.Second
+		g := start(t, p, redisURL)
+		for i := 0; i < 5; i++ {
+			if code := postLogin(t, g, fmt.Sprintf("203.0.113.%d", i), "/login", "application/json", `{"username":"alice","password":"guess"}`); code != 401 {
+				t.Fatalf("wrong password %d: %d", i, code)
+			}
+		}
+		for _, path := range []string{"/login.json", "/Login.JSON", "/login.x", "/login.json/"} {
+			before := up.hits.Load()
+			if code := postLogin(t, g, "198.51.100.9", path, "application/json", `{"username":"alice","password":"demo"}`); code != 400 {
+				t.Errorf("POST %s: status %d, want 400", path, code)
+			}
+			if up.hits.Load() != before {
+				t.Errorf("POST %s: reached the upstream", path)
+			}
+		}
+		if n := up.logins("alice"); n != 0 {
+			t.Fatalf("the locked account was logged into %d times", n)
+		}
+		req, _ := http.NewRequest("GET", g.public+"/login.html", nil)
+		req.Header.Set("X-Forwarded-For", "198.51.100.9")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 { // the test upstream answers 401 to no password
+			t.Errorf("GET /login.html: status %d, want the upstream's 401", resp.StatusCode)
+		}
+		if code := postLogin(t, g, "198.51.100.9", "/login-help.json", "application/json", `{"q":1}`); code != 401 {
+			t.Errorf("POST /login-help.json: status %d, want the upstream's 401", code)
+		}
+	})
+}

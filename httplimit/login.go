@@ -3,6 +3,7 @@ package httplimit
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -45,36 +46,65 @@ func (m *middleware) readLogin(w http.ResponseWriter, r *http.Request, lg *polic
 	return m.engine.Pseudonym("acct", accountKey(lb.account)), true
 }
 
-// loginElsewhere returns the login route whose path r names under
-// another method than the route's, when r could carry a login attempt
-// there (a method other than GET, HEAD and OPTIONS, a body, or the
-// account field in the query string), or nil. A service's login handler
-// may answer any method (a Go handler that does not check r.Method, a PHP
-// script, Express's app.all), so such a request, which another route
-// (or none) would pass on unguarded, is refused; the login page (a GET
-// with neither) is not. route is the route rr matched.
-func loginElsewhere(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route) *policy.Route {
+// loginElsewhere returns why r may reach a login route's handler by
+// another way than that route, carrying an attempt the guard would not
+// see, with the status to refuse it with, or "". A service's login
+// handler may answer any method (a Go handler that does not check
+// r.Method, a PHP script, Express's app.all: 405), and Rails serves a
+// path with a format extension ("/login.json") as the path without it
+// (400). r could carry an attempt unless it is a GET, HEAD or OPTIONS
+// with no body and no account field in its query string (the login
+// page). route is the route rr matched; another route (or none) would
+// pass r on unguarded. A 405 comes with the method to Allow.
+func loginElsewhere(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route) (why string, status int, allow string) {
 	if route != nil && route.Login != nil {
-		return nil
+		return "", 0, ""
 	}
 	bodiless := r.ContentLength == 0 && len(r.TransferEncoding) == 0
 	safe := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
 	if safe && bodiless && r.URL.RawQuery == "" {
-		return nil // the usual case: no attempt to carry
+		return "", 0, "" // the usual case: no attempt to carry
+	}
+	paths := []string{rr.Path}
+	if s := withoutFormat(rr.Path); s != "" {
+		paths = append(paths, s)
 	}
 	for _, lr := range p.Routes {
-		if lr.Login == nil || lr.Method == "" || lr.Method == r.Method {
+		if lr.Login == nil {
 			continue
 		}
-		other := rr
-		other.Method = lr.Method
-		if o, _ := p.MatchRequest(other); o == nil || o.Login == nil {
-			continue
-		} else if !safe || !bodiless || checkQuery(r.URL.RawQuery, o.Login.AccountField) != nil {
-			return o
+		for i, path := range paths {
+			if i == 0 && (lr.Method == "" || lr.Method == r.Method) {
+				continue // matched as it is
+			}
+			other := rr
+			other.Path = path
+			if lr.Method != "" {
+				other.Method = lr.Method
+			}
+			o, _ := p.MatchRequest(other)
+			if o == nil || o.Login == nil || safe && bodiless && checkQuery(r.URL.RawQuery, o.Login.AccountField) == nil {
+				continue
+			}
+			if i > 0 {
+				return "a login route's path with a format extension (Rails serves /login.json as /login) is not accepted for a login attempt", http.StatusBadRequest, ""
+			}
+			return fmt.Sprintf("this path is a login route for %s: a login attempt by another method is not accepted", o.Method), http.StatusMethodNotAllowed, o.Method
 		}
 	}
-	return nil
+	return "", 0, ""
+}
+
+// withoutFormat returns path with the format extension of its last
+// segment removed ("/login.json/" is "/login"), or "" if it has none.
+func withoutFormat(path string) string {
+	p := strings.TrimSuffix(path, "/")
+	slash := strings.LastIndexByte(p, '/')
+	dot := strings.LastIndexByte(p, '.')
+	if dot <= slash+1 || dot == len(p)-1 {
+		return ""
+	}
+	return p[:dot]
 }
 
 // statusRecorder remembers the status the handler behind wrote, and,

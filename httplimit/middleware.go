@@ -294,11 +294,12 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
 		return decision{}, false
 	}
-	if lr := loginElsewhere(p, r, rr, route); lr != nil {
-		m.engine.Count("login_body", lr.Group, "-", "bad_request")
-		w.Header().Set("Allow", lr.Method)
-		WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusMethodNotAllowed,
-			Detail: fmt.Sprintf("this path is a login route for %s: a login attempt by another method is not accepted", lr.Method)})
+	if why, status, allow := loginElsewhere(p, r, rr, route); why != "" {
+		m.engine.Count("login_body", "login", "-", "bad_request")
+		if allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		WriteProblem(w, Problem{Type: ProblemBadLogin, Status: status, Detail: why})
 		return decision{}, false
 	}
 	if route == nil && m.opts.RequireRoute {
