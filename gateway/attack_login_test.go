@@ -617,12 +617,14 @@ func TestLoginOtherMethods(t *testing.T) {
 	})
 }
 
-// TestLoginFormatSuffix: Rails routes a path with a format extension
-// ("/login.json") to the route without it, so beside a route for
-// everything else an attempt at a login route's path with an extension is
-// refused rather than passed on unguarded; a login page asked for with
-// one (GET /login.html, no body) is served.
-func TestLoginFormatSuffix(t *testing.T) {
+// TestLoginPathSpellings: Rails routes a path with a format extension
+// ("/login.json") to the route without it, and Symfony and Laravel serve
+// a path under their front controller ("/index.php/login") as the path
+// after it, so beside a route for everything else an attempt at a login
+// route's path so spelt is refused rather than passed on unguarded; a
+// login page asked for with an extension (GET /login.html, no body) is
+// served.
+func TestLoginPathSpellings(t *testing.T) {
 	onStores(t, func(t *testing.T, redisURL string) {
 		up := newLoginUpstream(t, 0)
 		p := quickstart(t, up.URL, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]",
@@ -635,7 +637,7 @@ func TestLoginFormatSuffix(t *testing.T) {
 				t.Fatalf("wrong password %d: %d", i, code)
 			}
 		}
-		for _, path := range []string{"/login.json", "/Login.JSON", "/login.x", "/login.json/"} {
+		for _, path := range []string{"/login.json", "/Login.JSON", "/login.x", "/login.json/", "/index.php/login", "/app.php/login/", "/index.php/login.json"} {
 			before := up.hits.Load()
 			if code := postLogin(t, g, "198.51.100.9", path, "application/json", `{"username":"alice","password":"demo"}`); code != 400 {
 				t.Errorf("POST %s: status %d, want 400", path, code)

@@ -50,9 +50,10 @@ func (m *middleware) readLogin(w http.ResponseWriter, r *http.Request, lg *polic
 // another way than that route, carrying an attempt the guard would not
 // see, with the status to refuse it with, or "". A service's login
 // handler may answer any method (a Go handler that does not check
-// r.Method, a PHP script, Express's app.all: 405), and Rails serves a
-// path with a format extension ("/login.json") as the path without it
-// (400). r could carry an attempt unless it is a GET, HEAD or OPTIONS
+// r.Method, a PHP script, Express's app.all: 405), Rails serves a path
+// with a format extension ("/login.json") as the path without it, and
+// Symfony and Laravel one under their front controller
+// ("/index.php/login") as the path after it (400). r could carry an attempt unless it is a GET, HEAD or OPTIONS
 // with no body and no account field in its query string (the login
 // page). route is the route rr matched; another route (or none) would
 // pass r on unguarded. A 405 comes with the method to Allow.
@@ -66,8 +67,13 @@ func loginElsewhere(p *policy.Policy, r *http.Request, rr policy.RouteRequest, r
 		return "", 0, "" // the usual case: no attempt to carry
 	}
 	paths := []string{rr.Path}
-	if s := withoutFormat(rr.Path); s != "" {
+	if s := withoutFront(rr.Path); s != "" {
 		paths = append(paths, s)
+	}
+	for _, path := range paths {
+		if s := withoutFormat(path); s != "" {
+			paths = append(paths, s)
+		}
 	}
 	for _, lr := range p.Routes {
 		if lr.Login == nil {
@@ -87,12 +93,22 @@ func loginElsewhere(p *policy.Policy, r *http.Request, rr policy.RouteRequest, r
 				continue
 			}
 			if i > 0 {
-				return "a login route's path with a format extension (Rails serves /login.json as /login) is not accepted for a login attempt", http.StatusBadRequest, ""
+				return "a login route's path with a format extension or under a front controller (Rails serves /login.json, Symfony /index.php/login as /login) is not accepted for a login attempt", http.StatusBadRequest, ""
 			}
 			return fmt.Sprintf("this path is a login route for %s: a login attempt by another method is not accepted", o.Method), http.StatusMethodNotAllowed, o.Method
 		}
 	}
 	return "", 0, ""
+}
+
+// withoutFront returns path without a first segment naming a PHP front
+// controller ("/index.php/login" is "/login"), or "" if it has none.
+func withoutFront(path string) string {
+	first, rest, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if !ok || len(first) <= len(".php") || !strings.EqualFold(first[len(first)-len(".php"):], ".php") {
+		return ""
+	}
+	return "/" + rest
 }
 
 // withoutFormat returns path with the format extension of its last
