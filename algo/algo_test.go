@@ -292,7 +292,7 @@ func TestLockout(t *testing.T) {
 	now := int64(1_800_000_000_000)
 	min := time.Minute.Milliseconds()
 	fail := func() algo.LockoutResult {
-		res, _ := algo.Lockout(r, &s, nil, now, algo.LockFail, algo.Hold{})
+		res, _ := algo.Lockout(r, &s, nil, now, algo.LockFail, algo.Hold{}, 0)
 		return res
 	}
 	for i := 1; i <= 4; i++ {
@@ -305,7 +305,7 @@ func TestLockout(t *testing.T) {
 	}
 	// Locked: checks say so and failures while locked change nothing.
 	now += 30_000
-	if res, _ := algo.Lockout(r, &s, nil, now, algo.LockCheck, algo.Hold{}); !res.Locked || res.RetryAfter != 30_000 {
+	if res, _ := algo.Lockout(r, &s, nil, now, algo.LockCheck, algo.Hold{}, 0); !res.Locked || res.RetryAfter != 30_000 {
 		t.Fatalf("check during the lock: %+v", res)
 	}
 	fail()
@@ -315,7 +315,7 @@ func TestLockout(t *testing.T) {
 		for i := 0; i < 5; i++ {
 			fail()
 		}
-		res, _ := algo.Lockout(r, &s, nil, now, algo.LockCheck, algo.Hold{})
+		res, _ := algo.Lockout(r, &s, nil, now, algo.LockCheck, algo.Hold{}, 0)
 		if !res.Locked || res.RetryAfter != want*min {
 			t.Fatalf("offence %d: %+v, want a %d min lock", level+2, res, want)
 		}
@@ -324,11 +324,11 @@ func TestLockout(t *testing.T) {
 	now += 2 * time.Hour.Milliseconds()
 	fail()
 	fail()
-	algo.Lockout(r, &s, nil, now, algo.LockSucceed, algo.Hold{})
+	algo.Lockout(r, &s, nil, now, algo.LockSucceed, algo.Hold{}, 0)
 	for i := 0; i < 4; i++ {
 		fail()
 	}
-	if res, _ := algo.Lockout(r, &s, nil, now, algo.LockCheck, algo.Hold{}); res.Locked || res.Failures != 4 {
+	if res, _ := algo.Lockout(r, &s, nil, now, algo.LockCheck, algo.Hold{}, 0); res.Locked || res.Failures != 4 {
 		t.Fatalf("after a success: %+v", res)
 	}
 	now += 16 * min
@@ -337,7 +337,7 @@ func TestLockout(t *testing.T) {
 	}
 	// The offence memory forgets old locks.
 	var fresh algo.State
-	_, ttl := algo.Lockout(r, &fresh, nil, now, algo.LockCheck, algo.Hold{})
+	_, ttl := algo.Lockout(r, &fresh, nil, now, algo.LockCheck, algo.Hold{}, 0)
 	if ttl != 0 {
 		t.Fatalf("a fresh account needs no state, ttl %d", ttl)
 	}

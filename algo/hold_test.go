@@ -18,7 +18,7 @@ func TestLockoutHolds(t *testing.T) {
 	now := int64(1_800_000_000_000)
 	hold := func(i int) algo.Hold { return algo.Hold{ID: fmt.Sprint("a", i), TTL: 40 * time.Second} }
 	op := func(o algo.LockOp, i int) algo.LockoutResult {
-		res, _ := algo.Lockout(r, &s, holds, now, o, hold(i))
+		res, _ := algo.Lockout(r, &s, holds, now, o, hold(i), 0)
 		return res
 	}
 	// Two failures first: three places are left.
@@ -72,7 +72,7 @@ func TestLockoutHolds(t *testing.T) {
 	if res := op(algo.LockReserve, 205); res.Reserved {
 		t.Fatalf("a 6th hold: %+v", res)
 	}
-	_, ttl := algo.Lockout(r, &s, holds, now, algo.LockCheck, algo.Hold{})
+	_, ttl := algo.Lockout(r, &s, holds, now, algo.LockCheck, algo.Hold{}, 0)
 	if ttl < 40_000 {
 		t.Fatalf("ttl %d ms with holds for 40 s", ttl)
 	}

@@ -8,7 +8,11 @@ import (
 // LockoutRule is the login guard's rule for one account: after Threshold
 // failures within Window of each other, the account is locked for Lock;
 // each further lock within Memory of the previous one doubles, up to
-// MaxLock. A success clears the failure count (not the lock history).
+// MaxLock. A success clears the failure count (not the lock history) when
+// every failure counted was spelt as the success was (see
+// [LockoutRequest].Spelling); else the failures stay until they age out
+// of Window, so a look-alike account a client can log into cannot clear
+// another's count.
 type LockoutRule struct {
 	Threshold int64
 	Lock      time.Duration
@@ -71,20 +75,26 @@ type LockoutResult struct {
 }
 
 // Lockout applies op at nowMS to an account's state, kept in s as
-// A failures, B last failure (ms), C level, D lock end (ms), E last lock
-// (ms), and in holds, the attempts reserved and not yet settled (which
-// LockReserve adds h to; the settling operations remove h.ID). holds may
-// be nil for operations other than LockReserve. It returns the result and
-// the ms after nowMS from which the state and the holds are equivalent to
+// A failures, B last failure (ms), C level and the failures' spelling
+// (C = level + spelling·2^20, see lockLevels), D lock end (ms), E last
+// lock (ms), and in holds, the attempts reserved and not yet settled
+// (which LockReserve adds h to; the settling operations remove h.ID).
+// holds may be nil for operations other than LockReserve. spelling is
+// the request's (LockoutRequest.Spelling). It returns the result and the
+// ms after nowMS from which the state and the holds are equivalent to
 // none.
-func Lockout(r LockoutRule, s *State, holds Holds, now int64, op LockOp, h Hold) (LockoutResult, int64) {
+func Lockout(r LockoutRule, s *State, holds Holds, now int64, op LockOp, h Hold, spelling uint32) (LockoutResult, int64) {
 	win, mem := r.Window.Milliseconds(), r.Memory.Milliseconds()
-	fails, lastFail, level, until, lastLock := s.A, s.B, s.C, s.D, s.E
+	fails, lastFail, until, lastLock := s.A, s.B, s.D, s.E
+	level, spelt := s.C%lockLevels, s.C/lockLevels
 	if now-lastFail >= win {
 		fails = 0
 	}
 	if now-lastLock >= mem {
 		level = 0
+	}
+	if fails == 0 {
+		spelt = 0
 	}
 	held := holds.Live(now)
 	if op != LockCheck && op != LockReserve && h.ID != "" {
@@ -105,19 +115,25 @@ func Lockout(r LockoutRule, s *State, holds Holds, now int64, op LockOp, h Hold)
 			res.Reserved = true
 		}
 	case op == LockFail && !locked:
+		switch {
+		case fails == 0:
+			spelt = int64(spelling)
+		case spelt != int64(spelling):
+			spelt = mixedSpellings
+		}
 		fails++
 		lastFail = now
 		if fails >= r.Threshold {
 			d := lockFor(r, level)
 			until, lastLock = now+d, now
-			level++
-			fails = 0
+			level = min(level+1, lockLevels-1)
+			fails, spelt = 0, 0
 			locked = true
 		}
-		s.A, s.B, s.C, s.D, s.E = fails, lastFail, level, until, lastLock
-	case op == LockSucceed:
+		s.A, s.B, s.C, s.D, s.E = fails, lastFail, level+spelt*lockLevels, until, lastLock
+	case op == LockSucceed && (fails == 0 || spelt == int64(spelling)):
 		fails = 0
-		s.A = 0
+		s.A = 0 // and with it the spelling: read as none while A is 0
 	}
 	res.Locked, res.Failures, res.Level, res.Held = locked, fails, level, held
 	if locked {
@@ -129,6 +145,16 @@ func Lockout(r LockoutRule, s *State, holds Holds, now int64, op LockOp, h Hold)
 	}
 	return res, max(ttl, holds.Until(now))
 }
+
+// lockLevels bounds the lock level kept (a level past 20 or so doubles
+// Lock past any MaxLock anyway); the failures' spelling is kept above it
+// in State.C. mixedSpellings is the spelling of failures spelt in more
+// than one way, which no success clears. Both keep C below 2^53, exact
+// in the Lua's doubles.
+const (
+	lockLevels     = 1 << 20
+	mixedSpellings = 1 << 32
+)
 
 // lockFor returns the lock length after level earlier locks: Lock doubled
 // level times, capped at MaxLock (doubling stops at the cap, so it never
@@ -150,7 +176,13 @@ type LockoutRequest struct {
 	// Hold is the attempt LockReserve holds and the settling operations
 	// end; its zero value is no attempt (then LockReserve is invalid).
 	Hold Hold
-	Now  time.Time // zero: the store's clock
+	// Spelling tells apart the ways an account was spelt that Subject
+	// counts as one (a digest of the name as the client wrote it, keyed
+	// so no client can pick one to match another's; zero for callers
+	// that do not tell): a success clears the failures only if they were
+	// all spelt as it is.
+	Spelling uint32
+	Now      time.Time // zero: the store's clock
 }
 
 // Validate reports whether the request is usable.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"hash/fnv"
 	"net/netip"
 
 	"github.com/tollgate/tollgate/identity"
@@ -186,3 +187,13 @@ func (e *Engine) LimitKey(r *policy.Route, values []string) string {
 // Pseudonym returns the pseudonym of id among ids of one kind ("acct" for
 // login accounts, "t" for tenants), keyed by the policy's secret.
 func (e *Engine) Pseudonym(kind, id string) string { return e.hasher.Hash(kind, id) }
+
+// Spelling returns the digest of an account name as a login wrote it
+// (byte for byte) that the login guard tells its spellings apart by:
+// keyed like a pseudonym, so no client can choose a name whose digest
+// matches another's. See algo.LockoutRequest.Spelling.
+func (e *Engine) Spelling(account string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(e.hasher.Hash("spelt", account)))
+	return h.Sum32()
+}

@@ -20,6 +20,7 @@ type loginAttempt struct {
 	e       *Engine
 	guard   *policy.Login
 	account string // pseudonym
+	spelt   uint32 // Call.Spelling
 	ip      tollgate.Request
 	hold    tollgate.Hold
 	once    sync.Once
@@ -39,7 +40,7 @@ func (e *Engine) loginBegin(ctx context.Context, v *Verdict, c Call) bool {
 		v.Outcome, v.Reason, v.Err = Invalid, ReasonMisconfigured, errors.New("checking a login: the call names no account")
 		return false
 	}
-	a := &loginAttempt{e: e, guard: lg, account: c.Account,
+	a := &loginAttempt{e: e, guard: lg, account: c.Account, spelt: c.Spelling,
 		ip:   lg.IPFailures.Request(sub.Client, "", 1),
 		hold: tollgate.Hold{ID: newLeaseID(), TTL: e.holdTTL}}
 	a.ip.Now = e.clockTime()
@@ -63,7 +64,7 @@ func (e *Engine) loginBegin(ctx context.Context, v *Verdict, c Call) bool {
 	}
 	sctx, span = e.storeSpan(ctx, "tollgate.store Lockout", "login_lock", 1)
 	res, err := e.store.Lockout(sctx, algo.LockoutRequest{Name: lg.StoreName, Subject: a.account, Rule: lg.Rule,
-		Op: algo.LockReserve, Hold: a.hold, Now: a.ip.Now})
+		Op: algo.LockReserve, Hold: a.hold, Spelling: a.spelt, Now: a.ip.Now})
 	endStoreSpan(span, allowedOr(res.Reserved), err)
 	if err != nil || !res.Reserved {
 		a.settleIP(ctx, false)
@@ -109,7 +110,7 @@ func (a *loginAttempt) finish(ctx context.Context, status int) {
 		a.settleIP(ctx, op == algo.LockFail)
 		sctx, span := a.e.storeSpan(ctx, "tollgate.store Lockout", "login_lock", 1)
 		_, err := a.e.store.Lockout(sctx, algo.LockoutRequest{Name: a.guard.StoreName, Subject: a.account, Rule: a.guard.Rule,
-			Op: op, Hold: a.hold, Now: a.e.clockTime()})
+			Op: op, Hold: a.hold, Spelling: a.spelt, Now: a.e.clockTime()})
 		endStoreSpan(span, "done", err)
 		if err != nil {
 			a.e.logSampled(ctx, slog.LevelError, "recording a login outcome (the attempt's hold expires by itself)", Subject{Kind: "account", ID: a.account},

@@ -27,6 +27,10 @@ type Call struct {
 	// Account is the pseudonym of the account a login names; required
 	// on a route with a login guard.
 	Account string
+	// Spelling tells apart the ways the login spelt Account (see
+	// Engine.Spelling and algo.LockoutRequest.Spelling); zero when the
+	// caller does not tell.
+	Spelling uint32
 	// Claims are a verified bearer JWT's claims that route limits are
 	// counted per (policy.JWT.KeyClaims), as the token has them: raw
 	// values, never logged. Nil without a token.

@@ -664,3 +664,74 @@ func TestLoginPathSpellings(t *testing.T) {
 		}
 	})
 }
+
+// TestLoginLookAlikeSuccess: on a service that tells "Alice" from
+// "alice" (case- and accent-sensitive, as PostgreSQL's default collation
+// is), whoever owns "Alice" logs into it between guesses at "alice". The
+// guard counts both as one account; the look-alike's own success must
+// not clear the failures spelt "alice", or its owner would get four
+// guesses at "alice" per login of their own, without end.
+func TestLoginLookAlikeSuccess(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		var mu sync.Mutex
+		let := map[string]int{}
+		passwords := map[string]string{"alice": "demo", "Alice": "mine"}
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var body struct{ Username, Password string }
+			json.NewDecoder(r.Body).Decode(&body)
+			if pw, ok := passwords[body.Username]; !ok || pw != body.Password {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			mu.Lock()
+			let[body.Username]++
+			mu.Unlock()
+		}))
+		t.Cleanup(up.Close)
+		g := start(t, loginConfig(t, up.URL), redisURL)
+		ip := 0
+		login := func(acct, pw string) int {
+			ip++
+			body, _ := json.Marshal(map[string]string{"username": acct, "password": pw})
+			return postLogin(t, g, fmt.Sprintf("203.0.113.%d", ip), "/login", "application/json", string(body))
+		}
+		for i := 0; i < 4; i++ {
+			if code := login("alice", fmt.Sprintf("guess-%d", i)); code != 401 {
+				t.Fatalf("guess %d: %d", i, code)
+			}
+		}
+		if code := login("Alice", "mine"); code != 200 {
+			t.Fatalf("the look-alike's own login: %d, want 200", code)
+		}
+		if code := login("alice", "guess-4"); code != 401 {
+			t.Fatalf("the fifth guess: %d, want 401", code)
+		}
+		if code := login("alice", "demo"); code != 429 {
+			t.Errorf("the right password after five guesses and a look-alike's login: %d, want 429 (locked)", code)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if let["alice"] != 0 {
+			t.Fatalf("alice was logged into %d times", let["alice"])
+		}
+	})
+}
+
+// TestLoginOwnSuccessClears: a user's own success, spelt as their
+// failures, clears them, so a user who logs in fine is never locked.
+func TestLoginOwnSuccessClears(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newFoldedUpstream(t)
+		g := start(t, loginConfig(t, up.URL), redisURL)
+		for round := 0; round < 3; round++ {
+			for i := 0; i < 4; i++ {
+				if code := postLogin(t, g, fmt.Sprintf("203.0.113.%d", round*10+i), "/login", "application/json", `{"username":"carol","password":"guess"}`); code != 401 {
+					t.Fatalf("round %d, guess %d: %d", round, i, code)
+				}
+			}
+			if code := postLogin(t, g, "198.51.100.7", "/login", "application/json", `{"username":"carol","password":"demo"}`); code != 200 {
+				t.Fatalf("round %d: carol's own login: %d, want 200", round, code)
+			}
+		}
+	})
+}

@@ -11,14 +11,16 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/policy"
 )
 
 // readLogin reads a login request's body, which it forwards re-encoded in
-// the form it read (see readLoginBody), and returns the pseudonym of the
-// account it names, for the engine's login guard. On failure it has
+// the form it read (see readLoginBody), and sets call's Account to the
+// pseudonym of the account it names and its Spelling to that of the
+// name as written, for the engine's login guard. On failure it has
 // answered the request, and nothing is held and no store asked.
-func (m *middleware) readLogin(w http.ResponseWriter, r *http.Request, lg *policy.Login, sub Subject) (string, bool) {
+func (m *middleware) readLogin(w http.ResponseWriter, r *http.Request, lg *policy.Login, sub Subject, call *engine.Call) bool {
 	lb, err := readLoginBody(r, lg.AccountField, lg.MaxBody)
 	if err != nil && !errors.Is(err, errBadLogin) {
 		// The body did not arrive (in time, or at all).
@@ -30,20 +32,21 @@ func (m *middleware) readLogin(w http.ResponseWriter, r *http.Request, lg *polic
 			// Malformed chunking, a client gone: never an empty 200.
 			WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusBadRequest, Detail: "the request body could not be read"})
 		}
-		return "", false
+		return false
 	}
 	if err != nil {
 		m.engine.Count("login_body", "login", "-", "bad_request")
 		m.engine.Log(r.Context(), slog.LevelInfo, "refused: unreadable login request", sub.Subject, "login_body", "login", slog.String("reason", err.Error()))
 		WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusBadRequest, Detail: strings.TrimPrefix(err.Error(), errBadLogin.Error()+": ")})
-		return "", false
+		return false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(lb.body))
 	r.ContentLength = int64(len(lb.body))
 	r.Header.Set("Content-Length", strconv.Itoa(len(lb.body)))
 	r.Header.Del("Transfer-Encoding")
 	r.TransferEncoding = nil
-	return m.engine.Pseudonym("acct", accountKey(lb.account)), true
+	call.Account, call.Spelling = m.engine.Pseudonym("acct", accountKey(lb.account)), m.engine.Spelling(lb.account)
+	return true
 }
 
 // loginElsewhere returns why r may reach a login route's handler by

@@ -325,7 +325,7 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		call.Cost = m.opts.Cost(r)
 	}
 	if route != nil && route.Login != nil && call.Key != engine.KeyUnknown && call.Key != engine.KeyMalformed {
-		if call.Account, ok = m.readLogin(w, r, route.Login, sub); !ok {
+		if !m.readLogin(w, r, route.Login, sub, &call) {
 			return decision{}, false
 		}
 	}

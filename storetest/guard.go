@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,13 +39,64 @@ func RunGuard(t *testing.T, g tollgate.Store) {
 			if op == algo.LockCheck || seed>>24%3 == 0 && op != algo.LockReserve {
 				h = algo.Hold{}
 			}
-			want, _ := algo.Lockout(lockRule, &st, holds, now.UnixMilli(), op, h)
-			got, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: op, Hold: h, Now: now})
+			// Mostly one spelling, sometimes others (the largest too).
+			spelling := [...]uint32{7, 7, 7, 7, 7, 0, 8, math.MaxUint32}[seed>>28%8]
+			want, _ := algo.Lockout(lockRule, &st, holds, now.UnixMilli(), op, h, spelling)
+			got, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: op, Hold: h, Spelling: spelling, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got != want {
-				t.Fatalf("step %d (op %d, hold %q): got %+v, want %+v", step, op, h.ID, got, want)
+				t.Fatalf("step %d (op %d, hold %q, spelling %d): got %+v, want %+v", step, op, h.ID, spelling, got, want)
+			}
+		}
+	})
+	t.Run("LookAlikeSuccessClearsNothing", func(t *testing.T) {
+		// The attack: 4 guesses at an account, then a login to a
+		// look-alike the attacker owns (counted as the same account,
+		// spelt otherwise), and 4 guesses more. The success must not
+		// clear the guesses: the fifth locks.
+		p := policy(t)
+		op := func(op algo.LockOp, spelling uint32, at time.Duration) algo.LockoutResult {
+			t.Helper()
+			res, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: op, Spelling: spelling, Now: base.Add(at)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		const victim, lookalike = 1, 2
+		for i := range 4 {
+			op(algo.LockFail, victim, time.Duration(i)*time.Second)
+		}
+		if res := op(algo.LockSucceed, lookalike, 5*time.Second); res.Failures != 4 {
+			t.Fatalf("a success spelt otherwise than the failures: %+v, want the 4 failures kept", res)
+		}
+		if res := op(algo.LockFail, victim, 6*time.Second); !res.Locked {
+			t.Fatalf("the fifth guess after a look-alike's success: %+v, want locked", res)
+		}
+		// A user's own success, spelt as their failures, clears them.
+		p = policy(t)
+		for range 4 {
+			if _, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: algo.LockFail, Spelling: victim, Now: base}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: algo.LockSucceed, Spelling: victim, Now: base})
+		if err != nil || res.Failures != 0 {
+			t.Fatalf("a success spelt as the failures: %+v %v, want them cleared", res, err)
+		}
+		// Failures spelt two ways are cleared by neither spelling's success.
+		p = policy(t)
+		for _, sp := range []uint32{victim, lookalike, victim} {
+			if _, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: algo.LockFail, Spelling: sp, Now: base}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, sp := range []uint32{victim, lookalike} {
+			res, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: algo.LockSucceed, Spelling: sp, Now: base})
+			if err != nil || res.Failures != 3 {
+				t.Fatalf("a success spelt %d after failures spelt two ways: %+v %v, want the 3 failures kept", sp, res, err)
 			}
 		}
 	})

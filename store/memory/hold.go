@@ -267,7 +267,7 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 			before, n := *st, len(holds)
 			_, had := holds[req.Hold.ID]
 			var ttl int64
-			res, ttl = algo.Lockout(req.Rule, st, holds, ms, req.Op, req.Hold)
+			res, ttl = algo.Lockout(req.Rule, st, holds, ms, req.Op, req.Hold, req.Spelling)
 			_, has := holds[req.Hold.ID]
 			return *st != before || len(holds) != n || had != has, ttl, false // a lock pins by itself
 		}, func(st *algo.State, prev algo.State) {

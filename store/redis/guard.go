@@ -28,7 +28,7 @@ func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.Lock
 	key, held := lockKeys(req.Name, req.Subject)
 	vals, err := s.lockout.Exec(ctx, c, []string{key, held}, []string{now, slack, strconv.Itoa(int(req.Op)),
 		strconv.FormatInt(r.Threshold, 10), ms(r.Lock), ms(r.MaxLock), ms(r.Window), ms(r.Memory),
-		req.Hold.ID, ms(req.Hold.TTL)}).AsIntSlice()
+		req.Hold.ID, ms(req.Hold.TTL), strconv.FormatUint(uint64(req.Spelling), 10)}).AsIntSlice()
 	if err != nil {
 		return algo.LockoutResult{}, fmt.Errorf("guarding login in redis: %w", err)
 	}
