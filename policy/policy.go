@@ -367,7 +367,10 @@ func ParseEnv(data []byte, name string, env Env) (*Policy, error) {
 	}
 	keys := f.APIKeys
 	keyLines, keyFile := c.lines, name
-	if f.KeysFile != "" {
+	if f.KeysFile != "" && env.NoFiles {
+		c.warnf("keys_file", "not read: this policy comes from a request, and such a policy opens no file; it has only the keys listed in api_keys")
+	}
+	if f.KeysFile != "" && !env.NoFiles {
 		kp := f.KeysFile
 		if !filepath.IsAbs(kp) {
 			kp = filepath.Join(filepath.Dir(name), kp)
@@ -401,7 +404,7 @@ func ParseEnv(data []byte, name string, env Env) (*Policy, error) {
 	p.Warnings = c.warnings
 	h := sha256.New()
 	h.Write(data)
-	if f.KeysFile != "" {
+	if f.KeysFile != "" && !env.NoFiles {
 		kp := f.KeysFile
 		if !filepath.IsAbs(kp) {
 			kp = filepath.Join(filepath.Dir(name), kp)
