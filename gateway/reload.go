@@ -158,6 +158,14 @@ func (g *Gateway) Rollback() error {
 		return errors.New("rolling back: no earlier policy")
 	}
 	prev := g.history[n-1]
+	// The version rolled back to is built anew, under the overrides of
+	// now, before anything changes: one they do not fit (a tenant set to a
+	// plan it lacks) is refused, and the state, the history and the
+	// active version stay as they were.
+	sv, err := g.build(prev.base)
+	if err != nil {
+		return fmt.Errorf("rolling back: %w", err)
+	}
 	st := g.state
 	st.Serial++
 	st.Pinned = prev.base.Hash
@@ -166,11 +174,6 @@ func (g *Gateway) Rollback() error {
 		return fmt.Errorf("rolling back: %w", err)
 	}
 	g.history = g.history[:n-1]
-	// The version rolled back to is built anew, under the overrides of now.
-	sv, err := g.build(prev.base)
-	if err != nil {
-		return fmt.Errorf("rolling back: %w", err)
-	}
 	g.swap(sv, false)
 	g.reloads.WithLabelValues("rollback").Inc()
 	g.log.Info("policy rolled back", slog.String("version", prev.pol.Version), slog.String("hash", prev.pol.Hash))

@@ -295,3 +295,62 @@ func TestRollbackStepsBack(t *testing.T) {
 		t.Fatalf("rollback from v4: %v, active %s", err, version())
 	}
 }
+
+// TestFailedRollbackChangesNothing: a rollback refused because the
+// runtime overrides do not fit the version rolled back to (a tenant set to
+// a plan only the active version has) changes nothing: the version, the
+// versions kept to roll back to, and the fleet's state, which used to say
+// the rollback happened (so the active file was then ignored as the one
+// rolled back from, and a rollback that did fit had nothing to go back to).
+func TestFailedRollbackChangesNothing(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	b, err := os.ReadFile("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(version string, gold bool) {
+		s := strings.Replace(strings.ReplaceAll(string(b), "builtin:echo", up.URL), "version: quickstart-1", "version: "+version, 1)
+		if gold {
+			s = strings.Replace(s, "\nplans:\n", "\nplans:\n  gold: {rate: 5000, period: 1m}\n", 1)
+		}
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v1", false)
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	write("v2", true)
+	if err := g.g.ReloadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.g.Override(policy.Overrides{Tenants: map[string]string{"acme": "gold"}}); err != nil {
+		t.Fatal(err)
+	}
+	version := func() string { return g.g.Policy().Version }
+	if err := g.g.Rollback(); err == nil || version() != "v2" {
+		t.Fatalf("a rollback to a version without the overridden plan: %v, active %s", err, version())
+	}
+	if _, body := getBody(t, g.admin+"/policy"); !strings.Contains(string(body), `"previous":{"hash":"`) ||
+		!strings.Contains(string(body), `"version":"v1"`) {
+		t.Fatalf("after a failed rollback, /policy: %s", body)
+	}
+	// A changed file (v3) is applied; its rollback goes to v2, then v1.
+	write("v3", true)
+	if err := g.g.ReloadFile(path); err != nil || version() != "v3" {
+		t.Fatalf("a new file after a failed rollback: %v, active %s", err, version())
+	}
+	if err := g.g.Override(policy.Overrides{Tenants: map[string]string{"acme": ""}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"v2", "v1"} {
+		if err := g.g.Rollback(); err != nil || version() != want {
+			t.Fatalf("rollback: %v, active %s, want %s", err, version(), want)
+		}
+	}
+}
