@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"time"
@@ -181,9 +182,13 @@ func (g *Gateway) Rollback() error {
 }
 
 // Watch reloads the policy file at path whenever it, or the keys file it
-// names, changes (it watches their directories, so editors that replace a
-// file are seen), until ctx ends. API keys and their plans thus change
-// without a restart.
+// names, changes, until ctx ends. API keys and their plans thus change
+// without a restart. It watches the files' directories, so editors that
+// replace a file are seen, and what each file resolves to through
+// symlinks: a symlink on the way swapped for another (a Kubernetes
+// ConfigMap's ..data, a deployment's "current") is a change of the file,
+// though no event names it, and the directory it now resolves into is
+// watched in place of the one before.
 func (g *Gateway) Watch(ctx context.Context, path string) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -193,22 +198,64 @@ func (g *Gateway) Watch(ctx context.Context, path string) error {
 		w.Close()
 		return fmt.Errorf("watching policy: %w", err)
 	}
-	watched := func(name string) bool {
-		name = filepath.Clean(name)
-		if name == filepath.Clean(path) {
-			return true
+	// files are the policy file and its keys file, as named; resolved
+	// maps each to what it resolves to through symlinks (when it does).
+	files := func() []string {
+		fs := []string{filepath.Clean(path)}
+		if kp := g.Policy().KeysPath; kp != "" {
+			fs = append(fs, filepath.Clean(kp))
 		}
-		kp := g.Policy().KeysPath
-		return kp != "" && name == filepath.Clean(kp)
+		return fs
 	}
-	if kp := g.Policy().KeysPath; kp != "" && filepath.Dir(kp) != filepath.Dir(path) {
-		if err := w.Add(filepath.Dir(kp)); err != nil {
-			g.log.Warn("not watching the keys file; SIGHUP still reloads it", slog.String("error", err.Error()))
+	resolve := func() map[string]string {
+		m := map[string]string{}
+		for _, f := range files() {
+			if r, err := filepath.EvalSymlinks(f); err == nil {
+				m[f] = r
+			}
 		}
+		return m
+	}
+	dirs := map[string]bool{filepath.Dir(path): true}
+	rewatch := func(resolved map[string]string) {
+		want := map[string]bool{filepath.Dir(path): true}
+		for _, f := range files() {
+			want[filepath.Dir(f)] = true
+		}
+		for _, r := range resolved {
+			want[filepath.Dir(r)] = true
+		}
+		for d := range dirs {
+			if !want[d] {
+				w.Remove(d) // gone already, when its directory was removed
+				delete(dirs, d)
+			}
+		}
+		for d := range want {
+			if !dirs[d] {
+				if err := w.Add(d); err != nil {
+					g.log.Warn("not watching a directory of the policy; SIGHUP still reloads", slog.String("dir", d), slog.String("error", err.Error()))
+					continue
+				}
+				dirs[d] = true
+			}
+		}
+	}
+	resolved := resolve()
+	rewatch(resolved)
+	named := func(name string) bool {
+		name = filepath.Clean(name)
+		for _, f := range files() {
+			if name == f || name == resolved[f] {
+				return true
+			}
+		}
+		return false
 	}
 	go func() {
 		defer w.Close()
 		var debounce <-chan time.Time
+		changed := false
 		for {
 			select {
 			case <-ctx.Done():
@@ -217,9 +264,14 @@ func (g *Gateway) Watch(ctx context.Context, path string) error {
 				if !ok {
 					return
 				}
-				if watched(ev.Name) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
-					debounce = time.After(100 * time.Millisecond)
+				if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) == 0 {
+					continue
 				}
+				// Any change in a watched directory may be a symlink
+				// swapped on the way to a file: whether it was is seen
+				// once the events of the change are in.
+				changed = changed || named(ev.Name) && ev.Op&fsnotify.Remove == 0
+				debounce = time.After(100 * time.Millisecond)
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
@@ -227,7 +279,13 @@ func (g *Gateway) Watch(ctx context.Context, path string) error {
 				g.log.Warn("watching policy", slog.String("error", err.Error()))
 			case <-debounce:
 				debounce = nil
-				g.ReloadFile(path)
+				now := resolve()
+				if changed || !maps.Equal(now, resolved) {
+					g.ReloadFile(path)
+					now = resolve() // the keys file may have moved
+				}
+				changed, resolved = false, now
+				rewatch(resolved)
 			}
 		}
 	}()

@@ -354,3 +354,71 @@ func TestFailedRollbackChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadSymlinkSwap: a policy file mounted as Kubernetes mounts a
+// ConfigMap (policy.yaml -> ..data/policy.yaml, ..data -> a dated
+// directory, the update an atomic swap of ..data) is reloaded when ..data
+// is swapped, though no event names policy.yaml; a swap to a file that
+// does not compile (a truncated one) keeps the active policy and what was
+// spent of it.
+func TestReloadSymlinkSwap(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	n := 0
+	swap := func(src string) {
+		t.Helper()
+		n++
+		ts := filepath.Join(dir, fmt.Sprintf("..2026_12_01_%d", n))
+		if err := os.Mkdir(ts, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ts, "policy.yaml"), []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := func(version, limit string) string {
+		return strings.NewReplacer("VERSION", version, "LIMIT", limit, "UPSTREAM", up.URL).Replace(reloadPolicy)
+	}
+	swap(src("v1", "5"))
+	if err := os.Symlink("..data/policy.yaml", path); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	watch(t, g, path)
+	for range 3 {
+		if code := get(t, g.public+"/api/x").StatusCode; code != 200 {
+			t.Fatalf("v1: %d", code)
+		}
+	}
+	// Truncated mid-way: the routes are gone, the file does not compile.
+	v2 := src("v2", "5")
+	swap(v2[:strings.Index(v2, "routes:")+4])
+	waitFor(t, "the truncated file refused", 5*time.Second, func() bool {
+		_, body := getBody(t, g.admin+"/metrics")
+		return strings.Contains(string(body), `tollgate_policy_reloads_total{result="invalid"} 1`)
+	})
+	if v := g.g.Policy().Version; v != "v1" {
+		t.Fatalf("a truncated file swapped in: active %s", v)
+	}
+	// A valid version that keeps the limit keeps what was spent of it.
+	swap(src("v3", "5"))
+	waitFor(t, "v3 served after the swap", 5*time.Second, func() bool { return g.g.Policy().Version == "v3" })
+	for i := range 3 {
+		code := get(t, g.public+"/api/x").StatusCode
+		if want := map[bool]int{true: 200, false: 429}[i < 2]; code != want {
+			t.Fatalf("v3, request %d of the hour (5 allowed): %d, want %d", i+4, code, want)
+		}
+	}
+}
