@@ -122,3 +122,24 @@ func TestOverridesJSONStrict(t *testing.T) {
 		t.Fatalf("GET /overrides: %s, want %s", body, want)
 	}
 }
+
+// TestOverridesCheckedAsTheFile: a key the policy file may not list (a
+// tenant or user over 128 bytes) is not listed through the admin API
+// either: 422, nothing applied.
+func TestOverridesCheckedAsTheFile(t *testing.T) {
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	const digest = "sha256:c232a2ef101127466f5296e1fd375b61c363b57a4f329d62d4780b04f343812b"
+	long := strings.Repeat("t", 129)
+	for _, body := range []string{
+		`{"digest":"` + digest + `","tenant":"` + long + `","plan":"free"}`,
+		`{"digest":"` + digest + `","user":"` + long + `","plan":"free"}`,
+	} {
+		if code := adminDo(t, "PUT", g.admin+"/keys/u1", body); code != 422 {
+			t.Errorf("PUT %.60s…: %d, want 422", body, code)
+		}
+	}
+	if _, body := getBody(t, g.admin+"/overrides"); strings.Contains(string(body), "u1") {
+		t.Fatalf("refused changes were applied: %s", body)
+	}
+}

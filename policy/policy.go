@@ -462,6 +462,9 @@ func (p *Policy) Override(o Overrides) (*Policy, error) {
 		if !namePattern.MatchString(id) || !digestPattern.MatchString(ks.Digest) {
 			return nil, fmt.Errorf("overriding key %q: want an id of letters, digits, '.', '_' or '-' and a sha256:<hex> digest", id)
 		}
+		if err := checkKeyNames(*ks); err != nil {
+			return nil, fmt.Errorf("overriding key %q: %w", id, err)
+		}
 		pl, ok := p.Plans[ks.Plan]
 		if !ok {
 			return nil, fmt.Errorf("overriding key %q: no plan named %q", id, ks.Plan)
