@@ -280,7 +280,11 @@ func (g *Gateway) Watch(ctx context.Context, path string) error {
 			case <-debounce:
 				debounce = nil
 				now := resolve()
-				if changed || !maps.Equal(now, resolved) {
+				// A policy file that is gone (removed before its
+				// replacement is written, a dangling symlink) is not
+				// loaded: its return is a change.
+				_, there := now[filepath.Clean(path)]
+				if there && (changed || !maps.Equal(now, resolved)) {
 					g.ReloadFile(path)
 					now = resolve() // the keys file may have moved
 				}

@@ -449,3 +449,31 @@ func inotifyWatches(t *testing.T) int {
 	}
 	return n
 }
+
+// TestReloadFileRemovedThenWritten: a policy file removed, then written
+// anew a moment later (as some deploy tools do), is not reported as an
+// invalid policy while it is gone, and its new content is served.
+func TestReloadFileRemovedThenWritten(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	src := func(version string) []byte {
+		return []byte(strings.NewReplacer("VERSION", version, "LIMIT", "5", "UPSTREAM", up.URL).Replace(reloadPolicy))
+	}
+	os.WriteFile(path, src("v1"), 0o600)
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	watch(t, g, path)
+	os.Remove(path)
+	// The watch's quiet period (100ms) passes with the file gone; doing
+	// nothing then leaves nothing to wait for.
+	time.Sleep(400 * time.Millisecond)
+	os.WriteFile(path, src("v2"), 0o600)
+	waitFor(t, "v2 served", 5*time.Second, func() bool { return g.g.Policy().Version == "v2" })
+	if _, body := getBody(t, g.admin+"/metrics"); !strings.Contains(string(body), `tollgate_policy_reloads_total{result="invalid"} 0`) {
+		t.Errorf("a removed policy file counted as invalid")
+	}
+}
