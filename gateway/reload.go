@@ -99,7 +99,14 @@ func (g *Gateway) Reload(p *policy.Policy) error {
 		g.log.Error("policy reload failed", slog.String("error", err.Error()))
 		return err
 	}
-	g.activate(sv)
+	// The same file again (a SIGHUP, a save without changes) is no new
+	// version: it replaces the active one, which is not kept to roll back
+	// to, so a rollback goes to the version before and repeated reloads
+	// do not push the earlier versions out of the history.
+	// (Same: the same file hash and version; a policy from code has no
+	// hash, and is always a new version.)
+	active := g.active.Load().base
+	g.swap(sv, p.Hash == "" || p.Hash != active.Hash || p.Version != active.Version)
 	if g.state.Pinned != "" || len(g.state.RolledBack) > 0 {
 		// A new file: the rollbacks are behind it, for the whole fleet.
 		st := g.state

@@ -477,3 +477,37 @@ func TestReloadFileRemovedThenWritten(t *testing.T) {
 		t.Errorf("a removed policy file counted as invalid")
 	}
 }
+
+// TestReloadSameFileKeepsHistory: reloading a file that did not change (a
+// SIGHUP, an editor's save without changes, a watch event) is no new
+// version: the versions kept to roll back to stay as they were, and a
+// rollback goes to the version before, not to the same one again.
+func TestReloadSameFileKeepsHistory(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	write := func(version string) {
+		src := strings.NewReplacer("VERSION", version, "LIMIT", "5", "UPSTREAM", up.URL).Replace(reloadPolicy)
+		if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v1")
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	write("v2")
+	for range maxHistory + 2 {
+		if err := g.g.ReloadFile(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.g.Rollback(); err != nil || g.g.Policy().Version != "v1" {
+		t.Fatalf("rollback after reloading v2 again and again: %v, active %s, want v1", err, g.g.Policy().Version)
+	}
+}
+
+// maxHistory is gateway.maxHistory: how many versions a gateway keeps.
+const maxHistory = 16
