@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -427,6 +429,35 @@ type Overrides struct {
 	// Tenants maps a tenant to the plan its keys get; "" removes the
 	// override.
 	Tenants map[string]string `json:"tenants"`
+}
+
+// Fitting returns the part of o that p can take (Override accepts it) and
+// what it left out: every removal, and each key and tenant override that
+// fits together with those before it (in the order of their names). For a
+// gateway applying a fleet's overrides over a version that lacks
+// something another gateway's version has (a plan): the rest, removals
+// of keys above all, still applies.
+func (o Overrides) Fitting(p *Policy) (Overrides, []error) {
+	if _, err := p.Override(o); err == nil {
+		return o, nil
+	}
+	fit := Overrides{Keys: map[string]*KeySpec{}, Tenants: map[string]string{}}
+	var left []error
+	for _, t := range slices.Sorted(maps.Keys(o.Tenants)) {
+		fit.Tenants[t] = o.Tenants[t]
+		if _, err := p.Override(Overrides{Tenants: fit.Tenants}); err != nil && o.Tenants[t] != "" {
+			delete(fit.Tenants, t)
+			left = append(left, err)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(o.Keys)) {
+		fit.Keys[id] = o.Keys[id]
+		if _, err := p.Override(fit); err != nil && o.Keys[id] != nil {
+			delete(fit.Keys, id)
+			left = append(left, err)
+		}
+	}
+	return fit, left
 }
 
 // Override returns a copy of p with o applied, or an error naming what in
