@@ -66,6 +66,12 @@ type Options struct {
 	// samples), for package simulate to decide again under another
 	// policy.
 	Recording *Recording
+	// DecideOnly makes an engine that decides calls whose subjects it is
+	// given (Check) and identifies none: it makes no JWT verifier, so its
+	// policy's JWKS URL is never fetched (Identify treats a bearer JWT as
+	// a policy without jwt does). For replays (package simulate), whose
+	// policy may come from a request.
+	DecideOnly bool
 }
 
 // DefaultDenyCacheSize is how many refusals the gateway's engine caches
@@ -128,7 +134,7 @@ func New(opts Options) (*Engine, error) {
 	e.fallback, _ = opts.Store.(Fallbacker)
 	if opts.Policy != nil {
 		e.hasher = identity.NewHasher(opts.Policy.Secret)
-		if opts.Policy.JWT != nil {
+		if opts.Policy.JWT != nil && !opts.DecideOnly {
 			v, err := jwtauth.NewVerifier(opts.Policy.JWT, opts.JWKS, opts.Now)
 			if err != nil {
 				return nil, fmt.Errorf("creating engine: %w", err)

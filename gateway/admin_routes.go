@@ -162,15 +162,13 @@ func (g *Gateway) adminHandler() http.Handler {
 // decodeStrict decodes the body of r, at most 64 KiB, into v, a pointer
 // to a struct: one JSON object whose every field is one of v's, spelt
 // exactly as its json tag (the names the admin API writes, as GET
-// /overrides shows them), and nothing after it.
+// /overrides shows them), each at most once (JSON readers differ on which
+// of two counts: a proxy's or an audit log's must not read another value
+// than this one), and nothing after it.
 func decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	var fields map[string]json.RawMessage
-	if err := dec.Decode(&fields); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the JSON object")
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return errors.New("want a JSON object")
 	}
 	known := map[string]bool{}
 	t := reflect.TypeOf(v).Elem()
@@ -178,10 +176,30 @@ func decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
 		known[name] = true
 	}
-	for name := range fields {
+	fields := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		name, _ := tok.(string)
 		if !known[name] {
 			return fmt.Errorf("unknown field %q", name)
 		}
+		if _, dup := fields[name]; dup {
+			return fmt.Errorf("field %q given twice", name)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		fields[name] = raw
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the JSON object")
 	}
 	b, _ := json.Marshal(fields)
 	return json.Unmarshal(b, v)

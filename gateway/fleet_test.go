@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net"
 	"path/filepath"
 	"testing"
@@ -124,4 +125,42 @@ func TestStateFile(t *testing.T) {
 	if code := get(t, c.public+"/api/items", "X-API-Key", "u1-key").StatusCode; code != 401 {
 		t.Fatalf("the unsaved change was applied: %d", code)
 	}
+}
+
+// TestFleetStateOverVersions: gateways of a fleet serving different
+// versions (a rolling deploy) share the admin changes. One that a change
+// does not fit (a tenant set to a plan only the other's version has)
+// applies the rest of the state, and every later change: a key removed on
+// one gateway stops working on the other. It used to refuse the whole
+// state, and every state after it, so a revoked key went on being served.
+func TestFleetStateOverVersions(t *testing.T) {
+	flushShared(t)
+	t.Cleanup(func() { flushShared(t) })
+	up := newUpstream(t)
+	p1 := config(t, up.URL, "[]")
+	p1.Hash = "hash-v1"
+	p2 := *p1
+	p2.Version, p2.Hash = "v2", "hash-v2"
+	p2.Plans = maps.Clone(p1.Plans)
+	p2.Plans["gold"] = p1.Plans["pro"]
+	redisURL := "redis://" + srv.Addr + "/0"
+	a := startWith(t, gateway.Options{Policy: &p2, RedisURL: redisURL})
+	b := startWith(t, gateway.Options{Policy: p1, RedisURL: redisURL})
+	a.waitReady(t)
+	b.waitReady(t)
+	known := func(g *running) bool { return get(t, g.public+"/api/items", "X-API-Key", "u1-key").StatusCode == 200 }
+	if code := adminDo(t, "PUT", a.admin+"/keys/u1", `{"digest":"`+u1Digest+`","plan":"free"}`); code != 204 {
+		t.Fatalf("PUT key on a: %d", code)
+	}
+	waitFor(t, "b knows the key", 2*time.Second, func() bool { return known(b) })
+	if code := adminDo(t, "PUT", a.admin+"/tenants/acme", `{"plan":"gold"}`); code != 204 {
+		t.Fatalf("PUT tenant on a: %d", code)
+	}
+	if code := adminDo(t, "DELETE", a.admin+"/keys/u1", ``); code != 204 {
+		t.Fatalf("DELETE key on a: %d", code)
+	}
+	if known(a) {
+		t.Fatal("a still serves the key it removed")
+	}
+	waitFor(t, "b stops serving the removed key", 2*time.Second, func() bool { return !known(b) })
 }

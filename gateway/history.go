@@ -306,7 +306,12 @@ func (g *Gateway) simulateCandidate(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `want {"policy": "<the candidate policy's YAML>"}`, http.StatusBadRequest)
 		return
 	}
-	cand, err := policy.Parse([]byte(body.Policy), "candidate")
+	// The candidate comes from a request (the dashboard posts whatever a
+	// #try= link holds): it opens no file. Its keys do not matter to a
+	// replay, which takes each call's plan from the recording.
+	env := policy.ProcessEnv()
+	env.NoFiles = true
+	cand, err := policy.ParseEnv([]byte(body.Policy), "candidate", env)
 	if err != nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnprocessableEntity)

@@ -35,9 +35,18 @@ func TestRecordingReplays(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/recording: %d %s", resp.StatusCode, body)
 	}
-	for _, secret := range []string{freeKey, proKey, "not-a-key-at-all", "/api/items"} {
+	for _, secret := range []string{freeKey, proKey, "not-a-key-at-all", "/api/items", "127.0.0.1"} {
 		if strings.Contains(string(body), secret) {
 			t.Fatalf("the recording holds %q", secret)
+		}
+	}
+	// Nor do the dashboard's data, which name the most refused subjects.
+	for _, page := range []string{"/dashboard/data", "/dashboard/history?since=0"} {
+		_, b := getBody(t, g.admin+page)
+		for _, secret := range []string{freeKey, proKey, "not-a-key-at-all", "127.0.0.1"} {
+			if strings.Contains(string(b), secret) {
+				t.Fatalf("%s holds %q: %s", page, secret, b)
+			}
 		}
 	}
 	recs, err := simulate.ReadRecords(strings.NewReader(string(body)))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"time"
@@ -98,7 +99,14 @@ func (g *Gateway) Reload(p *policy.Policy) error {
 		g.log.Error("policy reload failed", slog.String("error", err.Error()))
 		return err
 	}
-	g.activate(sv)
+	// The same file again (a SIGHUP, a save without changes) is no new
+	// version: it replaces the active one, which is not kept to roll back
+	// to, so a rollback goes to the version before and repeated reloads
+	// do not push the earlier versions out of the history.
+	// (Same: the same file hash and version; a policy from code has no
+	// hash, and is always a new version.)
+	active := g.active.Load().base
+	g.swap(sv, p.Hash == "" || p.Hash != active.Hash || p.Version != active.Version)
 	if g.state.Pinned != "" || len(g.state.RolledBack) > 0 {
 		// A new file: the rollbacks are behind it, for the whole fleet.
 		st := g.state
@@ -158,6 +166,14 @@ func (g *Gateway) Rollback() error {
 		return errors.New("rolling back: no earlier policy")
 	}
 	prev := g.history[n-1]
+	// The version rolled back to is built anew, under the overrides of
+	// now, before anything changes: one they do not fit (a tenant set to a
+	// plan it lacks) is refused, and the state, the history and the
+	// active version stay as they were.
+	sv, err := g.build(prev.base)
+	if err != nil {
+		return fmt.Errorf("rolling back: %w", err)
+	}
 	st := g.state
 	st.Serial++
 	st.Pinned = prev.base.Hash
@@ -166,11 +182,6 @@ func (g *Gateway) Rollback() error {
 		return fmt.Errorf("rolling back: %w", err)
 	}
 	g.history = g.history[:n-1]
-	// The version rolled back to is built anew, under the overrides of now.
-	sv, err := g.build(prev.base)
-	if err != nil {
-		return fmt.Errorf("rolling back: %w", err)
-	}
 	g.swap(sv, false)
 	g.reloads.WithLabelValues("rollback").Inc()
 	g.log.Info("policy rolled back", slog.String("version", prev.pol.Version), slog.String("hash", prev.pol.Hash))
@@ -178,9 +189,13 @@ func (g *Gateway) Rollback() error {
 }
 
 // Watch reloads the policy file at path whenever it, or the keys file it
-// names, changes (it watches their directories, so editors that replace a
-// file are seen), until ctx ends. API keys and their plans thus change
-// without a restart.
+// names, changes, until ctx ends. API keys and their plans thus change
+// without a restart. It watches the files' directories, so editors that
+// replace a file are seen, and what each file resolves to through
+// symlinks: a symlink on the way swapped for another (a Kubernetes
+// ConfigMap's ..data, a deployment's "current") is a change of the file,
+// though no event names it, and the directory it now resolves into is
+// watched in place of the one before.
 func (g *Gateway) Watch(ctx context.Context, path string) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -190,22 +205,64 @@ func (g *Gateway) Watch(ctx context.Context, path string) error {
 		w.Close()
 		return fmt.Errorf("watching policy: %w", err)
 	}
-	watched := func(name string) bool {
-		name = filepath.Clean(name)
-		if name == filepath.Clean(path) {
-			return true
+	// files are the policy file and its keys file, as named; resolved
+	// maps each to what it resolves to through symlinks (when it does).
+	files := func() []string {
+		fs := []string{filepath.Clean(path)}
+		if kp := g.Policy().KeysPath; kp != "" {
+			fs = append(fs, filepath.Clean(kp))
 		}
-		kp := g.Policy().KeysPath
-		return kp != "" && name == filepath.Clean(kp)
+		return fs
 	}
-	if kp := g.Policy().KeysPath; kp != "" && filepath.Dir(kp) != filepath.Dir(path) {
-		if err := w.Add(filepath.Dir(kp)); err != nil {
-			g.log.Warn("not watching the keys file; SIGHUP still reloads it", slog.String("error", err.Error()))
+	resolve := func() map[string]string {
+		m := map[string]string{}
+		for _, f := range files() {
+			if r, err := filepath.EvalSymlinks(f); err == nil {
+				m[f] = r
+			}
 		}
+		return m
+	}
+	dirs := map[string]bool{filepath.Dir(path): true}
+	rewatch := func(resolved map[string]string) {
+		want := map[string]bool{filepath.Dir(path): true}
+		for _, f := range files() {
+			want[filepath.Dir(f)] = true
+		}
+		for _, r := range resolved {
+			want[filepath.Dir(r)] = true
+		}
+		for d := range dirs {
+			if !want[d] {
+				w.Remove(d) // gone already, when its directory was removed
+				delete(dirs, d)
+			}
+		}
+		for d := range want {
+			if !dirs[d] {
+				if err := w.Add(d); err != nil {
+					g.log.Warn("not watching a directory of the policy; SIGHUP still reloads", slog.String("dir", d), slog.String("error", err.Error()))
+					continue
+				}
+				dirs[d] = true
+			}
+		}
+	}
+	resolved := resolve()
+	rewatch(resolved)
+	named := func(name string) bool {
+		name = filepath.Clean(name)
+		for _, f := range files() {
+			if name == f || name == resolved[f] {
+				return true
+			}
+		}
+		return false
 	}
 	go func() {
 		defer w.Close()
 		var debounce <-chan time.Time
+		changed := false
 		for {
 			select {
 			case <-ctx.Done():
@@ -214,9 +271,14 @@ func (g *Gateway) Watch(ctx context.Context, path string) error {
 				if !ok {
 					return
 				}
-				if watched(ev.Name) && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) != 0 {
-					debounce = time.After(100 * time.Millisecond)
+				if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) == 0 {
+					continue
 				}
+				// Any change in a watched directory may be a symlink
+				// swapped on the way to a file: whether it was is seen
+				// once the events of the change are in.
+				changed = changed || named(ev.Name) && ev.Op&fsnotify.Remove == 0
+				debounce = time.After(100 * time.Millisecond)
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
@@ -224,7 +286,17 @@ func (g *Gateway) Watch(ctx context.Context, path string) error {
 				g.log.Warn("watching policy", slog.String("error", err.Error()))
 			case <-debounce:
 				debounce = nil
-				g.ReloadFile(path)
+				now := resolve()
+				// A policy file that is gone (removed before its
+				// replacement is written, a dangling symlink) is not
+				// loaded: its return is a change.
+				_, there := now[filepath.Clean(path)]
+				if there && (changed || !maps.Equal(now, resolved)) {
+					g.ReloadFile(path)
+					now = resolve() // the keys file may have moved
+				}
+				changed, resolved = false, now
+				rewatch(resolved)
 			}
 		}
 	}()

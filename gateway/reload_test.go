@@ -295,3 +295,219 @@ func TestRollbackStepsBack(t *testing.T) {
 		t.Fatalf("rollback from v4: %v, active %s", err, version())
 	}
 }
+
+// TestFailedRollbackChangesNothing: a rollback refused because the
+// runtime overrides do not fit the version rolled back to (a tenant set to
+// a plan only the active version has) changes nothing: the version, the
+// versions kept to roll back to, and the fleet's state, which used to say
+// the rollback happened (so the active file was then ignored as the one
+// rolled back from, and a rollback that did fit had nothing to go back to).
+func TestFailedRollbackChangesNothing(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	b, err := os.ReadFile("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(version string, gold bool) {
+		s := strings.Replace(strings.ReplaceAll(string(b), "builtin:echo", up.URL), "version: quickstart-1", "version: "+version, 1)
+		if gold {
+			s = strings.Replace(s, "\nplans:\n", "\nplans:\n  gold: {rate: 5000, period: 1m}\n", 1)
+		}
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v1", false)
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	write("v2", true)
+	if err := g.g.ReloadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.g.Override(policy.Overrides{Tenants: map[string]string{"acme": "gold"}}); err != nil {
+		t.Fatal(err)
+	}
+	version := func() string { return g.g.Policy().Version }
+	if err := g.g.Rollback(); err == nil || version() != "v2" {
+		t.Fatalf("a rollback to a version without the overridden plan: %v, active %s", err, version())
+	}
+	if _, body := getBody(t, g.admin+"/policy"); !strings.Contains(string(body), `"previous":{"hash":"`) ||
+		!strings.Contains(string(body), `"version":"v1"`) {
+		t.Fatalf("after a failed rollback, /policy: %s", body)
+	}
+	// A changed file (v3) is applied; its rollback goes to v2, then v1.
+	write("v3", true)
+	if err := g.g.ReloadFile(path); err != nil || version() != "v3" {
+		t.Fatalf("a new file after a failed rollback: %v, active %s", err, version())
+	}
+	if err := g.g.Override(policy.Overrides{Tenants: map[string]string{"acme": ""}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"v2", "v1"} {
+		if err := g.g.Rollback(); err != nil || version() != want {
+			t.Fatalf("rollback: %v, active %s, want %s", err, version(), want)
+		}
+	}
+}
+
+// TestReloadSymlinkSwap: a policy file mounted as Kubernetes mounts a
+// ConfigMap (policy.yaml -> ..data/policy.yaml, ..data -> a dated
+// directory, the update an atomic swap of ..data) is reloaded when ..data
+// is swapped, though no event names policy.yaml; a swap to a file that
+// does not compile (a truncated one) keeps the active policy and what was
+// spent of it.
+func TestReloadSymlinkSwap(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	n := 0
+	swap := func(src string) {
+		t.Helper()
+		n++
+		ts := filepath.Join(dir, fmt.Sprintf("..2026_12_01_%d", n))
+		if err := os.Mkdir(ts, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ts, "policy.yaml"), []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := func(version, limit string) string {
+		return strings.NewReplacer("VERSION", version, "LIMIT", limit, "UPSTREAM", up.URL).Replace(reloadPolicy)
+	}
+	swap(src("v1", "5"))
+	if err := os.Symlink("..data/policy.yaml", path); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	watch(t, g, path)
+	for range 3 {
+		if code := get(t, g.public+"/api/x").StatusCode; code != 200 {
+			t.Fatalf("v1: %d", code)
+		}
+	}
+	// Truncated mid-way: the routes are gone, the file does not compile.
+	v2 := src("v2", "5")
+	swap(v2[:strings.Index(v2, "routes:")+4])
+	waitFor(t, "the truncated file refused", 5*time.Second, func() bool {
+		_, body := getBody(t, g.admin+"/metrics")
+		return strings.Contains(string(body), `tollgate_policy_reloads_total{result="invalid"} 1`)
+	})
+	if v := g.g.Policy().Version; v != "v1" {
+		t.Fatalf("a truncated file swapped in: active %s", v)
+	}
+	// A valid version that keeps the limit keeps what was spent of it.
+	swap(src("v3", "5"))
+	waitFor(t, "v3 served after the swap", 5*time.Second, func() bool { return g.g.Policy().Version == "v3" })
+	for i := range 3 {
+		code := get(t, g.public+"/api/x").StatusCode
+		if want := map[bool]int{true: 200, false: 429}[i < 2]; code != want {
+			t.Fatalf("v3, request %d of the hour (5 allowed): %d, want %d", i+4, code, want)
+		}
+	}
+	// Many swaps in a row, the old directories left in place: the
+	// watches do not pile up (each swap moves the one on the directory
+	// resolved into), and the last version is served.
+	before := inotifyWatches(t)
+	for i := 4; i < 24; i++ {
+		swap(src(fmt.Sprint("v", i), "5"))
+	}
+	waitFor(t, "v23 served after the swaps", 5*time.Second, func() bool { return g.g.Policy().Version == "v23" })
+	if after := inotifyWatches(t); after > before {
+		t.Errorf("inotify watches: %d before 20 swaps, %d after", before, after)
+	}
+}
+
+// inotifyWatches counts this process's inotify watches (Linux; -1
+// elsewhere, where no count is compared).
+func inotifyWatches(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fdinfo")
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, fd := range fds {
+		b, _ := os.ReadFile(filepath.Join("/proc/self/fdinfo", fd.Name()))
+		n += strings.Count(string(b), "inotify wd:")
+	}
+	return n
+}
+
+// TestReloadFileRemovedThenWritten: a policy file removed, then written
+// anew a moment later (as some deploy tools do), is not reported as an
+// invalid policy while it is gone, and its new content is served.
+func TestReloadFileRemovedThenWritten(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	src := func(version string) []byte {
+		return []byte(strings.NewReplacer("VERSION", version, "LIMIT", "5", "UPSTREAM", up.URL).Replace(reloadPolicy))
+	}
+	os.WriteFile(path, src("v1"), 0o600)
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	watch(t, g, path)
+	os.Remove(path)
+	// The watch's quiet period (100ms) passes with the file gone; doing
+	// nothing then leaves nothing to wait for.
+	time.Sleep(400 * time.Millisecond)
+	os.WriteFile(path, src("v2"), 0o600)
+	waitFor(t, "v2 served", 5*time.Second, func() bool { return g.g.Policy().Version == "v2" })
+	if _, body := getBody(t, g.admin+"/metrics"); !strings.Contains(string(body), `tollgate_policy_reloads_total{result="invalid"} 0`) {
+		t.Errorf("a removed policy file counted as invalid")
+	}
+}
+
+// TestReloadSameFileKeepsHistory: reloading a file that did not change (a
+// SIGHUP, an editor's save without changes, a watch event) is no new
+// version: the versions kept to roll back to stay as they were, and a
+// rollback goes to the version before, not to the same one again.
+func TestReloadSameFileKeepsHistory(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	write := func(version string) {
+		src := strings.NewReplacer("VERSION", version, "LIMIT", "5", "UPSTREAM", up.URL).Replace(reloadPolicy)
+		if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v1")
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	write("v2")
+	for range maxHistory + 2 {
+		if err := g.g.ReloadFile(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.g.Rollback(); err != nil || g.g.Policy().Version != "v1" {
+		t.Fatalf("rollback after reloading v2 again and again: %v, active %s, want v1", err, g.g.Policy().Version)
+	}
+}
+
+// maxHistory is gateway.maxHistory: how many versions a gateway keeps.
+const maxHistory = 16

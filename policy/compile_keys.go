@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -48,8 +49,8 @@ func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, 
 		} else if _, dup := p.Keys[k.Digest]; dup {
 			c.add(lines, file, path+".digest", "the same key is listed twice")
 		}
-		if len(k.Tenant) > 128 || len(k.User) > 128 {
-			c.add(lines, file, path, "tenant and user are at most 128 bytes")
+		if err := checkKeyNames(k); err != nil {
+			c.add(lines, file, path, "%v", err)
 		}
 		pl, ok := p.Plans[k.Plan]
 		if !ok {
@@ -62,6 +63,15 @@ func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, 
 		}
 		p.Keys[k.Digest] = &APIKey{ID: k.ID, Tenant: k.Tenant, User: k.User, Plan: inForce, OwnPlan: pl}
 	}
+}
+
+// checkKeyNames reports what is wrong with a key's tenant and user, which
+// the file's keys and the admin API's (Policy.Override) both pass.
+func checkKeyNames(k KeySpec) error {
+	if len(k.Tenant) > 128 || len(k.User) > 128 {
+		return errors.New("tenant and user are at most 128 bytes")
+	}
+	return nil
 }
 
 // allowlist compiles the allowlist; it runs after the keys.

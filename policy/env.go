@@ -28,6 +28,13 @@ type Env struct {
 	// as the file's would be (an admin listener off loopback needs a
 	// token).
 	Public, Admin string
+	// NoFiles, when set, makes the compiler open no file: a keys_file is
+	// not read (the policy gets no keys from it, and a warning says so).
+	// For policy text from a request (the admin listener's /simulate),
+	// which must not make the process open, read or block on a path of
+	// its choosing (a FIFO, /dev/zero, a secret whose content an error
+	// would echo).
+	NoFiles bool
 }
 
 // processSecret is the secret generated for policies that set none: 32

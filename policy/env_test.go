@@ -87,3 +87,26 @@ func TestCompileReadsOnlyItsEnv(t *testing.T) {
 		t.Fatalf("no secret at all: %v", err)
 	}
 }
+
+// TestNoFilesOpensNoFile: with Env.NoFiles a keys_file is not opened (a
+// path that does not exist compiles, with a warning), and the policy's
+// keys are the ones it lists.
+func TestNoFilesOpensNoFile(t *testing.T) {
+	b, err := os.ReadFile("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := append([]byte("keys_file: /nonexistent/keys.yaml\n"), b...)
+	env := policy.ProcessEnv()
+	if _, err := policy.ParseEnv(data, "candidate", env); err == nil {
+		t.Fatal("a missing keys_file compiled without NoFiles")
+	}
+	env.NoFiles = true
+	p, err := policy.ParseEnv(data, "candidate", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.KeysPath != "" || len(p.Warnings) == 0 || !strings.Contains(p.Warnings[len(p.Warnings)-1].String(), "keys_file") {
+		t.Errorf("keys path %q, warnings %v", p.KeysPath, p.Warnings)
+	}
+}

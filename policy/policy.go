@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -367,7 +369,10 @@ func ParseEnv(data []byte, name string, env Env) (*Policy, error) {
 	}
 	keys := f.APIKeys
 	keyLines, keyFile := c.lines, name
-	if f.KeysFile != "" {
+	if f.KeysFile != "" && env.NoFiles {
+		c.warnf("keys_file", "not read: this policy comes from a request, and such a policy opens no file; it has only the keys listed in api_keys")
+	}
+	if f.KeysFile != "" && !env.NoFiles {
 		kp := f.KeysFile
 		if !filepath.IsAbs(kp) {
 			kp = filepath.Join(filepath.Dir(name), kp)
@@ -401,7 +406,7 @@ func ParseEnv(data []byte, name string, env Env) (*Policy, error) {
 	p.Warnings = c.warnings
 	h := sha256.New()
 	h.Write(data)
-	if f.KeysFile != "" {
+	if f.KeysFile != "" && !env.NoFiles {
 		kp := f.KeysFile
 		if !filepath.IsAbs(kp) {
 			kp = filepath.Join(filepath.Dir(name), kp)
@@ -424,6 +429,35 @@ type Overrides struct {
 	// Tenants maps a tenant to the plan its keys get; "" removes the
 	// override.
 	Tenants map[string]string `json:"tenants"`
+}
+
+// Fitting returns the part of o that p can take (Override accepts it) and
+// what it left out: every removal, and each key and tenant override that
+// fits together with those before it (in the order of their names). For a
+// gateway applying a fleet's overrides over a version that lacks
+// something another gateway's version has (a plan): the rest, removals
+// of keys above all, still applies.
+func (o Overrides) Fitting(p *Policy) (Overrides, []error) {
+	if _, err := p.Override(o); err == nil {
+		return o, nil
+	}
+	fit := Overrides{Keys: map[string]*KeySpec{}, Tenants: map[string]string{}}
+	var left []error
+	for _, t := range slices.Sorted(maps.Keys(o.Tenants)) {
+		fit.Tenants[t] = o.Tenants[t]
+		if _, err := p.Override(Overrides{Tenants: fit.Tenants}); err != nil && o.Tenants[t] != "" {
+			delete(fit.Tenants, t)
+			left = append(left, err)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(o.Keys)) {
+		fit.Keys[id] = o.Keys[id]
+		if _, err := p.Override(fit); err != nil && o.Keys[id] != nil {
+			delete(fit.Keys, id)
+			left = append(left, err)
+		}
+	}
+	return fit, left
 }
 
 // Override returns a copy of p with o applied, or an error naming what in
@@ -458,6 +492,9 @@ func (p *Policy) Override(o Overrides) (*Policy, error) {
 		}
 		if !namePattern.MatchString(id) || !digestPattern.MatchString(ks.Digest) {
 			return nil, fmt.Errorf("overriding key %q: want an id of letters, digits, '.', '_' or '-' and a sha256:<hex> digest", id)
+		}
+		if err := checkKeyNames(*ks); err != nil {
+			return nil, fmt.Errorf("overriding key %q: %w", id, err)
 		}
 		pl, ok := p.Plans[ks.Plan]
 		if !ok {

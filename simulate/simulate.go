@@ -36,7 +36,7 @@ func Replay(ctx context.Context, p *policy.Policy, recs []engine.Record) ([]stri
 	var now time.Time
 	store := memory.New(memory.Options{})
 	defer store.Close()
-	eng, err := engine.New(engine.Options{Policy: p, Store: store, Now: func() time.Time { return now },
+	eng, err := engine.New(engine.Options{Policy: p, Store: store, Now: func() time.Time { return now }, DecideOnly: true,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, fmt.Errorf("replaying: %w", err)
