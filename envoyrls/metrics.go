@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,13 +130,14 @@ func (m *Metrics) counters(domain, key string) *statCounters {
 }
 
 // record counts one descriptor's hits as envoyproxy/ratelimit does: with
-// limit L, the near threshold N = floor(L × ratio), and the count before
+// limit L, the near threshold N = floor(L × ratio) (see nearThreshold),
+// and the count before
 // and after the hits, over_limit gets the hits past L, near_limit those
 // past N up to L, within_limit every hit of a descriptor within its
 // limit, and shadow_mode the hits past L of a shadow descriptor. A
 // request refused charges nothing, so after is what it would have made.
 func (c *statCounters) record(hits, limit, before uint64, over, shadow bool, ratio float64) {
-	near := uint64(float64(limit) * ratio)
+	near := nearThreshold(limit, ratio)
 	after := before + hits
 	c.totalHits.Add(float64(hits))
 	if over {
@@ -158,4 +160,13 @@ func (c *statCounters) record(hits, limit, before uint64, over, shadow bool, rat
 			c.nearLimit.Add(float64(after - near))
 		}
 	}
+}
+
+// nearThreshold is the count past which hits are near_limit, computed as
+// envoyproxy/ratelimit computes it: floor(L × ratio) in single precision,
+// its NEAR_LIMIT_RATIO being a float32. In double precision the product
+// differs for some limits (90 × 0.7 is 62.99…, 63 in single precision),
+// and so would the near_limit counts of a migrated service.
+func nearThreshold(limit uint64, ratio float64) uint64 {
+	return uint64(math.Floor(float64(float32(limit) * float32(ratio))))
 }

@@ -37,7 +37,8 @@ type Options struct {
 	// Metrics, if set, counts hits as envoyproxy/ratelimit's statistics.
 	Metrics *Metrics
 	// NearLimitRatio is the share of a limit past which hits count as
-	// near_limit (NEAR_LIMIT_RATIO); zero means 0.8.
+	// near_limit (NEAR_LIMIT_RATIO); zero means 0.8. It is used as a
+	// float32, as envoyproxy/ratelimit holds it.
 	NearLimitRatio float64
 	// Headers adds the headers of the most restrictive descriptor to the
 	// response (LIMIT_RESPONSE_HEADERS_ENABLED): LimitHeader,

@@ -105,7 +105,9 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 		s.MetricsAddr = get("PROMETHEUS_ADDR", ":9090")
 	}
 	if v := getenv("NEAR_LIMIT_RATIO"); v != "" {
-		r, err := strconv.ParseFloat(v, 64)
+		// A float32, as envoyproxy/ratelimit reads it: the near_limit
+		// threshold is computed in its precision (see Options).
+		r, err := strconv.ParseFloat(v, 32)
 		if err != nil || r <= 0 || r > 1 {
 			errs = append(errs, fmt.Sprintf("NEAR_LIMIT_RATIO: want a number in (0, 1], got %q", v))
 		}

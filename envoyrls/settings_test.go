@@ -32,7 +32,7 @@ func TestSettingsFromEnv(t *testing.T) {
 	}
 	s, err = envoyrls.SettingsFromEnv(env(map[string]string{"RUNTIME_ROOT": "/rt", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false",
 		"NEAR_LIMIT_RATIO": "0.9", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "BACKEND_TYPE": "memory", "LOCAL_CACHE_SIZE_IN_BYTES": "1000"}))
-	if err != nil || s.ConfigDir != "/rt/ratelimit/config" || s.WatchDir != s.ConfigDir || s.Server.NearLimitRatio != 0.9 || !s.Server.Headers ||
+	if err != nil || s.ConfigDir != "/rt/ratelimit/config" || s.WatchDir != s.ConfigDir || s.Server.NearLimitRatio != float64(float32(0.9)) || !s.Server.Headers ||
 		len(s.Ignored) != 1 || !strings.HasPrefix(s.Ignored[0], "LOCAL_CACHE_SIZE_IN_BYTES") {
 		t.Fatalf("set: %+v, %v", s, err)
 	}
