@@ -1,6 +1,7 @@
 package envoyrls_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/tollgate/tollgate/envoyrls"
@@ -31,4 +32,27 @@ descriptors:
 	if got := f.counter(f.metrics.WithinLimit, "near", "k", "", "k"); got != 90 {
 		t.Fatalf("within_limit %d, want 90", got)
 	}
+}
+
+// TestReplacedUnlimited: an unlimited descriptor is answered as
+// unlimited (OK, limit_remaining 4294967295) even when another of the
+// request's limits replaces its name, as envoyproxy/ratelimit answers it:
+// there a limit is replaced only when it is to be checked, and an
+// unlimited one never is.
+func TestReplacedUnlimited(t *testing.T) {
+	f := newFixture(t, "memory", fixtureOptions{files: map[string]string{"r.yaml": `domain: r
+descriptors:
+  - key: free
+    rate_limit:
+      unlimited: true
+      name: free_limit
+  - key: bar
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+      replaces:
+        - name: free_limit
+`}})
+	expect(t, "replaced unlimited", f.ask(t, "r", 1, desc("free", "x"), desc("bar", "y")), ok,
+		status{ok, 0, math.MaxUint32, 0}, status{ok, 3, 2, 50})
 }

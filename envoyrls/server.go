@@ -189,9 +189,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		states = append(states, st)
 	}
 	// A limit that another of the request's limits replaces is not
-	// applied (nor counted).
+	// applied (nor counted). An unlimited one is not applied anyway: it
+	// is answered as unlimited, as envoyproxy/ratelimit answers it.
 	for i := range states {
-		if l := states[i].lim; l != nil && l.Name != "" && replacing[l.Name] {
+		if l := states[i].lim; l != nil && !l.Unlimited && l.Name != "" && replacing[l.Name] {
 			states[i].lim = nil
 		}
 	}
