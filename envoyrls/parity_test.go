@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate/tollgate/envoyrls"
 )
 
@@ -55,4 +57,51 @@ descriptors:
 `}})
 	expect(t, "replaced unlimited", f.ask(t, "r", 1, desc("free", "x"), desc("bar", "y")), ok,
 		status{ok, 0, math.MaxUint32, 0}, status{ok, 3, 2, 50})
+}
+
+// TestOwnHitsDecideEachDescriptor: every limited descriptor is OVER_LIMIT
+// when its own hits do not fit what it has left, as envoyproxy/ratelimit
+// answers each from its own count, also when the request is refused for
+// another reason first: a descriptor of requests_per_unit 0, or hits past
+// another's whole limit (which make the store call a query of cost 0),
+// or an enforced descriptor refusing beside a shadow one (whose hits are
+// then not charged). The attack: key2 used up answered OK beside them,
+// and a shadow descriptor's hits past its limit counted within_limit.
+func TestOwnHitsDecideEachDescriptor(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		f := newFixture(t, kind, fixtureOptions{})
+		expect(t, "use up key2", f.ask(t, "another", 20, desc("key2", "h")), ok, status{ok, 20, 0, 50})
+		expect(t, "beside hits past key3's limit", f.ask(t, "another", 1, desc("key2", "h"), withHits(desc("key3", "h"), 11)), over,
+			status{over, 20, 0, 50}, status{over, 10, 0, 3590})
+		expect(t, "beside zero per unit", f.ask(t, "another", 1, desc("nothing", "h"), desc("key2", "h")), over,
+			status{over, 0, 0, 1}, status{over, 20, 0, 50})
+		if got := f.counter(f.metrics.OverLimit, "another", "key2", "", "key2"); got != 2 {
+			t.Fatalf("key2 over_limit %d, want 2", got)
+		}
+		if got := f.counter(f.metrics.WithinLimit, "another", "key2", "", "key2"); got != 20 {
+			t.Fatalf("key2 within_limit %d, want 20", got)
+		}
+		// Room for 1 of key3's 10 hours: 2 hits are over it, beside a
+		// zero descriptor as alone.
+		expect(t, "key3 to 9", f.ask(t, "another", 9, desc("key3", "z")), ok, status{ok, 10, 1, 3590})
+		expect(t, "2 of 1 left", f.ask(t, "another", 2, desc("nothing", "z"), desc("key3", "z")), over,
+			status{over, 0, 0, 1}, status{over, 10, 0, 3590})
+		expect(t, "1 of 1 left", f.ask(t, "another", 1, desc("nothing", "z"), desc("key3", "z")), over,
+			status{over, 0, 0, 1}, status{ok, 10, 1, 3590})
+
+		// Shadow: tried used up, then asked beside enforced refusing.
+		f.ask(t, "shadow", 1, desc("tried", "s"))
+		f.ask(t, "shadow", 1, desc("tried", "s"))
+		for i := 0; i < 3; i++ {
+			f.ask(t, "shadow", 1, desc("enforced", "t"))
+		}
+		expect(t, "shadow over beside a refusal", f.ask(t, "shadow", 1, desc("tried", "s"), desc("enforced", "t")), over,
+			status{ok, 2, 0, 50}, status{over, 3, 0, 50})
+		for name, want := range map[string]int{"within_limit": 2, "over_limit": 1, "shadow_mode": 1} {
+			vec := map[string]*prometheus.CounterVec{"within_limit": f.metrics.WithinLimit, "over_limit": f.metrics.OverLimit, "shadow_mode": f.metrics.ShadowMode}[name]
+			if got := f.counter(vec, "shadow", "tried", "", "tried"); got != want {
+				t.Fatalf("shadow descriptor %s %d, want %d", name, got, want)
+			}
+		}
+	})
 }

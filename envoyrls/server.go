@@ -235,6 +235,19 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			charges = append(charges, engine.BudgetCharge{Budget: st.lim.Budget, Subject: sub, Cost: st.hits})
 		}
 	}
+	// asked is what each charge asks for. A call refused before it is
+	// decided (a descriptor of requests_per_unit 0 hit, or hits past a
+	// budget's whole capacity: see engine.Engine.CheckBudgets) decides
+	// every charge at cost 0, as is a shadow budget's beside a refusal or
+	// while the store is down; such a charge's own hits are then judged
+	// against what is left, as envoyproxy/ratelimit judges each.
+	var askedStack [algo.MaxGroup]int64
+	asked := askedStack[:len(charges)]
+	queryAll := zero
+	for j, c := range charges {
+		asked[j] = c.Cost
+		queryAll = queryAll || !c.Budget.Shadow && c.Cost > c.Budget.Limit.Capacity()
+	}
 	if zero {
 		for j := range charges {
 			charges[j].Cost = 0
@@ -282,6 +295,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		default:
 			dec := v.Charges[st.charge].Decision
 			over = !dec.Allowed
+			if !over && (queryAll || lim.Shadow && (refused || v.Local)) {
+				// Decided at cost 0: the hits are over if they do not
+				// fit what is left, as if they had been asked for.
+				over = asked[st.charge] > dec.Remaining
+			}
 			// Remaining is after the charge if there was one; otherwise
 			// (the request refused, a shadow budget's would-be refusal or
 			// its charge skipped while the store is down) as it is.
