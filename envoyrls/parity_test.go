@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/envoyrls"
@@ -104,4 +105,42 @@ func TestOwnHitsDecideEachDescriptor(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestIETFHeadersLeaveShadowOut: RateLimit-Policy and RateLimit are
+// written as the gateway writes them, of the limits enforced: a
+// shadow_mode descriptor, which refuses nothing, is not advertised, and
+// its would-be refusal is not reported to a client it admits as r=0 (the
+// attack: a client told to wait out a limit it is not held to). The
+// LIMIT_RESPONSE_HEADERS_ENABLED headers report it as
+// envoyproxy/ratelimit does.
+func TestIETFHeadersLeaveShadowOut(t *testing.T) {
+	f := newFixture(t, "memory", fixtureOptions{server: envoyrls.Options{Headers: true, IETFHeaders: true}})
+	f.ask(t, "shadow", 1, desc("tried", "s"))
+	f.ask(t, "shadow", 1, desc("tried", "s"))
+	headers := func(resp *rlspb.RateLimitResponse) map[string]string {
+		got := map[string]string{}
+		for _, h := range resp.ResponseHeadersToAdd {
+			got[h.Key] = h.Value
+		}
+		return got
+	}
+	resp := f.ask(t, "shadow", 1, desc("tried", "s"), desc("enforced", "t"))
+	expect(t, "shadow over", resp, ok, status{ok, 2, 0, 50}, status{ok, 3, 2, 50})
+	got := headers(resp)
+	want := map[string]string{
+		"RateLimit-Policy": `"shadow.enforced";q=3;w=60`,
+		"RateLimit":        `"shadow.enforced";r=2;t=50`,
+		"RateLimit-Limit":  "2", "RateLimit-Remaining": "0", "RateLimit-Reset": "50",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("header %s: %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+	// Shadow descriptors alone: no IETF fields (no limit is enforced).
+	got = headers(f.ask(t, "shadow", 1, desc("tried", "s")))
+	if _, ok := got["RateLimit"]; ok || got["RateLimit-Policy"] != "" || got["RateLimit-Remaining"] != "0" {
+		t.Fatalf("shadow alone: %v", got)
+	}
 }

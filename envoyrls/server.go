@@ -46,9 +46,10 @@ type Options struct {
 	// RateLimit-Remaining and RateLimit-Reset (seconds).
 	Headers                                   bool
 	LimitHeader, RemainingHeader, ResetHeader string
-	// IETFHeaders adds RateLimit-Policy (every limited descriptor) and
-	// RateLimit (the most restrictive) as draft-ietf-httpapi-ratelimit-
-	// headers spells them, as Tollgate's gateway does.
+	// IETFHeaders adds RateLimit-Policy (every limited descriptor not in
+	// shadow_mode) and RateLimit (the most restrictive of them) as
+	// draft-ietf-httpapi-ratelimit-headers spells them, as Tollgate's
+	// gateway does.
 	IETFHeaders bool
 	// ShadowMode answers OK whatever the limits say (SHADOW_MODE); the
 	// statuses still say which descriptors are over their limits.
@@ -267,7 +268,6 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	}
 	refused := zero || v != nil && (v.Outcome == engine.Refused || v.Outcome == engine.FailClosed)
 	now := s.opts.Now()
-	report := -1
 	for i, d := range req.Descriptors {
 		st := &states[i]
 		lim := st.lim
@@ -328,9 +328,6 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		}
 		ds.DurationUntilReset = &durationpb.Duration{Seconds: reset}
 		resp.Statuses[i] = ds
-		if over && !lim.Shadow || report < 0 || resp.Statuses[report].Code == rlspb.RateLimitResponse_OK && ds.LimitRemaining < resp.Statuses[report].LimitRemaining {
-			report = i
-		}
 		if m := s.opts.Metrics; m != nil {
 			key := lim.StatKey
 			if st.nodes != nil && dynamicMetric(lim, st.nodes) {
@@ -339,8 +336,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			m.counters(req.Domain, key).record(uint64(st.hits), limit, before, over, lim.Shadow, s.opts.NearLimitRatio)
 		}
 	}
-	if report >= 0 && (s.opts.Headers || s.opts.IETFHeaders) {
-		resp.ResponseHeadersToAdd = s.headers(states, resp.Statuses, report)
+	if s.opts.Headers || s.opts.IETFHeaders {
+		resp.ResponseHeadersToAdd = s.headers(states, resp.Statuses)
 	}
 	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && s.opts.ShadowMode {
 		resp.OverallCode = rlspb.RateLimitResponse_OK
@@ -351,23 +348,24 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	return resp, nil
 }
 
-// headers are the response headers of the descriptor at report (the one
-// over its limit, else the one with the least remaining).
-func (s *Server) headers(states []descriptorState, statuses []*rlspb.RateLimitResponse_DescriptorStatus, report int) []*corev3.HeaderValue {
-	st, ds := statuses[report], states[report].lim
-	remaining := strconv.FormatUint(uint64(st.LimitRemaining), 10)
-	reset := strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)
+// headers are the response headers: LIMIT_RESPONSE_HEADERS_ENABLED's of
+// the most restrictive descriptor, shadow ones included, as
+// envoyproxy/ratelimit sends them; RateLimit-Policy and RateLimit of the
+// limits enforced, as the gateway sends them (a shadow_mode descriptor
+// refuses nothing, so a client is not told of it).
+func (s *Server) headers(states []descriptorState, statuses []*rlspb.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
 	var hs []*corev3.HeaderValue
-	if s.opts.Headers {
+	if r := mostRestrictive(states, statuses, true); s.opts.Headers && r >= 0 {
+		st := statuses[r]
 		hs = append(hs,
-			&corev3.HeaderValue{Key: s.opts.LimitHeader, Value: strconv.FormatUint(uint64(ds.RequestsPerUnit), 10)},
-			&corev3.HeaderValue{Key: s.opts.RemainingHeader, Value: remaining},
-			&corev3.HeaderValue{Key: s.opts.ResetHeader, Value: reset})
+			&corev3.HeaderValue{Key: s.opts.LimitHeader, Value: strconv.FormatUint(uint64(states[r].lim.RequestsPerUnit), 10)},
+			&corev3.HeaderValue{Key: s.opts.RemainingHeader, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+			&corev3.HeaderValue{Key: s.opts.ResetHeader, Value: strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)})
 	}
-	if s.opts.IETFHeaders {
+	if r := mostRestrictive(states, statuses, false); s.opts.IETFHeaders && r >= 0 {
 		var pol strings.Builder
 		for i, x := range states {
-			if x.lim == nil || x.lim.Unlimited || statuses[i].CurrentLimit == nil {
+			if !limited(x, statuses[i]) || x.lim.Shadow {
 				continue
 			}
 			if pol.Len() > 0 {
@@ -375,11 +373,36 @@ func (s *Server) headers(states []descriptorState, statuses []*rlspb.RateLimitRe
 			}
 			pol.WriteString(x.lim.policyItem())
 		}
+		st := statuses[r]
 		hs = append(hs,
 			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: pol.String()},
-			&corev3.HeaderValue{Key: "RateLimit", Value: sfString(ds.headerName()) + ";r=" + remaining + ";t=" + reset})
+			&corev3.HeaderValue{Key: "RateLimit", Value: sfString(states[r].lim.headerName()) + ";r=" + strconv.FormatUint(uint64(st.LimitRemaining), 10) +
+				";t=" + strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)})
 	}
 	return hs
+}
+
+// mostRestrictive is the index of the descriptor whose state headers
+// report, as envoyproxy/ratelimit picks it: the last one over its limit
+// (and not in shadow mode), else the first with the least remaining;
+// shadow descriptors only with shadow; -1 for none limited.
+func mostRestrictive(states []descriptorState, statuses []*rlspb.RateLimitResponse_DescriptorStatus, shadow bool) int {
+	r := -1
+	for i, st := range statuses {
+		if !limited(states[i], st) || states[i].lim.Shadow && !shadow {
+			continue
+		}
+		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT || r < 0 || statuses[r].Code == rlspb.RateLimitResponse_OK && st.LimitRemaining < statuses[r].LimitRemaining {
+			r = i
+		}
+	}
+	return r
+}
+
+// limited reports whether a descriptor was decided under a limit (its
+// status then carries current_limit).
+func limited(st descriptorState, ds *rlspb.RateLimitResponse_DescriptorStatus) bool {
+	return st.lim != nil && !st.lim.Unlimited && ds.CurrentLimit != nil
 }
 
 // headerName is the limit's name in RateLimit-Policy: its name, else its
