@@ -100,8 +100,15 @@ func rawSubject(entries []*rlv3.RateLimitDescriptor_Entry, nodes []*node) string
 // the request: with detailed_metric, every entry's key_value (a
 // share_threshold entry's pattern for its value); otherwise the
 // configured path, with the request's value where a level has
-// value_to_metric. Without either it is Limit.StatKey.
+// value_to_metric. Without either it is Limit.StatKey. As
+// envoyproxy/ratelimit names them, a detailed key without share_threshold
+// on its path is key_value at every level, even for an empty value
+// ("key_"); otherwise a level with no value is its key alone.
 func metricKey(domain string, lim *Limit, entries []*rlv3.RateLimitDescriptor_Entry, nodes []*node) string {
+	detailed := lim.DetailedMetric
+	for _, n := range nodes {
+		detailed = detailed && !n.shareThreshold
+	}
 	var sb strings.Builder
 	sb.WriteString(domain)
 	for i, e := range entries {
@@ -117,7 +124,7 @@ func metricKey(domain string, lim *Limit, entries []*rlv3.RateLimitDescriptor_En
 		default:
 			v = n.entry.value
 		}
-		if v != "" {
+		if v != "" || detailed {
 			sb.WriteByte('_')
 			sb.WriteString(v)
 		}

@@ -144,3 +144,26 @@ func TestIETFHeadersLeaveShadowOut(t *testing.T) {
 		t.Fatalf("shadow alone: %v", got)
 	}
 }
+
+// TestDetailedMetricEmptyValue: with detailed_metric (and no
+// share_threshold on the path), envoyproxy/ratelimit names a level
+// key_value whatever the value, so an empty one is "key_": the same
+// descriptor must count under the same name here.
+func TestDetailedMetricEmptyValue(t *testing.T) {
+	f := newFixture(t, "memory", fixtureOptions{files: map[string]string{"d.yaml": `domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+`}})
+	f.ask(t, "d", 1, desc("user", ""))
+	f.ask(t, "d", 1, desc("user", "u"))
+	if got := f.counter(f.metrics.TotalHits, "d", "user_", "", "user_"); got != 1 {
+		t.Fatalf("total_hits of d.user_ %d, want 1", got)
+	}
+	if got := f.counter(f.metrics.TotalHits, "d", "user_u", "", "user_u"); got != 1 {
+		t.Fatalf("total_hits of d.user_u %d, want 1", got)
+	}
+}
