@@ -23,7 +23,8 @@ import (
 // under its configured key.
 type Metrics struct {
 	TotalHits, OverLimit, NearLimit, WithinLimit, ShadowMode *prometheus.CounterVec
-	// DomainNotFound counts requests for a domain not configured.
+	// DomainNotFound counts the descriptors of requests for a domain not
+	// configured (envoyproxy/ratelimit looks each up, and counts each).
 	DomainNotFound *prometheus.CounterVec
 	// ConfigLoads counts configuration loads by result (success, error).
 	ConfigLoads *prometheus.CounterVec
@@ -84,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		WithinLimit: vec("within_limit", "Hits within a descriptor's limit."),
 		ShadowMode:  vec("shadow_mode", "Hits over a shadow_mode descriptor's limit, let through."),
 		DomainNotFound: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_service_rate_limit_domain_not_found", Help: "Requests for a domain not configured.",
+			Name: "ratelimit_service_rate_limit_domain_not_found", Help: "Descriptors of requests for a domain not configured.",
 		}, []string{"domain"}),
 		ConfigLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_service_config_load_total", Help: "Configuration loads by result (success, error).",

@@ -167,3 +167,15 @@ descriptors:
 		t.Fatalf("total_hits of d.user_u %d, want 1", got)
 	}
 }
+
+// TestDomainNotFoundPerDescriptor: envoyproxy/ratelimit looks each
+// descriptor up, and counts domain_not_found once per descriptor of a
+// request for an unknown domain; so must the same statistic here.
+func TestDomainNotFoundPerDescriptor(t *testing.T) {
+	f := newFixture(t, "memory", fixtureOptions{})
+	expect(t, "three", f.ask(t, "nowhere", 1, desc("a", "1"), desc("b", "2"), desc("c", "3")), ok,
+		status{ok, 0, 0, 0}, status{ok, 0, 0, 0}, status{ok, 0, 0, 0})
+	if got := int(testutilDomainNotFound(f, "nowhere")); got != 3 {
+		t.Fatalf("domain_not_found %d after a request of 3 descriptors, want 3", got)
+	}
+}

@@ -155,7 +155,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	}
 	if dom == nil {
 		if m := s.opts.Metrics; m != nil {
-			m.DomainNotFound.WithLabelValues(req.Domain).Inc()
+			// Once a descriptor, as envoyproxy/ratelimit counts it.
+			m.DomainNotFound.WithLabelValues(req.Domain).Add(float64(len(req.Descriptors)))
 		}
 		for i := range resp.Statuses {
 			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
