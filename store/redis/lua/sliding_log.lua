@@ -2,9 +2,12 @@
 -- by its time; members are "<ms>.<k>", unique without randomness because k
 -- counts on from the members already at that millisecond. Members that have
 -- left the window are removed only when a request is charged, so a refusal
--- or a query writes nothing. See algo.slidingLog.
+-- or a query writes nothing, and at most cost + trim of them a call, so
+-- that one call's work does not grow with what has left the window. See
+-- algo.slidingLog.
 -- It reads and writes Redis itself: log(key, n, period, cost, write)
 -- returns the first five values of an algorithm (write false: change nothing).
+local trim = 1024
 log = function(key, n, period, cost, write)
   local now = NOW
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
@@ -21,7 +24,15 @@ log = function(key, n, period, cost, write)
     if cost > 0 and not write then
       used, newest = used + cost, now
     elseif cost > 0 then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
+      -- What has left the window goes a bounded number at a time (the
+      -- count above never includes it): removing a whole log at once, up
+      -- to algo.MaxLogRate members, held Redis for tens of ms, past every
+      -- caller's deadline. Removing cost + trim a call removes at least as
+      -- many as the call adds, so what is left over still goes.
+      local old = redis.call('ZCOUNT', key, '-inf', cutoff)
+      if old > 0 then
+        redis.call('ZREMRANGEBYRANK', key, 0, math.min(old, cost + trim) - 1)
+      end
       local base = redis.call('ZCOUNT', key, now, now)
       local i = 1
       while i <= cost do
