@@ -7,7 +7,7 @@
 -- algo.slidingLog.
 -- It reads and writes Redis itself: log(key, n, period, cost, write)
 -- returns the first five values of an algorithm (write false: change nothing).
-local trim = 1024
+local trim = 32
 log = function(key, n, period, cost, write)
   local now = NOW
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
@@ -27,8 +27,10 @@ log = function(key, n, period, cost, write)
       -- What has left the window goes a bounded number at a time (the
       -- count above never includes it): removing a whole log at once, up
       -- to algo.MaxLogRate members, held Redis for tens of ms, past every
-      -- caller's deadline. Removing cost + trim a call removes at least as
-      -- many as the call adds, so what is left over still goes.
+      -- caller's deadline; and a batch holds up to 64 decisions, so trim
+      -- is small (64 × 32 members, about a ms). Removing cost + trim a call
+      -- removes more than the call adds, so what is left over still goes,
+      -- and a log never holds much more than its limit.
       local old = redis.call('ZCOUNT', key, '-inf', cutoff)
       if old > 0 then
         redis.call('ZREMRANGEBYRANK', key, 0, math.min(old, cost + trim) - 1)
