@@ -147,3 +147,44 @@ func TestSlidingLogCostBounded(t *testing.T) {
 		t.Errorf("one request of cost %d took Redis %v (fastest of 3), want under %v (a quarter of the store deadline)", algo.MaxLogRate, fastest, limit)
 	}
 }
+
+// TestResetLargeLogAtOnce: resetting a subject (the admin API) deleted
+// its state with DEL, which frees a sliding log of 100,000 members on
+// Redis' one thread, tens of ms past every gateway's deadline. The key
+// must go at once and its members be freed in the background (UNLINK).
+func TestResetLargeLogAtOnce(t *testing.T) {
+	c := srv.NewClient(t)
+	s := newStore(t)
+	ctx := context.Background()
+	l := algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: algo.MaxLogRate, Period: time.Minute}
+	req := algo.Request{Name: "logreset", Subject: unique("subject"), Limit: l, Cost: 1}
+	fill(t, s, req, time.Now(), algo.MaxLogRate)
+	if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("slowlog-log-slower-than", "0").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("slowlog-log-slower-than", "10000").Build())
+	if err := c.Do(ctx, c.B().SlowlogReset().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(ctx, []algo.Request{req}); err != nil {
+		t.Fatal(err)
+	}
+	if n := zcard(t, c, rstore.Key(req.Name, req.Subject, l.Algorithm)); n != 0 {
+		t.Fatalf("after Reset the log holds %d members", n)
+	}
+	entries, err := c.Do(ctx, c.B().SlowlogGet().Count(-1).Build()).ToArray()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		fields, _ := e.ToArray()
+		if len(fields) < 4 {
+			continue
+		}
+		us, _ := fields[2].AsInt64()
+		args, _ := fields[3].AsStrSlice()
+		if d := time.Duration(us) * time.Microsecond; d > resilience.DefaultTimeout/4 {
+			t.Errorf("%v took Redis %v, want under %v", args, d, resilience.DefaultTimeout/4)
+		}
+	}
+}
