@@ -69,3 +69,56 @@ func TestFlappingLateAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestFlappingLateAnswersFleet: the same attack on two instances taking
+// turns, each holding half of each limit in its fallback. The bound is
+// A + N × s + k (README, "What the fallback admits"): 100 + 2 × 50 here,
+// plus the calls in flight.
+func TestFlappingLateAnswersFleet(t *testing.T) {
+	fp, err := faultproxy.Start(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fp.Close()
+	at := time.UnixMilli(1_900_000_000_000)
+	var fleet [2]*resilience.Store
+	for i := range fleet {
+		fleet[i] = resilience.New(redisStore(t, fp.Addr), memory.New(memory.Options{}), resilience.Options{
+			Timeout: 20 * time.Millisecond, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Instances: len(fleet), Now: fixedClock(&at),
+		})
+		defer fleet[i].Close()
+	}
+	ctx := context.Background()
+	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Hour}
+	req := algo.Request{Name: uniq("flapfleet"), Subject: "s", Limit: l, Cost: 1, Now: at}
+	admitted, local := 0, 0
+	for i := range 600 {
+		switch i % 20 {
+		case 0:
+			fp.SetLatency(0)
+			time.Sleep(40 * time.Millisecond)
+		case 10:
+			fp.SetLatency(40 * time.Millisecond)
+		}
+		s := fleet[i%2]
+		d, err := s.Allow(ctx, req)
+		if errors.Is(err, resilience.ErrUnavailable) {
+			if d, err = s.Fallback(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				local++
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	fp.SetLatency(0)
+	t.Logf("two instances: admitted %d (%d by the fallbacks)", admitted, local)
+	if limit := int(l.Rate) + 2*int(l.Rate)/2; admitted > limit {
+		t.Errorf("admitted %d in one window of a limit of %d on two instances, past %d", admitted, l.Rate, limit)
+	}
+}
