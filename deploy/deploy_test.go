@@ -441,6 +441,26 @@ func TestKubernetes(t *testing.T) {
 	if at(t, kinds["HorizontalPodAutoscaler"], "spec", "scaleTargetRef", "name") != at(t, dep, "metadata", "name") {
 		t.Error("the HPA scales another Deployment")
 	}
+	// While Redis is out, each gateway admits 1/store.instances of every
+	// fail_open limit on its own. The HPA scales on CPU, which the traffic
+	// that pushed the fleet into its fallback also raises: with instances
+	// 2 and 10 replicas, the fleet admitted 5 times each limit. The
+	// divisor must be the most gateways that can run.
+	var pol struct {
+		Store struct {
+			Instances int `yaml:"instances"`
+		} `yaml:"store"`
+	}
+	if err := yaml.Unmarshal(want, &pol); err != nil {
+		t.Fatal(err)
+	}
+	most, _ := at(t, kinds["HorizontalPodAutoscaler"], "spec", "maxReplicas").(int)
+	if replicas, _ := at(t, dep, "spec", "replicas").(int); replicas > most {
+		most = replicas
+	}
+	if pol.Store.Instances < most {
+		t.Errorf("store.instances %d, but up to %d gateways run: in the fallback the fleet admits %d/%d of each limit", pol.Store.Instances, most, most, pol.Store.Instances)
+	}
 }
 
 // TestCompose: both gateways build from the Dockerfile, map to its public

@@ -20,7 +20,7 @@ import (
 // request's Name and <subject> (present only for a request whose Tag
 // groups it with other subjects) its Subject, made safe as the group is;
 // both are escaped, '%' as %25 and ':' as %3A, so neither holds a colon.
-// <kind> is the algorithm's (gcra, tb, lb, fw, sl, sc), or lock for a login
+// <kind> is the algorithm's (gcra, tb, lb, fw, slc, sc), or lock for a login
 // guard's state and lease for leases; ":held" follows for the set of held
 // attempts beside a rate limit's or a login guard's state. So the fields
 // between the colons after the tag are the name, perhaps the subject,

@@ -37,7 +37,7 @@ type parsedKey struct {
 	held                         bool
 }
 
-var keyKinds = map[string]bool{"gcra": true, "tb": true, "lb": true, "fw": true, "sl": true, "sc": true, "lock": true, "lease": true}
+var keyKinds = map[string]bool{"gcra": true, "tb": true, "lb": true, "fw": true, "slc": true, "sc": true, "lock": true, "lease": true}
 
 // parseKey reads key back, or fails if it does not follow the layout.
 func parseKey(key string) (parsedKey, error) {
@@ -97,7 +97,7 @@ func unescapePart(s string) (string, error) {
 	return b.String(), nil
 }
 
-var algSuffix = []string{"gcra", "tb", "lb", "fw", "sl", "sc"}
+var algSuffix = []string{"gcra", "tb", "lb", "fw", "slc", "sc"}
 
 // FuzzKeyLayout builds every kind of key the store writes from a policy,
 // a tag and a subject, and reads each back by the documented layout

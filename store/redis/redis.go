@@ -76,7 +76,7 @@ var keySuffix = map[algo.Algorithm]string{
 	algo.TokenBucket:          ":tb",
 	algo.LeakyBucket:          ":lb",
 	algo.FixedWindow:          ":fw",
-	algo.SlidingWindowLog:     ":sl",
+	algo.SlidingWindowLog:     ":slc",
 	algo.SlidingWindowCounter: ":sc",
 }
 
