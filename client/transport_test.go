@@ -157,8 +157,9 @@ func TestBackoffWithoutRetryAfter(t *testing.T) {
 
 func TestDeadlineReturnsResponseIntact(t *testing.T) {
 	s := newScript(t, refuse(429, "Retry-After", "5"), ok)
-	clk := &fakeClock{t: now}
-	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(2*time.Second))
+	// A context's deadline is in real time: the clock starts there.
+	clk := &fakeClock{t: time.Now()}
+	ctx, cancel := context.WithDeadline(context.Background(), clk.t.Add(2*time.Second))
 	defer cancel()
 	resp, body := do(t, newTransport(clk, client.Options{}), must(http.NewRequestWithContext(ctx, "GET", s.URL, nil)))
 	if resp.StatusCode != 429 || body != "refused body" || s.hits.Load() != 1 || len(clk.slept()) != 0 {
@@ -279,12 +280,12 @@ func TestPacingFailFast(t *testing.T) {
 
 func TestPacingPastDeadlineFails(t *testing.T) {
 	s := newScript(t, refuse(200, "RateLimit", `"p";r=0;t=50`), ok)
-	clk := &fakeClock{t: now}
+	// A context's deadline is in real time: the clock starts there.
+	clk := &fakeClock{t: time.Now()}
 	tr := newTransport(clk, client.Options{})
 	do(t, tr, must(http.NewRequest("GET", s.URL, nil)))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), clk.t.Add(2*time.Second))
 	defer cancel()
-	clk.t = time.Now() // the deadline is in real time
 	if _, err := tr.RoundTrip(must(http.NewRequestWithContext(ctx, "GET", s.URL, nil))); !errors.Is(err, client.ErrPaced) {
 		t.Errorf("got %v; want ErrPaced at once, the wait outlasting the deadline", err)
 	}
