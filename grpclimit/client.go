@@ -2,6 +2,8 @@ package grpclimit
 
 import (
 	"context"
+	"errors"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -23,6 +25,11 @@ type RetryOptions struct {
 	BaseDelay time.Duration
 	// MaxDelay caps the backoff; zero means 10s.
 	MaxDelay time.Duration
+	// MaxWait is the longest server delay the interceptor honours: a
+	// refusal asking for longer is returned at once, untried again, so a
+	// server's hint (of centuries, say) never stalls a call without a
+	// deadline; zero means 1 minute.
+	MaxWait time.Duration
 }
 
 // UnaryClientInterceptor retries calls refused with
@@ -32,8 +39,10 @@ type RetryOptions struct {
 // capped exponential backoff with full jitter (a random wait between zero
 // and min(MaxDelay, BaseDelay·2^n) for the n-th retry), so that clients
 // refused together do not come back together, and tries again, up to
-// MaxRetries times. It never waits past the call's deadline: when the
-// wait would end after it, the refusal is returned at once. Errors
+// MaxRetries times. It never waits past the call's deadline nor longer
+// than MaxWait plus the backoff: when the server's delay is over MaxWait,
+// or the wait would end after the deadline, the refusal is returned at
+// once. Errors
 // without a retry hint (a connection that cannot be made, a refusal of
 // another service) are returned as they are.
 func UnaryClientInterceptor(o RetryOptions) grpc.UnaryClientInterceptor {
@@ -46,6 +55,9 @@ func UnaryClientInterceptor(o RetryOptions) grpc.UnaryClientInterceptor {
 	if o.MaxDelay <= 0 {
 		o.MaxDelay = 10 * time.Second
 	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = time.Minute
+	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		for n := 0; ; n++ {
 			var trailer metadata.MD
@@ -54,10 +66,15 @@ func UnaryClientInterceptor(o RetryOptions) grpc.UnaryClientInterceptor {
 				return err
 			}
 			hint, ok := RetryDelay(err, trailer)
-			if !ok {
+			if !ok || hint > o.MaxWait {
 				return err
 			}
+			// Both terms are capped (MaxWait, MaxDelay), so the sum is a
+			// real wait; one that overflowed would fire at once.
 			wait := hint + jitter(o.BaseDelay, o.MaxDelay, n)
+			if wait < hint {
+				return err
+			}
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 				return err
 			}
@@ -85,6 +102,8 @@ func jitter(base, maxDelay time.Duration, n int) time.Duration {
 // before it is tried again: its RetryInfo detail, else the
 // grpc-retry-pushback-ms value in trailer. ok is false for codes other
 // than ResourceExhausted and Unavailable and for refusals without either.
+// A delay too long for a time.Duration is the longest one (as RetryInfo's
+// is), never a wrapped-around one.
 func RetryDelay(err error, trailer metadata.MD) (time.Duration, bool) {
 	st, ok := status.FromError(err)
 	if !ok || (st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable) {
@@ -98,9 +117,14 @@ func RetryDelay(err error, trailer metadata.MD) (time.Duration, bool) {
 		}
 	}
 	if vs := trailer.Get(PushbackKey); len(vs) == 1 {
-		if ms, err := strconv.ParseInt(vs[0], 10, 64); err == nil && ms >= 0 {
-			return time.Duration(ms) * time.Millisecond, true
+		ms, err := strconv.ParseUint(vs[0], 10, 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return 0, false
 		}
+		if err != nil || ms > math.MaxInt64/uint64(time.Millisecond) {
+			return math.MaxInt64, true
+		}
+		return time.Duration(ms) * time.Millisecond, true
 	}
 	return 0, false
 }
