@@ -166,7 +166,8 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 }
 
 // Stream returns the stream server interceptor: a stream is one call,
-// decided when it opens, its concurrency slot held until it ends.
+// decided when it opens, its concurrency slot held until it ends. The
+// messages on it are not counted.
 func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
