@@ -48,7 +48,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := start(t, p, "")
+	g := startStill(t, p, "") // a fixed window of an hour
 	watch(t, g, path)
 	base, admin, logs := g.public, g.admin, g.logs
 
