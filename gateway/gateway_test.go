@@ -125,6 +125,43 @@ func start(t *testing.T, p *policy.Policy, redisURL string) *running {
 	return r
 }
 
+// stillTime is the time on startStill's clock.
+var stillTime = time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)
+
+// startStill starts a gateway whose clock stands still at noon in the
+// quickstart's zone (05:00 UTC) on a fixed day, for tests that count
+// against fixed windows or calendar quotas and need no time to pass. On
+// the real clock such a test fails whenever a window's boundary falls
+// within it: the top of a minute, midnight UTC for a period of 1d, local
+// midnight (17:00 UTC) for the free plan's daily quota. A still clock
+// crosses none, whenever the test runs. Its decisions carry an explicit
+// time, so on Redis too they do not follow Redis' clock.
+// Tokens it is to accept are issued at stillTime: it verifies them on
+// its clock.
+func startStill(t *testing.T, p *policy.Policy, redisURL string) *running {
+	t.Helper()
+	r := startClock(t, p, redisURL, func() time.Time { return stillTime })
+	if redisURL != "" {
+		r.waitReady(t)
+	}
+	return r
+}
+
+// zoneAtNoon names a fixed-offset zone in which it is now between 11:00
+// and 13:00, for tests on the real clock that must not see a calendar
+// quota reset: its midnight is at least 11 hours away.
+func zoneAtNoon() string {
+	off := 12 - time.Now().UTC().Hour() // -11 … 12: within Etc/GMT's -12 … +14
+	switch {
+	case off == 0:
+		return "Etc/GMT"
+	case off > 0:
+		return fmt.Sprintf("Etc/GMT-%d", off) // POSIX signs: Etc/GMT-7 is UTC+7
+	default:
+		return fmt.Sprintf("Etc/GMT+%d", -off)
+	}
+}
+
 // startNoWait starts a gateway without waiting for its store.
 func startNoWait(t *testing.T, p *policy.Policy, redisURL string) *running {
 	return startClock(t, p, redisURL, nil)
@@ -386,7 +423,7 @@ func TestUserHeaderOnlyFromTrustedProxy(t *testing.T) {
 
 func TestInvalidKeysAreLimitedPerIP(t *testing.T) {
 	up := newUpstream(t)
-	g := start(t, config(t, up.URL, "[]"), "")
+	g := startStill(t, config(t, up.URL, "[]"), "") // a fixed window of a minute
 	for i := 0; i < 10; i++ {
 		resp, body := getBody(t, g.public+"/api/items", "X-API-Key", fmt.Sprintf("guess-%d", i))
 		if resp.StatusCode != 401 || !strings.Contains(string(body), httplimit.ProblemInvalidKey) {

@@ -31,8 +31,11 @@ func jwtConfig(t *testing.T, upstream string, idp *jwttest.IdP) *policy.Policy {
 
 const issuer = "https://idp.example"
 
-func claims(sub string) jwttest.Claims {
-	return jwttest.Valid(sub, time.Now()).With("iss", issuer).With("aud", []string{"tollgate-api"})
+func claims(sub string) jwttest.Claims { return claimsAt(sub, time.Now()) }
+
+// claimsAt is claims for a gateway whose clock reads now.
+func claimsAt(sub string, now time.Time) jwttest.Claims {
+	return jwttest.Valid(sub, now).With("iss", issuer).With("aud", []string{"tollgate-api"})
 }
 
 // TestJWTLimitedPerSubject: a valid token is charged to its subject
@@ -103,11 +106,11 @@ func TestInvalidJWTsChargedToTheAddress(t *testing.T) {
 		rsa := jwttest.NewKey(t, "RS256", "rsa-1")
 		idp := jwttest.NewIdP(t, rsa)
 		up := newUpstream(t)
-		g := start(t, jwtConfig(t, up.URL, idp), redisURL)
-		ok := claims("alice")
+		g := startStill(t, jwtConfig(t, up.URL, idp), redisURL) // a fixed window of a minute
+		ok := claimsAt("alice", stillTime)
 		bad := []struct{ name, token string }{
-			{"expired", jwttest.Sign(t, rsa, ok.With("exp", time.Now().Add(-time.Hour)))},
-			{"not yet valid", jwttest.Sign(t, rsa, ok.With("nbf", time.Now().Add(time.Hour)))},
+			{"expired", jwttest.Sign(t, rsa, ok.With("exp", stillTime.Add(-time.Hour)))},
+			{"not yet valid", jwttest.Sign(t, rsa, ok.With("nbf", stillTime.Add(time.Hour)))},
 			{"another issuer", jwttest.Sign(t, rsa, ok.With("iss", "https://evil.example"))},
 			{"another audience", jwttest.Sign(t, rsa, ok.With("aud", []string{"billing"}))},
 			{"alg none", jwttest.Unsigned(t, "rsa-1", ok)},

@@ -62,7 +62,7 @@ func TestRouteMatchingAndKeys(t *testing.T) {
 	onStores(t, func(t *testing.T, redisURL string) {
 		ec := jwttest.NewKey(t, "ES256", "ec-1")
 		idp := jwttest.NewIdP(t, ec)
-		g := start(t, matchingConfig(t, idp, policy.BuiltinEcho), redisURL)
+		g := startStill(t, matchingConfig(t, idp, policy.BuiltinEcho), redisURL) // fixed windows of a minute
 		u := g.public
 
 		// Per path parameter: 3 exports of user-xyzzy a minute, whoever
@@ -116,7 +116,7 @@ func TestRouteMatchingAndKeys(t *testing.T) {
 
 		// Per claim: two subjects of org acme-plugh share 2 a minute.
 		tok := func(sub, org string) string {
-			return "Bearer " + jwttest.Sign(t, ec, jwttest.Valid(sub, time.Now()).With("org", org))
+			return "Bearer " + jwttest.Sign(t, ec, jwttest.Valid(sub, stillTime).With("org", org))
 		}
 		for _, c := range []struct {
 			auth string

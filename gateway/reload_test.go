@@ -48,7 +48,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := start(t, p, "")
+	g := startStill(t, p, "") // a fixed window of an hour
 	watch(t, g, path)
 	base, admin, logs := g.public, g.admin, g.logs
 
@@ -190,7 +190,7 @@ func TestNewVersionKeepsBudgets(t *testing.T) {
 			p.Store.Timeout = 5 * time.Second // correctness, not resilience, is under test
 			return p
 		}
-		g := start(t, version("v1", "10", "5"), redisURL)
+		g := startStill(t, version("v1", "10", "5"), redisURL) // a daily quota
 		// The login service answers 401 to anything but a login: a
 		// request it answers was admitted.
 		api := func() int { return get(t, g.public+"/api/items", "X-API-Key", freeKey).StatusCode }

@@ -367,7 +367,10 @@ func TestFallbackWorstCase(t *testing.T) {
 	up := newUpstream(t)
 	p := quickstart(t, up.URL,
 		`pro:       {algorithm: sliding_log, rate: 1000, period: 1m}`, `pro:       {algorithm: sliding_log, rate: 100, period: 3s}`,
-		`{name: day, calendar: day, rate: 1000}`, `{name: day, calendar: day, rate: 30}`)
+		`{name: day, calendar: day, rate: 1000}`, `{name: day, calendar: day, rate: 30}`,
+		// On the real clock (Redis is paused for real): a zone whose
+		// midnight, when the used-up quota would come back, is hours away.
+		"time_zone: Asia/Ho_Chi_Minh", "time_zone: "+zoneAtNoon())
 	p.Store.Timeout = 50 * time.Millisecond
 	g := start(t, p, "redis://"+rs.Addr+"/0")
 	if n, _, _ := admitUntilRefused(t, g.public+"/api/items", 100, "X-API-Key", freeKey); n != 30 {

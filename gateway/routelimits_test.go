@@ -40,7 +40,7 @@ func routeLimitsConfig(t *testing.T) *policy.Policy {
 // Retry-After and the RateLimit headers.
 func TestRouteLimitAddsAndRefusal(t *testing.T) {
 	onStores(t, func(t *testing.T, redisURL string) {
-		g := start(t, routeLimitsConfig(t), redisURL)
+		g := startStill(t, routeLimitsConfig(t), redisURL) // fixed windows of a minute and a day
 		for i := 0; i < 5; i++ {
 			resp := get(t, g.public+"/api/search", "X-API-Key", freeKey)
 			if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("RateLimit-Policy"), `"search";q=5`) ||

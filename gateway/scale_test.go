@@ -51,7 +51,8 @@ func scaleConfig(t *testing.T, upstream, extra string) *policy.Policy {
 // list both policies and report the most restrictive.
 func TestSeveralLimitsHeaders(t *testing.T) {
 	up := newUpstream(t)
-	g := start(t, scaleConfig(t, up.URL, ""), "")
+	// Fixed windows of an hour and a day: a clock that stands still.
+	g := startStill(t, scaleConfig(t, up.URL, ""), "")
 	resp := get(t, g.public+"/api/a", "X-API-Key", freeKey) // the solo key
 	if got := resp.Header.Get("RateLimit-Policy"); got != `"solo.minute";q=3;w=3600, "solo.hour";q=5;w=86400` {
 		t.Fatalf("RateLimit-Policy = %q", got)
@@ -78,7 +79,7 @@ func TestHierarchyThroughGateways(t *testing.T) {
 	up := newUpstream(t)
 	p := scaleConfig(t, up.URL, "")
 	url := "redis://" + srv.Addr + "/0"
-	gs := []*running{start(t, p, url), start(t, p, url)}
+	gs := []*running{startStill(t, p, url), startStill(t, p, url)} // fixed windows of an hour
 	keys := []string{"u1-key", "u2-key", "u3-key"}
 	var per [3]atomic.Int64
 	var wg sync.WaitGroup
@@ -114,7 +115,7 @@ func TestHierarchyThroughGateways(t *testing.T) {
 func TestRouteGlobalBudget(t *testing.T) {
 	flushShared(t)
 	up := newUpstream(t)
-	g := start(t, scaleConfig(t, up.URL, ""), "redis://"+srv.Addr+"/0")
+	g := startStill(t, scaleConfig(t, up.URL, ""), "redis://"+srv.Addr+"/0") // fixed windows of an hour
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for _, k := range []string{"u1-key", "u2-key", "u3-key", freeKey} {
@@ -158,7 +159,7 @@ func TestTwoRegions(t *testing.T) {
 		if q := p.Plans["wide"].Limits[0].Limit.Rate; q != 45 {
 			t.Fatalf("region share %d, want 45", q)
 		}
-		gs = append(gs, start(t, p, "redis://"+rs.Addr+"/0"))
+		gs = append(gs, startStill(t, p, "redis://"+rs.Addr+"/0")) // a fixed window of an hour
 	}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
