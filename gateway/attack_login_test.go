@@ -36,6 +36,23 @@ type loginUpstream struct {
 }
 
 func newLoginUpstream(t *testing.T, delay time.Duration) *loginUpstream {
+	return newReadingUpstream(t, delay, func(r *http.Request, _ []byte) (acct, pw string) {
+		switch ct := r.Header.Get("Content-Type"); {
+		case strings.HasPrefix(ct, "application/x-www-form-urlencoded"), strings.HasPrefix(ct, "multipart/form-data"):
+			acct, pw = r.FormValue("username"), r.FormValue("password")
+		default:
+			var body struct{ Username, Password string }
+			json.NewDecoder(r.Body).Decode(&body)
+			acct, pw = body.Username, body.Password
+		}
+		return strings.ToLower(acct), pw
+	})
+}
+
+// newReadingUpstream returns a loginUpstream that reads a request's
+// account and password with read (given the request, its body restored,
+// and the body), and records the account as read returns it.
+func newReadingUpstream(t *testing.T, delay time.Duration, read func(r *http.Request, raw []byte) (acct, pw string)) *loginUpstream {
 	u := &loginUpstream{delay: delay, let: map[string]int{}}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.hits.Add(1)
@@ -45,15 +62,7 @@ func newLoginUpstream(t *testing.T, delay time.Duration) *loginUpstream {
 		}
 		raw, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(raw))
-		var acct, pw string
-		switch ct := r.Header.Get("Content-Type"); {
-		case strings.HasPrefix(ct, "application/x-www-form-urlencoded"), strings.HasPrefix(ct, "multipart/form-data"):
-			acct, pw = r.FormValue("username"), r.FormValue("password")
-		default:
-			var body struct{ Username, Password string }
-			json.NewDecoder(r.Body).Decode(&body)
-			acct, pw = body.Username, body.Password
-		}
+		acct, pw := read(r, raw)
 		u.mu.Lock()
 		u.bodies = append(u.bodies, string(raw))
 		u.mu.Unlock()
@@ -65,7 +74,7 @@ func newLoginUpstream(t *testing.T, delay time.Duration) *loginUpstream {
 			return
 		}
 		u.mu.Lock()
-		u.let[strings.ToLower(acct)]++
+		u.let[acct]++
 		u.mu.Unlock()
 	}))
 	t.Cleanup(u.Close)
@@ -282,43 +291,18 @@ func TestLoginConcurrentGuesses(t *testing.T) {
 // (Laravel) reads them: a name's leading spaces dropped, cut at a NUL,
 // ' ' and '.' made '_', the last of a name winning. The password is
 // "demo" for every account; it records the accounts it let in.
-type foldedUpstream struct {
-	*httptest.Server
-	hits atomic.Int64
-	mu   sync.Mutex
-	let  map[string]int
-}
+type foldedUpstream = loginUpstream
 
 func newFoldedUpstream(t *testing.T) *foldedUpstream {
-	u := &foldedUpstream{let: map[string]int{}}
-	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u.hits.Add(1)
-		raw, _ := io.ReadAll(r.Body)
-		var acct, pw string
+	return newReadingUpstream(t, 0, func(r *http.Request, raw []byte) (acct, pw string) {
 		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
 			form := phpForm(string(raw))
-			acct, pw = form["username"], form["password"]
-		} else {
-			var body struct{ Username, Password string }
-			json.Unmarshal(raw, &body)
-			acct, pw = body.Username, body.Password
+			return collated(form["username"]), form["password"]
 		}
-		if pw != "demo" {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		u.mu.Lock()
-		u.let[collated(acct)]++
-		u.mu.Unlock()
-	}))
-	t.Cleanup(u.Close)
-	return u
-}
-
-func (u *foldedUpstream) logins(acct string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.let[acct]
+		var body struct{ Username, Password string }
+		json.Unmarshal(raw, &body)
+		return collated(body.Username), body.Password
+	})
 }
 
 // collated is an account as an accent- and case-insensitive collation
@@ -450,19 +434,10 @@ func TestLoginFieldNameSpellings(t *testing.T) {
 // else the bare names; Rails and PHP read "user[username]" as a nested
 // field, which a service may prefer to the bare one. The password is
 // "demo" for every account; it records the accounts it let in.
-type nestedUpstream struct {
-	*httptest.Server
-	hits atomic.Int64
-	mu   sync.Mutex
-	let  map[string]int
-}
+type nestedUpstream = loginUpstream
 
 func newNestedUpstream(t *testing.T) *nestedUpstream {
-	u := &nestedUpstream{let: map[string]int{}}
-	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u.hits.Add(1)
-		raw, _ := io.ReadAll(r.Body)
-		var acct, pw string
+	return newReadingUpstream(t, 0, func(r *http.Request, raw []byte) (acct, pw string) {
 		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
 			form, _ := url.ParseQuery(string(raw))
 			acct, pw = form.Get("username"), form.Get("password")
@@ -480,26 +455,18 @@ func newNestedUpstream(t *testing.T) *nestedUpstream {
 					}
 				}
 			}
-		} else {
-			var body map[string]any
-			json.Unmarshal(raw, &body)
-			wrapped, ok := body["session"].(map[string]any)
-			if !ok {
-				wrapped = body
-			}
-			acct, _ = wrapped["username"].(string)
-			pw, _ = wrapped["password"].(string)
+			return acct, pw
 		}
-		if pw != "demo" {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
+		var body map[string]any
+		json.Unmarshal(raw, &body)
+		wrapped, ok := body["session"].(map[string]any)
+		if !ok {
+			wrapped = body
 		}
-		u.mu.Lock()
-		u.let[acct]++
-		u.mu.Unlock()
-	}))
-	t.Cleanup(u.Close)
-	return u
+		acct, _ = wrapped["username"].(string)
+		pw, _ = wrapped["password"].(string)
+		return acct, pw
+	})
 }
 
 // TestLoginNestedAccount: the account field inside a nested JSON object,
@@ -545,12 +512,6 @@ func TestLoginNestedAccount(t *testing.T) {
 			}
 		}
 	})
-}
-
-func (u *nestedUpstream) logins(acct string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.let[acct]
 }
 
 // TestLoginOtherMethods: a login route names its method (POST), but a
