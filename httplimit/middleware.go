@@ -290,7 +290,7 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		return decision{}, false
 	}
 	route, params := p.MatchRequest(rr)
-	if why := m.readsAsOtherRoute(r, rr, route, forwardAuth); why != "" {
+	if why := m.readsAsOtherRoute(p, r, rr, route, forwardAuth); why != "" {
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
 		return decision{}, false
 	}
@@ -353,7 +353,7 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 // (policy.PathReadings: dot segments, encoded slashes; unless the handler
 // forwards the cleaned path), its method read otherwise
 // (policy.MethodReadings: X-HTTP-Method-Override, _method), or both.
-func (m *middleware) readsAsOtherRoute(r *http.Request, rr policy.RouteRequest, route *policy.Route, forwardAuth bool) string {
+func (m *middleware) readsAsOtherRoute(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route, forwardAuth bool) string {
 	methods := policy.MethodReadings(r.Method, r.Header, r.URL.RawQuery)
 	var paths []string
 	if forwardAuth || !m.opts.CleanPathForwarded {
@@ -371,7 +371,7 @@ func (m *middleware) readsAsOtherRoute(r *http.Request, rr policy.RouteRequest, 
 			}
 			other := rr
 			other.Method, other.Path = method, path
-			if o, _ := m.opts.Policy.MatchRequest(other); o == route {
+			if o, _ := p.MatchRequest(other); o == route {
 				continue
 			}
 			if i == 0 {

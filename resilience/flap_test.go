@@ -30,39 +30,13 @@ func TestFlappingLateAnswers(t *testing.T) {
 		Timeout: 20 * time.Millisecond, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Now: fixedClock(&at),
 	})
 	defer s.Close()
-	ctx := context.Background()
 	for _, l := range []algo.Limit{
 		{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Hour},
 		{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Hour},
 		{Algorithm: algo.GCRA, Rate: 100, Period: time.Hour},
 	} {
 		req := algo.Request{Name: uniq("flap"), Subject: "s", Limit: l, Cost: 1, Now: at}
-		admitted, late, local := 0, 0, 0
-		for i := range 400 {
-			switch i % 20 {
-			case 0: // Redis answers in time again: the breaker half-opens and closes
-				fp.SetLatency(0)
-				time.Sleep(40 * time.Millisecond)
-			case 10: // late: the next calls give up, Redis decides them all the same
-				fp.SetLatency(40 * time.Millisecond)
-			}
-			d, err := s.Allow(ctx, req)
-			if errors.Is(err, resilience.ErrUnavailable) {
-				late++
-				if d, err = s.Fallback(ctx, req); err != nil {
-					t.Fatal(err)
-				}
-				if d.Allowed {
-					local++
-				}
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if d.Allowed {
-				admitted++
-			}
-		}
-		fp.SetLatency(0)
+		admitted, local, late := flap(t, fp, []*resilience.Store{s}, req, 400)
 		t.Logf("%v: admitted %d (%d by the fallback), %d calls failed", l.Algorithm, admitted, local, late)
 		if admitted > int(l.Rate) {
 			t.Errorf("%v: admitted %d in one window of a limit of %d", l.Algorithm, admitted, l.Rate)
@@ -88,21 +62,36 @@ func TestFlappingLateAnswersFleet(t *testing.T) {
 		})
 		defer fleet[i].Close()
 	}
-	ctx := context.Background()
 	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Hour}
 	req := algo.Request{Name: uniq("flapfleet"), Subject: "s", Limit: l, Cost: 1, Now: at}
-	admitted, local := 0, 0
-	for i := range 600 {
+	admitted, local, _ := flap(t, fp, fleet[:], req, 600)
+	t.Logf("two instances: admitted %d (%d by the fallbacks)", admitted, local)
+	if limit := int(l.Rate) + 2*int(l.Rate)/2; admitted > limit {
+		t.Errorf("admitted %d in one window of a limit of %d on two instances, past %d", admitted, l.Rate, limit)
+	}
+}
+
+// flap makes n requests for req, in turn on stores, while Redis behind fp
+// answers late every other stretch of 10 (the breaker keeps opening and
+// half-opening), deciding a failed call by the store's fallback as the
+// engine does. It returns the requests admitted, those of them admitted
+// by a fallback, and the calls that failed.
+func flap(t *testing.T, fp *faultproxy.Proxy, stores []*resilience.Store, req algo.Request, n int) (admitted, local, late int) {
+	t.Helper()
+	ctx := context.Background()
+	defer fp.SetLatency(0)
+	for i := range n {
 		switch i % 20 {
-		case 0:
+		case 0: // Redis answers in time again: the breaker half-opens and closes
 			fp.SetLatency(0)
 			time.Sleep(40 * time.Millisecond)
-		case 10:
+		case 10: // late: the next calls give up, Redis decides them all the same
 			fp.SetLatency(40 * time.Millisecond)
 		}
-		s := fleet[i%2]
+		s := stores[i%len(stores)]
 		d, err := s.Allow(ctx, req)
 		if errors.Is(err, resilience.ErrUnavailable) {
+			late++
 			if d, err = s.Fallback(ctx, req); err != nil {
 				t.Fatal(err)
 			}
@@ -116,9 +105,5 @@ func TestFlappingLateAnswersFleet(t *testing.T) {
 			admitted++
 		}
 	}
-	fp.SetLatency(0)
-	t.Logf("two instances: admitted %d (%d by the fallbacks)", admitted, local)
-	if limit := int(l.Rate) + 2*int(l.Rate)/2; admitted > limit {
-		t.Errorf("admitted %d in one window of a limit of %d on two instances, past %d", admitted, l.Rate, limit)
-	}
+	return admitted, local, late
 }
