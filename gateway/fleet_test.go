@@ -163,4 +163,16 @@ func TestFleetStateOverVersions(t *testing.T) {
 		t.Fatal("a still serves the key it removed")
 	}
 	waitFor(t, "b stops serving the removed key", 2*time.Second, func() bool { return !known(b) })
+	// b takes changes of its own too, though the state holds one that
+	// does not fit it (and that one stays, for a).
+	if code := adminDo(t, "PUT", b.admin+"/keys/u1", `{"digest":"`+u1Digest+`","plan":"free"}`); code != 204 {
+		t.Fatalf("PUT key on b, over a state with a tenant b cannot take: %d", code)
+	}
+	if !known(b) {
+		t.Fatal("b does not serve the key it added")
+	}
+	waitFor(t, "a knows the key b added", 2*time.Second, func() bool { return known(a) })
+	if code := adminDo(t, "PUT", b.admin+"/tenants/acme2", `{"plan":"gold"}`); code == 204 {
+		t.Fatal("b took a tenant set to a plan it does not have")
+	}
 }

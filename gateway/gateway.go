@@ -215,9 +215,17 @@ func New(opts Options) (*Gateway, error) {
 	return g, nil
 }
 
-// build makes the handler that serves base with the runtime overrides.
+// build makes the handler that serves base with the runtime overrides
+// that fit it (policy.Overrides.Fitting). One that does not (a tenant set
+// to a plan only another gateway's version has, in a rolling deploy) is
+// logged and left out, and applies once a version it fits is served
+// here; the rest, a key's removal above all, waits on nothing.
 func (g *Gateway) build(base *policy.Policy) (*served, error) {
-	p, err := base.Override(g.overrides)
+	fit, left := g.overrides.Fitting(base)
+	for _, err := range left {
+		g.log.Error("a fleet override does not fit the policy served here; applying the others", slog.String("error", err.Error()))
+	}
+	p, err := base.Override(fit)
 	if err != nil {
 		return nil, err
 	}

@@ -21,22 +21,17 @@ import (
 func (g *Gateway) Override(change policy.Overrides) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	next := policy.Overrides{Keys: map[string]*policy.KeySpec{}, Tenants: map[string]string{}}
-	for k, v := range g.overrides.Keys {
-		next.Keys[k] = v
+	// The change must fit together with what of the fleet's overrides
+	// fits the version served here (build leaves out the rest).
+	base := g.active.Load().base
+	fit, _ := g.overrides.Fitting(base)
+	if _, err := base.Override(fit.With(change)); err != nil {
+		return err
 	}
-	for k, v := range g.overrides.Tenants {
-		next.Tenants[k] = v
-	}
-	for k, v := range change.Keys {
-		next.Keys[k] = v
-	}
-	for k, v := range change.Tenants {
-		next.Tenants[k] = v
-	}
+	next := g.overrides.With(change)
 	old := g.overrides
 	g.overrides = next
-	sv, err := g.build(g.active.Load().base)
+	sv, err := g.build(base)
 	if err != nil {
 		g.overrides = old
 		return err

@@ -261,18 +261,9 @@ func (g *Gateway) applyState(st runtimeState) error {
 			target, keep = active.base, len(g.history)
 		}
 	}
-	// Overrides that do not fit the version served here (a plan only
-	// another gateway's version has) are left out, and said so; the rest
-	// applies, so that no change, a key's removal least of all, waits on
-	// them. They stay in the state, and apply once a version they fit is
-	// served here.
-	fit, left := st.Overrides.Fitting(target)
-	for _, err := range left {
-		g.log.Error("a fleet override does not fit the policy served here; applying the others", slog.String("error", err.Error()))
-	}
-	g.overrides = fit
+	// Overrides that do not fit the version served here stay in the
+	// state; build leaves them out (see build).
 	sv, err := g.build(target)
-	g.overrides = st.Overrides
 	if err != nil {
 		g.overrides = old
 		g.log.Error("applying the fleet's runtime state", slog.String("error", err.Error()))

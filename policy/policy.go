@@ -431,6 +431,18 @@ type Overrides struct {
 	Tenants map[string]string `json:"tenants"`
 }
 
+// With returns o with change laid over it: change's keys and tenants
+// replace o's of the same names (a nil key or empty tenant plan stays a
+// removal). o and change are unchanged.
+func (o Overrides) With(change Overrides) Overrides {
+	next := Overrides{Keys: make(map[string]*KeySpec, len(o.Keys)+len(change.Keys)), Tenants: make(map[string]string, len(o.Tenants)+len(change.Tenants))}
+	for _, m := range []Overrides{o, change} {
+		maps.Copy(next.Keys, m.Keys)
+		maps.Copy(next.Tenants, m.Tenants)
+	}
+	return next
+}
+
 // Fitting returns the part of o that p can take (Override accepts it) and
 // what it left out: every removal, and each key and tenant override that
 // fits together with those before it (in the order of their names). For a
