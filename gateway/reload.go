@@ -24,8 +24,7 @@ func (g *Gateway) Override(change policy.Overrides) error {
 	// The change must fit together with what of the fleet's overrides
 	// fits the version served here (build leaves out the rest).
 	base := g.active.Load().base
-	fit, _ := g.overrides.Fitting(base)
-	if _, err := base.Override(fit.With(change)); err != nil {
+	if _, err := base.Override(g.applied().With(change)); err != nil {
 		return err
 	}
 	next := g.overrides.With(change)
@@ -46,6 +45,23 @@ func (g *Gateway) Override(change policy.Overrides) error {
 	g.active.Store(sv) // the same version: no rollback point
 	g.log.Info("runtime override applied", slog.Int("keys", len(change.Keys)), slog.Int("tenants", len(change.Tenants)))
 	return nil
+}
+
+// applied returns the runtime overrides the version served here takes
+// (build leaves out the others).
+func (g *Gateway) applied() policy.Overrides {
+	fit, _ := g.overrides.Fitting(g.active.Load().base)
+	return fit
+}
+
+// buildFitting is build for a version that replaces the one served here
+// (a reload, a rollback): every override applied now must fit it too, or
+// it is refused, rather than a tenant's plan or a key silently dropped.
+func (g *Gateway) buildFitting(next *policy.Policy) (*served, error) {
+	if _, err := next.Override(g.applied()); err != nil {
+		return nil, err
+	}
+	return g.build(next)
 }
 
 // maxHistory is how many earlier policies a gateway keeps to roll back
@@ -88,7 +104,7 @@ func (g *Gateway) Reload(p *policy.Policy) error {
 		g.log.Error("policy reload refused", slog.String("version", p.Version), slog.String("error", err.Error()))
 		return err
 	}
-	sv, err := g.build(p)
+	sv, err := g.buildFitting(p)
 	if err != nil {
 		g.reloads.WithLabelValues("invalid").Inc()
 		g.log.Error("policy reload failed", slog.String("error", err.Error()))
@@ -165,7 +181,7 @@ func (g *Gateway) Rollback() error {
 	// now, before anything changes: one they do not fit (a tenant set to a
 	// plan it lacks) is refused, and the state, the history and the
 	// active version stay as they were.
-	sv, err := g.build(prev.base)
+	sv, err := g.buildFitting(prev.base)
 	if err != nil {
 		return fmt.Errorf("rolling back: %w", err)
 	}
