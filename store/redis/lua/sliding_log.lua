@@ -30,16 +30,15 @@ log = function(key, n, period, cost, write)
     if now < newest then now = newest end
   end
   local cutoff = now - period
-  local after = string.format('(%d', cutoff)
   -- old: members out of the window, which rank before every member in it.
-  local old = 0
-  local used = 0
+  -- b0: the running total before the first member in the window.
+  local old, used, b0 = 0, 0, 0
   if newest then
     old = redis.call('ZCOUNT', key, '-inf', cutoff)
     local first = redis.call('ZRANGE', key, old, old)[1]
     if first then
-      local b = counts(first)
-      used = total - b
+      b0 = counts(first)
+      used = total - b0
     end
   end
   local allowed, retry = 0, 0
@@ -68,7 +67,6 @@ log = function(key, n, period, cost, write)
     -- order, from the first in the window) whose leaving frees need units.
     local need = used + cost - n
     local lo, hi = old, redis.call('ZCARD', key) - 1
-    local b0 = counts(redis.call('ZRANGE', key, old, old)[1])
     while lo < hi do
       local mid = math.floor((lo + hi) / 2)
       local _, a = counts(redis.call('ZRANGE', key, mid, mid)[1])
