@@ -38,6 +38,31 @@ type Metrics struct {
 
 	cache    sync.Map     // descriptor key → *statCounters
 	detailed atomic.Int64 // keys with a request's values in the cache
+	unknown  sync.Map     // domains not configured with a series of their own
+	unknownN atomic.Int64 // how many
+}
+
+// maxUnknownDomains bounds the domain_not_found series: a domain is
+// request data (Envoy names its own, but any gRPC caller may name any),
+// so past the first this many, unknown domains are counted as one.
+const maxUnknownDomains = 100
+
+// notFoundLabel returns the domain_not_found label of domain: itself for
+// the first maxUnknownDomains domains of at most maxDetailedKeyLen bytes,
+// else "_other".
+func (m *Metrics) notFoundLabel(domain string) string {
+	if len(domain) > maxDetailedKeyLen {
+		return "_other"
+	}
+	if _, ok := m.unknown.Load(domain); ok {
+		return domain
+	}
+	if m.unknownN.Add(1) > maxUnknownDomains {
+		m.unknownN.Add(-1)
+		return "_other"
+	}
+	m.unknown.Store(domain, struct{}{})
+	return domain
 }
 
 // The bounds of the descriptor keys made of a request's values: values

@@ -1,11 +1,13 @@
 package envoyrls_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate/tollgate/envoyrls"
 )
@@ -177,5 +179,20 @@ func TestDomainNotFoundPerDescriptor(t *testing.T) {
 		status{ok, 0, 0, 0}, status{ok, 0, 0, 0}, status{ok, 0, 0, 0})
 	if got := int(testutilDomainNotFound(f, "nowhere")); got != 3 {
 		t.Fatalf("domain_not_found %d after a request of 3 descriptors, want 3", got)
+	}
+}
+
+// TestDomainNotFoundBounded: a caller naming a new domain each time makes
+// no new series past the first hundred; the rest count as "_other".
+func TestDomainNotFoundBounded(t *testing.T) {
+	f := newFixture(t, "memory", fixtureOptions{})
+	for i := range 150 {
+		f.ask(t, fmt.Sprintf("nowhere-%d", i), 1, desc("a", "1"))
+	}
+	if n := testutil.CollectAndCount(f.metrics.DomainNotFound); n != 101 {
+		t.Fatalf("%d domain_not_found series after 150 unknown domains, want 101", n)
+	}
+	if got := int(testutilDomainNotFound(f, "_other")); got != 50 {
+		t.Fatalf("_other counted %d, want 50", got)
 	}
 }

@@ -156,7 +156,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	if dom == nil {
 		if m := s.opts.Metrics; m != nil {
 			// Once a descriptor, as envoyproxy/ratelimit counts it.
-			m.DomainNotFound.WithLabelValues(req.Domain).Add(float64(len(req.Descriptors)))
+			m.DomainNotFound.WithLabelValues(m.notFoundLabel(req.Domain)).Add(float64(len(req.Descriptors)))
 		}
 		for i := range resp.Statuses {
 			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
