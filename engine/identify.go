@@ -82,7 +82,7 @@ func (e *Engine) identify(ctx context.Context, c Credentials) (Call, *policy.API
 	p := e.policy
 	ipID := e.hasher.Hash("ip", identity.ClientGroup(c.Client))
 	sub := Subject{Client: ipID}
-	if len(c.Basic) > 0 && !c.CustomOK && !c.KeyMalformed {
+	if len(c.Basic) > 0 && len(p.Keys) > 0 && !c.CustomOK && !c.KeyMalformed {
 		c = basicKey(p, c)
 	}
 	switch {
