@@ -55,6 +55,23 @@ func TestSeedLoggedOnFailure(t *testing.T) {
 	}
 }
 
+// TestSeedLoggedOnPanic: a test that panics logs its seed too, though
+// the testing package runs its cleanups before marking it failed.
+func TestSeedLoggedOnPanic(t *testing.T) {
+	t.Setenv(SeedVar, "")
+	r := &recorder{TB: t, name: "TestX"}
+	s := Seed(r)
+	func() {
+		defer func() { recover() }()
+		defer r.end() // as the testing package runs cleanups: Failed is false
+		panic("a test's bug")
+	}()
+	want := fmt.Sprintf("random choices from seed %d; replay them with %s=%d go test -run '^TestX$' ./internal/testenv", s, SeedVar, s)
+	if len(r.logs) != 1 || r.logs[0] != want {
+		t.Errorf("logged %q, want %q", r.logs, want)
+	}
+}
+
 // TestSeedPerTest: without SeedVar, one test's calls share its seed (so
 // that the seed logged replays them all), and another test has its own.
 func TestSeedPerTest(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,7 @@ var seeds sync.Map // testing.TB -> uint64
 
 // Seed returns the seed of t's random choices: SeedVar's value when it is
 // set (a malformed one fails t), else one taken from the clock. When t
-// fails, it logs the seed and the command that replays it.
+// fails or panics, it logs the seed and the command that replays it.
 //
 // A test has one seed: calling Seed again with the same t returns the
 // same one, so that the seed logged replays every choice t made. Choices
@@ -65,7 +66,7 @@ func Seed(t testing.TB) uint64 {
 	seeds.Store(t, seed)
 	t.Cleanup(func() {
 		seeds.Delete(t)
-		if t.Failed() {
+		if t.Failed() || panicking() {
 			t.Logf("random choices from seed %d; replay them with %s", seed, replay(t.Name(), seed))
 		}
 	})
@@ -78,6 +79,23 @@ func Rand(t testing.TB) *rand.Rand {
 	t.Helper()
 	s := Seed(t)
 	return rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))
+}
+
+// panicking reports whether the calling goroutine is running deferred
+// calls for a panic. A test that panics runs its cleanups before the
+// testing package marks it failed, and Failed is still false in them.
+func panicking() bool {
+	pc := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc)])
+	for {
+		f, more := frames.Next()
+		if f.Function == "runtime.gopanic" {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 // replay returns the command that runs the test named name (as t.Name
