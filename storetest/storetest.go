@@ -3,7 +3,9 @@
 // its own tests with a constructor, and gets the shared test vectors, the
 // invalid-input rules, isolation of keys (no two distinct requests share
 // state, whatever their names hold), and exact admission under
-// concurrency.
+// concurrency. Its random choices differ from run to run: a failure logs
+// their seed, and the environment variable TOLLGATE_TEST_SEED set to it
+// makes the same choices again.
 package storetest
 
 import (
