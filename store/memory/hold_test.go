@@ -105,8 +105,8 @@ func TestHoldsKeepTheBound(t *testing.T) {
 // TestEvictSettledLogWithoutEntries: a sliding log's key whose only use
 // was a hold, settled without a charge, lives on with no log until the
 // hold would have ended; making room for new keys weighs it as having
-// spent nothing (it panicked on the missing log, found by
-// TestAccounting with TOLLGATE_TEST_SEED=13702790163884413085).
+// spent nothing: it panicked on the missing log (found by TestAccounting's
+// random workloads, under a seed other than the one they were fixed to).
 func TestEvictSettledLogWithoutEntries(t *testing.T) {
 	ctx := context.Background()
 	clk := &clock{now: time.UnixMilli(1_800_000_000_000)}
