@@ -25,7 +25,11 @@ import (
 
 // NewStore returns a store for one test. Stores from successive calls may
 // share state (one Redis server, say): the suite keeps tests apart with
-// unique policy names.
+// unique policy names. The suite's requests carry explicit times
+// (algo.Request.Now) from 1970 to 2100: a store that also forgets state by
+// its own clock, as the memory store's background sweep does, must not
+// do so under the suite (memory.Options.SweepInterval -1), or it drops
+// keys the suite is still using.
 type NewStore func(t *testing.T) tollgate.Store
 
 var seq atomic.Int64
