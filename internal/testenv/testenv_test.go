@@ -19,7 +19,7 @@ func TestShortIsTheDefault(t *testing.T) {
 }
 
 // TestSeedReplays: a seed given in the environment gives the same choices
-// every time, whatever the test.
+// every time it is asked for.
 func TestSeedReplays(t *testing.T) {
 	t.Setenv(testenv.SeedVar, "42")
 	a, b := testenv.Rand(t), testenv.Rand(t)
