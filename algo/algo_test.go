@@ -2,11 +2,11 @@ package algo_test
 
 import (
 	"errors"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/internal/vectors"
 )
 
@@ -146,7 +146,7 @@ func TestRefusalConsumesNothingAndRetryIsExact(t *testing.T) {
 		t.Run(a.String(), func(t *testing.T) {
 			var s algo.State
 			now := int64(1_800_000_000_000)
-			seed := uint32(12345)
+			seed := uint32(testenv.Seed(t))
 			next := func(n uint32) int64 { seed = seed*1664525 + 1013904223; return int64((seed >> 8) % n) }
 			for i := 0; i < 3000; i++ {
 				now += next(120)
@@ -377,7 +377,7 @@ func refGCRA(l algo.Limit, s *algo.State, now, cost int64) (algo.Result, int64) 
 }
 
 func TestGCRAMatchesReference(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+	rng := testenv.Rand(t)
 	for range 2000 {
 		l := algo.Limit{Rate: 1 + rng.Int64N(2_000_000), Period: time.Duration(1+rng.Int64N(100_000)) * time.Millisecond}
 		if rng.IntN(2) == 0 {

@@ -1,12 +1,12 @@
 package algo_test
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/calendartest"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // TestCalendarEveryZone checks calendar days and months in every zone of
@@ -15,7 +15,7 @@ import (
 // package's view of the zone: the bounds, and the durations of a daily or
 // monthly quota of 1 spent at the instant.
 func TestCalendarEveryZone(t *testing.T) {
-	rng := rand.New(rand.NewPCG(13, 1))
+	rng := testenv.Rand(t)
 	calendartest.Each(t, rng, 40, func(name string, zone *time.Location, l algo.Limit, at int64) {
 		cal := l.Calendar
 		start, end := calendartest.Window(zone, cal, at)

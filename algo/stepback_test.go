@@ -1,11 +1,11 @@
 package algo_test
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // TestClockStepsBack: a request timed before the state it meets (a clock
@@ -15,7 +15,7 @@ import (
 // a decision at the time of the last update, and a query (cost 0) is
 // always allowed.
 func TestClockStepsBack(t *testing.T) {
-	rng := rand.New(rand.NewPCG(4, 13))
+	rng := testenv.Rand(t)
 	for _, a := range algo.Algorithms() {
 		for trial := 0; trial < 3000; trial++ {
 			n := 1 + rng.Int64N(20)

@@ -3,13 +3,13 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/calendartest"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // CalendarSamples is how many instants [RunCalendar] tries per zone and
@@ -21,11 +21,12 @@ const CalendarSamples = 4
 // the instant, resets exactly at the next local midnight (first of the
 // month) computed from the zone's rules, as the time package sweeps them;
 // ResetAfter and RetryAfter say so, and the window's last millisecond is
-// still refused.
+// still refused. The instants differ from run to run; a failure logs
+// their seed, and TOLLGATE_TEST_SEED set to it draws them again.
 func RunCalendar(t *testing.T, s tollgate.Store) {
 	ctx := context.Background()
 	p := policy(t)
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
+	rng := testenv.Rand(t)
 	n := 0
 	calendartest.Each(t, rng, CalendarSamples, func(name string, zone *time.Location, l algo.Limit, at int64) {
 		n++

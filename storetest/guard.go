@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 var lockRule = algo.LockoutRule{Threshold: 5, Lock: time.Minute, MaxLock: time.Hour, Window: 15 * time.Minute, Memory: 24 * time.Hour}
@@ -26,7 +27,7 @@ func RunGuard(t *testing.T, g tollgate.Store) {
 		var st algo.State
 		holds := algo.Holds{}
 		now := base
-		seed := uint32(99)
+		seed := uint32(testenv.Seed(t))
 		for step := 0; step < 600; step++ {
 			seed = seed*1664525 + 1013904223
 			op := algo.LockOp(seed >> 8 % 5)

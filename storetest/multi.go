@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // RunMulti runs the all-or-nothing suite (AllowAll).
@@ -61,7 +62,7 @@ func testAllOrNothing(t *testing.T, s tollgate.Store) {
 // testMultiModel drives random groups of limits and checks every decision
 // against the pure algorithms applied all or nothing.
 func testMultiModel(t *testing.T, s tollgate.Store) {
-	seed := uint32(7)
+	seed := uint32(testenv.Seed(t))
 	next := func(n int) int64 { seed = seed*1664525 + 1013904223; return int64((seed >> 8) % uint32(n)) }
 	for round := 0; round < 12; round++ {
 		k := 1 + int(next(4))

@@ -3,7 +3,9 @@
 // its own tests with a constructor, and gets the shared test vectors, the
 // invalid-input rules, isolation of keys (no two distinct requests share
 // state, whatever their names hold), and exact admission under
-// concurrency.
+// concurrency. Its random choices differ from run to run: a failure logs
+// their seed, and the environment variable TOLLGATE_TEST_SEED set to it
+// makes the same choices again.
 package storetest
 
 import (
@@ -23,7 +25,11 @@ import (
 
 // NewStore returns a store for one test. Stores from successive calls may
 // share state (one Redis server, say): the suite keeps tests apart with
-// unique policy names.
+// unique policy names. The suite's requests carry explicit times
+// (algo.Request.Now) from 1970 to 2100: a store that also forgets state by
+// its own clock, as the memory store's background sweep does, must not
+// do so under the suite (memory.Options.SweepInterval -1), or it drops
+// keys the suite is still using.
 type NewStore func(t *testing.T) tollgate.Store
 
 var seq atomic.Int64

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // checkInvariants recomputes what s charges and counts from its tables and
@@ -196,8 +197,9 @@ func TestAccounting(t *testing.T) {
 			s := New(opts)
 			defer s.Close()
 			full := 0
+			seed := testenv.Seed(t)
 			for round := range 6 {
-				full += workload(t, s, &now, uint64(round), 3000)
+				full += workload(t, s, &now, seed+uint64(round), 3000)
 				slotBytes := checkInvariants(t, s)
 				// Logs grow without making room, up to 200 entries here.
 				if b := s.bytes.Load() - slotBytes; s.maxBytes > 0 && b > s.maxBytes+400*logBytes(8) {
@@ -232,8 +234,9 @@ func TestAccountingConcurrent(t *testing.T) {
 	s := New(Options{Now: func() time.Time { return time.UnixMilli(now.Load()) }, SweepInterval: -1, Shards: 2, MaxBytes: 256 << 10})
 	defer s.Close()
 	var wg sync.WaitGroup
+	seed := testenv.Seed(t)
 	for g := range 4 {
-		wg.Go(func() { workload(t, s, &now, uint64(100+g), 3000) })
+		wg.Go(func() { workload(t, s, &now, seed+uint64(g), 3000) })
 	}
 	stop := make(chan struct{})
 	var sweeps sync.WaitGroup

@@ -214,7 +214,9 @@ func (e *entry) spent(ms int64) int64 {
 	case algo.SlidingWindowCounter:
 		n = e.st.B + e.st.C/2
 	case algo.SlidingWindowLog:
-		n = int64(e.st.Log.Len())
+		if e.st.Log != nil { // a key kept for a hold may have none
+			n = int64(e.st.Log.Len())
+		}
 	default:
 		n = e.expire - ms
 	}

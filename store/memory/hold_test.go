@@ -101,3 +101,32 @@ func TestHoldsKeepTheBound(t *testing.T) {
 		t.Fatalf("1,500 holds on one key: %+v, %d refused; want the bound kept", st, refused)
 	}
 }
+
+// TestEvictSettledLogWithoutEntries: a sliding log's key whose only use
+// was a hold, settled without a charge, lives on with no log until the
+// hold would have ended; making room for new keys weighs it as having
+// spent nothing: it panicked on the missing log (found by TestAccounting's
+// random workloads, under a seed other than the one they were fixed to).
+func TestEvictSettledLogWithoutEntries(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.UnixMilli(1_800_000_000_000)}
+	s := memory.New(memory.Options{Now: clk.Now, SweepInterval: -1, Shards: 1, MaxKeys: 2})
+	defer s.Close()
+	req := algo.Request{Name: "ipf", Subject: "a", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 3, Period: time.Second}, Cost: 1, Now: clk.Now()}
+	h := algo.Hold{ID: "h", TTL: time.Minute}
+	if d, err := s.Reserve(ctx, req, h); err != nil || !d.Allowed {
+		t.Fatalf("Reserve: %+v, %v", d, err)
+	}
+	if _, err := s.Settle(ctx, req, h, false); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	for i := range 3 { // the third needs room
+		l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 1, Period: time.Hour}
+		if _, err := s.Allow(ctx, algo.Request{Name: "new", Subject: strconv.Itoa(i), Limit: l, Cost: 1, Now: clk.Now()}); err != nil {
+			t.Fatalf("new key %d: %v", i, err)
+		}
+	}
+	if st := s.Stats(); st.Keys != 2 {
+		t.Errorf("%+v, want the 2 keys the store holds", st)
+	}
+}

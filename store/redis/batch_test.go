@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/faultproxy"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
@@ -147,7 +148,7 @@ func TestBatchScriptMatchesSingle(t *testing.T) {
 		algo.Limit{Algorithm: algo.LeakyBucket, Rate: 4, Period: time.Second, MaxDelay: 2 * time.Second},
 		algo.Limit{Algorithm: algo.FixedWindow, Rate: 6, Period: algo.Day, Calendar: algo.Daily, Zone: newYork},
 		algo.Limit{Algorithm: algo.FixedWindow, Rate: 6, Period: algo.Month, Calendar: algo.Monthly, Zone: newYork})
-	seed := uint32(11)
+	seed := uint32(testenv.Seed(t))
 	next := func(n int64) int64 { seed = seed*1664525 + 1013904223; return int64(seed>>8) % n }
 	ctx := context.Background()
 	for _, l := range limits {

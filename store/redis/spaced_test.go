@@ -2,12 +2,12 @@ package redis_test
 
 import (
 	"context"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/testenv"
 	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
@@ -173,7 +173,7 @@ func TestSpacedGCRAMatchesAlgo(t *testing.T) {
 	ctx := context.Background()
 	c := srv.NewClient(t)
 	s := newStore(t)
-	rng := rand.New(rand.NewPCG(18, 5))
+	rng := testenv.Rand(t)
 	const slack = 50 // ms: the most the test's own time may take off a debt
 	for trial := range 300 {
 		n := 1 + rng.Int64N(20)
