@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/faultproxy"
+	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
 )
@@ -27,7 +28,7 @@ func TestFlappingLateAnswers(t *testing.T) {
 	defer fp.Close()
 	at := time.UnixMilli(1_900_000_000_000)
 	s := resilience.New(redisStore(t, fp.Addr), memory.New(memory.Options{}), resilience.Options{
-		Timeout: 20 * time.Millisecond, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Now: fixedClock(&at),
+		Timeout: testenv.ShortStoreTimeout, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Now: fixedClock(&at),
 	})
 	defer s.Close()
 	for _, l := range []algo.Limit{
@@ -58,7 +59,7 @@ func TestFlappingLateAnswersFleet(t *testing.T) {
 	var fleet [2]*resilience.Store
 	for i := range fleet {
 		fleet[i] = resilience.New(redisStore(t, fp.Addr), memory.New(memory.Options{}), resilience.Options{
-			Timeout: 20 * time.Millisecond, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Instances: len(fleet), Now: fixedClock(&at),
+			Timeout: testenv.ShortStoreTimeout, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Instances: len(fleet), Now: fixedClock(&at),
 		})
 		defer fleet[i].Close()
 	}
