@@ -91,8 +91,11 @@ func setMaxMemory(t *testing.T, c rueidis.Client, v string) {
 // The stores keep the production deadline (testenv.ShortStoreTimeout):
 // the worst case is the documentation's for what runs in production, and
 // a call that misses it on a loaded machine falls back, which the worst
-// case covers like any outage.
+// case covers like any outage. The four runs share nothing (a Redis each)
+// and mostly wait, so they run in parallel, with the package's other
+// waiting tests.
 func TestChaosWorstCase(t *testing.T) {
+	t.Parallel()
 	const (
 		c       = 100
 		period  = 3 * time.Second
@@ -101,6 +104,7 @@ func TestChaosWorstCase(t *testing.T) {
 	for _, o := range outages {
 		for _, instances := range []int{1, 2} {
 			t.Run(o.name+"/"+map[int]string{1: "one instance", 2: "two instances"}[instances], func(t *testing.T) {
+				t.Parallel()
 				rs := redistest.Start(t)
 				admin := rs.NewClient(t)
 				stores := make([]*resilience.Store, instances)

@@ -13,6 +13,10 @@ import (
 	"github.com/tollgate/tollgate/store/memory"
 )
 
+// The flapping tests mostly wait (on the proxy's latency, the deadline and
+// the breaker), each on its own proxy and keys, so they run in parallel
+// with the package's other waiting tests.
+
 // TestFlappingLateAnswers is the attack on the breaker's transitions:
 // Redis answers late (after the deadline) every other stretch of
 // requests, so decisions Redis made, admitted and charged, reach no one
@@ -21,6 +25,7 @@ import (
 // and what was in flight (sequential requests here: each late call is
 // one).
 func TestFlappingLateAnswers(t *testing.T) {
+	t.Parallel()
 	fp, err := faultproxy.Start(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +55,7 @@ func TestFlappingLateAnswers(t *testing.T) {
 // A + N × s + k (README, "What the fallback admits"): 100 + 2 × 50 here,
 // plus the calls in flight.
 func TestFlappingLateAnswersFleet(t *testing.T) {
+	t.Parallel()
 	fp, err := faultproxy.Start(srv.Addr)
 	if err != nil {
 		t.Fatal(err)

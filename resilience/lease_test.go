@@ -85,6 +85,7 @@ func leaseStores(t *testing.T, rs *redistest.Server, opts resilience.Options) (s
 // nobody holds the leases they take. They must come back as soon as Redis
 // answers again, not after their minute-long TTL.
 func TestLeaseAcquireTimedOut(t *testing.T) {
+	t.Parallel() // a Redis of its own; it mostly waits
 	rs := redistest.Start(t)
 	setup, s := leaseStores(t, rs, resilience.Options{FailuresToOpen: 1000})
 	ctx := context.Background()
@@ -125,6 +126,7 @@ func TestLeaseAcquireTimedOut(t *testing.T) {
 // so they are never sent) are not lost: the slots come back once Redis
 // answers again.
 func TestLeaseReleaseRefused(t *testing.T) {
+	t.Parallel() // a Redis of its own; it mostly waits
 	rs := redistest.Start(t)
 	setup, s := leaseStores(t, rs, resilience.Options{FailuresToOpen: 1, OpenFor: 100 * time.Millisecond})
 	ctx := context.Background()
