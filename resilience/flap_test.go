@@ -26,27 +26,30 @@ import (
 // one).
 func TestFlappingLateAnswers(t *testing.T) {
 	t.Parallel()
-	fp, err := faultproxy.Start(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fp.Close()
-	at := time.UnixMilli(1_900_000_000_000)
-	s := resilience.New(redisStore(t, fp.Addr), memory.New(memory.Options{}), resilience.Options{
-		Timeout: testenv.ShortStoreTimeout, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Now: fixedClock(&at),
-	})
-	defer s.Close()
 	for _, l := range []algo.Limit{
 		{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Hour},
 		{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Hour},
 		{Algorithm: algo.GCRA, Rate: 100, Period: time.Hour},
 	} {
-		req := algo.Request{Name: uniq("flap"), Subject: "s", Limit: l, Cost: 1, Now: at}
-		admitted, local, late := flap(t, fp, []*resilience.Store{s}, req, 400)
-		t.Logf("%v: admitted %d (%d by the fallback), %d calls failed", l.Algorithm, admitted, local, late)
-		if admitted > int(l.Rate) {
-			t.Errorf("%v: admitted %d in one window of a limit of %d", l.Algorithm, admitted, l.Rate)
-		}
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			t.Parallel() // a proxy, a store and a key of its own
+			fp, err := faultproxy.Start(srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fp.Close()
+			at := time.UnixMilli(1_900_000_000_000)
+			s := resilience.New(redisStore(t, fp.Addr), memory.New(memory.Options{}), resilience.Options{
+				Timeout: testenv.ShortStoreTimeout, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Now: fixedClock(&at),
+			})
+			defer s.Close()
+			req := algo.Request{Name: uniq("flap"), Subject: "s", Limit: l, Cost: 1, Now: at}
+			admitted, local, late := flap(t, fp, []*resilience.Store{s}, req, 400)
+			t.Logf("%v: admitted %d (%d by the fallback), %d calls failed", l.Algorithm, admitted, local, late)
+			if admitted > int(l.Rate) {
+				t.Errorf("%v: admitted %d in one window of a limit of %d", l.Algorithm, admitted, l.Rate)
+			}
+		})
 	}
 }
 
