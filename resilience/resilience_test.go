@@ -32,11 +32,11 @@ func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv, "rl:*")) }
 
 func redisStore(t *testing.T, addr string) *rstore.Store {
 	t.Helper()
-	c := srv.NewClient(t)
+	server := srv
 	if addr != srv.Addr {
-		c = (&redistest.Server{Addr: addr}).NewClient(t)
+		server = &redistest.Server{Addr: addr} // a proxy in front of srv, or another server
 	}
-	s, err := rstore.New(c, rstore.Options{})
+	s, err := rstore.New(server.NewClient(t), rstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
