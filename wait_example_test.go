@@ -41,7 +41,7 @@ func ExampleLimiter_Wait() {
 func ExampleLimiter_Reserve() {
 	store := memory.New(memory.Options{})
 	defer store.Close()
-	shaped := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 2, Period: time.Second, Burst: 1, MaxDelay: time.Second}
+	shaped := tollgate.Limit{Algorithm: tollgate.LeakyBucket, Rate: 1, Period: time.Second, Burst: 1, MaxDelay: 2 * time.Second}
 	limiter, err := tollgate.NewLimiter(store, shaped, tollgate.Options{Name: "webhooks"})
 	if err != nil {
 		panic(err)
@@ -52,10 +52,12 @@ func ExampleLimiter_Reserve() {
 			panic(err)
 		}
 		if !r.OK() {
-			fmt.Printf("webhook %d: refused, retry after %v\n", i, r.RetryAfter().Round(100*time.Millisecond))
+			fmt.Printf("webhook %d: refused, retry after %v\n", i, r.RetryAfter().Round(time.Second))
 			continue
 		}
-		fmt.Printf("webhook %d: send in %v\n", i, r.Delay().Round(100*time.Millisecond))
+		// Delay counts from now on the real clock, so it is printed to
+		// the second: the calls may take up to half a second.
+		fmt.Printf("webhook %d: send in %v\n", i, r.Delay().Round(time.Second))
 		if i == 3 {
 			// The last place in the queue is given back; the next
 			// reservation takes it.
@@ -64,8 +66,8 @@ func ExampleLimiter_Reserve() {
 	}
 	// Output:
 	// webhook 1: send in 0s
-	// webhook 2: send in 500ms
-	// webhook 3: send in 1s
+	// webhook 2: send in 1s
+	// webhook 3: send in 2s
 	// cancel webhook 3: <nil>
-	// webhook 4: send in 1s
+	// webhook 4: send in 2s
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
 	rstore "github.com/tollgate/tollgate/store/redis"
@@ -46,7 +47,7 @@ func TestFallbackStartsFromLastDecision(t *testing.T) {
 	for _, alg := range algo.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
 			now := minute
-			s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+			s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: testenv.StoreTimeout, Now: fixedClock(&now)})
 			defer s.Close()
 			req := algo.Request{Name: uniq("from-last"), Subject: "k", Limit: algo.Limit{Algorithm: alg, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
 			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 40 {
@@ -75,7 +76,7 @@ func TestFallbackStartsFromLastDecision(t *testing.T) {
 func TestFallbackShareOfWhatRemained(t *testing.T) {
 	ctx := context.Background()
 	now := minute
-	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Instances: 4, Now: fixedClock(&now)})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: testenv.StoreTimeout, Instances: 4, Now: fixedClock(&now)})
 	defer s.Close()
 	req := algo.Request{Name: uniq("share-rest"), Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
 	if _, err := s.Allow(ctx, req); err != nil {
@@ -99,7 +100,7 @@ func TestFallbackShareOfWhatRemained(t *testing.T) {
 func TestFallbackOwedAfterRecovery(t *testing.T) {
 	ctx := context.Background()
 	now := minute
-	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: testenv.StoreTimeout, Now: fixedClock(&now)})
 	defer s.Close()
 	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Minute}
 	req := algo.Request{Name: uniq("owed"), Subject: "k", Limit: l, Cost: 60, Now: now}
@@ -161,7 +162,7 @@ func TestCalendarFallbackClosedByDefault(t *testing.T) {
 	now := minute
 	l := algo.Limit{Algorithm: algo.FixedWindow, Rate: 30, Period: algo.Day, Calendar: algo.Daily}
 	req := algo.Request{Name: uniq("daily"), Subject: "k", Limit: l, Cost: 30, Now: now}
-	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: testenv.StoreTimeout, Now: fixedClock(&now)})
 	defer s.Close()
 	if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
 		t.Fatalf("on Redis: %+v %v", d, err)
@@ -192,7 +193,7 @@ func TestFallbackOnOOM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := resilience.New(st, memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	s := resilience.New(st, memory.New(memory.Options{}), resilience.Options{Timeout: testenv.StoreTimeout, Now: fixedClock(&now)})
 	defer s.Close()
 	l := algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}
 	req := algo.Request{Name: "oom", Subject: "k", Limit: l, Cost: 60, Now: now}
@@ -244,7 +245,7 @@ func TestCalendarFallbackShare(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			now := minute
-			opts := resilience.Options{Timeout: 5 * time.Second, Instances: c.instances, CalendarFallback: resilience.CalendarShare, Now: fixedClock(&now)}
+			opts := resilience.Options{Timeout: testenv.StoreTimeout, Instances: c.instances, CalendarFallback: resilience.CalendarShare, Now: fixedClock(&now)}
 			s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), opts)
 			defer s.Close()
 			req := algo.Request{Name: uniq("cal-share"), Subject: "k", Limit: c.limit, Cost: c.spent, Now: now}
@@ -284,7 +285,7 @@ func TestParseCalendarFallback(t *testing.T) {
 func TestFallbackDebtConcurrent(t *testing.T) {
 	ctx := context.Background()
 	now := minute
-	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: testenv.StoreTimeout, Now: fixedClock(&now)})
 	defer s.Close()
 	req := algo.Request{Name: uniq("debt-at-once"), Subject: "k", Limit: algo.Limit{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Minute}, Cost: 60, Now: now}
 	if _, err := s.Allow(ctx, req); err != nil {
@@ -320,7 +321,7 @@ func TestFallbackDebtConcurrent(t *testing.T) {
 func TestFallbackDebtGroup(t *testing.T) {
 	ctx := context.Background()
 	now := minute
-	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second, Now: fixedClock(&now)})
+	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Timeout: testenv.StoreTimeout, Now: fixedClock(&now)})
 	defer s.Close()
 	pm, ph := uniq("debt-min"), uniq("debt-hour")
 	group := func(cost int64) []algo.Request {

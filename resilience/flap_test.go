@@ -8,9 +8,14 @@ import (
 
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/faultproxy"
+	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
 )
+
+// The flapping tests mostly wait (on the proxy's latency, the deadline and
+// the breaker), each on its own proxy and keys, so they run in parallel
+// with the package's other waiting tests.
 
 // TestFlappingLateAnswers is the attack on the breaker's transitions:
 // Redis answers late (after the deadline) every other stretch of
@@ -20,27 +25,31 @@ import (
 // and what was in flight (sequential requests here: each late call is
 // one).
 func TestFlappingLateAnswers(t *testing.T) {
-	fp, err := faultproxy.Start(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fp.Close()
-	at := time.UnixMilli(1_900_000_000_000)
-	s := resilience.New(redisStore(t, fp.Addr), memory.New(memory.Options{}), resilience.Options{
-		Timeout: 20 * time.Millisecond, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Now: fixedClock(&at),
-	})
-	defer s.Close()
+	t.Parallel()
 	for _, l := range []algo.Limit{
 		{Algorithm: algo.FixedWindow, Rate: 100, Period: time.Hour},
 		{Algorithm: algo.SlidingWindowLog, Rate: 100, Period: time.Hour},
 		{Algorithm: algo.GCRA, Rate: 100, Period: time.Hour},
 	} {
-		req := algo.Request{Name: uniq("flap"), Subject: "s", Limit: l, Cost: 1, Now: at}
-		admitted, local, late := flap(t, fp, []*resilience.Store{s}, req, 400)
-		t.Logf("%v: admitted %d (%d by the fallback), %d calls failed", l.Algorithm, admitted, local, late)
-		if admitted > int(l.Rate) {
-			t.Errorf("%v: admitted %d in one window of a limit of %d", l.Algorithm, admitted, l.Rate)
-		}
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			t.Parallel() // a proxy, a store and a key of its own
+			fp, err := faultproxy.Start(srv.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fp.Close()
+			at := time.UnixMilli(1_900_000_000_000)
+			s := resilience.New(redisStore(t, fp.Addr), memory.New(memory.Options{}), resilience.Options{
+				Timeout: testenv.ShortStoreTimeout, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Now: fixedClock(&at),
+			})
+			defer s.Close()
+			req := algo.Request{Name: uniq("flap"), Subject: "s", Limit: l, Cost: 1, Now: at}
+			admitted, local, late := flap(t, fp, []*resilience.Store{s}, req, 400)
+			t.Logf("%v: admitted %d (%d by the fallback), %d calls failed", l.Algorithm, admitted, local, late)
+			if admitted > int(l.Rate) {
+				t.Errorf("%v: admitted %d in one window of a limit of %d", l.Algorithm, admitted, l.Rate)
+			}
+		})
 	}
 }
 
@@ -49,6 +58,7 @@ func TestFlappingLateAnswers(t *testing.T) {
 // A + N × s + k (README, "What the fallback admits"): 100 + 2 × 50 here,
 // plus the calls in flight.
 func TestFlappingLateAnswersFleet(t *testing.T) {
+	t.Parallel()
 	fp, err := faultproxy.Start(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +68,7 @@ func TestFlappingLateAnswersFleet(t *testing.T) {
 	var fleet [2]*resilience.Store
 	for i := range fleet {
 		fleet[i] = resilience.New(redisStore(t, fp.Addr), memory.New(memory.Options{}), resilience.Options{
-			Timeout: 20 * time.Millisecond, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Instances: len(fleet), Now: fixedClock(&at),
+			Timeout: testenv.ShortStoreTimeout, FailuresToOpen: 2, OpenFor: 30 * time.Millisecond, Instances: len(fleet), Now: fixedClock(&at),
 		})
 		defer fleet[i].Close()
 	}

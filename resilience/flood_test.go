@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
 	rstore "github.com/tollgate/tollgate/store/redis"
@@ -26,7 +27,7 @@ func TestLongSubjectsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := resilience.New(st, memory.New(memory.Options{}), resilience.Options{Timeout: 5 * time.Second})
+	s := resilience.New(st, memory.New(memory.Options{}), resilience.Options{Timeout: testenv.StoreTimeout})
 	defer s.Close()
 	ctx := context.Background()
 	l := algo.Limit{Algorithm: algo.GCRA, Rate: 10, Period: time.Hour}

@@ -42,6 +42,38 @@ func (s *Store) DecideBatch(ctx context.Context, reqs []algo.Request) ([]algo.De
 	return ds, errs
 }
 
+// DecideAt decides reqs (valid, all at reqs[0].Now, all in one slot) in
+// one call of decide.lua, as the store decides a request that carries its
+// time, and returns each request's decision or error: what k such
+// requests made one after another would leave, in one round trip.
+func (s *Store) DecideAt(ctx context.Context, reqs []algo.Request) ([]algo.Decision, []error, error) {
+	now, slack, err := timeArgs(reqs[0].Now)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := s.conn()
+	if err != nil {
+		return nil, nil, err
+	}
+	keys := make([]string, len(reqs))
+	var packed []byte
+	for i, r := range reqs {
+		keys[i] = KeyFor(r)
+		packed = appendRequest(packed, r)
+	}
+	outs, err := outcomes(s.exec(ctx, c, s.decide, keys, []string{now, slack, string(packed)}), len(reqs))
+	if err != nil {
+		return nil, nil, err
+	}
+	ds, errs := make([]algo.Decision, len(reqs)), make([]error, len(reqs))
+	for i, o := range outs {
+		if errs[i] = o.err; o.err == nil {
+			ds[i] = o.decision(reqs[i].Limit)
+		}
+	}
+	return ds, errs, nil
+}
+
 // Pack returns reqs packed as the scripts' third argument.
 func Pack(reqs ...algo.Request) string {
 	var b []byte
