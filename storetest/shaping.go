@@ -66,11 +66,13 @@ func testWithin(t *testing.T, s tollgate.Store) {
 // by what was asked, whether the request carries its handle or not, and
 // invalid push backs (a limit that does not shape, a duration that is not
 // positive) are errors that change nothing. The arithmetic is in the
-// shared vectors.
+// shared vectors. On the store's clock, each check allows the calls a
+// second (a place's spacing) of the machine's time: a hundred times what
+// they take on an idle one.
 func testPushBack(t *testing.T, s tollgate.Store) {
 	ctx := context.Background()
 	p := policy(t)
-	shaper := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: 2 * time.Second}
+	shaper := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 1, Period: time.Second, Burst: 1, MaxDelay: 20 * time.Second}
 	h, err := algo.NewHandle(p, shaper)
 	if err != nil {
 		t.Fatal(err)
@@ -79,16 +81,16 @@ func testPushBack(t *testing.T, s tollgate.Store) {
 		{Name: p, Subject: "pb", Limit: shaper},
 		h.Request("pb-handle", 0),
 	} {
-		d, err := s.PushBack(ctx, req, 500*time.Millisecond)
-		if err != nil || !d.Allowed || d.Delay <= 400*time.Millisecond || d.Delay > 500*time.Millisecond {
-			t.Fatalf("request %d: push back 500ms on the store's clock: %+v, %v; want a turn taken now 400-500ms away", i, d, err)
+		d, err := s.PushBack(ctx, req, 5*time.Second)
+		if err != nil || !d.Allowed || d.Delay <= 4*time.Second || d.Delay > 5*time.Second {
+			t.Fatalf("request %d: push back 5s on the store's clock: %+v, %v; want a turn taken now 4-5s away", i, d, err)
 		}
 		req.Cost = 1
-		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Delay <= 500*time.Millisecond || d.Delay > 600*time.Millisecond {
-			t.Fatalf("request %d: the first place after the push back: %+v, %v; want it 500-600ms away", i, d, err)
+		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Delay <= 5*time.Second || d.Delay > 6*time.Second {
+			t.Fatalf("request %d: the first place after the push back: %+v, %v; want it 5-6s away", i, d, err)
 		}
 		// A push back is kept, like a charge, until it has drained.
-		if d, err := s.Allow(ctx, algo.Request{Name: req.Name, Subject: req.Subject, Limit: shaper}); err != nil || d.ResetAfter <= 500*time.Millisecond {
+		if d, err := s.Allow(ctx, algo.Request{Name: req.Name, Subject: req.Subject, Limit: shaper}); err != nil || d.ResetAfter <= 5*time.Second {
 			t.Errorf("request %d: query after: %+v, %v", i, d, err)
 		}
 	}
@@ -183,8 +185,11 @@ func testGiveBack(t *testing.T, s tollgate.Store) {
 	if give(p0, base.Add(time.Minute)) {
 		t.Error("a place of a drained queue was given back")
 	}
-	// With the store's clock: take the last place and give it back.
-	live := algo.Request{Name: p, Subject: "g-live", Limit: shaper, Cost: 1}
+	// With the store's clock: take the last place and give it back. Its
+	// turn is 10 s away, so the give back comes before it however slow
+	// the machine.
+	slow := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 1, Period: 10 * time.Second, Burst: 1, MaxDelay: time.Minute}
+	live := algo.Request{Name: p, Subject: "g-live", Limit: slow, Cost: 1}
 	if _, _, err := s.TakePlace(ctx, live); err != nil {
 		t.Fatal(err)
 	}
