@@ -7,10 +7,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
 	rstore "github.com/tollgate/tollgate/store/redis"
@@ -49,13 +49,14 @@ func (s *subjectSpy) AllowAll(ctx context.Context, rs []tollgate.Request) ([]tol
 // answers holds 100,000 keys, and a deny cache of as many), 2,000 values
 // of 60 KiB kept 130 MiB. Every subject the store sees is at most 64
 // bytes, and long values still count apart, each in its own budget.
+// The store deadline is the generous one: the budgets counted are Redis'.
 func TestLongValuesBounded(t *testing.T) {
 	srv := redistest.Start(t)
 	rs, err := rstore.New(srv.NewClient(t), rstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	spy := &subjectSpy{Store: resilience.New(rs, memory.New(memory.Options{}), resilience.Options{Timeout: time.Second})}
+	spy := &subjectSpy{Store: resilience.New(rs, memory.New(memory.Options{}), resilience.Options{Timeout: testenv.StoreTimeout})}
 	f := newFixture(t, "", fixtureOptions{store: spy})
 	heap := func() uint64 {
 		runtime.GC()

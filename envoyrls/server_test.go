@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/envoyrls"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
 	rstore "github.com/tollgate/tollgate/store/redis"
@@ -326,14 +327,17 @@ func TestHealthAndReflection(t *testing.T) {
 }
 
 // TestStoreFailure: with Redis stopped, a fail_closed domain answers
-// OVER_LIMIT and a fail_open one is decided by the local fallback.
+// OVER_LIMIT and a fail_open one is decided by the local fallback. The
+// store deadline is the generous one: the call before the stop must be
+// decided by Redis, and a stopped Redis refuses connections at once, so
+// the calls after it fail without waiting for a deadline.
 func TestStoreFailure(t *testing.T) {
 	srv := redistest.Start(t)
 	rs, err := rstore.New(srv.NewClient(t), rstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := resilience.New(rs, memory.New(memory.Options{}), resilience.Options{Timeout: 50 * time.Millisecond})
+	res := resilience.New(rs, memory.New(memory.Options{}), resilience.Options{Timeout: testenv.StoreTimeout})
 	t.Cleanup(func() { res.Close() })
 	f := newFixture(t, "", fixtureOptions{store: res, noClock: true})
 	expect(t, "up", f.ask(t, "wild", 1, desc("path", "/x")), ok, status{ok, 5, 4, f.ask(t, "wild", 0, withHits(desc("path", "/x"), 0)).Statuses[0].DurationUntilReset.Seconds})
