@@ -440,9 +440,11 @@ func TestFailClosed(t *testing.T) {
 // call of a burst through a limit of 2 per second, waiting as told, and
 // one whose deadline is too near for the wait gets the refusal at once.
 func TestClientInterceptor(t *testing.T) {
+	t.Parallel() // it waits for calendar seconds in real time
 	retry := grpclimit.UnaryClientInterceptor(grpclimit.RetryOptions{MaxRetries: 5, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond})
 	for _, sc := range stores() {
 		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
 			svc, cc := start(t, grpclimit.Options{Policy: testPolicy(t, ""), Store: sc.new(t)}, grpc.WithUnaryInterceptor(retry))
 			begin := time.Now()
 			for i := range 5 {
@@ -496,11 +498,13 @@ func TestClientInterceptor(t *testing.T) {
 // interceptor) retries RESOURCE_EXHAUSTED after the pushback the server
 // sends, so a burst gets through; without the policy it does not.
 func TestGRPCRetryPolicy(t *testing.T) {
+	t.Parallel() // it waits for calendar seconds in real time
 	const config = `{"methodConfig": [{"name": [{"service": "test.Echo"}], "retryPolicy": {
 		"maxAttempts": 5, "initialBackoff": "0.01s", "maxBackoff": "0.05s", "backoffMultiplier": 2,
 		"retryableStatusCodes": ["RESOURCE_EXHAUSTED"]}}]}`
 	for _, sc := range stores() {
 		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
 			svc, cc := start(t, grpclimit.Options{Policy: testPolicy(t, ""), Store: sc.new(t)}, grpc.WithDefaultServiceConfig(config))
 			begin := time.Now()
 			for i := range 5 {
