@@ -263,6 +263,7 @@ func crowding(retries []float64) int {
 // together (11 in 10 ms) and spread the control's. The retries' spread
 // and the first of them are checked on when they went.
 func TestHerdSpreads(t *testing.T) {
+	t.Parallel() // it waits in real time, on its own gateways
 	const clients = 50
 	retries, waits, ok := herd(t, clients, client.Options{MaxRetries: 10})
 	if len(retries) < clients/3 {
