@@ -350,20 +350,41 @@ func TestPacingWaitCappedByMaxDelay(t *testing.T) {
 	}
 }
 
+// inProcess is a Base that answers each request to host with h in
+// process, as a server would over the loopback but without one, and
+// sends the others on.
+type inProcess struct {
+	host string
+	h    http.HandlerFunc
+}
+
+func (p inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host != p.host {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	rec := httptest.NewRecorder()
+	p.h(rec, req)
+	resp := rec.Result()
+	resp.Request = req
+	return resp, nil
+}
+
 // TestPacerBounded: what the pacer keeps is bounded whatever the paths a
 // client calls (ids in them) and the policy names servers answer with (a
-// new one each time): a long-lived client must not grow without end.
+// new one each time): a long-lived client must not grow without end. The
+// 6,000 calls (past the 4,096 paths kept) are answered in process (the
+// pacer reads only their answers): over the loopback they took 2.4 s.
 func TestPacerBounded(t *testing.T) {
 	var n atomic.Int64
-	s := newScript(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("RateLimit", fmt.Sprintf(`"p%d";r=5;t=60`, n.Add(1)))
-		io.WriteString(w, "fine")
-	})
 	clk := &fakeClock{t: now}
 	tr := newTransport(clk, client.Options{})
+	tr.Base = inProcess{"pacer.test", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("RateLimit", fmt.Sprintf(`"p%d";r=5;t=60`, n.Add(1)))
+		io.WriteString(w, "fine")
+	}}
 	const calls = 6000
 	for i := range calls {
-		do(t, tr, must(http.NewRequest("GET", fmt.Sprintf("%s/items/%d", s.URL, i), nil)))
+		do(t, tr, must(http.NewRequest("GET", fmt.Sprintf("http://pacer.test/items/%d", i), nil)))
 	}
 	paths, hosts, policies := client.PacerSizes(tr)
 	if paths > 4096 || hosts > 1024 || policies > 1024 {

@@ -440,10 +440,12 @@ func TestFailClosed(t *testing.T) {
 // call of a burst through a limit of 2 per second, waiting as told, and
 // one whose deadline is too near for the wait gets the refusal at once.
 func TestClientInterceptor(t *testing.T) {
+	t.Parallel() // it waits for calendar seconds in real time
+	retry := grpclimit.UnaryClientInterceptor(grpclimit.RetryOptions{MaxRetries: 5, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond})
 	for _, sc := range stores() {
 		t.Run(sc.name, func(t *testing.T) {
-			svc, cc := start(t, grpclimit.Options{Policy: testPolicy(t, ""), Store: sc.new(t)},
-				grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(grpclimit.RetryOptions{MaxRetries: 5, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond})))
+			t.Parallel()
+			svc, cc := start(t, grpclimit.Options{Policy: testPolicy(t, ""), Store: sc.new(t)}, grpc.WithUnaryInterceptor(retry))
 			begin := time.Now()
 			for i := range 5 {
 				if r := call(cc, "Brief"); r.err != nil {
@@ -451,25 +453,42 @@ func TestClientInterceptor(t *testing.T) {
 				}
 			}
 			// Five calls at 2 per (calendar) second span at least two
-			// window boundaries.
+			// window boundaries. Time is the property (the client waited
+			// as told), and a lower bound: load only lengthens it.
 			if el := time.Since(begin); el < time.Second {
 				t.Errorf("5 calls through a limit of 2/s took %v", el)
 			}
 			if svc.calls.Load() != 5 {
 				t.Errorf("handler called %d times, want 5", svc.calls.Load())
 			}
-			for range 3 {
-				call(cc, "Brief") // use up the window (some may wait)
+
+			// Near its deadline, on a still clock: the free plan's 4th
+			// call in a minute is told to wait 50 s, and one with 10 s
+			// left is refused at once, tried once. "At once" is under 5 s
+			// (one round trip, milliseconds, needs far less): a client
+			// that waited would be held the whole 10 s.
+			var tries atomic.Int64
+			counting := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				tries.Add(1)
+				return invoker(ctx, method, req, reply, cc, opts...)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			_, near := start(t, grpclimit.Options{Policy: testPolicy(t, ""), Store: sc.new(t), Now: fixed}, grpc.WithChainUnaryInterceptor(retry, counting))
+			for i := range 3 {
+				if r := call(near, "Say"); r.err != nil {
+					t.Fatalf("call %d of the free plan's 3: %v", i, r.err)
+				}
+			}
+			tries.Store(0)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			begin = time.Now()
-			err := cc.Invoke(ctx, "/test.Echo/Brief", wrapperspb.String("x"), new(wrapperspb.StringValue))
-			if status.Code(err) != codes.ResourceExhausted && err != nil {
-				t.Errorf("near deadline: %v", err)
+			err := near.Invoke(ctx, "/test.Echo/Say", wrapperspb.String("x"), new(wrapperspb.StringValue))
+			el := time.Since(begin)
+			if d, ok := retryInfo(err); status.Code(err) != codes.ResourceExhausted || !ok || d != 50*time.Second {
+				t.Fatalf("near deadline: %v, want the refusal with its 50 s to wait", err)
 			}
-			if status.Code(err) == codes.ResourceExhausted && time.Since(begin) > 200*time.Millisecond {
-				t.Errorf("near deadline: waited %v before giving up", time.Since(begin))
+			if n := tries.Load(); n != 1 || el > 5*time.Second {
+				t.Errorf("near deadline: tried %d times over %v before giving up, want once at once", n, el)
 			}
 		})
 	}
@@ -479,11 +498,13 @@ func TestClientInterceptor(t *testing.T) {
 // interceptor) retries RESOURCE_EXHAUSTED after the pushback the server
 // sends, so a burst gets through; without the policy it does not.
 func TestGRPCRetryPolicy(t *testing.T) {
+	t.Parallel() // it waits for calendar seconds in real time
 	const config = `{"methodConfig": [{"name": [{"service": "test.Echo"}], "retryPolicy": {
 		"maxAttempts": 5, "initialBackoff": "0.01s", "maxBackoff": "0.05s", "backoffMultiplier": 2,
 		"retryableStatusCodes": ["RESOURCE_EXHAUSTED"]}}]}`
 	for _, sc := range stores() {
 		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
 			svc, cc := start(t, grpclimit.Options{Policy: testPolicy(t, ""), Store: sc.new(t)}, grpc.WithDefaultServiceConfig(config))
 			begin := time.Now()
 			for i := range 5 {

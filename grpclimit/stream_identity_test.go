@@ -23,6 +23,7 @@ import (
 // (RST_STREAM) or its deadline passes, without ever closing its side:
 // a client walking away cannot keep the slot from the next one.
 func TestStreamSlotReleasedWhenTheClientGoesAway(t *testing.T) {
+	t.Parallel() // it waits for deadlines in real time
 	b := make([]byte, 16)
 	rand.Read(b)
 	text := strings.NewReplacer("SECRET", hex.EncodeToString(b), "TRUSTED", "", "DIGEST", identity.KeyDigest(testKey),
@@ -34,6 +35,7 @@ func TestStreamSlotReleasedWhenTheClientGoesAway(t *testing.T) {
 	}
 	for _, sc := range stores() {
 		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
 			svc, cc := start(t, grpclimit.Options{Policy: p, Store: sc.new(t)})
 			// open starts a stream and waits for its first echo: it holds
 			// the slot.

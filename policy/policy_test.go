@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -52,8 +53,8 @@ func TestValid(t *testing.T) {
 	if r := p.Routes[2]; !r.FailClosed || r.Limit == nil || r.Group != "login" || r.Cost != 1 {
 		t.Errorf("login route: %+v", r)
 	}
-	if p.Store.Timeout != 20*time.Millisecond {
-		t.Errorf("default store timeout %v, want 20ms", p.Store.Timeout)
+	if p.Store.Timeout != testenv.ShortStoreTimeout {
+		t.Errorf("default store timeout %v, want the production default %v", p.Store.Timeout, testenv.ShortStoreTimeout)
 	}
 	if b := p.Plans["free"].Limits[0]; !strings.HasPrefix(b.StoreName, "plan/free@") || b.Name != "free" {
 		t.Errorf("store names are the budget's kind, name and limit: %+v", b)

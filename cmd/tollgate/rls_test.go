@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // rlsEnv makes this test binary run `tollgate rls` instead of its tests.
@@ -45,7 +46,9 @@ func freeAddr(t *testing.T) (string, string) {
 // TestRLSCommand runs `tollgate rls` as envoyproxy/ratelimit is run: a
 // RUNTIME_ROOT directory and Redis by REDIS_SOCKET_TYPE/REDIS_URL; it
 // answers ShouldRateLimit, /healthcheck and /metrics, and stops on
-// SIGTERM.
+// SIGTERM. Its store deadline (TOLLGATE_STORE_TIMEOUT) is the generous
+// one: the counts it checks are Redis', and a call past the default
+// 20 ms would be decided by the local fallback instead.
 func TestRLSCommand(t *testing.T) {
 	srv := redistest.Start(t)
 	root := t.TempDir()
@@ -61,7 +64,8 @@ func TestRLSCommand(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), rlsEnv+"=1", "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+grpcPort, "HOST=127.0.0.1", "PORT="+httpPort,
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr, "LIMIT_RESPONSE_HEADERS_ENABLED=true")
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr, "LIMIT_RESPONSE_HEADERS_ENABLED=true",
+		"TOLLGATE_STORE_TIMEOUT="+testenv.StoreTimeout.String())
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
