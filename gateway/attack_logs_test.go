@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // TestLogFloodWhileStoreDown: with the store unreachable, every login
@@ -20,8 +22,9 @@ func TestLogFloodWhileStoreDown(t *testing.T) {
 	dead := l.Addr().String()
 	l.Close() // nothing listens there now
 	up := newUpstream(t)
-	p := loginConfig(t, up.URL)
-	p.Store.Timeout = 0 // the default 20 ms
+	// The production default deadline: what a store that does not answer
+	// costs each request, and logs, is the test.
+	p := withStoreDeadline(loginConfig(t, up.URL), testenv.ShortStoreTimeout)
 	g := startNoWait(t, p, "redis://"+dead+"/0")
 	const n = 3000
 	var wg sync.WaitGroup

@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
@@ -20,7 +21,9 @@ import (
 func TestClusterFailover(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 1)
 	up := newUpstream(t)
-	p := config(t, up.URL, "[]")
+	// The production deadline: a call to the killed master gives up at
+	// it, and the route decides locally meanwhile.
+	p := withStoreDeadline(config(t, up.URL, "[]"), testenv.ShortStoreTimeout)
 	url := "redis://" + cl.Addrs()[0] + "?addr=" + strings.Join(cl.Addrs()[1:], "&addr=")
 	g := start(t, p, url)
 

@@ -12,9 +12,13 @@ import (
 	"github.com/tollgate/tollgate/gateway"
 )
 
-// startWith starts a gateway with opts (Policy and a logger filled in).
+// startWith starts a gateway with opts (Policy and a logger filled in;
+// on Redis, the generous store deadline, as startClock gives it).
 func startWith(t *testing.T, opts gateway.Options) *running {
 	t.Helper()
+	if opts.Store == nil {
+		giveStoreDeadline(opts.Policy, opts.RedisURL)
+	}
 	logs := &syncBuffer{}
 	opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	opts.ShutdownTimeout = 5 * time.Second

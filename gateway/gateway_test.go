@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/gateway"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -167,9 +168,43 @@ func startNoWait(t *testing.T, p *policy.Policy, redisURL string) *running {
 	return startClock(t, p, redisURL, nil)
 }
 
+// Store deadlines. A gateway the harness starts on Redis (start,
+// startStill, startNoWait, startClock, startWith) gets the generous
+// deadline testenv.StoreTimeout, written into its policy: its test tests
+// what is decided, and the deadline the quickstart states and policy.Parse
+// fills in (20 ms, the production default) is missed by a sound Redis on
+// a loaded machine, which sends the decision to the fallback the test does
+// not expect. A test of the deadline itself (Redis killed, paused or slow)
+// says so with withStoreDeadline, and the harness keeps what it set.
+var deadlineTests sync.Map // *policy.Policy → true: withStoreDeadline's
+
+// withStoreDeadline sets p's store deadline to d (testenv.ShortStoreTimeout
+// for the production default), for a test of the deadline: the harness
+// keeps it instead of giving testenv.StoreTimeout.
+func withStoreDeadline(p *policy.Policy, d time.Duration) *policy.Policy {
+	p.Store.Timeout = d
+	deadlineTests.Store(p, true)
+	return p
+}
+
+// giveStoreDeadline gives p the generous store deadline when the gateway
+// will decide on Redis, unless p's test marked it withStoreDeadline. It
+// writes p only when the deadline changes, so that a second gateway on
+// the same policy does not write what the first one reads.
+func giveStoreDeadline(p *policy.Policy, redisURL string) {
+	if redisURL == "" && p.Store.Type != "redis" {
+		return // the memory store has no deadline
+	}
+	if _, kept := deadlineTests.Load(p); kept || p.Store.Timeout == testenv.StoreTimeout {
+		return
+	}
+	p.Store.Timeout = testenv.StoreTimeout
+}
+
 // startClock starts a gateway whose decisions use clock (nil: the store's).
 func startClock(t *testing.T, p *policy.Policy, redisURL string, clock func() time.Time) *running {
 	t.Helper()
+	giveStoreDeadline(p, redisURL)
 	logs := &syncBuffer{}
 	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		ShutdownTimeout: 5 * time.Second, Clock: clock})
@@ -349,7 +384,6 @@ func TestTwoGatewaysShareRedis(t *testing.T) {
 	up := newUpstream(t)
 	url := "redis://" + srv.Addr + "/0"
 	p := config(t, up.URL, "[]")
-	p.Store.Timeout = 5 * time.Second // exactness, not resilience, is under test
 	a, b := start(t, p, url), start(t, p, url)
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -560,7 +594,6 @@ func TestNoRawSecretsAnywhere(t *testing.T) {
 	flushShared(t)
 	up := newUpstream(t)
 	p := config(t, up.URL, "[127.0.0.1/32]")
-	p.Store.Timeout = 5 * time.Second
 	g := start(t, p, "redis://"+srv.Addr+"/0")
 	admitUntilRefused(t, g.public+"/api/items", 200, "X-API-Key", freeKey)
 	admitUntilRefused(t, g.public+"/api/items", 200, "X-User-ID", "carol@example.com")

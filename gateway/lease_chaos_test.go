@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // TestConcurrencySlotsSurviveRedisPauses is the reported chaos run: Redis
@@ -38,6 +39,7 @@ func TestConcurrencySlotsSurviveRedisPauses(t *testing.T) {
 	defer up.Close()
 	p := quickstart(t, up.URL, "concurrency: {limit: 10}",
 		"concurrency: {limit: 10}\n    limit: {algorithm: fixed_window, rate: 1000000, period: 1m}")
+	withStoreDeadline(p, testenv.ShortStoreTimeout) // shorter than a pause: acquires time out
 	g := start(t, p, "redis://"+rs.Addr+"/0")
 
 	var total, refused atomic.Int64

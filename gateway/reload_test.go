@@ -187,7 +187,6 @@ func TestNewVersionKeepsBudgets(t *testing.T) {
 				"version: quickstart-1", "version: "+v,
 				"{name: day, calendar: day, rate: 1000}", "{name: day, calendar: day, rate: "+dailyQuota+"}",
 				"max_failures: 5", "max_failures: "+maxFailures)
-			p.Store.Timeout = 5 * time.Second // correctness, not resilience, is under test
 			return p
 		}
 		g := startStill(t, version("v1", "10", "5"), redisURL) // a daily quota

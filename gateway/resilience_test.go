@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/faultproxy"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // timed sends one request and returns its status and latency.
@@ -121,7 +122,9 @@ func readyz(t *testing.T, g *running) string {
 func TestRedisKilledAndRestarted(t *testing.T) {
 	rs := redistest.Start(t)
 	up := newUpstream(t)
-	p := config(t, up.URL, "[]")
+	// The production deadline: the latency it adds while Redis is down
+	// is reported against it.
+	p := withStoreDeadline(config(t, up.URL, "[]"), testenv.ShortStoreTimeout)
 	p.Store.Instances = 2
 	p.Store.CalendarFallback = "share"
 	g := start(t, p, "redis://"+rs.Addr+"/0")
@@ -234,7 +237,7 @@ func TestLatencyInjected(t *testing.T) {
 	}
 	defer fp.Close()
 	up := newUpstream(t)
-	p := config(t, up.URL, "[]")
+	p := withStoreDeadline(config(t, up.URL, "[]"), testenv.ShortStoreTimeout) // the deadline under test
 	g := start(t, p, "redis://"+fp.Addr+"/0")
 	if code, _ := timed(t, "GET", g.public+"/api/x", "X-API-Key", proKey); code != 200 {
 		t.Fatal(code)
@@ -279,9 +282,7 @@ func maxDur(ds []time.Duration) time.Duration {
 func TestHotKeyDenyCache(t *testing.T) {
 	rs := redistest.Start(t)
 	up := newUpstream(t)
-	p := config(t, up.URL, "[]")
-	p.Store.Timeout = 5 * time.Second // count calls, not timeouts
-	g := start(t, p, "redis://"+rs.Addr+"/0")
+	g := start(t, config(t, up.URL, "[]"), "redis://"+rs.Addr+"/0") // count calls, not timeouts: the harness's generous deadline
 	before := evalCalls(t, rs)
 	var ok, refused atomic.Int64
 	var wg sync.WaitGroup
@@ -371,7 +372,12 @@ func TestFallbackWorstCase(t *testing.T) {
 		// On the real clock (Redis is paused for real): a zone whose
 		// midnight, when the used-up quota would come back, is hours away.
 		"time_zone: Asia/Ho_Chi_Minh", "time_zone: "+zoneAtNoon())
-	p.Store.Timeout = 50 * time.Millisecond
+	// A deadline short beside the pause (a tenth of a window, a fifth of
+	// the pause), so that calls to the stopped Redis give up and the
+	// fallback decides for most of it; and long beside a call to a
+	// running Redis on a loaded machine, so that the daily quota is spent
+	// on Redis first (a call past the deadline would fail it closed: 503).
+	withStoreDeadline(p, period/10)
 	g := start(t, p, "redis://"+rs.Addr+"/0")
 	if n, _, _ := admitUntilRefused(t, g.public+"/api/items", 100, "X-API-Key", freeKey); n != 30 {
 		t.Fatalf("free key: %d admitted on Redis, want its daily 30", n)

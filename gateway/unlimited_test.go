@@ -18,7 +18,6 @@ func TestShadowFileKeepsGuards(t *testing.T) {
 		up := newLoginUpstream(t, 0)
 		p := quickstart(t, up.URL, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]",
 			"version: quickstart-1", "version: quickstart-1\nshadow: true")
-		p.Store.Timeout = 5 * time.Second
 		g := start(t, p, redisURL)
 		for i := 0; i < 5; i++ {
 			if code := postLogin(t, g, fmt.Sprintf("203.0.113.%d", i), "/login", "application/json", `{"username":"alice","password":"guess"}`); code != 401 {
@@ -42,7 +41,6 @@ func unlimitedConfig(t *testing.T, upstream string) *policy.Policy {
 		"api_keys:\n", fmt.Sprintf("allowlist: {users: [carol], tenants: [ops], addresses: [198.51.100.0/24]}\napi_keys:\n"+
 			"  - {id: internal, digest: %q, plan: internal}\n  - {id: ops, digest: %q, tenant: ops, plan: free}\n",
 			identity.KeyDigest("internal-key"), identity.KeyDigest("ops-key")))
-	p.Store.Timeout = 5 * time.Second
 	return p
 }
 
