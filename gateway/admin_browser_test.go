@@ -159,13 +159,17 @@ const key = JSON.stringify({digest: "sha256:c232a2ef101127466f5296e1fd375b61c363
 // Chromium, on another origin than the admin listener (127.0.0.1 with no
 // token, the default): once same-site (127.0.0.1, another port) and once
 // cross-site (localhost). The page's requests (no-cors fetches, a beacon,
-// CORS fetches with JSON, auto-submitted forms) must change nothing.
+// CORS fetches with JSON, auto-submitted forms) must change nothing. Each
+// attack has a gateway of its own (the memory store): they run in
+// parallel.
 func TestAdminRefusesBrowserAttacks(t *testing.T) {
+	t.Parallel()
 	for _, site := range []struct{ name, host string }{
 		{"same-site, another port", "127.0.0.1"},
 		{"cross-site", "localhost"},
 	} {
 		t.Run(site.name, func(t *testing.T) {
+			t.Parallel()
 			a := newAdminTarget(t)
 			initial := a.state()
 			before := initial
@@ -237,8 +241,10 @@ const key = JSON.stringify({digest: "sha256:c232a2ef101127466f5296e1fd375b61c363
 // with JSON, so only the Host header tells the two apart. Chromium reaches
 // rebind.test through a proxy that plays the attacker's DNS: / is the
 // attacker's page, everything else goes to the admin listener with the Host
-// the browser sent.
+// the browser sent. Its gateway is its own (the memory store): it runs
+// in parallel.
 func TestAdminRefusesDNSRebinding(t *testing.T) {
+	t.Parallel()
 	a := newAdminTarget(t)
 	before := a.state()
 	adminURL, _ := url.Parse(a.admin)

@@ -602,9 +602,10 @@ func TestSlowClientTimeouts(t *testing.T) {
 		})
 	})
 
-	waitFor(t, "public connections back to 0", 10*time.Second, func() bool {
+	took := waitFor(t, "public connections back to 0", 10*time.Second, func() bool {
 		return metric(t, g, `tollgate_connections_open{listener="public"}`) == 0
 	})
+	t.Logf("public connections back to 0 %v after the cases", took)
 }
 
 // TestShapedBodiesArriveInTime: a request the gateway holds to shape it
