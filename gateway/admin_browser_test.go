@@ -26,11 +26,17 @@ func headless(t *testing.T, page string, extra ...string) string {
 
 // browse runs headless Chromium (a fresh profile) on page for budget of
 // virtual time with extra flags (--dump-dom, --screenshot=...), and
-// returns what it printed.
+// returns what it printed. Chromium spends the budget in real time, and
+// the browser tests run in parallel: at most browsers of them run
+// Chromium at once, so that each gets the CPU it needs; and a run is
+// given 3 minutes, over 10 times what the longest (a budget of 15 s)
+// takes on a loaded machine, before it counts as hung.
 func browse(t *testing.T, page string, budget time.Duration, extra ...string) []byte {
 	t.Helper()
 	bin := chromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	browsing <- struct{}{}
+	defer func() { <-browsing }()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
@@ -41,6 +47,12 @@ func browse(t *testing.T, page string, budget time.Duration, extra ...string) []
 	}
 	return out
 }
+
+// browsing holds a place for each Chromium running (see browse).
+var browsing = make(chan struct{}, browsers)
+
+// browsers is how many Chromium processes the tests run at once.
+const browsers = 3
 
 // adminTarget is a gateway with something to roll back to and a runtime
 // override in place, for attacks on its admin API to try to change.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,7 +29,25 @@ import (
 
 var srv *redistest.Server
 
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv, "rl:*")) }
+// TestMain runs the tests around one shared Redis (srv). The tests that
+// call t.Parallel share none of it (no srv, no environment, a gateway of
+// their own each) and mostly wait: for a deadline to fire, a browser's
+// time budget (which Chromium spends in real time), a body deadline.
+// -parallel defaults to GOMAXPROCS, 2 on the machines the suite must
+// pass on, which leaves them waiting in turn with the CPU idle; unless
+// -parallel is given, they run up to parallelTests at once.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(parallelTests))
+	}
+	os.Exit(redistest.Main(m, &srv, "rl:*"))
+}
+
+// parallelTests is how many t.Parallel tests run at once by default.
+const parallelTests = 8
 
 const (
 	freeKey = "free-demo-key"
@@ -527,6 +546,7 @@ func TestHostileInput(t *testing.T) {
 }
 
 func TestUpstreamFailures(t *testing.T) {
+	t.Parallel() // its own gateways; it mostly waits for the slow upstream
 	up := newUpstream(t)
 	up.delay = 2 * time.Second
 	p := config(t, up.URL, "[]")
@@ -546,6 +566,7 @@ func TestUpstreamFailures(t *testing.T) {
 }
 
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel() // its own gateway; it mostly waits for the request in flight
 	up := newUpstream(t)
 	up.delay = 300 * time.Millisecond
 	g := start(t, config(t, up.URL, "[]"), "")

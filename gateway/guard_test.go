@@ -266,6 +266,7 @@ func TestConcurrencyLimit(t *testing.T) {
 // machine schedules the 50 (on the real clock, a loaded machine spread
 // them out and more passed).
 func TestShaping(t *testing.T) {
+	t.Parallel() // its own gateway; it mostly waits out the delays
 	var mu sync.Mutex
 	var arrivals []time.Time
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -613,6 +613,7 @@ func TestSlowClientTimeouts(t *testing.T) {
 // body deadline runs from when the gateway reads it, so it is not
 // answered 408.
 func TestShapedBodiesArriveInTime(t *testing.T) {
+	t.Parallel() // its own gateway; it mostly waits out the delays
 	up := readingUpstream(t)
 	// On a still clock the twelve are decided at one instant however the
 	// machine schedules them, so the last is held 1.1 s, past the body
