@@ -52,7 +52,7 @@ func browse(t *testing.T, page string, budget time.Duration, extra ...string) []
 var browsing = make(chan struct{}, browsers)
 
 // browsers is how many Chromium processes the tests run at once.
-const browsers = 3
+const browsers = 2
 
 // adminTarget is a gateway with something to roll back to and a runtime
 // override in place, for attacks on its admin API to try to change.

@@ -142,7 +142,6 @@ func readyz(t *testing.T, g *running) string {
 // reloaded, the breaker closes and limiting is shared again, charged with
 // what the fallback admitted.
 func TestRedisKilledAndRestarted(t *testing.T) {
-	t.Parallel() // its own Redis and gateway
 	rs := redistest.Start(t)
 	up := newUpstream(t)
 	// The production deadline: the latency it adds while Redis is down
@@ -254,7 +253,6 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 // whole 5 s, 250 times the deadline and several times the longest a
 // request waited for the CPU on a loaded machine (0.7 s seen).
 func TestLatencyInjected(t *testing.T) {
-	t.Parallel() // its own Redis and gateway; it mostly waits for the proxy to drain
 	const latency = 5 * time.Second
 	rs := redistest.Start(t)
 	fp, err := faultproxy.Start(rs.Addr)
@@ -391,7 +389,6 @@ func TestStartsWithoutRedis(t *testing.T) {
 // remembers the refusal) or failing closed (503), and so after a restart
 // of the gateway with Redis down.
 func TestFallbackWorstCase(t *testing.T) {
-	t.Parallel() // its own Redis and gateways; it mostly waits out the windows
 	const (
 		c       = 100
 		period  = 3 * time.Second
