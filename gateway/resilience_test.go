@@ -214,7 +214,10 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	if login503.Load() != 20 {
 		t.Fatalf("/login answered 503 %d times of 20", login503.Load())
 	}
-	if metric(t, g, "tollgate_store_breaker_state") != 2 || !strings.Contains(readyz(t, g), "degraded") {
+	// Open, or half-open: open_for (1 s) passed since it opened, as it
+	// does while a loaded machine sends the requests above, and no call
+	// has tried Redis since.
+	if metric(t, g, "tollgate_store_breaker_state") == 0 || !strings.Contains(readyz(t, g), "degraded") {
 		t.Fatalf("breaker not open / readyz not degraded: %s", readyz(t, g))
 	}
 	if !strings.Contains(g.logs.String(), "store circuit breaker open") {
@@ -286,7 +289,7 @@ func TestLatencyInjected(t *testing.T) {
 	if maxDur(lat) >= latency {
 		t.Fatalf("a request waited %v: the deadline did not cut it", maxDur(lat))
 	}
-	if metric(t, g, "tollgate_store_breaker_state") != 2 {
+	if metric(t, g, "tollgate_store_breaker_state") == 0 { // open, or half-open once open_for (1 s) passed
 		t.Fatal("breaker did not open")
 	}
 	if metric(t, g, `tollgate_fallback_decisions_total{budget="pro",mode="fail_open"}`) < 35 {
