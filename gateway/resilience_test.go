@@ -419,8 +419,25 @@ func TestFallbackWorstCase(t *testing.T) {
 	// on Redis first (a call past the deadline would fail it closed: 503).
 	withStoreDeadline(p, period/10)
 	g := start(t, p, "redis://"+rs.Addr+"/0")
-	if n, _, _ := admitUntilRefused(t, g.public+"/api/items", 100, "X-API-Key", freeKey); n != 30 {
-		t.Fatalf("free key: %d admitted on Redis, want its daily 30", n)
+	// The free key spends its daily 30 on Redis, until Redis refuses it. A
+	// call that misses the deadline on a loaded machine fails closed (503:
+	// no share of a calendar quota without Redis), whether or not Redis
+	// then charged it: asked again, and allowed for.
+	admitted, late := 0, 0
+	for refused := false; !refused; {
+		switch code := get(t, g.public+"/api/items", "X-API-Key", freeKey).StatusCode; {
+		case code == 200:
+			admitted++
+		case code == 429:
+			refused = true
+		case code == 503 && late < 20:
+			late++
+		default:
+			t.Fatalf("free key, request %d on Redis: %d (%d late)", admitted+late, code, late)
+		}
+	}
+	if admitted > 30 || admitted+late < 30 {
+		t.Fatalf("free key: %d admitted on Redis (%d late), want its daily 30", admitted, late)
 	}
 
 	type span struct{ sent, got time.Time }
