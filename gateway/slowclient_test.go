@@ -92,7 +92,11 @@ func (o slowOutcome) refused(deadline time.Duration) bool {
 // Whether giveUp passed is asked only after a read found the connection
 // still open: a client starved of CPU for longer than giveUp (a loaded
 // machine) finds a connection the gateway closed meanwhile closed, not
-// held.
+// held. Once an answer's head has come (a route that answers before it
+// reads the body), nothing more is sent: the gateway still waits for the
+// rest until the body deadline, and then closes a connection with
+// nothing unread, so that a client slow to read (starved of CPU) still
+// finds the answer, which a reset for bytes unread would have discarded.
 func dribble(src, addr, req string, every, giveUp time.Duration) (slowOutcome, error) {
 	start := time.Now()
 	c, err := dialFrom(src, addr)
@@ -119,7 +123,9 @@ func dribble(src, addr, req string, every, giveUp time.Duration) (slowOutcome, e
 			if time.Since(start) > giveUp {
 				return slowOutcome{status: status(got), lifetime: time.Since(start), held: true}, nil
 			}
-			_, werr = io.WriteString(c, " ")
+			if status(got) == 0 {
+				_, werr = io.WriteString(c, " ")
+			}
 		default: // EOF or reset: the gateway closed the connection
 			return slowOutcome{status: status(got), lifetime: time.Since(start)}, nil
 		}
