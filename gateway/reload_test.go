@@ -426,22 +426,31 @@ func TestReloadSymlinkSwap(t *testing.T) {
 	}
 	// Many swaps in a row, the old directories left in place: the
 	// watches do not pile up (each swap moves the one on the directory
-	// resolved into), and the last version is served.
-	before := inotifyWatches(t)
+	// resolved into), and the last version is served. The watch moves its
+	// watches after it reloads (and a last batch of events may still be
+	// on its way), so their number is read once it has settled on the two
+	// directories, the file's and the one it resolves into, before the
+	// swaps and after; piled up, they never come back to two.
+	const want = 2
+	settled := func(when string) {
+		t.Helper()
+		n := inotifyWatches(t)
+		if n < 0 {
+			return // not Linux: nothing to count
+		}
+		for settle := time.Now().Add(10 * time.Second); n != want && time.Now().Before(settle); n = inotifyWatches(t) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n != want {
+			t.Errorf("inotify watches %s: %d, want %d (the file's directory and the one it resolves into)", when, n, want)
+		}
+	}
+	settled("before 20 swaps")
 	for i := 4; i < 24; i++ {
 		swap(src(fmt.Sprint("v", i), "5"))
 	}
 	waitFor(t, "v23 served after the swaps", 10*time.Second, func() bool { return g.g.Policy().Version == "v23" })
-	// The watch moves its watches after it reloads (and a last batch of
-	// events may still be on its way): wait for them to settle. Piled up,
-	// they never do.
-	after := inotifyWatches(t)
-	for settle := time.Now().Add(10 * time.Second); after > before && time.Now().Before(settle); after = inotifyWatches(t) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if after > before {
-		t.Errorf("inotify watches: %d before 20 swaps, %d after", before, after)
-	}
+	settled("after 20 swaps")
 }
 
 // inotifyWatches counts this process's inotify watches (Linux; -1
