@@ -19,6 +19,7 @@ import (
 // decide locally, nothing else is a 5xx), a replica is promoted, and
 // decisions go back to the cluster. The test reports how long the gap was.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel() // its own cluster and gateway; it mostly waits for the cluster and the failover, and allows for the calls a loaded machine makes miss the deadline
 	cl := redistest.StartCluster(t, 3, 1)
 	up := newUpstream(t)
 	// The production deadline: a call to the killed master gives up at

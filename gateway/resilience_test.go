@@ -399,6 +399,7 @@ func TestStartsWithoutRedis(t *testing.T) {
 // remembers the refusal) or failing closed (503), and so after a restart
 // of the gateway with Redis down.
 func TestFallbackWorstCase(t *testing.T) {
+	t.Parallel() // its own Redis and gateways; it mostly waits out the windows, and what it counts only load can lower
 	const (
 		c       = 100
 		period  = 3 * time.Second
