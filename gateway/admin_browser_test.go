@@ -26,11 +26,17 @@ func headless(t *testing.T, page string, extra ...string) string {
 
 // browse runs headless Chromium (a fresh profile) on page for budget of
 // virtual time with extra flags (--dump-dom, --screenshot=...), and
-// returns what it printed.
+// returns what it printed. Chromium spends the budget in real time, and
+// the browser tests run in parallel: at most browsers of them run
+// Chromium at once, so that each gets the CPU it needs; and a run is
+// given 3 minutes, over 10 times what the longest (a budget of 15 s)
+// takes on a loaded machine, before it counts as hung.
 func browse(t *testing.T, page string, budget time.Duration, extra ...string) []byte {
 	t.Helper()
 	bin := chromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	browsing <- struct{}{}
+	defer func() { <-browsing }()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
@@ -41,6 +47,12 @@ func browse(t *testing.T, page string, budget time.Duration, extra ...string) []
 	}
 	return out
 }
+
+// browsing holds a place for each Chromium running (see browse).
+var browsing = make(chan struct{}, browsers)
+
+// browsers is how many Chromium processes the tests run at once.
+const browsers = 2
 
 // adminTarget is a gateway with something to roll back to and a runtime
 // override in place, for attacks on its admin API to try to change.
@@ -159,13 +171,17 @@ const key = JSON.stringify({digest: "sha256:c232a2ef101127466f5296e1fd375b61c363
 // Chromium, on another origin than the admin listener (127.0.0.1 with no
 // token, the default): once same-site (127.0.0.1, another port) and once
 // cross-site (localhost). The page's requests (no-cors fetches, a beacon,
-// CORS fetches with JSON, auto-submitted forms) must change nothing.
+// CORS fetches with JSON, auto-submitted forms) must change nothing. Each
+// attack has a gateway of its own (the memory store): they run in
+// parallel.
 func TestAdminRefusesBrowserAttacks(t *testing.T) {
+	t.Parallel()
 	for _, site := range []struct{ name, host string }{
 		{"same-site, another port", "127.0.0.1"},
 		{"cross-site", "localhost"},
 	} {
 		t.Run(site.name, func(t *testing.T) {
+			t.Parallel()
 			a := newAdminTarget(t)
 			initial := a.state()
 			before := initial
@@ -237,8 +253,10 @@ const key = JSON.stringify({digest: "sha256:c232a2ef101127466f5296e1fd375b61c363
 // with JSON, so only the Host header tells the two apart. Chromium reaches
 // rebind.test through a proxy that plays the attacker's DNS: / is the
 // attacker's page, everything else goes to the admin listener with the Host
-// the browser sent.
+// the browser sent. Its gateway is its own (the memory store): it runs
+// in parallel.
 func TestAdminRefusesDNSRebinding(t *testing.T) {
+	t.Parallel()
 	a := newAdminTarget(t)
 	before := a.state()
 	adminURL, _ := url.Parse(a.admin)

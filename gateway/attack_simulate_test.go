@@ -71,6 +71,7 @@ func TestSimulateCandidateOpensNoFile(t *testing.T) {
 // dashboard (#try=) made the gateway send GETs to any https URL, or any
 // loopback http one, and each new URL added another fetched forever.
 func TestSimulateCandidateFetchesNothing(t *testing.T) {
+	t.Parallel() // its own gateway; it mostly waits for fetches that must not come
 	var hits atomic.Int64
 	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)

@@ -16,7 +16,8 @@ import (
 // holdSlow opens n connections from src that send a request head and one
 // byte of the body, and returns them once the gateway holds them all (a
 // connection refused because the gateway has not yet counted out one that
-// just closed is tried again).
+// just closed is tried again). A connection is held if a second passes
+// without the gateway closing it: it closes one it refuses at once.
 func holdSlow(t *testing.T, src, addr string, n int) []net.Conn {
 	t.Helper()
 	var cs []net.Conn
@@ -36,9 +37,9 @@ func holdSlow(t *testing.T, src, addr string, n int) []net.Conn {
 			io.WriteString(c, slowPost("/api/upload"))
 			fresh = append(fresh, c)
 		}
-		time.Sleep(100 * time.Millisecond) // a refused one is reset by now
+		settled := time.Now().Add(time.Second) // a refused one is reset by then
 		for _, c := range fresh {
-			c.SetReadDeadline(time.Now().Add(time.Millisecond))
+			c.SetReadDeadline(settled)
 			if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
 				c.SetReadDeadline(time.Time{})
 				cs = append(cs, c)
@@ -57,7 +58,8 @@ func holdSlow(t *testing.T, src, addr string, n int) []net.Conn {
 
 // refusedAtOnce connects from src and sends a slow request's head, and
 // reports whether the gateway closed the connection at once, unanswered
-// (perhaps before connect returned).
+// (perhaps before connect returned): within 3 s, where one it let in
+// would be held until its body deadline (10 s in the tests that ask).
 func refusedAtOnce(t *testing.T, src, addr string) bool {
 	t.Helper()
 	c, err := dialFrom(src, addr)
@@ -69,7 +71,7 @@ func refusedAtOnce(t *testing.T, src, addr string) bool {
 	}
 	defer c.Close()
 	io.WriteString(c, slowPost("/api/upload"))
-	c.SetReadDeadline(time.Now().Add(time.Second))
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	n, err := c.Read(make([]byte, 1))
 	return n == 0 && err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
 }
@@ -78,16 +80,20 @@ func refusedAtOnce(t *testing.T, src, addr string) bool {
 // connections are accepted and closed at once (the backlog never fills
 // with dead connections), counted, and the admin listener, with a budget of
 // its own, still answers; when the slow bodies are cut off the public side
-// serves again.
+// serves again. The checks while the listeners are full must end before
+// the held connections' body deadline: it is 10 s, over 10 times what
+// they take on a loaded machine. The test mostly waits for it, on
+// connections of its own gateway: it runs in parallel.
 func TestTotalConnectionCap(t *testing.T) {
+	t.Parallel()
 	up := readingUpstream(t)
-	g := start(t, slowConfig(t, up.URL, "body_timeout: 2s", "max_conns: 40", "max_conns_per_client: 40", "admin_max_conns: 4"), "")
+	g := start(t, slowConfig(t, up.URL, "body_timeout: 10s", "max_conns: 40", "max_conns_per_client: 40", "admin_max_conns: 4"), "")
 	pub, adm := hostPort(g.public), hostPort(g.admin)
 	admin := clientFrom("127.0.0.1")
 	client.CloseIdleConnections()
 
 	holdSlow(t, "127.0.0.2", pub, 40)
-	waitFor(t, "40 public connections open", 2*time.Second, func() bool {
+	waitFor(t, "40 public connections open", 10*time.Second, func() bool {
 		v, err := scrape(admin, g.admin, `tollgate_connections_open{listener="public"}`)
 		return err == nil && v == 40
 	})
@@ -111,12 +117,12 @@ func TestTotalConnectionCap(t *testing.T) {
 	for _, c := range held {
 		c.Close()
 	}
-	waitFor(t, "/healthz answers again", 2*time.Second, func() bool {
+	waitFor(t, "/healthz answers again", 10*time.Second, func() bool {
 		resp, err := admin.Get(g.admin + "/healthz")
 		return err == nil && resp.StatusCode == http.StatusOK
 	})
 
-	waitFor(t, "the public side serves again after the body deadline", 5*time.Second, func() bool {
+	waitFor(t, "the public side serves again after the body deadline", 30*time.Second, func() bool {
 		resp, err := clientFrom("127.0.0.4").Get(g.public + "/api/x")
 		if err != nil {
 			return false
@@ -178,7 +184,7 @@ func TestConnectionCapSparesTrustedProxies(t *testing.T) {
 	for _, c := range mine {
 		c.Close()
 	}
-	waitFor(t, "the address's slots come back", 2*time.Second, func() bool {
+	waitFor(t, "the address's slots come back", 10*time.Second, func() bool {
 		_, ok := open("127.0.0.2")
 		return ok
 	})

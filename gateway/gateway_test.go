@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,12 +23,31 @@ import (
 	"github.com/tollgate/tollgate/gateway"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/policy"
 )
 
 var srv *redistest.Server
 
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv, "rl:*")) }
+// TestMain runs the tests around one shared Redis (srv). The tests that
+// call t.Parallel share none of it (no srv, no environment, a gateway of
+// their own each) and mostly wait: for a deadline to fire, a browser's
+// time budget (which Chromium spends in real time), a body deadline.
+// -parallel defaults to GOMAXPROCS, 2 on the machines the suite must
+// pass on, which leaves them waiting in turn with the CPU idle; unless
+// -parallel is given, they run up to parallelTests at once.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(parallelTests))
+	}
+	os.Exit(redistest.Main(m, &srv, "rl:*"))
+}
+
+// parallelTests is how many t.Parallel tests run at once by default.
+const parallelTests = 8
 
 const (
 	freeKey = "free-demo-key"
@@ -167,9 +187,43 @@ func startNoWait(t *testing.T, p *policy.Policy, redisURL string) *running {
 	return startClock(t, p, redisURL, nil)
 }
 
+// Store deadlines. A gateway the harness starts on Redis (start,
+// startStill, startNoWait, startClock, startWith) gets the generous
+// deadline testenv.StoreTimeout, written into its policy: its test tests
+// what is decided, and the deadline the quickstart states and policy.Parse
+// fills in (20 ms, the production default) is missed by a sound Redis on
+// a loaded machine, which sends the decision to the fallback the test does
+// not expect. A test of the deadline itself (Redis killed, paused or slow)
+// says so with withStoreDeadline, and the harness keeps what it set.
+var deadlineTests sync.Map // *policy.Policy → true: withStoreDeadline's
+
+// withStoreDeadline sets p's store deadline to d (testenv.ShortStoreTimeout
+// for the production default), for a test of the deadline: the harness
+// keeps it instead of giving testenv.StoreTimeout.
+func withStoreDeadline(p *policy.Policy, d time.Duration) *policy.Policy {
+	p.Store.Timeout = d
+	deadlineTests.Store(p, true)
+	return p
+}
+
+// giveStoreDeadline gives p the generous store deadline when the gateway
+// will decide on Redis, unless p's test marked it withStoreDeadline. It
+// writes p only when the deadline changes, so that a second gateway on
+// the same policy does not write what the first one reads.
+func giveStoreDeadline(p *policy.Policy, redisURL string) {
+	if redisURL == "" && p.Store.Type != "redis" {
+		return // the memory store has no deadline
+	}
+	if _, kept := deadlineTests.Load(p); kept || p.Store.Timeout == testenv.StoreTimeout {
+		return
+	}
+	p.Store.Timeout = testenv.StoreTimeout
+}
+
 // startClock starts a gateway whose decisions use clock (nil: the store's).
 func startClock(t *testing.T, p *policy.Policy, redisURL string, clock func() time.Time) *running {
 	t.Helper()
+	giveStoreDeadline(p, redisURL)
 	logs := &syncBuffer{}
 	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		ShutdownTimeout: 5 * time.Second, Clock: clock})
@@ -349,7 +403,6 @@ func TestTwoGatewaysShareRedis(t *testing.T) {
 	up := newUpstream(t)
 	url := "redis://" + srv.Addr + "/0"
 	p := config(t, up.URL, "[]")
-	p.Store.Timeout = 5 * time.Second // exactness, not resilience, is under test
 	a, b := start(t, p, url), start(t, p, url)
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -493,6 +546,7 @@ func TestHostileInput(t *testing.T) {
 }
 
 func TestUpstreamFailures(t *testing.T) {
+	t.Parallel() // its own gateways; it mostly waits for the slow upstream
 	up := newUpstream(t)
 	up.delay = 2 * time.Second
 	p := config(t, up.URL, "[]")
@@ -512,6 +566,7 @@ func TestUpstreamFailures(t *testing.T) {
 }
 
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel() // its own gateway; it mostly waits for the request in flight
 	up := newUpstream(t)
 	up.delay = 300 * time.Millisecond
 	g := start(t, config(t, up.URL, "[]"), "")
@@ -560,7 +615,6 @@ func TestNoRawSecretsAnywhere(t *testing.T) {
 	flushShared(t)
 	up := newUpstream(t)
 	p := config(t, up.URL, "[127.0.0.1/32]")
-	p.Store.Timeout = 5 * time.Second
 	g := start(t, p, "redis://"+srv.Addr+"/0")
 	admitUntilRefused(t, g.public+"/api/items", 200, "X-API-Key", freeKey)
 	admitUntilRefused(t, g.public+"/api/items", 200, "X-User-ID", "carol@example.com")

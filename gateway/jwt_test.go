@@ -25,7 +25,6 @@ func jwtConfig(t *testing.T, upstream string, idp *jwttest.IdP) *policy.Policy {
     algorithms: [RS256, ES256]
     tenant_claim: org
     plan_claim: plan`)
-	p.Store.Timeout = 5 * time.Second
 	return p
 }
 

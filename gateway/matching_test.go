@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tollgate/tollgate/internal/jwttest"
 	"github.com/tollgate/tollgate/policy"
@@ -45,7 +44,6 @@ func matchingConfig(t *testing.T, idp *jwttest.IdP, upstream string) *policy.Pol
     limit: {algorithm: fixed_window, rate: 1, period: 1m}
   - name: api
 `, "builtin:echo", upstream))
-	p.Store.Timeout = 5 * time.Second
 	return p
 }
 

@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tollgate/tollgate/simulate"
 )
@@ -75,8 +74,10 @@ func TestRecordingReplays(t *testing.T) {
 // TestSimulatePanel: the dashboard's simulator replays the recording
 // under a candidate the page posts: through POST /simulate, and in
 // headless Chromium from a link (#try=...) that opens the panel with the
-// candidate and runs it.
+// candidate and runs it. Its gateway is its own (the memory store): it
+// runs in parallel.
 func TestSimulatePanel(t *testing.T) {
+	t.Parallel()
 	up := newUpstream(t)
 	g := start(t, config(t, up.URL, "[]"), "")
 	n, _, _ := admitUntilRefused(t, g.public+"/api/items", 200, "X-API-Key", freeKey)
@@ -121,11 +122,12 @@ func TestSimulatePanel(t *testing.T) {
 		t.Errorf("a body of another shape: %d, want 400", resp.StatusCode)
 	}
 
+	// One browser run prints the DOM once the page has settled and saves
+	// the screenshot.
 	page := g.admin + "/dashboard#try=" + url.PathEscape(cand)
-	dom := headless(t, page)
 	shot := filepath.Join(os.TempDir(), "tollgate-simulator.png")
 	os.Remove(shot)
-	browse(t, page, 4*time.Second, "--screenshot="+shot, "--window-size=1280,1400")
+	dom := headless(t, page, "--screenshot="+shot, "--window-size=1280,1400")
 	if st, err := os.Stat(shot); err != nil || st.Size() < 5000 {
 		t.Fatalf("screenshot %s: %v", shot, err)
 	}

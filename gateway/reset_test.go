@@ -32,7 +32,6 @@ func TestResetBudgets(t *testing.T) {
 	onStores(t, func(t *testing.T, redisURL string) {
 		up := newUpstream(t)
 		p := quickstart(t, up.URL)
-		p.Store.Timeout = 0
 		g := startStill(t, p, redisURL) // invalid keys count in a fixed window of a minute
 		if n, _, _ := admitUntilRefused(t, g.public+"/api/items", 150, "X-API-Key", freeKey); n != 100 {
 			t.Fatalf("free key admitted %d, want 100", n)

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sort"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/faultproxy"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // timed sends one request and returns its status and latency.
@@ -106,6 +108,27 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 	return 0
 }
 
+// breakerLogsChanges checks that the breaker's log lines are its changes
+// of state, each from the state the one before went to, starting closed:
+// no line a request. How many changes there were is the load's doing (a
+// loaded machine misses the 20 ms deadline with Redis up too, and the
+// breaker opens then as well), so it is not counted.
+func breakerLogsChanges(t *testing.T, g *running) {
+	t.Helper()
+	state, n := "closed", 0
+	for _, line := range strings.Split(g.logs.String(), "\n") {
+		if !strings.Contains(line, `"msg":"store circuit breaker `) {
+			continue
+		}
+		var m struct{ From, To string }
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m.From != state || m.To == m.From {
+			t.Fatalf("breaker log line %d in state %s: %s (logging per request?)", n, state, line)
+		}
+		state, n = m.To, n+1
+	}
+	t.Logf("%d breaker changes logged", n)
+}
+
 func readyz(t *testing.T, g *running) string {
 	_, body := getBody(t, g.admin+"/readyz")
 	return string(body)
@@ -121,14 +144,16 @@ func readyz(t *testing.T, g *running) string {
 func TestRedisKilledAndRestarted(t *testing.T) {
 	rs := redistest.Start(t)
 	up := newUpstream(t)
-	p := config(t, up.URL, "[]")
+	// The production deadline: the latency it adds while Redis is down
+	// is reported against it.
+	p := withStoreDeadline(config(t, up.URL, "[]"), testenv.ShortStoreTimeout)
 	p.Store.Instances = 2
 	p.Store.CalendarFallback = "share"
 	g := start(t, p, "redis://"+rs.Addr+"/0")
 	// Redis decides one free request (a call that misses the deadline on
 	// a loaded machine fails closed: the instance knows nothing yet of
 	// the key's daily quota).
-	waitFor(t, "a free request decided on Redis", 5*time.Second, func() bool {
+	waitFor(t, "a free request decided on Redis", 15*time.Second, func() bool {
 		code, _ := timed(t, "GET", g.public+"/api/items", "X-API-Key", freeKey)
 		return code == 200
 	})
@@ -189,21 +214,22 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	if login503.Load() != 20 {
 		t.Fatalf("/login answered 503 %d times of 20", login503.Load())
 	}
-	if metric(t, g, "tollgate_store_breaker_state") != 2 || !strings.Contains(readyz(t, g), "degraded") {
+	// Open, or half-open: open_for (1 s) passed since it opened, as it
+	// does while a loaded machine sends the requests above, and no call
+	// has tried Redis since.
+	if metric(t, g, "tollgate_store_breaker_state") == 0 || !strings.Contains(readyz(t, g), "degraded") {
 		t.Fatalf("breaker not open / readyz not degraded: %s", readyz(t, g))
 	}
 	if !strings.Contains(g.logs.String(), "store circuit breaker open") {
 		t.Fatal("no log line for the breaker opening")
 	}
-	if n := strings.Count(g.logs.String(), "store circuit breaker"); n > 3 {
-		t.Fatalf("%d breaker log lines for one outage: logging per request?", n)
-	}
+	breakerLogsChanges(t, g)
 
 	// Redis comes back, empty.
 	if err := rs.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	gap := waitFor(t, "shared limiting resumes", 10*time.Second, func() bool {
+	gap := waitFor(t, "shared limiting resumes", 20*time.Second, func() bool {
 		code, _ := timed(t, "GET", g.public+"/api/other", "X-API-Key", proKey)
 		return code == 200 && evalCalls(t, rs) > 0 && metric(t, g, "tollgate_store_breaker_state") == 0
 	})
@@ -212,9 +238,16 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	// less the 49 the fallback admitted, which its first request charges.
 	// A call that misses the 20ms deadline on a loaded machine is decided
 	// locally instead (and counted): allow for exactly those.
-	fb := metric(t, g, `tollgate_fallback_decisions_total{budget="free",mode="fail_open"}`)
+	// The free plan's budgets are free.minute and free.day (a decision
+	// falls back under its first); there is no budget "free", whose
+	// series, always 0, allowed for no such call at all.
+	freeFallbacks := func() float64 {
+		return metric(t, g, `tollgate_fallback_decisions_total{budget="free.minute",mode="fail_open"}`) +
+			metric(t, g, `tollgate_fallback_decisions_total{budget="free.day",mode="fail_open"}`)
+	}
+	fb := freeFallbacks()
 	n, _, _ := admitUntilRefused(t, g.public+"/api/items", 150, "X-API-Key", freeKey)
-	extra := metric(t, g, `tollgate_fallback_decisions_total{budget="free",mode="fail_open"}`) - fb
+	extra := freeFallbacks() - fb
 	if want := 100 - int(admitted.Load()); extra == 0 && n != want || extra > 0 && (n > want || float64(n) < float64(want)-extra) {
 		t.Fatalf("after the restart the free key got %d (%v local fallbacks), want %d from Redis", n, extra, want)
 	}
@@ -223,10 +256,14 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	}
 }
 
-// TestLatencyInjected puts 200ms of latency between the gateway and Redis:
+// TestLatencyInjected puts 5 s of latency between the gateway and Redis:
 // calls time out at the 20ms deadline, the breaker opens, the fallback
-// decides; without the latency, service returns to normal.
+// decides; without the latency, service returns to normal. Time is the
+// property (the deadline fires): a request it did not cut would wait the
+// whole 5 s, 250 times the deadline and several times the longest a
+// request waited for the CPU on a loaded machine (0.7 s seen).
 func TestLatencyInjected(t *testing.T) {
+	const latency = 5 * time.Second
 	rs := redistest.Start(t)
 	fp, err := faultproxy.Start(rs.Addr)
 	if err != nil {
@@ -234,12 +271,12 @@ func TestLatencyInjected(t *testing.T) {
 	}
 	defer fp.Close()
 	up := newUpstream(t)
-	p := config(t, up.URL, "[]")
+	p := withStoreDeadline(config(t, up.URL, "[]"), testenv.ShortStoreTimeout) // the deadline under test
 	g := start(t, p, "redis://"+fp.Addr+"/0")
 	if code, _ := timed(t, "GET", g.public+"/api/x", "X-API-Key", proKey); code != 200 {
 		t.Fatal(code)
 	}
-	fp.SetLatency(200 * time.Millisecond)
+	fp.SetLatency(latency)
 	var lat []time.Duration
 	for i := 0; i < 40; i++ {
 		code, d := timed(t, "GET", g.public+"/api/x", "X-API-Key", proKey)
@@ -248,18 +285,19 @@ func TestLatencyInjected(t *testing.T) {
 		}
 		lat = append(lat, d)
 	}
-	t.Logf("200ms Redis latency: first request %v, max %v, p99 %v (deadline %v)", lat[0], maxDur(lat), p99(lat), p.Store.Timeout)
-	if maxDur(lat) >= 200*time.Millisecond {
+	t.Logf("%v Redis latency: first request %v, max %v, p99 %v (deadline %v)", latency, lat[0], maxDur(lat), p99(lat), p.Store.Timeout)
+	if maxDur(lat) >= latency {
 		t.Fatalf("a request waited %v: the deadline did not cut it", maxDur(lat))
 	}
-	if metric(t, g, "tollgate_store_breaker_state") != 2 {
+	if metric(t, g, "tollgate_store_breaker_state") == 0 { // open, or half-open once open_for (1 s) passed
 		t.Fatal("breaker did not open")
 	}
 	if metric(t, g, `tollgate_fallback_decisions_total{budget="pro",mode="fail_open"}`) < 35 {
 		t.Fatal("fallback decisions were not counted")
 	}
+	// What was sent meanwhile still waits out its latency in the proxy.
 	fp.SetLatency(0)
-	gap := waitFor(t, "normal service", 10*time.Second, func() bool {
+	gap := waitFor(t, "normal service", 30*time.Second, func() bool {
 		timed(t, "GET", g.public+"/api/x", "X-API-Key", proKey)
 		return metric(t, g, "tollgate_store_breaker_state") == 0
 	})
@@ -274,22 +312,24 @@ func maxDur(ds []time.Duration) time.Duration {
 	return m
 }
 
-// TestHotKeyDenyCache sends 10,000 requests from one key far over its limit
-// and counts the script calls Redis executed.
+// TestHotKeyDenyCache sends 2,000 requests from one key far over its limit
+// (100) and counts the script calls Redis executed: the admitted ones
+// each make one, and the refusals next to none (the deny cache answers
+// them), at most one in 25 (they were 10,000: 1,900 refusals tell a cache
+// from none as well, 1,900 calls against a few).
 func TestHotKeyDenyCache(t *testing.T) {
+	const workers, each = 8, 250
 	rs := redistest.Start(t)
 	up := newUpstream(t)
-	p := config(t, up.URL, "[]")
-	p.Store.Timeout = 5 * time.Second // count calls, not timeouts
-	g := start(t, p, "redis://"+rs.Addr+"/0")
+	g := start(t, config(t, up.URL, "[]"), "redis://"+rs.Addr+"/0") // count calls, not timeouts: the harness's generous deadline
 	before := evalCalls(t, rs)
 	var ok, refused atomic.Int64
 	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < 1250; i++ {
+			for i := 0; i < each; i++ {
 				code := get(t, g.public+"/api/items", "X-API-Key", freeKey).StatusCode
 				if code == 200 {
 					ok.Add(1)
@@ -301,13 +341,13 @@ func TestHotKeyDenyCache(t *testing.T) {
 	}
 	wg.Wait()
 	calls := evalCalls(t, rs) - before
-	t.Logf("hot key: 10,000 requests, %d admitted, %d refused, %d Redis script calls (%.3f per refusal)",
-		ok.Load(), refused.Load(), calls, float64(calls-ok.Load())/float64(refused.Load()))
-	if ok.Load() != 100 || refused.Load() != 9900 {
+	t.Logf("hot key: %d requests, %d admitted, %d refused, %d Redis script calls (%.3f per refusal)",
+		workers*each, ok.Load(), refused.Load(), calls, float64(calls-ok.Load())/float64(refused.Load()))
+	if ok.Load() != 100 || refused.Load() != workers*each-100 {
 		t.Fatalf("admitted %d refused %d", ok.Load(), refused.Load())
 	}
-	if calls >= 500 {
-		t.Fatalf("%d Redis calls for 10,000 requests, want fewer than 500", calls)
+	if extra := calls - ok.Load(); extra*25 > refused.Load() {
+		t.Fatalf("%d Redis calls for %d requests, %d admitted: %d for %d refusals, want at most one in 25", calls, workers*each, ok.Load(), extra, refused.Load())
 	}
 	// A refusal from the cache carries the same contract as one from Redis.
 	resp, body := getBody(t, g.public+"/api/items", "X-API-Key", freeKey)
@@ -320,6 +360,7 @@ func TestHotKeyDenyCache(t *testing.T) {
 // TestStartsWithoutRedis starts the gateway while Redis is down: it serves
 // by policy (degraded), then takes Redis when it appears.
 func TestStartsWithoutRedis(t *testing.T) {
+	t.Parallel() // its own Redis and gateway; it mostly waits for Redis to be taken back
 	rs := redistest.Start(t)
 	rs.Kill()
 	up := newUpstream(t)
@@ -358,6 +399,7 @@ func TestStartsWithoutRedis(t *testing.T) {
 // remembers the refusal) or failing closed (503), and so after a restart
 // of the gateway with Redis down.
 func TestFallbackWorstCase(t *testing.T) {
+	t.Parallel() // its own Redis and gateways; it mostly waits out the windows, and what it counts only load can lower
 	const (
 		c       = 100
 		period  = 3 * time.Second
@@ -371,10 +413,32 @@ func TestFallbackWorstCase(t *testing.T) {
 		// On the real clock (Redis is paused for real): a zone whose
 		// midnight, when the used-up quota would come back, is hours away.
 		"time_zone: Asia/Ho_Chi_Minh", "time_zone: "+zoneAtNoon())
-	p.Store.Timeout = 50 * time.Millisecond
+	// A deadline short beside the pause (a tenth of a window, a fifth of
+	// the pause), so that calls to the stopped Redis give up and the
+	// fallback decides for most of it; and long beside a call to a
+	// running Redis on a loaded machine, so that the daily quota is spent
+	// on Redis first (a call past the deadline would fail it closed: 503).
+	withStoreDeadline(p, period/10)
 	g := start(t, p, "redis://"+rs.Addr+"/0")
-	if n, _, _ := admitUntilRefused(t, g.public+"/api/items", 100, "X-API-Key", freeKey); n != 30 {
-		t.Fatalf("free key: %d admitted on Redis, want its daily 30", n)
+	// The free key spends its daily 30 on Redis, until Redis refuses it. A
+	// call that misses the deadline on a loaded machine fails closed (503:
+	// no share of a calendar quota without Redis), whether or not Redis
+	// then charged it: asked again, and allowed for.
+	admitted, late := 0, 0
+	for refused := false; !refused; {
+		switch code := get(t, g.public+"/api/items", "X-API-Key", freeKey).StatusCode; {
+		case code == 200:
+			admitted++
+		case code == 429:
+			refused = true
+		case code == 503 && late < 20:
+			late++
+		default:
+			t.Fatalf("free key, request %d on Redis: %d (%d late)", admitted+late, code, late)
+		}
+	}
+	if admitted > 30 || admitted+late < 30 {
+		t.Fatalf("free key: %d admitted on Redis (%d late), want its daily 30", admitted, late)
 	}
 
 	type span struct{ sent, got time.Time }

@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tollgate/tollgate/policy"
 )
@@ -29,7 +28,6 @@ func routeLimitsConfig(t *testing.T) *policy.Policy {
     refusal: {status: 420}
   - name: api
 `)
-	p.Store.Timeout = 5 * time.Second
 	return p
 }
 

@@ -143,6 +143,7 @@ func TestRouteGlobalBudget(t *testing.T) {
 // global limit of 100 (plan solo's hour limit raised) with a 10% margin:
 // together they never admit more than 100.
 func TestTwoRegions(t *testing.T) {
+	t.Parallel() // its own Redis servers and gateways
 	up := newUpstream(t)
 	plan := `
   wide: {algorithm: fixed_window, rate: 100, period: 1h}
