@@ -135,6 +135,7 @@ type fixture struct {
 	now     time.Time
 	redis   *redistest.Server
 	metrics *envoyrls.Metrics
+	engine  *engine.Metrics
 }
 
 func (f *fixture) clock() time.Time {
@@ -212,6 +213,7 @@ func newFixture(t *testing.T, kind string, fo fixtureOptions) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.engine = em
 	eng, err := engine.New(engine.Options{Store: st, Now: now, Metrics: em, DenyCacheSize: 1000})
 	if err != nil {
 		t.Fatal(err)

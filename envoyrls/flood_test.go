@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -139,5 +141,105 @@ descriptors:
 	}
 	if got := f.counter(f.metrics.TotalHits, "d", "user", "", "user"); got != 501 {
 		t.Errorf("the configured key's series: %d hits, want the 501 past the bound", got)
+	}
+}
+
+// override is a descriptor of key/value pairs carrying its own limit (an
+// Envoy limit override) of n a minute.
+func override(n uint32, kv ...string) *rlv3Descriptor {
+	d := desc(kv...)
+	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: typev3.RateLimitUnit_MINUTE}
+	return d
+}
+
+// seriesOf counts a vector's series, failing t on a label longer than
+// 256 bytes. It collects from the vector itself: a Gather of a registry
+// of 50,000 series under -race costs seconds.
+func seriesOf(t *testing.T, c prometheus.Collector) int {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 1024)
+	go func() {
+		c.Collect(ch)
+		close(ch)
+	}()
+	n := 0
+	for m := range ch {
+		n++
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range pb.Label {
+			if len(l.GetValue()) > 256 {
+				t.Errorf("a %s label of %d bytes", l.GetName(), len(l.GetValue()))
+			}
+		}
+	}
+	return n
+}
+
+// TestOverrideKeysBounded: a descriptor carrying its own limit (an Envoy
+// limit override) is counted under its descriptor keys, which are
+// request data like its values: a caller naming new keys each time made
+// a series of each in the five ratelimit_service families and in
+// tollgate_decisions_total, without end (14,000 calls: a 535 MB
+// /metrics). Every name made of request data is bounded: at most
+// maxDetailedKeys of them, each of at most 256 bytes, after which they
+// are counted as "<domain>._other"; and each override is still its own
+// budget, however long its keys and however many came before.
+func TestOverrideKeysBounded(t *testing.T) {
+	f := newFixture(t, "memory", fixtureOptions{})
+	const max = 10_000 // envoyrls' maxDetailedKeys
+	pad := strings.Repeat("k", 4<<10)
+	for i := range max + 500 {
+		f.decide(t, "basic", 1, override(5, pad+strconv.Itoa(i), "v"))
+	}
+	for _, c := range []struct {
+		name string
+		vec  *prometheus.CounterVec
+		max  int
+	}{
+		{"total_hits", f.metrics.TotalHits, max + 1},
+		{"within_limit", f.metrics.WithinLimit, max + 1},
+		{"tollgate_decisions_total", f.engine.Decisions, max + 1},
+	} {
+		if n := seriesOf(t, c.vec); n > c.max {
+			t.Errorf("%s: %d series after %d overrides with new keys", c.name, n, max+500)
+		}
+	}
+	if got := f.counter(f.metrics.TotalHits, "basic", "_other", "", "_other"); got < 500 {
+		t.Errorf("the overrides past the bound: %d hits under basic._other, want at least 500", got)
+	}
+	// Past the bound, long keys still count apart, each in its own budget.
+	a, b := override(2, pad+"a", "v"), override(2, pad+"b", "v")
+	expect(t, "a", f.decide(t, "basic", 1, a), ok, status{ok, 2, 1, 50})
+	expect(t, "a's 2nd", f.decide(t, "basic", 1, a), ok, status{ok, 2, 0, 50})
+	expect(t, "a's 3rd", f.decide(t, "basic", 1, a), over, status{over, 2, 0, 50})
+	expect(t, "b", f.decide(t, "basic", 1, b), ok, status{ok, 2, 1, 50})
+}
+
+// TestOverrideStoreKeysBounded: on Redis, 5,000 overrides with new keys
+// of 4 KB left 5,000 keys of 4 KB names (each living the override's
+// window). Every key the store writes has a name of bounded length, and
+// overrides whose long keys differ only at the end still count apart.
+func TestOverrideStoreKeysBounded(t *testing.T) {
+	f := newFixture(t, "redis", fixtureOptions{})
+	pad := strings.Repeat("k", 4<<10)
+	for i := range 20 {
+		expect(t, "an override", f.decide(t, "basic", 1, override(1, pad+strconv.Itoa(i), strings.Repeat("v", 4<<10))), ok, status{ok, 1, 0, 50})
+	}
+	expect(t, "the first again", f.decide(t, "basic", 1, override(1, pad+"0", strings.Repeat("v", 4<<10))), over, status{over, 1, 0, 50})
+	c := f.redis.NewClient(t)
+	keys, err := c.Do(context.Background(), c.B().Keys().Pattern("*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) < 20 {
+		t.Fatalf("%d keys in Redis after 20 overrides: %q", len(keys), keys)
+	}
+	for _, k := range keys {
+		if len(k) > 512 {
+			t.Errorf("a key of %d bytes: %.80q...", len(k), k)
+		}
 	}
 }

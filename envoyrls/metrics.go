@@ -20,7 +20,8 @@ import (
 // values in it, as envoyproxy/ratelimit does, and then its series grow
 // with the values requests carry: up to maxDetailedKeys such keys, each
 // of at most maxDetailedKeyLen bytes, after which a descriptor is counted
-// under its configured key.
+// under its configured key. A limit override is counted under its
+// descriptor keys, in the same bound, and past it as "<domain>._other".
 type Metrics struct {
 	TotalHits, OverLimit, NearLimit, WithinLimit, ShadowMode *prometheus.CounterVec
 	// DomainNotFound counts the descriptors of requests for a domain not
@@ -37,7 +38,6 @@ type Metrics struct {
 	GlobalShadowMode prometheus.Counter
 
 	cache    sync.Map     // descriptor key → *statCounters
-	detailed atomic.Int64 // keys with a request's values in the cache
 	unknown  sync.Map     // domains not configured with a series of their own
 	unknownN atomic.Int64 // how many
 }
@@ -65,29 +65,38 @@ func (m *Metrics) notFoundLabel(domain string) string {
 	return domain
 }
 
-// The bounds of the descriptor keys made of a request's values: values
-// are request data, and a client sending a new one each time must not
-// make a series (and counters kept here) of each.
+// The bounds of the names made of request data (a descriptor's values
+// with detailed_metric or value_to_metric, a limit override's keys):
+// a client sending new ones each time must not make a series of each,
+// nor a budget label, nor counters kept here.
 const (
 	maxDetailedKeys   = 10_000
 	maxDetailedKeyLen = 256
 )
 
-// detailedKey returns key, a descriptor key holding a request's values,
-// if it has its series already or may have one, else static, the
-// descriptor's configured key. Concurrent first uses of one key may count
-// it more than once: the bound holds, a little early.
-func (m *Metrics) detailedKey(key, static string) string {
+// requestNames bounds the names made of request data: the first
+// maxDetailedKeys of them, each of at most maxDetailedKeyLen bytes, are
+// theirs; any other is counted under a name of the configuration's.
+type requestNames struct {
+	seen sync.Map // name → struct{}
+	n    atomic.Int64
+}
+
+// name returns key, a name made of request data, if it is one of the
+// bounded set or may join it, else other. Concurrent first uses of one
+// key may count it more than once: the bound holds, a little early.
+func (r *requestNames) name(key, other string) string {
 	if len(key) > maxDetailedKeyLen {
-		return static
+		return other
 	}
-	if _, ok := m.cache.Load(key); ok {
+	if _, ok := r.seen.Load(key); ok {
 		return key
 	}
-	if m.detailed.Add(1) > maxDetailedKeys {
-		m.detailed.Add(-1)
-		return static
+	if r.n.Add(1) > maxDetailedKeys {
+		r.n.Add(-1)
+		return other
 	}
+	r.seen.Store(key, struct{}{})
 	return key
 }
 

@@ -70,6 +70,7 @@ type Server struct {
 	cfg    atomic.Pointer[Config]
 	health *health.Server
 	log    *slog.Logger
+	names  requestNames // the names made of request data, bounded
 }
 
 // New returns a server answering under cfg (nil: none yet; every domain
@@ -172,7 +173,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	for _, d := range req.Descriptors {
 		st := descriptorState{charge: -1, hits: hitsOf(req, d)}
 		if o := d.GetLimit(); o != nil {
-			lim, err := overrideLimit(req.Domain, d, o)
+			lim, err := s.overrideLimit(req.Domain, d, o)
 			if err != nil {
 				return nil, s.serviceError(err.Error())
 			}
@@ -332,7 +333,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		if m := s.opts.Metrics; m != nil {
 			key := lim.StatKey
 			if st.nodes != nil && dynamicMetric(lim, st.nodes) {
-				key = m.detailedKey(metricKey(req.Domain, lim, d.Entries, st.nodes), lim.StatKey)
+				key = s.names.name(metricKey(req.Domain, lim, d.Entries, st.nodes), lim.StatKey)
 			}
 			m.counters(req.Domain, key).record(uint64(st.hits), limit, before, over, lim.Shadow, s.opts.NearLimitRatio)
 		}
@@ -488,8 +489,11 @@ func sat(n int64) uint64 { return uint64(max(0, n)) }
 
 // overrideLimit is the limit a descriptor carries itself (Envoy's
 // limit override): its budget is per descriptor keys, a fixed window of
-// the unit, and its metric key the descriptor's keys (never its values).
-func overrideLimit(domain string, d *rlv3.RateLimitDescriptor, o *rlv3.RateLimitDescriptor_RateLimitOverride) (*Limit, error) {
+// the unit, and its name (the metric key and the budget's label) the
+// descriptor's keys (never its values). The keys are request data, so
+// the name is bounded as every such name is (see requestNames): past the
+// bound it is "<domain>._other", while the budget stays the keys' own.
+func (s *Server) overrideLimit(domain string, d *rlv3.RateLimitDescriptor, o *rlv3.RateLimitDescriptor_RateLimitOverride) (*Limit, error) {
 	unit := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 	period, ok := unitPeriods[unit]
 	if !ok {
@@ -501,7 +505,8 @@ func overrideLimit(domain string, d *rlv3.RateLimitDescriptor, o *rlv3.RateLimit
 		path[i] = policy.RLSEntry{Key: e.Key}
 		keys[i] = e.Key
 	}
-	l := &Limit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Period: period, StatKey: domain + "." + strings.Join(keys, ".")}
+	name := s.names.name(domain+"."+strings.Join(keys, "."), domain+"._other")
+	l := &Limit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Period: period, StatKey: name}
 	l.proto = &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: unit}
 	if l.RequestsPerUnit == 0 {
 		return l, nil

@@ -95,6 +95,7 @@ func LibrarySource() (string, error) {
 // The key builders, for the tests of the key layout.
 var (
 	SafeTag  = safeTag
+	SafeName = safeName
 	HeldKey  = heldKey
 	LockKeys = lockKeys
 	LeaseKey = leaseKey

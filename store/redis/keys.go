@@ -17,9 +17,10 @@ import (
 // alone picks the slot, so the keys of one group, and a key and its held
 // set, share a slot. It is the group as it is when it can stand in a hash
 // tag, and otherwise "h:" and a hash of it (see safeTag). <name> is the
-// request's Name and <subject> (present only for a request whose Tag
-// groups it with other subjects) its Subject, made safe as the group is;
-// both are escaped, '%' as %25 and ':' as %3A, so neither holds a colon.
+// request's Name, replaced by "h:" and a hash of it when longer than
+// maxName bytes or itself starting with "h:" (see safeName), and
+// <subject> (present only for a request whose Tag groups it with other
+// subjects) its Subject, made safe as the group is; both are escaped, '%' as %25 and ':' as %3A, so neither holds a colon.
 // <kind> is the algorithm's (gcra, tb, lb, fw, slc, sc), or lock for a login
 // guard's state and lease for leases; ":held" follows for the set of held
 // attempts beside a rate limit's or a login guard's state. So the fields
@@ -41,7 +42,7 @@ const (
 // equal to the Subject).
 func buildKey(group, policy, subject, suffix string) string {
 	tag := safeTag(group)
-	policy = escapePart(policy)
+	policy = escapePart(safeName(policy))
 	subject = escapePart(subject)
 	var b strings.Builder
 	b.Grow(len(KeyPrefix) + len(tag) + len(policy) + len(subject) + len(suffix) + 4)
@@ -56,6 +57,23 @@ func buildKey(group, policy, subject, suffix string) string {
 	}
 	b.WriteString(suffix)
 	return b.String()
+}
+
+// maxName is the longest name a key holds as it is.
+const maxName = 128
+
+// safeName returns name if a key can hold it as it is (escaped), and
+// otherwise "h:" and a hex SHA-256 prefix of it: a name longer than
+// maxName bytes (names may be made of request data, such as an Envoy
+// limit override's descriptor keys, and every key's length is bounded
+// whoever names it), or one that itself starts with "h:", so that no
+// name can be chosen to share another's key.
+func safeName(name string) string {
+	if len(name) <= maxName && !strings.HasPrefix(name, "h:") {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "h:" + hex.EncodeToString(sum[:16])
 }
 
 // escapePart returns s with '%' written as %25 and ':' as %3A, so that it

@@ -111,6 +111,7 @@ func FuzzKeyLayout(f *testing.F) {
 		{"P", "u", "q"}, {"P:q", "", "u"}, {"P%3Aq", "", "u"}, {"", "", ""}, {":", ":", ":"}, {"%", "%", "%"},
 		{"api", "", "user-42"}, {"p", "t", "h:x"}, {"p", "{u}", "a}b"}, {"p:gcra", "u", "lock"}, {"p", "u", "gcra:held"},
 		{"p", "held", "lease"}, {"2025:plan:free", "tenant", "k_abc"}, {"x", "s", "s"},
+		{strings.Repeat("n", 129), "t", "u"}, {"h:" + strings.Repeat("0", 32), "", "u"},
 	} {
 		f.Add(seed[0], seed[1], seed[2], uint8(0))
 	}
@@ -122,6 +123,10 @@ func FuzzKeyLayout(f *testing.F) {
 				t.Fatalf("SafeTag(%q) = %q: neither the name nor a hash", name, st)
 			}
 		}
+		name := rstore.SafeName(policy)
+		if name != policy && (!strings.HasPrefix(name, "h:") || len(name) != 34) || len(name) > 128 {
+			t.Fatalf("SafeName(%q) = %q: neither the name nor a hash", policy, name)
+		}
 		grouped := ""
 		if tag != "" && tag != subject {
 			grouped = rstore.SafeTag(subject)
@@ -131,11 +136,11 @@ func FuzzKeyLayout(f *testing.F) {
 			key  string
 			want parsedKey
 		}{
-			{rstore.KeyFor(req), parsedKey{rstore.SafeTag(req.Group()), policy, grouped, algSuffix[a], false}},
-			{rstore.HeldKey(req), parsedKey{rstore.SafeTag(req.Group()), policy, grouped, algSuffix[a], true}},
-			{lock, parsedKey{rstore.SafeTag(subject), policy, "", "lock", false}},
-			{lockHeld, parsedKey{rstore.SafeTag(subject), policy, "", "lock", true}},
-			{rstore.LeaseKey(policy, subject), parsedKey{rstore.SafeTag(subject), policy, "", "lease", false}},
+			{rstore.KeyFor(req), parsedKey{rstore.SafeTag(req.Group()), name, grouped, algSuffix[a], false}},
+			{rstore.HeldKey(req), parsedKey{rstore.SafeTag(req.Group()), name, grouped, algSuffix[a], true}},
+			{lock, parsedKey{rstore.SafeTag(subject), name, "", "lock", false}},
+			{lockHeld, parsedKey{rstore.SafeTag(subject), name, "", "lock", true}},
+			{rstore.LeaseKey(policy, subject), parsedKey{rstore.SafeTag(subject), name, "", "lease", false}},
 		} {
 			got, err := parseKey(c.key)
 			if err != nil || got != c.want {
@@ -152,7 +157,8 @@ func FuzzKeyLayout(f *testing.F) {
 // escapes and kind names, and checks that no two inputs share one.
 func TestKeysDistinct(t *testing.T) {
 	parts := []string{"", "p", "q", "u", ":", "%", "%3A", "%25", "p:q", "q:u", "h:x", "{u}", "gcra", "lock", "held",
-		"lease", "q:gcra", "lock:held", "gcra:held"}
+		"lease", "q:gcra", "lock:held", "gcra:held",
+		strings.Repeat("n", 128), strings.Repeat("n", 129), strings.Repeat("n", 128) + "m", "h:" + strings.Repeat("0", 32)}
 	seen := map[string]string{}
 	add := func(key, what string) {
 		if prev, ok := seen[key]; ok && prev != what {
