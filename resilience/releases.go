@@ -20,11 +20,7 @@ import (
 // frees the slot whether the late acquire reaches it before or after (see
 // [tollgate.Leaser]). The caller treats the lease as not held.
 func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error) {
-	var got bool
-	err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		got, err = s.primary.Acquire(ctx, req)
-		return err
-	})
+	got, err := guarded(s, ctx, func(ctx context.Context) (bool, error) { return s.primary.Acquire(ctx, req) })
 	if err != nil && !algo.IsInvalid(err) && !errors.Is(err, gobreaker.ErrOpenState) && !errors.Is(err, gobreaker.ErrTooManyRequests) {
 		s.releaseLater(req)
 	}
@@ -35,7 +31,7 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 // deadline. A release that fails (other than as invalid) is retried in the
 // background until the store answers; the error still says it failed.
 func (s *Store) Release(ctx context.Context, req algo.LeaseRequest) error {
-	err := s.guarded(ctx, func(ctx context.Context) error { return s.primary.Release(ctx, req) })
+	_, err := guarded(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.primary.Release(ctx, req) })
 	if err != nil && !algo.IsInvalid(err) {
 		s.releaseLater(req)
 	}
@@ -102,7 +98,7 @@ func (s *Store) retryReleases() {
 		}
 		req := p.queue[0]
 		p.mu.Unlock()
-		err := s.guarded(context.Background(), func(ctx context.Context) error { return s.primary.Release(ctx, req) })
+		_, err := guarded(s, context.Background(), func(ctx context.Context) (struct{}, error) { return struct{}{}, s.primary.Release(ctx, req) })
 		if err == nil || algo.IsInvalid(err) {
 			p.mu.Lock()
 			p.queue[0] = algo.LeaseRequest{}

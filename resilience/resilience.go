@@ -286,13 +286,10 @@ func (s *Store) Allow(ctx context.Context, req algo.Request) (algo.Decision, err
 	}
 	charged := req
 	charged.Cost += dt.extra
-	var d algo.Decision
 	paid := false
 	defer func() { s.memo.settle(&req, dt, paid) }()
-	if err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		d, err = s.primary.Allow(ctx, charged)
-		return err
-	}); err != nil {
+	d, err := guarded(s, ctx, func(ctx context.Context) (algo.Decision, error) { return s.primary.Allow(ctx, charged) })
+	if err != nil {
 		return d, err
 	}
 	if s.memo != nil {
@@ -337,11 +334,8 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 			s.memo.settle(&reqs[i], dt, paid)
 		}
 	}()
-	var ds []algo.Decision
-	if err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		ds, err = s.primary.AllowAll(ctx, charged)
-		return err
-	}); err != nil {
+	ds, err := guarded(s, ctx, func(ctx context.Context) ([]algo.Decision, error) { return s.primary.AllowAll(ctx, charged) })
+	if err != nil {
 		return nil, err
 	}
 	if s.memo != nil {
@@ -396,23 +390,13 @@ func (s *Store) debts(ctx context.Context, reqs []algo.Request, now int64) ([]de
 // Lockout passes a login-guard operation to the store behind the breaker
 // and the deadline. There is no fallback: the guard fails closed.
 func (s *Store) Lockout(ctx context.Context, req algo.LockoutRequest) (algo.LockoutResult, error) {
-	var res algo.LockoutResult
-	err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		res, err = s.primary.Lockout(ctx, req)
-		return err
-	})
-	return res, err
+	return guarded(s, ctx, func(ctx context.Context) (algo.LockoutResult, error) { return s.primary.Lockout(ctx, req) })
 }
 
 // Reserve passes a reservation to the store behind the breaker and the
 // deadline. There is no fallback: what holds attempts fails closed.
 func (s *Store) Reserve(ctx context.Context, req algo.Request, h algo.Hold) (algo.Decision, error) {
-	var d algo.Decision
-	err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		d, err = s.primary.Reserve(ctx, req, h)
-		return err
-	})
-	return d, err
+	return guarded(s, ctx, func(ctx context.Context) (algo.Decision, error) { return s.primary.Reserve(ctx, req, h) })
 }
 
 // PushBack implements [tollgate.Shaper]: it pushes the schedule back in
@@ -448,58 +432,45 @@ func (s *Store) PushBack(ctx context.Context, req algo.Request, d time.Duration)
 			return algo.Decision{}, fmt.Errorf("pushing back: %w", err)
 		}
 	}
-	var dec algo.Decision
-	err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		dec, err = s.primary.PushBack(ctx, req, d)
-		return err
-	})
-	return dec, err
+	return guarded(s, ctx, func(ctx context.Context) (algo.Decision, error) { return s.primary.PushBack(ctx, req, d) })
 }
 
 // TakePlace implements [tollgate.Shaper]: the store decides behind the
 // breaker and the deadline (the fallback takes no places).
 func (s *Store) TakePlace(ctx context.Context, req algo.Request) (algo.Decision, algo.Place, error) {
-	var d algo.Decision
-	var p algo.Place
-	err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		d, p, err = s.primary.TakePlace(ctx, req)
-		return err
+	type taken struct {
+		d algo.Decision
+		p algo.Place
+	}
+	t, err := guarded(s, ctx, func(ctx context.Context) (taken, error) {
+		d, p, err := s.primary.TakePlace(ctx, req)
+		return taken{d, p}, err
 	})
-	return d, p, err
+	return t.d, t.p, err
 }
 
 // GiveBack implements [tollgate.Shaper] behind the breaker and the
 // deadline.
 func (s *Store) GiveBack(ctx context.Context, req algo.Request, p algo.Place) (bool, error) {
-	var ok bool
-	err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		ok, err = s.primary.GiveBack(ctx, req, p)
-		return err
-	})
-	return ok, err
+	return guarded(s, ctx, func(ctx context.Context) (bool, error) { return s.primary.GiveBack(ctx, req, p) })
 }
 
 // Settle passes the end of a hold to the store behind the breaker and the
 // deadline.
 func (s *Store) Settle(ctx context.Context, req algo.Request, h algo.Hold, charge bool) (algo.Decision, error) {
-	var d algo.Decision
-	err := s.guarded(ctx, func(ctx context.Context) (err error) {
-		d, err = s.primary.Settle(ctx, req, h, charge)
-		return err
-	})
-	return d, err
+	return guarded(s, ctx, func(ctx context.Context) (algo.Decision, error) { return s.primary.Settle(ctx, req, h, charge) })
 }
 
 // guarded runs f against the store behind the breaker and the deadline,
 // wrapping unavailability in ErrUnavailable; invalid requests and the
 // caller's own cancellation are returned as they are. Every store call of
 // the wrapper goes through it.
-func (s *Store) guarded(ctx context.Context, f func(context.Context) error) error {
+func guarded[T any](s *Store, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	var v T
 	_, err := s.cb.Execute(func() (struct{}, error) {
 		s.calls.Add(1)
-		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		defer cancel()
-		err := f(cctx)
+		var err error
+		v, err = within(ctx, s.opts.Timeout, f)
 		if err != nil && ctx.Err() == nil && !algo.IsInvalid(err) {
 			// A failure the breaker counts: say why (sampled), and keep
 			// it as the cause to log if it opens the breaker.
@@ -509,9 +480,53 @@ func (s *Store) guarded(ctx context.Context, f func(context.Context) error) erro
 		return struct{}{}, err
 	})
 	if err != nil && ctx.Err() == nil && !algo.IsInvalid(err) {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return v, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return err
+	return v, err
+}
+
+// within runs f with a deadline of timeout and returns at the deadline
+// whether or not f has: the deadline is the wrapper's promise, not the
+// store client's (rueidis v1.0.79 makes a call wait, past its context,
+// for a connection being dialled). A call given up on runs on in its own
+// goroutine until the client returns it, and what it then returns is
+// dropped; the store may still have applied it, as it may any call that
+// misses its deadline. A panic in f is raised again in the caller while
+// it waits.
+func within[T any](ctx context.Context, timeout time.Duration, f func(context.Context) (T, error)) (T, error) {
+	type result struct {
+		v     T
+		err   error
+		panic any
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	done := make(chan result, 1)
+	go func() {
+		defer cancel()
+		var r result
+		defer func() {
+			if p := recover(); p != nil {
+				r.panic = p
+			}
+			done <- r
+		}()
+		r.v, r.err = f(cctx)
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-cctx.Done():
+		select {
+		case r = <-done: // answered as the deadline passed
+		default:
+			var zero T
+			return zero, fmt.Errorf("calling the store: %w", cctx.Err())
+		}
+	}
+	if r.panic != nil {
+		panic(r.panic)
+	}
+	return r.v, r.err
 }
 
 // Degraded reports whether the breaker is not closed: decisions are
@@ -564,5 +579,6 @@ func (s *Store) Reset(ctx context.Context, reqs []algo.Request) error {
 			s.memo.forget(&reqs[i])
 		}
 	}
-	return s.guarded(ctx, func(ctx context.Context) error { return s.primary.Reset(ctx, reqs) })
+	_, err := guarded(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.primary.Reset(ctx, reqs) })
+	return err
 }

@@ -142,6 +142,74 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 	}
 }
 
+// deafStore is a real store behind a client that does not heed its
+// context: every call waits until the test lets it go (as rueidis
+// v1.0.79 makes a call wait for a connection being dialled, whatever its
+// deadline).
+type deafStore struct {
+	tollgate.Store
+	letGo chan struct{}
+}
+
+func (d *deafStore) Allow(ctx context.Context, r algo.Request) (algo.Decision, error) {
+	<-d.letGo
+	return d.Store.Allow(ctx, r)
+}
+
+func (d *deafStore) AllowAll(ctx context.Context, rs []algo.Request) ([]algo.Decision, error) {
+	<-d.letGo
+	return d.Store.AllowAll(ctx, rs)
+}
+
+// TestDeadlineHeldByTheWrapper: the deadline is the wrapper's promise,
+// whatever the store's client does. Behind a 20 ms deadline, a gateway's
+// request waited 5 s for rueidis to dial a connection to a slow Redis.
+// With a store that answers only when let go, every call gives up as
+// unavailable near its deadline, the breaker opens, and the calls given
+// up on finish harmlessly once let go. Time is the property: the bound,
+// 2 s, is 100 times the deadline; without the wrapper's own deadline the
+// calls would wait until the test let them go, after the bound.
+func TestDeadlineHeldByTheWrapper(t *testing.T) {
+	deaf := &deafStore{Store: memory.New(memory.Options{}), letGo: make(chan struct{})}
+	s := resilience.New(deaf, memory.New(memory.Options{}), resilience.Options{Timeout: testenv.ShortStoreTimeout})
+	defer s.Close()
+	req := algo.Request{Name: uniq("deaf"), Subject: "s", Limit: algo.Limit{Rate: 1000, Period: time.Minute}, Cost: 1}
+	const calls = 16
+	type result struct {
+		took time.Duration
+		err  error
+	}
+	results := make(chan result, calls)
+	for i := range calls {
+		go func() {
+			start := time.Now()
+			var err error
+			if i%2 == 0 {
+				_, err = s.Allow(context.Background(), req)
+			} else {
+				_, err = s.AllowAll(context.Background(), []algo.Request{req})
+			}
+			results <- result{time.Since(start), err}
+		}()
+	}
+	bound := time.After(2 * time.Second)
+	for i := range calls {
+		select {
+		case r := <-results:
+			if !errors.Is(r.err, resilience.ErrUnavailable) && !errors.Is(r.err, context.DeadlineExceeded) {
+				t.Errorf("a call behind the deadline: %v, want unavailable", r.err)
+			}
+		case <-bound:
+			close(deaf.letGo)
+			t.Fatalf("%d of %d calls still waiting 2 s behind a %v deadline", calls-i, calls, testenv.ShortStoreTimeout)
+		}
+	}
+	if s.State() != "open" {
+		t.Errorf("breaker %s after %d calls past the deadline", s.State(), calls)
+	}
+	close(deaf.letGo) // the calls given up on finish, their answers dropped
+}
+
 // TestFallbackShare checks the local share and a cost larger than it.
 func TestFallbackShare(t *testing.T) {
 	s := resilience.New(redisStore(t, srv.Addr), memory.New(memory.Options{}), resilience.Options{Instances: 4})
@@ -196,4 +264,20 @@ func TestPushBackReachesFallback(t *testing.T) {
 	if _, err := s.PushBack(ctx, algo.Request{Name: req.Name, Subject: "s", Limit: algo.Limit{Rate: 1, Period: time.Second}}, time.Second); !errors.Is(err, algo.ErrInvalidRequest) {
 		t.Errorf("push back of a limit that does not shape: err = %v, want ErrInvalidRequest", err)
 	}
+}
+
+// BenchmarkAllow is a decision through the wrapper (breaker, deadline,
+// memo) on a memory store: what the wrapper adds to a store call.
+func BenchmarkAllow(b *testing.B) {
+	s := resilience.New(memory.New(memory.Options{}), memory.New(memory.Options{}), resilience.Options{})
+	defer s.Close()
+	req := algo.Request{Name: "bench", Subject: "s", Limit: algo.Limit{Rate: 1 << 40, Period: time.Second}, Cost: 1}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := s.Allow(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
