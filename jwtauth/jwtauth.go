@@ -8,10 +8,13 @@
 package jwtauth
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -189,6 +192,9 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	if len(token) > identity.MaxTokenLength || !identity.LooksLikeJWT(token) {
 		return Claims{}, fmt.Errorf("%w: not a JWT", ErrInvalid)
 	}
+	if err := checkSegments(token); err != nil {
+		return Claims{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, fetchWait)
 	defer cancel()
 	now := v.now()
@@ -244,6 +250,85 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 		}
 	}
 	return c, nil
+}
+
+// checkSegments refuses a token that parsers could read differently, or
+// that asks for what Tollgate does not do, before its signature is
+// checked: a header or claims set that is not one JSON object, or that
+// names a member twice (parsers keep the first or the last); a header
+// with crit (RFC 7515 section 4.1.11: a recipient must reject a token
+// whose crit names an extension it does not understand, and Tollgate
+// understands none); and an exp, nbf or iat that is not a JSON number
+// (RFC 7519's NumericDate: some libraries read "1799999999" as a time,
+// others refuse it).
+func checkSegments(token string) error {
+	hdr, rest, _ := strings.Cut(token, ".")
+	claims, _, _ := strings.Cut(rest, ".")
+	h, err := members(hdr)
+	if err != nil {
+		return fmt.Errorf("the header: %w", err)
+	}
+	if _, ok := h["crit"]; ok {
+		return errors.New("the header names critical extensions (crit), which are not supported")
+	}
+	c, err := members(claims)
+	if err != nil {
+		return fmt.Errorf("the claims: %w", err)
+	}
+	for _, name := range []string{jwt.ExpirationKey, jwt.NotBeforeKey, jwt.IssuedAtKey} {
+		if v, ok := c[name]; ok {
+			if _, isNum := v.(json.Number); !isNum {
+				return fmt.Errorf("claim %q is not a number", name)
+			}
+		}
+	}
+	return nil
+}
+
+// members decodes a base64url segment holding one JSON object and
+// returns its members, each value a json.Number, a string, a bool, nil,
+// or (for an object or array) true; a member named twice is an error.
+func members(seg string) (map[string]any, error) {
+	b, err := base64.RawURLEncoding.DecodeString(seg)
+	if err != nil {
+		return nil, errors.New("not base64url")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
+	}
+	m := map[string]any{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, errors.New("not valid JSON")
+		}
+		name, _ := tok.(string)
+		if _, dup := m[name]; dup {
+			return nil, fmt.Errorf("member %q given twice", name)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, errors.New("not valid JSON")
+		}
+		var v any = true
+		if len(raw) > 0 && raw[0] != '{' && raw[0] != '[' {
+			d := json.NewDecoder(bytes.NewReader(raw))
+			d.UseNumber()
+			if err := d.Decode(&v); err != nil {
+				return nil, errors.New("not valid JSON")
+			}
+		}
+		m[name] = v
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, errors.New("not valid JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("more than one JSON value")
+	}
+	return m, nil
 }
 
 // scalarClaim returns the claim name as text if it is a string (of at

@@ -3,6 +3,8 @@ package jwtauth_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -81,6 +83,20 @@ func TestVerify(t *testing.T) {
 		{"signed by another key with the same kid", jwttest.Sign(t, other, ok)},
 		{"unknown kid", jwttest.Sign(t, jwttest.NewKey(t, "ES256", "ec-9"), ok)},
 		{"garbage", "eyJhbGciOiJSUzI1NiJ9.garbage.garbage"},
+		// RFC 7515 section 4.1.11: a recipient must reject a token whose
+		// crit names an extension it does not understand; Tollgate
+		// understands none.
+		{"crit naming an unknown extension", jwttest.SignWithHeaders(t, rsa, ok, map[string]any{"crit": []string{"x-tenant"}, "x-tenant": "acme"})},
+		{"crit naming a registered parameter", jwttest.SignWithHeaders(t, rsa, ok, map[string]any{"crit": []string{"b64"}, "b64": true})},
+		{"crit empty", jwttest.SignWithHeaders(t, rsa, ok, map[string]any{"crit": []string{}})},
+		// RFC 7519 section 2: exp, nbf and iat are NumericDates, JSON
+		// numbers; a parser that reads "1799999999" as a time reads
+		// another token than one that does not.
+		{"exp a string", jwttest.Sign(t, rsa, ok.With("exp", strconv.FormatInt(now.Add(time.Hour).Unix(), 10)))},
+		{"nbf a string", jwttest.Sign(t, rsa, ok.With("nbf", strconv.FormatInt(now.Unix(), 10)))},
+		{"iat a string", jwttest.Sign(t, rsa, ok.With("iat", strconv.FormatInt(now.Unix(), 10)))},
+		{"a claim named twice", jwttest.SignPayload(t, rsa, []byte(fmt.Sprintf(`{"sub":"alice","sub":"mallory","iss":"https://idp.example","aud":["api"],"exp":%d}`, now.Add(time.Hour).Unix())))},
+		{"exp an object", jwttest.Sign(t, rsa, ok.With("exp", map[string]int64{"t": now.Add(time.Hour).Unix()}))},
 		{"a signature cut", strings.TrimRight(jwttest.Sign(t, ec, ok), "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")},
 	} {
 		if _, err := v.Verify(context.Background(), c.token); !errors.Is(err, jwtauth.ErrInvalid) {
@@ -88,6 +104,10 @@ func TestVerify(t *testing.T) {
 		} else if strings.Contains(err.Error(), "alice") || strings.Contains(err.Error(), c.token) {
 			t.Errorf("%s: the error %q holds a claim or the token", c.name, err)
 		}
+	}
+	// A NumericDate may have a fraction (RFC 7519 section 2).
+	if _, err := v.Verify(context.Background(), jwttest.Sign(t, rsa, ok.With("exp", float64(now.Add(time.Hour).Unix())+0.5))); err != nil {
+		t.Errorf("exp with a fraction: %v", err)
 	}
 	// Within the skew, the same tokens are accepted.
 	for _, c := range []jwttest.Claims{ok.With("exp", now.Add(-29*time.Second)), ok.With("nbf", now.Add(29*time.Second))} {

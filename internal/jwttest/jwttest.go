@@ -166,6 +166,36 @@ func Sign(t testing.TB, k *Key, c Claims) string {
 	return string(b)
 }
 
+// SignWithHeaders returns c signed with k, its protected header holding
+// the kid and hdr's fields besides.
+func SignWithHeaders(t testing.TB, k *Key, c Claims, hdr map[string]any) string {
+	t.Helper()
+	h := jws.NewHeaders()
+	_ = h.Set(jws.TypeKey, "JWT")
+	for name, v := range hdr {
+		if err := h.Set(name, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := jws.Sign(payload(t, c), jws.WithKey(k.Alg, k.priv, jws.WithProtectedHeaders(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// SignPayload returns payload, as it is, signed with k.
+func SignPayload(t testing.TB, k *Key, payload []byte) string {
+	t.Helper()
+	h := jws.NewHeaders()
+	_ = h.Set(jws.TypeKey, "JWT")
+	b, err := jws.Sign(payload, jws.WithKey(k.Alg, k.priv, jws.WithProtectedHeaders(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // SignHMAC returns c signed with HS256 under secret, with kid in the
 // header if not "".
 func SignHMAC(t testing.TB, secret []byte, kid string, c Claims) string {
