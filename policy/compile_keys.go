@@ -1,15 +1,21 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // tenants compiles the tenants' plan overrides.
 func (c *compiler) tenants(p *Policy, f *File) {
 	p.TenantPlans = map[string]*Plan{}
 	for t, ts := range f.Tenants {
+		if err := CheckName("tenant", t); err != nil {
+			c.addf("tenants", "%v", err)
+			continue
+		}
 		if pl := c.planRef(p, f, "tenants."+t+".plan", ts.Plan); pl != nil {
 			p.TenantPlans[t] = pl
 		} else if ts.Plan == "" {
@@ -68,8 +74,35 @@ func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, 
 // checkKeyNames reports what is wrong with a key's tenant and user, which
 // the file's keys and the admin API's (Policy.Override) both pass.
 func checkKeyNames(k KeySpec) error {
-	if len(k.Tenant) > 128 || len(k.User) > 128 {
-		return errors.New("tenant and user are at most 128 bytes")
+	if k.Tenant != "" {
+		if err := CheckName("tenant", k.Tenant); err != nil {
+			return err
+		}
+	}
+	if k.User != "" {
+		return CheckName("user", k.User)
+	}
+	return nil
+}
+
+// maxNameBytes is the longest tenant or user name.
+const maxNameBytes = 128
+
+// CheckName reports what is wrong with a tenant's or user's name (kind
+// says which), however it came (a policy file, the admin API, a state
+// file): one of 1 to 128 bytes of UTF-8 without control characters
+// (NUL, newlines), so that it reads back the same from logs, the state
+// file and the dashboard.
+func CheckName(kind, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("a %s name is empty", kind)
+	case len(name) > maxNameBytes:
+		return fmt.Errorf("a %s name is at most %d bytes (got %d)", kind, maxNameBytes, len(name))
+	case !utf8.ValidString(name):
+		return fmt.Errorf("a %s name is UTF-8", kind)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("a %s name holds no control characters", kind)
 	}
 	return nil
 }

@@ -481,6 +481,9 @@ func (p *Policy) Override(o Overrides) (*Policy, error) {
 		q.TenantPlans[t] = pl
 	}
 	for t, name := range o.Tenants {
+		if err := CheckName("tenant", t); err != nil {
+			return nil, fmt.Errorf("overriding tenant %.64q: %w", t, err)
+		}
 		if name == "" {
 			delete(q.TenantPlans, t)
 			continue

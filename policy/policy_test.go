@@ -4,9 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/testenv"
@@ -267,6 +269,52 @@ func TestTenantOverride(t *testing.T) {
 	}
 	if _, err := policy.Parse([]byte(valid+"tenants:\n  acme: {plan: gold}\n"), "p.yaml"); err == nil || !strings.Contains(err.Error(), `no plan named "gold"`) {
 		t.Fatalf("unknown tenant plan: %v", err)
+	}
+}
+
+// TestTenantNames: a tenant or user name is request data of the admin
+// API and reaches logs, the state file and the dashboard: 10 KB names
+// and NUL bytes were accepted. Every way a name comes in (an override, a
+// key the admin API adds, the policy file) takes the same rule.
+func TestTenantNames(t *testing.T) {
+	p, err := policy.Parse([]byte(valid), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	for _, c := range []struct {
+		name, reason string
+		ok           bool
+	}{
+		{"acme", "a plain name", true},
+		{"Ünïcode Corp. (EU)", "UTF-8 and spaces read back alike", true},
+		{strings.Repeat("t", 128), "128 bytes, the longest", true},
+		{strings.Repeat("t", 129), "longer than 128 bytes", false},
+		{strings.Repeat("t", 10<<10), "10 KB, as was accepted", false},
+		{"a\x00b", "a NUL, which ends the name for C readers", false},
+		{"a\nb", "a newline, which forges a log line", false},
+		{"\xff", "not UTF-8", false},
+	} {
+		for _, o := range []struct {
+			what string
+			o    policy.Overrides
+		}{
+			{"tenant plan", policy.Overrides{Tenants: map[string]string{c.name: "pro"}}},
+			{"tenant removal", policy.Overrides{Tenants: map[string]string{c.name: ""}}},
+			{"key's tenant", policy.Overrides{Keys: map[string]*policy.KeySpec{"k1": {Digest: digest, Plan: "free", Tenant: c.name}}}},
+			{"key's user", policy.Overrides{Keys: map[string]*policy.KeySpec{"k1": {Digest: digest, Plan: "free", User: c.name}}}},
+		} {
+			if _, err := p.Override(o.o); (err == nil) != c.ok {
+				t.Errorf("%s %.20q (%s): %v", o.what, c.name, c.reason, err)
+			}
+		}
+		if !utf8.ValidString(c.name) {
+			continue // a YAML file is UTF-8 (its "\xff" is ÿ)
+		}
+		src := valid + "tenants:\n  " + strconv.Quote(c.name) + ": {plan: pro}\n"
+		if _, err := policy.Parse([]byte(src), "p.yaml"); (err == nil) != c.ok {
+			t.Errorf("the file's tenant %.20q (%s): %v", c.name, c.reason, err)
+		}
 	}
 }
 
