@@ -307,10 +307,12 @@ func (g *Gateway) simulateCandidate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The candidate comes from a request (the dashboard posts whatever a
-	// #try= link holds): it opens no file. Its keys do not matter to a
+	// #try= link holds): it opens no file, and reads no environment
+	// variable (each reads as one placeholder), so that its errors tell
+	// nothing of the process. Its keys do not matter to a
 	// replay, which takes each call's plan from the recording.
 	env := policy.ProcessEnv()
-	env.NoFiles = true
+	env.NoFiles, env.Blind = true, true
 	cand, err := policy.ParseEnv([]byte(body.Policy), "candidate", env)
 	if err != nil {
 		w.Header().Set("Content-Type", "application/json")

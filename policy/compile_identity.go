@@ -16,7 +16,7 @@ func (c *compiler) identity(p *Policy, id IdentitySpec, env Env) {
 	case id.Secret != "" && id.SecretEnv != "":
 		c.addf("identity.secret_env", "set secret or secret_env, not both")
 	case id.SecretEnv != "":
-		if v := env.Vars[id.SecretEnv]; v == "" {
+		if v := env.lookup(id.SecretEnv); v == "" {
 			c.addf("identity.secret_env", "environment variable %s is empty or unset", id.SecretEnv)
 		} else {
 			p.Secret = []byte(v)

@@ -67,7 +67,7 @@ func (c *compiler) jwt(p *Policy, f *File, env Env) {
 	case !symmetric && s.HMACSecretEnv != "":
 		c.addf(path+".hmac_secret_env", "set only with an HS* algorithm listed in algorithms")
 	case symmetric:
-		if v := env.Vars[s.HMACSecretEnv]; len(v) < 32 {
+		if v := env.lookup(s.HMACSecretEnv); len(v) < 32 {
 			c.addf(path+".hmac_secret_env", "environment variable %s must hold at least 32 bytes", s.HMACSecretEnv)
 		} else {
 			j.HMACSecret = []byte(v)

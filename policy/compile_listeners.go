@@ -98,7 +98,7 @@ func (c *compiler) listeners(p *Policy, s ListenerSpec, env Env) {
 		p.Admin = "127.0.0.1:9090"
 	}
 	if name := s.AdminTokenEnv; name != "" {
-		if p.AdminToken = env.Vars[name]; len(p.AdminToken) < 16 {
+		if p.AdminToken = env.lookup(name); len(p.AdminToken) < 16 {
 			c.addf("listeners.admin_token_env", "environment variable %s must hold a token of at least 16 bytes", name)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 func (c *compiler) tracing(p *Policy, s TracingSpec, env Env) {
 	field, endpoint := "tracing.endpoint", s.Endpoint
 	if endpoint == "" {
-		field, endpoint = "OTEL_EXPORTER_OTLP_ENDPOINT (the environment variable, as tracing.endpoint is unset)", env.Vars["OTEL_EXPORTER_OTLP_ENDPOINT"]
+		field, endpoint = "OTEL_EXPORTER_OTLP_ENDPOINT (the environment variable, as tracing.endpoint is unset)", env.lookup("OTEL_EXPORTER_OTLP_ENDPOINT")
 	}
 	t := TracingSettings{Sample: 1, ServiceName: "tollgate"}
 	if s.Sample != nil {
@@ -24,8 +24,8 @@ func (c *compiler) tracing(p *Policy, s TracingSpec, env Env) {
 	switch name := s.ServiceName; {
 	case name != "":
 		t.ServiceName = name
-	case env.Vars["OTEL_SERVICE_NAME"] != "":
-		t.ServiceName = env.Vars["OTEL_SERVICE_NAME"]
+	case env.lookup("OTEL_SERVICE_NAME") != "":
+		t.ServiceName = env.lookup("OTEL_SERVICE_NAME")
 	}
 	if len(t.ServiceName) > 255 || strings.ContainsFunc(t.ServiceName, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		c.addf("tracing.service_name", "want at most 255 printable characters, got %q", t.ServiceName)

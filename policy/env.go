@@ -35,6 +35,25 @@ type Env struct {
 	// its choosing (a FIFO, /dev/zero, a secret whose content an error
 	// would echo).
 	NoFiles bool
+	// Blind, when set, makes every environment variable the policy names
+	// read as set to one placeholder (a URL of 64 bytes), whatever Vars
+	// holds: for policy text from a request (/simulate), whose errors
+	// must not tell whether a variable of the process is set, or how long
+	// its value is.
+	Blind bool
+}
+
+// blindValue is what every variable reads as in a Blind Env: long enough
+// for every secret and token, and a URL where one is wanted.
+var blindValue = "http://placeholder.invalid/" + strings.Repeat("x", 64-len("http://placeholder.invalid/"))
+
+// lookup returns the value of the environment variable name ("" when
+// unset).
+func (e Env) lookup(name string) string {
+	if e.Blind {
+		return blindValue
+	}
+	return e.Vars[name]
 }
 
 // processSecret is the secret generated for policies that set none: 32

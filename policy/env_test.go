@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,5 +109,35 @@ func TestNoFilesOpensNoFile(t *testing.T) {
 	}
 	if p.KeysPath != "" || len(p.Warnings) == 0 || !strings.Contains(p.Warnings[len(p.Warnings)-1].String(), "keys_file") {
 		t.Errorf("keys path %q, warnings %v", p.KeysPath, p.Warnings)
+	}
+}
+
+// TestBlindEnvTellsNothing: /simulate compiles policy text from a
+// request; its errors told whether a variable of the process was set
+// and how long its value was ("must hold at least 32 bytes"). With
+// Env.Blind, a candidate naming a variable set long, set short or unset
+// compiles alike, and fails alike for a reason of its own.
+func TestBlindEnvTellsNothing(t *testing.T) {
+	vars := map[string]string{"LONG": strings.Repeat("s", 40), "SHORT": "abc"}
+	var outcomes []string
+	for _, name := range []string{"LONG", "SHORT", "UNSET"} {
+		src := strings.Replace(noSecret, "identity: {", "identity: {secret_env: "+name+", ", 1)
+		src = strings.ReplaceAll(src, "TOLLGATE_TEST_ADMIN_TOKEN", name)
+		for _, broken := range []bool{false, true} {
+			s := src
+			if broken {
+				s += "tenants:\n  acme: {plan: gold}\n"
+			}
+			_, err := policy.ParseEnv([]byte(s), "p.yaml", policy.Env{Vars: vars, Secret: []byte("generated-secret-0123456789abcdef"), Blind: true})
+			outcomes = append(outcomes, fmt.Sprintf("%v %v", broken, strings.ReplaceAll(fmt.Sprint(err), name, "NAME")))
+		}
+	}
+	if outcomes[0] != "false <nil>" || outcomes[1] == "true <nil>" {
+		t.Fatalf("a blind compile: %q", outcomes[:2])
+	}
+	for i := 2; i < len(outcomes); i++ {
+		if outcomes[i] != outcomes[i%2] {
+			t.Errorf("a variable set otherwise compiled otherwise: %q, then %q", outcomes[i%2], outcomes[i])
+		}
 	}
 }
