@@ -505,7 +505,11 @@ func TestSlowBodiesFromTwoAddresses(t *testing.T) {
 // after it (a lower bound, which load only helps to meet) and within 10
 // times it (a connection never cut is held until the client gives up at
 // 20 s; the defaults, 10 s and more, are at or past the bound). The cases
-// only wait, each from its own address: they run in parallel.
+// only wait, each from its own address: they run in parallel. The
+// gateway's clock stands still: the rate-limited case spends the
+// anonymous plan (20 a minute, one back every 3 s), which on the real
+// clock gave one back while a loaded machine sent the 25 requests, and
+// its slow request was admitted.
 func TestSlowClientTimeouts(t *testing.T) {
 	t.Parallel()
 	const (
@@ -515,7 +519,7 @@ func TestSlowClientTimeouts(t *testing.T) {
 		giveUp   = 2 * within
 	)
 	up := readingUpstream(t)
-	g := start(t, slowConfig(t, up.URL, "body_timeout: 1s", "header_timeout: 1s", "idle_timeout: 1s", "send_timeout: 1s"), "")
+	g := startStill(t, slowConfig(t, up.URL, "body_timeout: 1s", "header_timeout: 1s", "idle_timeout: 1s", "send_timeout: 1s"), "")
 	pub, adm := hostPort(g.public), hostPort(g.admin)
 	cut := func(t *testing.T, what string, o slowOutcome, least time.Duration) {
 		t.Helper()
