@@ -99,8 +99,8 @@ func TestLongValuesBounded(t *testing.T) {
 // map of counters, without end. The first maxDetailedKeys keys (each of
 // at most 256 bytes) get their series; any other is counted under the
 // descriptor's configured key. The values are asked in process
-// (fixture.decide), and the series counted from the collector itself: a
-// Gather of the registry's 50,000 series under -race cost seconds.
+// (fixture.decide), and the series counted from the collector itself
+// (seriesOf).
 func TestDetailedMetricBounded(t *testing.T) {
 	f := newFixture(t, "memory", fixtureOptions{files: map[string]string{"d.yaml": `domain: d
 descriptors:
@@ -115,24 +115,7 @@ descriptors:
 		f.decide(t, "d", 1, desc("user", strconv.Itoa(i)))
 	}
 	f.ask(t, "d", 1, desc("user", strings.Repeat("x", 60<<10)))
-	series := make(chan prometheus.Metric, 1024)
-	go func() {
-		f.metrics.TotalHits.Collect(series)
-		close(series)
-	}()
-	n := 0
-	for m := range series {
-		n++
-		var pb dto.Metric
-		if err := m.Write(&pb); err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range pb.Label {
-			if len(l.GetValue()) > 256 {
-				t.Fatalf("a label of %d bytes", len(l.GetValue()))
-			}
-		}
-	}
+	n := seriesOf(t, f.metrics.TotalHits)
 	if n > max+1 {
 		t.Errorf("%d series of total_hits after %d values", n, max+501)
 	}
