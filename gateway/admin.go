@@ -22,6 +22,10 @@ const (
 	ProblemAdminContentType  = "urn:tollgate:problem:admin-content-type"
 )
 
+// noFraming is the Content-Security-Policy of every admin response: no
+// page may frame it.
+const noFraming = "frame-ancestors 'none'"
+
 // guardAdmin wraps the whole admin mux in the checks every admin request
 // passes before any endpoint sees it, so an endpoint added later cannot
 // forget them:
@@ -45,6 +49,10 @@ const (
 //     (it sends no Access-Control-* headers). The second check also covers
 //     browsers that send neither header. Non-browser clients send neither
 //     header and pass with the content type.
+//   - No page of another origin may frame any admin response (a framed
+//     dashboard ran replays for whoever framed it): every answer, refusals
+//     included, says X-Frame-Options: DENY and frame-ancestors 'none'
+//     (a page's own Content-Security-Policy adds its other directives).
 func guardAdmin(mux http.Handler, token string) http.Handler {
 	var want [sha256.Size]byte
 	if token != "" {
@@ -52,6 +60,10 @@ func guardAdmin(mux http.Handler, token string) http.Handler {
 	}
 	csrf := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Content-Security-Policy", noFraming)
+		h.Set("X-Content-Type-Options", "nosniff")
 		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz") &&
 			!authorized(r, token, want) {
 			mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), probeOnly{}, true)))

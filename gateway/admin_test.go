@@ -211,3 +211,49 @@ func TestAdminRequestChecksWithToken(t *testing.T) {
 			want: 401, problem: gateway.ProblemAdminUnauthorized},
 	})
 }
+
+// TestAdminRefusesFraming: a page on another origin framed
+// /dashboard#try=<candidate> every 3 s, and the dashboard replayed it for
+// the framing page: 6.6 CPU-seconds in 18 s. No admin response may be
+// framed, whatever it answers: every one, refusals and errors included,
+// says X-Frame-Options: DENY and frame-ancestors 'none'.
+func TestAdminRefusesFraming(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	g := start(t, config(t, up.URL, "[]"), "")
+	for _, c := range []struct {
+		method, path, host, contentType, reason string
+	}{
+		{"GET", "/dashboard", "", "", "the page that was framed"},
+		{"GET", "/dashboard/data", "", "", "what the page reads"},
+		{"GET", "/dashboard/history", "", "", "what the page reads"},
+		{"GET", "/policy", "", "", "JSON a frame could show"},
+		{"GET", "/overrides", "", "", "JSON a frame could show"},
+		{"GET", "/metrics", "", "", "text a frame could show"},
+		{"GET", "/recording", "", "", "the recording export"},
+		{"GET", "/healthz", "", "", "a probe, answered to anyone"},
+		{"GET", "/readyz", "", "", "a probe, answered to anyone"},
+		{"GET", "/nowhere", "", "", "a 404"},
+		{"POST", "/simulate", "", "text/plain", "a refusal: not JSON"},
+		{"GET", "/dashboard", "rebind.example", "", "a refusal: a rebinding Host"},
+	} {
+		req, _ := http.NewRequest(c.method, g.admin+c.path, strings.NewReader("{}"))
+		if c.host != "" {
+			req.Host = c.host
+		}
+		if c.contentType != "" {
+			req.Header.Set("Content-Type", c.contentType)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if xfo := resp.Header.Values("X-Frame-Options"); len(xfo) != 1 || xfo[0] != "DENY" {
+			t.Errorf("%s %s (%s): %d with X-Frame-Options %q, want DENY", c.method, c.path, c.reason, resp.StatusCode, xfo)
+		}
+		if csp := resp.Header.Values("Content-Security-Policy"); len(csp) != 1 || !strings.Contains(csp[0], "frame-ancestors 'none'") {
+			t.Errorf("%s %s (%s): %d with Content-Security-Policy %q, want frame-ancestors 'none'", c.method, c.path, c.reason, resp.StatusCode, csp)
+		}
+	}
+}

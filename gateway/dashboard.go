@@ -44,7 +44,7 @@ type topRefusedEntry struct {
 func (g *Gateway) dashboardPage(w http.ResponseWriter, r *http.Request) {
 	b, _ := dashboardFS.ReadFile("dashboard/index.html")
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline' 'self'; style-src 'unsafe-inline'")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline' 'self'; style-src 'unsafe-inline'; "+noFraming)
 	w.Write(b)
 }
 
