@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -199,8 +201,14 @@ func (g *Gateway) Rollback() error {
 	return nil
 }
 
+// settleTime is how long a changed policy or keys file must stay the
+// same before Watch loads it.
+const settleTime = time.Second
+
 // Watch reloads the policy file at path whenever it, or the keys file it
-// names, changes, until ctx ends. API keys and their plans thus change
+// names, changes and then stays the same for settleTime (a file written
+// in place with pauses is loaded whole, not half written), until ctx
+// ends. API keys and their plans thus change
 // without a restart. It watches the files' directories, so editors that
 // replace a file are seen, and what each file resolves to through
 // symlinks: a symlink on the way swapped for another (a Kubernetes
@@ -270,10 +278,22 @@ func (g *Gateway) Watch(ctx context.Context, path string) error {
 		}
 		return false
 	}
+	// fingerprint is a digest of the files' content, to tell a file
+	// still being written from one that has settled.
+	fingerprint := func() string {
+		h := sha256.New()
+		for _, f := range files() {
+			b, _ := os.ReadFile(f)
+			h.Write(b)
+			h.Write([]byte{0})
+		}
+		return string(h.Sum(nil))
+	}
 	go func() {
 		defer w.Close()
 		var debounce <-chan time.Time
 		changed := false
+		settling := "" // the fingerprint waited on to settle
 		for {
 			select {
 			case <-ctx.Done():
@@ -303,10 +323,18 @@ func (g *Gateway) Watch(ctx context.Context, path string) error {
 				// loaded: its return is a change.
 				_, there := now[filepath.Clean(path)]
 				if there && (changed || !maps.Equal(now, resolved)) {
+					// A file written in place, with a pause, parses half
+					// written (fewer routes, fewer limits): load it once
+					// its content has stayed the same for settleTime.
+					if fp := fingerprint(); fp != settling {
+						settling = fp
+						debounce = time.After(settleTime)
+						continue
+					}
 					g.ReloadFile(path)
 					now = resolve() // the keys file may have moved
 				}
-				changed, resolved = false, now
+				changed, resolved, settling = false, now, ""
 				rewatch(resolved)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -530,3 +531,65 @@ func TestReloadSameFileKeepsHistory(t *testing.T) {
 
 // maxHistory is gateway.maxHistory: how many versions a gateway keeps.
 const maxHistory = 16
+
+// TestReloadHalfWrittenFile: a policy file written in place (truncated,
+// then written) with a pause of over 100 ms was loaded half written, and
+// half a policy file is often a valid policy: here the first half lacks
+// the export route and its limit. What is loaded is the whole file, and
+// only once.
+func TestReloadHalfWrittenFile(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	src := func(version string) string {
+		return strings.NewReplacer("VERSION", version, "LIMIT", "5", "UPSTREAM", up.URL).Replace(reloadPolicy)
+	}
+	os.WriteFile(path, []byte(src("v1")), 0o600)
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	watch(t, g, path)
+	var seen sync.Map // the route names of every policy served
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			pol := g.g.Policy()
+			var names []string
+			for _, r := range pol.Routes {
+				names = append(names, r.Name)
+			}
+			seen.Store(pol.Version+" "+strings.Join(names, ","), true)
+		}
+	}()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(src("v2")) // a whole policy already, without export
+	f.Sync()
+	time.Sleep(300 * time.Millisecond) // the writer pauses, past the watch's 100 ms
+	f.WriteString("  - {name: export, path: /api/export, upstream: " + up.URL + "}\n")
+	f.Close()
+	waitFor(t, "v2 served", 10*time.Second, func() bool { return g.g.Policy().Version == "v2" })
+	close(stop)
+	wg.Wait()
+	seen.Range(func(k, _ any) bool {
+		if v := k.(string); strings.HasPrefix(v, "v2") && v != "v2 api,export" {
+			t.Errorf("a half-written file was loaded: %s", v)
+		}
+		return true
+	})
+	if _, body := getBody(t, g.admin+"/metrics"); !strings.Contains(string(body), `tollgate_policy_reloads_total{result="ok"} 1`) {
+		t.Errorf("want one reload: %s", regexp.MustCompile(`tollgate_policy_reloads_total\{[^\n]*`).FindAll(body, -1))
+	}
+}
