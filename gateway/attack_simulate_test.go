@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/gateway"
 )
 
 // TestSimulateCandidateOpensNoFile: a candidate posted to /simulate (by
@@ -107,5 +109,48 @@ func TestSimulateCandidateFetchesNothing(t *testing.T) {
 	}
 	if n := hits.Load(); n != 0 {
 		t.Fatalf("the candidate's JWKS URL was fetched %d times", n)
+	}
+}
+
+// TestSimulateBudget: a replay's CPU is bounded by its budget
+// (Options.SimulateBudget): one past it is stopped and answered 503,
+// saying which budget; within it, the same replay is answered. (A framed
+// dashboard ran a replay of a 1 MiB candidate every 3 s for whoever
+// framed it, about a core.) The budget here is a nanosecond, so the
+// replay is stopped at its first check, however fast the machine.
+func TestSimulateBudget(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	for _, c := range []struct {
+		budget time.Duration
+		status int
+		reason string
+	}{
+		{time.Nanosecond, http.StatusServiceUnavailable, "past the budget at once"},
+		{0, http.StatusOK, "the default budget, over 10 times what 10 calls take"},
+	} {
+		g := startClock(t, config(t, up.URL, "[]"), "", nil, func(o *gateway.Options) { o.SimulateBudget = c.budget })
+		for range 10 {
+			get(t, g.public+"/api/items", "X-API-Key", freeKey)
+		}
+		b, err := os.ReadFile("../examples/quickstart.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := json.Marshal(map[string]string{"policy": string(b)})
+		req, _ := http.NewRequest(http.MethodPost, g.admin+"/simulate", strings.NewReader(string(js)))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("budget %v (%s): %d %s, want %d", c.budget, c.reason, resp.StatusCode, out, c.status)
+		}
+		if c.status == http.StatusServiceUnavailable && !strings.Contains(string(out), "SimulateBudget") {
+			t.Errorf("budget %v: the refusal does not say which budget: %s", c.budget, out)
+		}
 	}
 }

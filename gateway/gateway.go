@@ -70,7 +70,17 @@ type Options struct {
 	// engine.DefaultRecordSize; negative: no recording), and RecordSample
 	// keeps one subject in RecordSample (default every one).
 	RecordSize, RecordSample int
+	// SimulateBudget bounds the time, and so the CPU (one core), that one
+	// POST /simulate may spend replaying (default DefaultSimulateBudget);
+	// a replay past it is stopped and answered 503. One replay runs at a
+	// time.
+	SimulateBudget time.Duration
 }
+
+// DefaultSimulateBudget is the default Options.SimulateBudget: a
+// replay of the default recording (engine.DefaultRecordSize calls) under
+// two policies takes well under it.
+const DefaultSimulateBudget = 2 * time.Second
 
 // Gateway serves a policy, and can swap in a new one while it runs (see
 // Reload). Create it with New and run it with Serve.

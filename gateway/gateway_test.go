@@ -220,13 +220,18 @@ func giveStoreDeadline(p *policy.Policy, redisURL string) {
 	p.Store.Timeout = testenv.StoreTimeout
 }
 
-// startClock starts a gateway whose decisions use clock (nil: the store's).
-func startClock(t *testing.T, p *policy.Policy, redisURL string, clock func() time.Time) *running {
+// startClock starts a gateway whose decisions use clock (nil: the store's),
+// with its options changed by each of with.
+func startClock(t *testing.T, p *policy.Policy, redisURL string, clock func() time.Time, with ...func(*gateway.Options)) *running {
 	t.Helper()
 	giveStoreDeadline(p, redisURL)
 	logs := &syncBuffer{}
-	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-		ShutdownTimeout: 5 * time.Second, Clock: clock})
+	opts := gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		ShutdownTimeout: 5 * time.Second, Clock: clock}
+	for _, f := range with {
+		f(&opts)
+	}
+	g, err := gateway.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/policy"
 	"github.com/tollgate/tollgate/simulate"
 )
@@ -278,6 +281,9 @@ func (g *Gateway) recordingExport(w http.ResponseWriter, r *http.Request) {
 	simulate.WriteRecords(w, g.recording.Records())
 }
 
+// errSimulateBudget is the cause of a replay stopped at its budget.
+var errSimulateBudget = errors.New("the replay's budget ran out")
+
 // maxCandidate bounds the policy a /simulate request may carry.
 const maxCandidate = 1 << 20
 
@@ -320,8 +326,19 @@ func (g *Gateway) simulateCandidate(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 		return
 	}
-	rep, err := simulate.Compare(r.Context(), g.active.Load().pol, cand, g.recording.Records())
-	if err != nil {
+	budget := g.opts.SimulateBudget
+	if budget <= 0 {
+		budget = DefaultSimulateBudget
+	}
+	ctx, cancel := context.WithTimeoutCause(r.Context(), budget, errSimulateBudget)
+	defer cancel()
+	rep, err := simulate.Compare(ctx, g.active.Load().pol, cand, g.recording.Records())
+	switch {
+	case errors.Is(err, errSimulateBudget):
+		httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:simulate-budget", Status: http.StatusServiceUnavailable,
+			Detail: fmt.Sprintf("the replay ran past its budget of %v (gateway.Options.SimulateBudget) and was stopped: %v", budget, err)})
+		return
+	case err != nil:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}

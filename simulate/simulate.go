@@ -31,7 +31,8 @@ import (
 
 // Replay decides recs under p, in order, each at its recorded time, on a
 // memory store of its own, and returns each call's outcome
-// (engine.Outcome's names: "allowed", "refused", ...).
+// (engine.Outcome's names: "allowed", "refused", ...). It stops, with an
+// error wrapping ctx's cause, once ctx is done: a deadline bounds its CPU.
 func Replay(ctx context.Context, p *policy.Policy, recs []engine.Record) ([]string, error) {
 	var now time.Time
 	store := memory.New(memory.Options{})
@@ -47,6 +48,9 @@ func Replay(ctx context.Context, p *policy.Policy, recs []engine.Record) ([]stri
 	}
 	out := make([]string, len(recs))
 	for i, rec := range recs {
+		if i%256 == 0 && ctx.Err() != nil {
+			return nil, fmt.Errorf("replaying: stopped after %d of %d calls: %w", i, len(recs), context.Cause(ctx))
+		}
 		now = time.UnixMilli(rec.T)
 		c := engine.Call{
 			Route: routes[rec.Route],
