@@ -581,9 +581,9 @@ func TestLoginOtherMethods(t *testing.T) {
 // ("/login.json") to the route without it, and Symfony and Laravel serve
 // a path under their front controller ("/index.php/login") as the path
 // after it, so beside a route for everything else an attempt at a login
-// route's path so spelt is refused rather than passed on unguarded; a
-// login page asked for with an extension (GET /login.html, no body) is
-// served.
+// route's path so spelt is guarded as the login route: with the account
+// locked, the right password does not reach the service. A login page
+// asked for with an extension (GET /login.html, no body) is served.
 func TestLoginPathSpellings(t *testing.T) {
 	onStores(t, func(t *testing.T, redisURL string) {
 		up := newLoginUpstream(t, 0)
@@ -598,8 +598,8 @@ func TestLoginPathSpellings(t *testing.T) {
 		}
 		for _, path := range []string{"/login.json", "/Login.JSON", "/login.x", "/login.json/", "/index.php/login", "/app.php/login/", "/index.php/login.json"} {
 			before := up.hits.Load()
-			if code := postLogin(t, g, "198.51.100.9", path, "application/json", `{"username":"alice","password":"demo"}`); code != 400 {
-				t.Errorf("POST %s: status %d, want 400", path, code)
+			if code := postLogin(t, g, "198.51.100.9", path, "application/json", `{"username":"alice","password":"demo"}`); code != 429 {
+				t.Errorf("POST %s: status %d, want 429 (the account is locked)", path, code)
 			}
 			if up.hits.Load() != before {
 				t.Errorf("POST %s: reached the upstream", path)

@@ -3,8 +3,12 @@ package gateway_test
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/policy"
 )
@@ -192,4 +196,110 @@ func TestMethodOverride(t *testing.T) {
 	if resp := do("DELETE", g.public+"/api/items/1"); resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"pro";r=989;`) {
 		t.Errorf("DELETE /api/items/1: %d, RateLimit %q; want 200 at cost 10", resp.StatusCode, resp.Header.Get("RateLimit"))
 	}
+}
+
+// TestRouteReadings: a path the upstream serves as a route with its own
+// cost, limit, concurrency or shaping is decided as that route however it
+// is spelt: with a format extension (Rails: /api/export.json is
+// /api/export), under a PHP front controller (Symfony, Laravel:
+// /index.php/api/export), with a trailing dot or space (IIS). Each was
+// charged as the cheaper /api/ or / route: 10 exports for 10 units
+// instead of 100, 10 of 10 user exports where the route admits 3, 20 at
+// once past a 10-in-flight limit, and a shaped route unshaped.
+func TestRouteReadings(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		var held atomic.Int64
+		release := make(chan struct{})
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.Contains(r.URL.Path, "reports") {
+				held.Add(1)
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			}
+		}))
+		defer up.Close()
+		p := quickstart(t, up.URL, "  - name: api\n", `  - name: user-export
+    path: /api/users/{id}/export
+    upstream: `+up.URL+`
+    limit: {algorithm: fixed_window, rate: 3, period: 1h}
+    limit_key: [subject, path:id]
+  - {name: site, path: /, upstream: "`+up.URL+`"}
+  - name: api
+`)
+		g := startStill(t, p, redisURL)
+		do := func(path string) *http.Response {
+			t.Helper()
+			resp := get(t, g.public+path, "X-API-Key", proKey)
+			resp.Body.Close()
+			return resp
+		}
+		spent := 0
+		for _, path := range []string{"/api/export.json", "/api/export.JSON", "/api/export.json/", "/index.php/api/export",
+			"/app.php/api/export.csv", "/api/export.", "/api/export%20", "/api/export;", "/api/export.json;x=1", "/API/Export.Json"} {
+			resp := do(path)
+			spent += 10
+			if want := fmt.Sprintf(`"pro";r=%d;`, 1000-spent); resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("RateLimit"), want) {
+				t.Errorf("GET %s: %d, RateLimit %q: not charged as an export (want %s...)", path, resp.StatusCode, resp.Header.Get("RateLimit"), want)
+				spent = 1000 - atoiPrefix(resp.Header.Get("RateLimit"))
+			}
+		}
+		for _, id := range []string{"8", "9", "10"} {
+			admitted := 0
+			for _, path := range []string{"/api/users/" + id + "/export.json", "/index.php/api/users/" + id + "/export", "/api/users/" + id + "/export."} {
+				for range 4 {
+					if do(path).StatusCode == 200 {
+						admitted++
+					}
+				}
+			}
+			if admitted != 3 {
+				t.Errorf("user %s's export spelt three ways, 12 times: %d admitted, want the route's 3", id, admitted)
+			}
+		}
+		// Concurrency: 20 at once against 10 in flight; the upstream
+		// holds what reaches it until every answer is in.
+		var wg sync.WaitGroup
+		var refused atomic.Int64
+		for i := range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				path := []string{"/api/reports.json", "/index.php/api/reports", "/api/reports."}[i%3]
+				if do(path).StatusCode == 429 {
+					refused.Add(1)
+				}
+			}()
+		}
+		deadline := time.Now().Add(30 * time.Second) // only a broken gateway takes it
+		for held.Load()+refused.Load() < 20 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := held.Load(); n != 10 {
+			t.Errorf("20 reports at once spelt otherwise: %d in flight at the upstream, %d refused; want 10 and 10", n, refused.Load())
+		}
+		close(release)
+		wg.Wait()
+		// Shaping: 10/s, burst 1, held up to 2 s: of 25 at once on a
+		// still clock 21 pass (each held its turn), 4 are refused.
+		var passed atomic.Int64
+		refused.Store(0)
+		for i := range 25 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				switch do([]string{"/api/webhooks.json", "/index.php/api/webhooks"}[i%2]).StatusCode {
+				case 200:
+					passed.Add(1)
+				case 429:
+					refused.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if passed.Load() != 21 || refused.Load() != 4 {
+			t.Errorf("25 webhooks at once spelt otherwise: %d passed, %d refused; want 21 and 4 (shaped)", passed.Load(), refused.Load())
+		}
+	})
 }

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -131,6 +132,15 @@ func TestForwardAuthAttacksThroughProxies(t *testing.T) {
 				"GET /api/export;jsessionid=1 HTTP/1.1",
 				"GET /api/export?x=1 HTTP/1.1",
 				"GET http://evil.example/api/export HTTP/1.1",
+				// Read as /api/export by Rails (a format extension),
+				// Symfony and Laravel (a front controller), IIS (a
+				// trailing dot or space).
+				"GET /api/export.json HTTP/1.1",
+				"GET /API/Export.JSON/ HTTP/1.1",
+				"GET /index.php/api/export HTTP/1.1",
+				"GET /app_dev.php/api/export.csv?x=1 HTTP/1.1",
+				"GET /api/export. HTTP/1.1",
+				"GET /api/export%20 HTTP/1.1",
 			} {
 				charged(line, 10)
 			}
@@ -146,13 +156,22 @@ func TestForwardAuthAttacksThroughProxies(t *testing.T) {
 			// see TestForwardAuthPathReadings).
 			for _, line := range []string{"GET /api%5Cexport HTTP/1.1", "GET /api/export%00 HTTP/1.1", "GET /api/x/..;/export HTTP/1.1",
 				"GET /api%2Fexport HTTP/1.1", "GET /api%2fexport HTTP/1.1", "GET /api/x/%2e%2e/export HTTP/1.1",
-				"GET /api/x/../export HTTP/1.1", "GET /api/./export HTTP/1.1"} {
+				"GET /api/x/../export HTTP/1.1", "GET /api/./export HTTP/1.1",
+				"GET /api/x/..%20/export HTTP/1.1", "GET /api/x/.../export HTTP/1.1"} {
 				status, h := rawRequest(t, addr, line, "X-API-Key", proKey)
 				if status != 400 || h.Get("RateLimit") != "" {
 					t.Errorf("%s: %d %v, want 400 and nothing charged", line, status, h)
 				}
 			}
 			charged("GET /api/items HTTP/1.1", 1)
+			// A concurrency limit needs the end of the request, which
+			// forward-auth does not see: refused however it is spelt.
+			for _, line := range []string{"GET /api/reports HTTP/1.1", "GET /api/reports.json HTTP/1.1", "GET /index.php/api/reports HTTP/1.1"} {
+				before := up.hits.Load()
+				if status, h := rawRequest(t, addr, line, "X-API-Key", proKey); status == 200 || h.Get("RateLimit") != "" || up.hits.Load() != before {
+					t.Errorf("%s: %d, RateLimit %q: passed as another route than reports", line, status, h.Get("RateLimit"))
+				}
+			}
 
 			// Identity: no key, so the client's address under the
 			// anonymous plan (20 a minute), whatever user id or forwarding
@@ -247,6 +266,11 @@ func TestForwardAuthEndpoint(t *testing.T) {
 		{"no route", describe("GET", "/nothing"), 404, httplimit.ProblemNotFound},
 		{"concurrency", describe("GET", "/api/reports"), 500, httplimit.ProblemForwardAuthUnsupported},
 		{"login guard", describe("POST", "/LOGIN/"), 500, httplimit.ProblemForwardAuthUnsupported},
+		// The proxy strips the body: whether a GET carries an attempt, no
+		// forward-auth decision can know.
+		{"login path by GET", describe("GET", "/login"), 500, httplimit.ProblemForwardAuthUnsupported},
+		{"login path by OPTIONS", describe("OPTIONS", "/login.json"), 500, httplimit.ProblemForwardAuthUnsupported},
+		{"login path by DELETE", describe("DELETE", "/index.php/login"), 500, httplimit.ProblemForwardAuthUnsupported},
 		// A proxy passes these on where the gateway would remove them: a
 		// service reading '_' as '-' would see another credential or user.
 		{"credential spelt with _", append(describe("GET", "/api/items"), "X_Api_Key", freeKey), 400, httplimit.ProblemForwardAuthBadRequest},
@@ -435,6 +459,68 @@ func TestForwardAuthPathReadings(t *testing.T) {
 				if want := fmt.Sprintf(`"pro";r=%d;`, 1000-spent); status != 200 || !strings.HasPrefix(h.Get("RateLimit"), want) {
 					t.Errorf("%s: %d, RateLimit %q, want 200 and %s... (cost %d)", c.line, status, h.Get("RateLimit"), want, c.cost)
 					spent = 1000 - atoiPrefix(h.Get("RateLimit"))
+				}
+			}
+		})
+	}
+}
+
+// TestForwardAuthLoginThroughProxies: the proxies strip the body from the
+// auth subrequest, so a login attempt sent as GET or OPTIONS with a body
+// was decided as a bodiless request for the catch-all route and reached
+// the login handler unguarded: 22 of 30 guesses for one account, and the
+// right password past the lock. Forward-auth cannot guard a login, so it
+// refuses every request on a login route's path, by any method; the
+// examples send those paths through the gateway, which guards them. Every
+// status reaches the client as meant (DELETE /login was nginx's 500).
+func TestForwardAuthLoginThroughProxies(t *testing.T) {
+	for _, px := range proxies {
+		t.Run(px.name, func(t *testing.T) {
+			up := newLoginUpstream(t, 0)
+			// A site behind a catch-all route, the login route's own
+			// limit out of the way.
+			p := quickstart(t, up.URL, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.1/32]",
+				"limit: {algorithm: sliding_log, rate: 10, period: 1m}", "limit: {algorithm: fixed_window, rate: 100000, period: 1m}",
+				"\nheaders:", "\n  - {name: site, path: /, upstream: \""+up.URL+"\"}\n\nheaders:")
+			g := start(t, p, "")
+			url := px.start(t, hostPort(g.public), hostPort(up.URL))
+			send := func(method, path, body string) int {
+				t.Helper()
+				req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := proxyClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			guess := `{"username":"alice","password":"guess"}`
+			for i := range 30 {
+				send([]string{"POST", "GET", "OPTIONS", "PUT", "PATCH", "DELETE"}[i%6], []string{"/login", "/LOGIN", "/login.json", "/index.php/login", "/login/"}[i%5], guess)
+			}
+			if n := up.hits.Load(); n > 5 {
+				t.Errorf("30 guesses for one account by every method and spelling: %d reached the login handler, want at most 5", n)
+			}
+			right := `{"username":"alice","password":"demo"}`
+			for _, m := range []string{"POST", "GET", "OPTIONS", "PUT", "DELETE"} {
+				send(m, "/login", right)
+			}
+			if n := up.logins("alice"); n != 0 {
+				t.Errorf("the locked account was logged into %d times through %s", n, px.name)
+			}
+			for _, c := range []struct {
+				method, path string
+				want         int
+			}{
+				{"DELETE", "/login", 405},
+				{"GET", "/login", 405},
+				{"POST", "/login", 429}, // locked
+				{"GET", "/api/x%5Cy", 400},
+			} {
+				if got := send(c.method, c.path, right); got != c.want {
+					t.Errorf("%s %s through %s: %d, want %d", c.method, c.path, px.name, got, c.want)
 				}
 			}
 		})

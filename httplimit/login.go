@@ -50,80 +50,46 @@ func (m *middleware) readLogin(w http.ResponseWriter, r *http.Request, lg *polic
 }
 
 // loginElsewhere returns why r may reach a login route's handler by
-// another way than that route, carrying an attempt the guard would not
-// see, with the status to refuse it with, or "". A service's login
-// handler may answer any method (a Go handler that does not check
-// r.Method, a PHP script, Express's app.all: 405), Rails serves a path
-// with a format extension ("/login.json") as the path without it, and
-// Symfony and Laravel one under their front controller
-// ("/index.php/login") as the path after it (400). r could carry an attempt unless it is a GET, HEAD or OPTIONS
-// with no body and no account field in its query string (the login
-// page). route is the route rr matched; another route (or none) would
-// pass r on unguarded. A 405 comes with the method to Allow.
-func loginElsewhere(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route) (why string, status int, allow string) {
+// another method than that route's, carrying an attempt the guard would
+// not see (a Go handler that does not check r.Method, a PHP script,
+// Express's app.all), with the method to Allow, or "". r could carry an
+// attempt unless it is a GET, HEAD or OPTIONS with no body and no
+// account field in its query string (the login page). route is the
+// route rr matched; another route (or none) would pass r on unguarded.
+// The path's other spellings (/login.json, /index.php/login) are the
+// login route's own: they match it (policy.MatchKey).
+func loginElsewhere(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route) (why, allow string) {
 	if route != nil && route.Login != nil {
-		return "", 0, ""
+		return "", ""
 	}
 	bodiless := r.ContentLength == 0 && len(r.TransferEncoding) == 0
 	safe := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
 	if safe && bodiless && r.URL.RawQuery == "" {
-		return "", 0, "" // the usual case: no attempt to carry
+		return "", "" // the usual case: no attempt to carry
 	}
-	paths := []string{rr.Path}
-	if s := withoutFront(rr.Path); s != "" {
-		paths = append(paths, s)
+	o := loginRouteAt(p, rr)
+	if o == nil || safe && bodiless && checkQuery(r.URL.RawQuery, o.Login.AccountField) == nil {
+		return "", ""
 	}
-	for _, path := range paths {
-		if s := withoutFormat(path); s != "" {
-			paths = append(paths, s)
-		}
-	}
+	return fmt.Sprintf("this path is a login route for %s: a login attempt by another method is not accepted", o.Method), o.Method
+}
+
+// loginRouteAt returns the login route that rr's path matches under the
+// route's own method (whatever rr's method), or nil.
+func loginRouteAt(p *policy.Policy, rr policy.RouteRequest) *policy.Route {
 	for _, lr := range p.Routes {
 		if lr.Login == nil {
 			continue
 		}
-		for i, path := range paths {
-			if i == 0 && (lr.Method == "" || lr.Method == r.Method) {
-				continue // matched as it is
-			}
-			other := rr
-			other.Path = path
-			if lr.Method != "" {
-				other.Method = lr.Method
-			}
-			o, _ := p.MatchRequest(other)
-			if o == nil || o.Login == nil || safe && bodiless && checkQuery(r.URL.RawQuery, o.Login.AccountField) == nil {
-				continue
-			}
-			if i > 0 {
-				return "a login route's path with a format extension or under a front controller (Rails serves /login.json, Symfony /index.php/login as /login) is not accepted for a login attempt", http.StatusBadRequest, ""
-			}
-			return fmt.Sprintf("this path is a login route for %s: a login attempt by another method is not accepted", o.Method), http.StatusMethodNotAllowed, o.Method
+		other := rr
+		if lr.Method != "" {
+			other.Method = lr.Method
+		}
+		if o, _ := p.MatchRequest(other); o != nil && o.Login != nil {
+			return o
 		}
 	}
-	return "", 0, ""
-}
-
-// withoutFront returns path without a first segment naming a PHP front
-// controller ("/index.php/login" is "/login"), or "" if it has none.
-func withoutFront(path string) string {
-	first, rest, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-	if !ok || len(first) <= len(".php") || !strings.EqualFold(first[len(first)-len(".php"):], ".php") {
-		return ""
-	}
-	return "/" + rest
-}
-
-// withoutFormat returns path with the format extension of its last
-// segment removed ("/login.json/" is "/login"), or "" if it has none.
-func withoutFormat(path string) string {
-	p := strings.TrimSuffix(path, "/")
-	slash := strings.LastIndexByte(p, '/')
-	dot := strings.LastIndexByte(p, '.')
-	if dot <= slash+1 || dot == len(p)-1 {
-		return ""
-	}
-	return p[:dot]
+	return nil
 }
 
 // statusRecorder remembers the status the handler behind wrote, and,

@@ -72,27 +72,3 @@ func TestAccountKey(t *testing.T) {
 		keys[accountKey(s)] = s
 	}
 }
-
-// TestLoginPathReadings: the paths a login handler may be reached by,
-// besides its own.
-func TestLoginPathReadings(t *testing.T) {
-	for _, v := range []struct{ path, format, front string }{
-		{"/login", "", ""},
-		{"/login.json", "/login", ""},
-		{"/login.json/", "/login", ""},
-		{"/a.b/login", "", ""},
-		{"/.json", "", ""},
-		{"/login.", "", ""},
-		{"/index.php/login", "", "/login"},
-		{"/INDEX.PHP/login.json", "/INDEX.PHP/login", "/login.json"},
-		{"/index.php", "/index", ""},
-		{"/.php/login", "", ""},
-	} {
-		if got := withoutFormat(v.path); got != v.format {
-			t.Errorf("withoutFormat(%q) = %q, want %q", v.path, got, v.format)
-		}
-		if got := withoutFront(v.path); got != v.front {
-			t.Errorf("withoutFront(%q) = %q, want %q", v.path, got, v.front)
-		}
-	}
-}

@@ -294,12 +294,19 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
 		return decision{}, false
 	}
-	if why, status, allow := loginElsewhere(p, r, rr, route); why != "" {
-		m.engine.Count("login_body", "login", "-", "bad_request")
-		if allow != "" {
-			w.Header().Set("Allow", allow)
+	if forwardAuth {
+		if lr := loginRouteAt(p, rr); lr != nil {
+			// The proxy shows neither the body nor the upstream's
+			// answer, whatever the method: no attempt can be guarded.
+			m.engine.Count("-", lr.Group, "-", "unsupported")
+			WriteProblem(w, Problem{Type: ProblemForwardAuthUnsupported, Status: http.StatusInternalServerError, Detail: forwardAuthUnsupported(lr)})
+			return decision{}, false
 		}
-		WriteProblem(w, Problem{Type: ProblemBadLogin, Status: status, Detail: why})
+	}
+	if why, allow := loginElsewhere(p, r, rr, route); why != "" {
+		m.engine.Count("login_body", "login", "-", "bad_request")
+		w.Header().Set("Allow", allow)
+		WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusMethodNotAllowed, Detail: why})
 		return decision{}, false
 	}
 	if route == nil && m.opts.RequireRoute {

@@ -82,65 +82,98 @@ func checkRoutePath(p string) error {
 const ReservedPrefix = "/_tollgate/"
 
 // MatchKey returns the form of a cleaned path that routes are matched on:
-// lower case, and without path parameters (";jsessionid=…", which Servlet
-// containers drop from each segment), the empty segments that leaves
-// merged. A request is thus charged as the route its upstream may serve it
-// as, whether or not that upstream ignores case or path parameters; the
-// gateway still forwards the cleaned path as it came. A dot segment is
-// resolved only where it had parameters ("/a/..;/b" is "/b" to Servlet
-// containers; AmbiguousPath refuses such requests): a cleaned path has no
-// other, and a reading of the path that keeps them (PathReadings) must
-// keep them here too.
+// the path as every common server reads it, so that a request is charged
+// as the route its upstream may serve it as. It is
+//
+//   - in lower case (for servers that ignore case);
+//   - without path parameters (";jsessionid=…", which Servlet containers
+//     drop from each segment);
+//   - without a segment's trailing dots and spaces ("/export." and
+//     "/export%20", which IIS and Windows read as "/export");
+//   - without a first segment that names a PHP front controller when a
+//     path follows it ("/index.php/export", which Symfony and Laravel
+//     serve as "/export");
+//   - without a format extension on its last segment, from its first dot
+//     ("/export.json", which Rails, Django REST framework and Spring's
+//     suffix patterns serve as "/export"; a leading dot, "/.env", is part
+//     of the name);
+//
+// and the empty segments that leaves merged. The gateway still forwards
+// the path as it came. Two routes whose paths have one MatchKey are one
+// route ("/export" and "/export.json"). A dot segment is resolved only
+// where it had parameters ("/a/..;/b" is "/b" to Servlet containers;
+// AmbiguousPath refuses such requests): a cleaned path has no other, and
+// a reading of the path that keeps them (PathReadings) must keep them
+// here too.
 func MatchKey(p string) string {
-	lower := true
+	plain := true
 	for i := 0; i < len(p); i++ {
-		if c := p[i]; c == ';' || c >= 'A' && c <= 'Z' || c >= 0x80 {
-			lower = false
+		if c := p[i]; c == ';' || c == '.' || c == ' ' || c >= 'A' && c <= 'Z' || c >= 0x80 {
+			plain = false
 			break
 		}
 	}
-	if lower {
+	if plain {
 		return p // the usual case: nothing to do, nothing allocated
 	}
-	k := strings.ToLower(p)
-	if strings.IndexByte(k, ';') < 0 {
-		return k
-	}
-	segs := strings.Split(k, "/")
+	segs := strings.Split(strings.ToLower(p), "/")
 	kept := segs[:0]
 	dotParams := false
 	for i, s := range segs {
 		s, _, params := strings.Cut(s, ";")
-		dotParams = dotParams || params && (s == "." || s == "..")
+		if s == "." || s == ".." {
+			dotParams = dotParams || params
+		} else {
+			s = strings.TrimRight(s, ". ")
+		}
 		if s != "" || i == 0 || i == len(segs)-1 {
 			kept = append(kept, s)
+		}
+	}
+	// kept[0] is "" (p is absolute); kept[len-1] is "" for a trailing slash.
+	if len(kept) > 2 && len(kept[1]) > len(".php") && strings.HasSuffix(kept[1], ".php") {
+		kept = append(kept[:1], kept[2:]...) // a front controller
+	}
+	last := len(kept) - 1
+	if kept[last] == "" && last > 1 {
+		last--
+	}
+	if s := kept[last]; s != "." && s != ".." {
+		if dot := strings.IndexByte(s, '.'); dot > 0 {
+			kept[last] = strings.TrimRight(s[:dot], ". ")
 		}
 	}
 	if dotParams {
 		// "/a/..;/b" is "/b" to the servers that drop parameters.
 		return CleanPath(strings.Join(kept, "/"))
 	}
-	if len(kept) == 2 && kept[0] == "" && kept[1] == "" {
+	k := strings.Join(kept, "/")
+	if k == "" || strings.Trim(k, "/") == "" {
 		return "/"
 	}
-	return strings.Join(kept, "/")
+	return k
 }
 
 // AmbiguousPath returns why servers may read the decoded request path p
 // as different resources, or "": a backslash (a separator to some), a
-// control byte (where some stop reading), or a dot segment with path
+// control byte (where some stop reading), a dot segment with path
 // parameters ("/a/..;/b" is "/b" to a Servlet container and under /a/ to
-// most others). No route could say which resource such a request names.
+// most others), or a segment of only dots and spaces beside "." and ".."
+// ("/a/.. /b" is "/b" to IIS, which reads trailing dots and spaces away). No route could say which resource such a request names.
 func AmbiguousPath(p string) string {
 	if strings.IndexFunc(p, func(c rune) bool { return c == '\\' || c < 0x20 || c == 0x7f }) >= 0 {
 		return "the request path holds a backslash or a control character (perhaps escaped, as %5C or %00)"
 	}
-	if strings.IndexByte(p, ';') < 0 {
+	if !strings.Contains(p, "/.") && !strings.Contains(p, "/ ") {
 		return "" // the usual case
 	}
 	for seg := range strings.SplitSeq(p, "/") {
-		if name, _, params := strings.Cut(seg, ";"); params && (name == "." || name == "..") {
+		name, _, params := strings.Cut(seg, ";")
+		switch {
+		case params && (name == "." || name == ".."):
 			return "the request path holds a dot segment with parameters (such as ..;), which servers read differently"
+		case name != "" && name != "." && name != ".." && strings.Trim(name, ". ") == "":
+			return "the request path holds a segment of only dots and spaces (such as '.. ' or '...'), which IIS reads as a dot segment or away"
 		}
 	}
 	return ""

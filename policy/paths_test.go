@@ -157,6 +157,29 @@ func TestMatchKey(t *testing.T) {
 		"/api;v=1/export/":         "/api/export/",
 		"/Ünï/x":                   "/ünï/x",
 		"/;/..;/login":             "/login",
+		// Rails (and DRF, Spring's suffix patterns) serve a format
+		// extension as the path without it.
+		"/api/export.json":        "/api/export",
+		"/api/export.json/":       "/api/export/",
+		"/api/users/8/export.CSV": "/api/users/8/export",
+		"/api/export.json.gz":     "/api/export",
+		"/api/v1.2/export":        "/api/v1.2/export", // only the last segment's
+		"/.well-known":            "/.well-known",     // a leading dot is a name
+		"/api/.env":               "/api/.env",
+		// Symfony and Laravel serve a path under their front controller
+		// as the path after it.
+		"/index.php/api/export":   "/api/export",
+		"/APP_DEV.PHP/login.json": "/login",
+		"/index.php":              "/index", // a script, not a front controller
+		"/index.php/":             "/",
+		"/api/index.php/x":        "/api/index.php/x", // the first segment only
+		// IIS and Windows read a segment's trailing dots and spaces away.
+		"/api/export.":         "/api/export",
+		"/api/export ":         "/api/export",
+		"/api/export. . ":      "/api/export",
+		"/api./export":         "/api/export",
+		"/api/export;":         "/api/export",
+		"/api/export.json;x=1": "/api/export",
 	} {
 		if got := policy.MatchKey(in); got != want {
 			t.Errorf("MatchKey(%q) = %q, want %q", in, got, want)
@@ -185,6 +208,10 @@ routes:
 	if err == nil || !strings.Contains(err.Error(), "another route already matches") {
 		t.Fatalf("routes /Api/ and /api/: %v, want them refused as one", err)
 	}
+	two := minimal + "  - {name: c, path: /export, upstream: \"http://127.0.0.1:1\"}\n  - {name: d, path: /export.json, upstream: \"http://127.0.0.1:1\"}\n"
+	if _, err := policy.Parse([]byte(two), "ext.yaml"); err == nil || !strings.Contains(err.Error(), "another route already matches") {
+		t.Fatalf("routes /export and /export.json: %v, want them refused as one", err)
+	}
 	if _, err := policy.Parse([]byte(strings.Replace(minimal, "path: /api/", "path: /a;b", 1)), "semi.yaml"); err == nil {
 		t.Fatal("a route path with ';' was accepted")
 	}
@@ -210,6 +237,32 @@ func TestPathReadings(t *testing.T) {
 		got := policy.PathReadings(c.escaped)
 		if !slices.Equal(got, c.want) {
 			t.Errorf("PathReadings(%q) = %q, want %q", c.escaped, got, c.want)
+		}
+	}
+}
+
+// TestAmbiguousPath: decoded paths that servers read as different
+// resources are refused; the rest are not.
+func TestAmbiguousPath(t *testing.T) {
+	for _, c := range []struct {
+		path      string
+		ambiguous bool
+		why       string
+	}{
+		{"/api/export", false, "a plain path"},
+		{"/api/export.json", false, "a format extension is read away, not ambiguous"},
+		{"/api/export./", false, "a trailing dot is read away"},
+		{"/.well-known/x", false, "a name that starts with a dot"},
+		{"/api\\export", true, "a backslash is a separator to some servers"},
+		{"/api/export\x00.png", true, "some servers stop reading at NUL"},
+		{"/api/x/..;/export", true, "..; is .. to Servlet containers only"},
+		{"/api/x/.. /export", true, "'.. ' is '..' to IIS, a name to others"},
+		{"/api/x/. /export", true, "'. ' is '.' to IIS"},
+		{"/api/x/.../export", true, "'...' is read away by IIS, a name to others"},
+		{"/api/x/ /export", true, "a segment of spaces is read away by IIS"},
+	} {
+		if got := policy.AmbiguousPath(c.path) != ""; got != c.ambiguous {
+			t.Errorf("AmbiguousPath(%q) = %v, want %v: %s", c.path, got, c.ambiguous, c.why)
 		}
 	}
 }
