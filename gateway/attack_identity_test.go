@@ -320,3 +320,84 @@ func TestBasicAuthKey(t *testing.T) {
 		t.Errorf("Basic with the pro key: %d, RateLimit %q; want 200 on pro", resp.StatusCode, resp.Header.Get("RateLimit"))
 	}
 }
+
+// TestCredentialSpellings: a credential that a common framework reads,
+// in any spelling the gateway did not, was charged per address to the
+// anonymous plan and forwarded as it came: with the Free key used up,
+// `?access.token=KEY` (PHP reads it as access_token), `?access+token=`,
+// `?access_token[]=` and a form body `access_token=KEY` (RFC 6750
+// section 2.2, which r.FormValue reads) were 100 × 200 from 5 addresses.
+// Now each is charged to that key (429) or refused (400, 401, 413, 415),
+// and none reaches the upstream.
+func TestCredentialSpellings(t *testing.T) {
+	onStores(t, func(t *testing.T, redisURL string) {
+		up := newUpstream(t)
+		g := start(t, catchAllConfig(t, up.URL), redisURL)
+		for i := range 100 {
+			if resp := get(t, g.public+"/api/items", "X-API-Key", freeKey); resp.StatusCode != 200 {
+				t.Fatalf("request %d with the key in its header: %d", i, resp.StatusCode)
+			}
+		}
+		multipart := func(name string) (string, string) {
+			return "multipart/form-data; boundary=XyZ", "--XyZ\r\nContent-Disposition: form-data; name=\"" + name + "\"\r\n\r\n" + freeKey + "\r\n--XyZ--\r\n"
+		}
+		type attempt struct{ method, target, ctype, body string }
+		var attempts []attempt
+		for _, q := range []string{"access_token", "access.token", "access+token", "access%20token", "access_token[]", "access_token[0]",
+			"[access_token]", "access[token", "ACCESS_TOKEN", "access_token%00x", "+access_token"} {
+			attempts = append(attempts, attempt{"GET", "/api/items?" + q + "=" + freeKey, "", ""})
+		}
+		for _, f := range []string{"access_token", "access.token", "access_token[]", "Access_Token"} {
+			attempts = append(attempts,
+				attempt{"POST", "/api/items", "application/x-www-form-urlencoded", "a=1&" + f + "=" + freeKey},
+				attempt{"PUT", "/api/items", "application/x-www-form-urlencoded; charset=utf-8", f + "=" + freeKey})
+			ct, body := multipart(f)
+			attempts = append(attempts, attempt{"POST", "/api/items", ct, body})
+		}
+		for _, body := range []string{`{"access_token":"` + freeKey + `"}`, `{"ACCESS_TOKEN":"` + freeKey + `","x":1}`,
+			`{"access_token":["` + freeKey + `"]}`, `{"\u0061ccess_token":"` + freeKey + `"}`} {
+			attempts = append(attempts, attempt{"POST", "/api/items", "application/json", body}, attempt{"PATCH", "/", "application/vnd.api+json", body})
+		}
+		// Bodies the gateway cannot read as every framework would.
+		attempts = append(attempts,
+			attempt{"POST", "/api/items", "application/x-www-form-urlencoded; charset=utf-16", "access_token=" + freeKey},
+			attempt{"POST", "/api/items", "application/json", `{"access_token":"` + freeKey + `"`},
+			attempt{"POST", "/api/items", "multipart/form-data", "--XyZ\r\n"})
+		before := up.hits.Load()
+		for i, a := range attempts {
+			req, _ := http.NewRequest(a.method, g.public+a.target, strings.NewReader(a.body))
+			if a.ctype != "" {
+				req.Header.Set("Content-Type", a.ctype)
+			}
+			req.Header.Set("X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i%5+1))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			switch resp.StatusCode {
+			case 429:
+				if !strings.HasPrefix(resp.Header.Get("RateLimit"), `"free.minute";r=0;`) {
+					t.Errorf("%s %s %q: 429 but RateLimit %q: not charged to the key", a.method, a.target, a.body, resp.Header.Get("RateLimit"))
+				}
+			case 400, 401, 413, 415:
+			default:
+				t.Errorf("%s %s (%s) %q: %d, want 429 on the key's minute or a refusal", a.method, a.target, a.ctype, a.body, resp.StatusCode)
+			}
+		}
+		if n := up.hits.Load() - before; n != 0 {
+			t.Errorf("%d requests with the used-up key spelt otherwise reached the upstream", n)
+		}
+		// The body still reaches the upstream whole once admitted.
+		req, _ := http.NewRequest("POST", g.public+"/api/items", strings.NewReader(`{"access_token":"`+proKey+`","n":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"pro";`) {
+			t.Errorf("the pro key in a JSON body: %d, RateLimit %q; want 200 charged to it", resp.StatusCode, resp.Header.Get("RateLimit"))
+		}
+	})
+}

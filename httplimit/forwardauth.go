@@ -124,6 +124,7 @@ func (fa *forwardAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer d.release()
 	v := d.v
 	if !v.Outcome.Admitted() {
 		m.writeRefusal(aw, d.call, v)

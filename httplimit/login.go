@@ -1,14 +1,10 @@
 package httplimit
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 
 	"github.com/tollgate/tollgate/engine"
@@ -25,13 +21,7 @@ func (m *middleware) readLogin(w http.ResponseWriter, r *http.Request, lg *polic
 	if err != nil && !errors.Is(err, errBadLogin) {
 		// The body did not arrive (in time, or at all).
 		m.engine.Count("login_body", "login", "-", "unread")
-		w.Header().Set("Connection", "close")
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			WriteProblem(w, Problem{Type: ProblemBodyTimeout, Status: http.StatusRequestTimeout, Detail: "the request body did not arrive in time"})
-		} else {
-			// Malformed chunking, a client gone: never an empty 200.
-			WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusBadRequest, Detail: "the request body could not be read"})
-		}
+		writeUnread(w, err)
 		return false
 	}
 	if err != nil {
@@ -40,11 +30,7 @@ func (m *middleware) readLogin(w http.ResponseWriter, r *http.Request, lg *polic
 		WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusBadRequest, Detail: strings.TrimPrefix(err.Error(), errBadLogin.Error()+": ")})
 		return false
 	}
-	r.Body = io.NopCloser(bytes.NewReader(lb.body))
-	r.ContentLength = int64(len(lb.body))
-	r.Header.Set("Content-Length", strconv.Itoa(len(lb.body)))
-	r.Header.Del("Transfer-Encoding")
-	r.TransferEncoding = nil
+	putBody(r, lb.body)
 	call.Account, call.Spelling = m.engine.Pseudonym("acct", accountKey(lb.account)), m.engine.Spelling(lb.account)
 	return true
 }

@@ -15,6 +15,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/tollgate/tollgate/identity"
 	"golang.org/x/text/collate"
 	"golang.org/x/text/language"
 	"golang.org/x/text/unicode/norm"
@@ -138,55 +139,30 @@ func checkQuery(raw, field string) error {
 }
 
 // isAccountField reports whether a field name could be read as the
-// account field by some parser: whether the two read alike by
-// fieldReading, under Unicode case folding (encoding/json and ASP.NET
-// match names case-insensitively, folding "ſ" to "s"), or, for an
-// account field that is a plain name, whether any segment of the name
-// between '.', '[' and ']' is it ("model.username", which ASP.NET Core
-// binds under a parameter's name; "user[username]", which Rails and PHP
-// nest). An account field that is itself compound ("user[email]") is
-// compared whole.
+// account field by some parser: whether some framework reads it as that
+// field at the top level (identity.ParamIs: PHP's, Rack's and qs's
+// readings of names, Unicode case folding as encoding/json and ASP.NET
+// match names), or, for an account field that is a plain name, whether
+// any segment of the name between '.', '[' and ']' is it
+// ("model.username", which ASP.NET Core binds under a parameter's name;
+// "user[username]", which Rails and PHP nest). An account field that is
+// itself compound ("user[email]") is compared whole.
 func isAccountField(name, field string) bool {
-	whole := strings.ContainsAny(field, "[].")
-	if strings.EqualFold(fieldReading(name, whole), fieldReading(field, whole)) {
+	if identity.ParamIs(name, field) {
 		return true
 	}
-	if whole {
+	if strings.ContainsAny(field, "[].") {
 		return false
 	}
 	if i := strings.IndexByte(name, 0); i >= 0 {
 		name = name[:i]
 	}
 	for _, seg := range strings.FieldsFunc(name, func(c rune) bool { return c == '.' || c == '[' || c == ']' }) {
-		if strings.EqualFold(fieldReading(seg, false), fieldReading(field, false)) {
+		if identity.ParamIs(seg, field) {
 			return true
 		}
 	}
 	return false
-}
-
-// fieldReading is a form or JSON field name as the parsers that bend
-// names read it: cut at a NUL (PHP ends the name there), leading and
-// trailing spaces dropped (PHP drops the leading ones), ' ' and '.' taken
-// for '_' (PHP's "user.name" is "user_name"), and unless whole, cut at the
-// first '[' with leading brackets dropped (the array and nested forms of
-// PHP, Rack and qs: "username[]", "username[0]", Rack's "[username]").
-func fieldReading(name string, whole bool) string {
-	if i := strings.IndexByte(name, 0); i >= 0 {
-		name = name[:i]
-	}
-	trim := func(c rune) bool { return unicode.IsSpace(c) || !whole && (c == '[' || c == ']') }
-	name = strings.TrimLeftFunc(name, trim)
-	if i := strings.IndexByte(name, '['); i >= 0 && !whole {
-		name = name[:i]
-	}
-	name = strings.TrimRightFunc(name, trim)
-	return strings.Map(func(c rune) rune {
-		if c == ' ' || c == '.' {
-			return '_'
-		}
-		return c
-	}, name)
 }
 
 // readJSONLogin reads a JSON login body: one object, its account field a

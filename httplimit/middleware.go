@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -143,6 +144,7 @@ type middleware struct {
 	next    http.Handler
 	engine  *engine.Engine
 	trusted identity.TrustedProxies
+	held    *atomic.Int64 // bytes of bodies held for their credentials (readCredentialBody)
 	// See forwardHeaders: headers keyed by headerKey that a client may
 	// not remove or shadow, and by canonical name those always replaced
 	// and those believed only from trusted proxies.
@@ -179,6 +181,7 @@ func New(opts Options) (*Front, error) {
 		opts:        opts,
 		engine:      e,
 		trusted:     opts.Policy.Trusted,
+		held:        new(atomic.Int64),
 		protected:   protected(opts.Policy.UserHeader, opts.Policy.RouteHeaders()...),
 		replaced:    canonicalSet(addressHeaders),
 		trustedOnly: canonicalSet(append(slices.Clone(proxyHeaders), opts.Policy.UserHeader)),
@@ -206,6 +209,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	defer d.release()
 	route, sub, v := d.call.Route, d.sub, d.v
 	if !v.Outcome.Admitted() {
 		if m.opts.Refused != nil && v.Reason != engine.ReasonCanceled {
@@ -252,10 +256,11 @@ func waitDelay(ctx context.Context, d time.Duration) bool {
 
 // decision is what decide found and the engine decided for a request.
 type decision struct {
-	call  engine.Call
-	sub   Subject
-	clean string // the cleaned path the route was matched on
-	v     *engine.Verdict
+	call    engine.Call
+	sub     Subject
+	clean   string // the cleaned path the route was matched on
+	v       *engine.Verdict
+	release func() // when the request is done: gives back its held body
 }
 
 // decide matches r's route on its cleaned path, finds its subject and
@@ -320,8 +325,13 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 			return decision{}, false
 		}
 	}
-	call, sub, ok := m.identify(w, r)
+	body, ok := m.readCredentialBody(w, r)
 	if !ok {
+		return decision{}, false
+	}
+	call, sub, ok := m.identify(w, r, body)
+	if !ok {
+		body.release()
 		return decision{}, false
 	}
 	call.Route = route
@@ -333,6 +343,7 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 	}
 	if route != nil && route.Login != nil && call.Key != engine.KeyUnknown && call.Key != engine.KeyMalformed {
 		if !m.readLogin(w, r, route.Login, sub, &call) {
+			body.release()
 			return decision{}, false
 		}
 	}
@@ -352,7 +363,7 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 			rec.Budget = c.Budget.Name
 		}
 	}
-	return decision{call: call, sub: sub, clean: clean, v: v}, true
+	return decision{call: call, sub: sub, clean: clean, v: v, release: body.release}, true
 }
 
 // readsAsOtherRoute returns why the server behind may serve r as another
@@ -477,7 +488,7 @@ func (m *middleware) pass(w http.ResponseWriter, r *http.Request, route *policy.
 // the request presents): the call to decide, with its subject and what
 // became of an API key it presented. On failure it has answered the
 // request.
-func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Call, Subject, bool) {
+func (m *middleware) identify(w http.ResponseWriter, r *http.Request, body bodyRead) (engine.Call, Subject, bool) {
 	p := m.opts.Policy
 	ip, chain, ok := identity.ClientChain(r, m.trusted)
 	if !ok {
@@ -490,8 +501,8 @@ func (m *middleware) identify(w http.ResponseWriter, r *http.Request) (engine.Ca
 		cred.Custom, cred.CustomOK = m.opts.Subject(r)
 	}
 	if !cred.CustomOK {
-		key, isJWT, present, kerr := identity.RequestCredential(r.Header, r.URL.RawQuery, p.JWT != nil)
-		cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, kerr != nil
+		key, isJWT, present, kerr := identity.RequestCredential(r.Header, r.URL.RawQuery, body.tokens, p.JWT != nil)
+		cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, kerr != nil || body.malformed
 		cred.Basic = identity.BasicParts(r.Header)
 		if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
 			user, ok, err := identity.UserID(r.Header, p.UserHeader)

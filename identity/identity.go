@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -84,44 +83,34 @@ func Credential(h http.Header, jwt bool) (cred string, isJWT, ok bool, err error
 // browsers' EventSource and WebSocket, which cannot set headers.
 const QueryToken = "access_token"
 
-// RequestCredential is [Credential] for a request: its headers and its
-// query (rawQuery, as it came), whose [QueryToken] parameter holds a
-// credential like a Bearer token's, so that a server behind that reads
-// it is never handed a credential other than the one charged. The
-// parameter is found wherever a server could split the query ('&' or
-// ';') and whatever the case of its name. Given more than once, empty, or
-// beside a header credential that differs, it makes the request malformed
-// (ErrMalformedKey); given alone it is the credential, read as a Bearer
-// token is.
-func RequestCredential(h http.Header, rawQuery string, jwt bool) (cred string, isJWT, ok bool, err error) {
+// RequestCredential is [Credential] for a request: its headers, its
+// query (rawQuery, as it came) and the tokens its body holds
+// ([BodyTokens]), so that a server behind that reads a credential from
+// any of them is never handed one other than the one charged. A query
+// parameter is the credential wherever a server could split the query
+// ('&' or ';') and however a common framework spells its name
+// ([ParamIs] access_token: any case, "access.token", "access+token",
+// "access_token[]", "[access_token]"). More than one such token in the
+// query and the body, an empty one, or one beside a header credential
+// that differs makes the request malformed (ErrMalformedKey); one alone
+// is the credential, read as a Bearer token is.
+func RequestCredential(h http.Header, rawQuery string, bodyTokens []string, jwt bool) (cred string, isJWT, ok bool, err error) {
 	cred, isJWT, ok, err = Credential(h, jwt)
-	if err != nil || rawQuery == "" {
+	if err != nil || rawQuery == "" && len(bodyTokens) == 0 {
 		return cred, isJWT, ok, err
 	}
-	var tokens []string
-	for pair := range strings.FieldsFuncSeq(rawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
-		name, value, _ := strings.Cut(pair, "=")
-		if len(name) < len(QueryToken) {
-			continue
-		}
-		// A name that does not decode is not access_token to a lenient
-		// decoder either (it keeps the bad escape).
-		if n, err := url.QueryUnescape(name); err != nil || !strings.EqualFold(n, QueryToken) {
-			continue
-		}
-		v, err := url.QueryUnescape(value)
-		if err != nil {
-			return "", false, false, fmt.Errorf("parsing the %s query parameter: %w: it does not decode", QueryToken, ErrMalformedKey)
-		}
-		tokens = append(tokens, v)
+	tokens, err := queryTokens(rawQuery)
+	if err != nil {
+		return "", false, false, fmt.Errorf("parsing the %s query parameter: %w: it does not decode", QueryToken, ErrMalformedKey)
 	}
+	tokens = append(tokens, bodyTokens...)
 	switch {
 	case len(tokens) == 0:
 		return cred, isJWT, ok, nil
 	case len(tokens) > 1:
-		return "", false, false, fmt.Errorf("parsing the %s query parameter: %w: more than one value", QueryToken, ErrMalformedKey)
+		return "", false, false, fmt.Errorf("parsing the %s parameter: %w: more than one value in the query and the body", QueryToken, ErrMalformedKey)
 	case ok && tokens[0] != cred:
-		return "", false, false, fmt.Errorf("parsing credentials: %w: a %s query parameter and a header credential that differ", ErrMalformedKey, QueryToken)
+		return "", false, false, fmt.Errorf("parsing credentials: %w: an %s parameter and a header credential that differ", ErrMalformedKey, QueryToken)
 	case ok:
 		return cred, isJWT, ok, nil
 	}
@@ -131,7 +120,7 @@ func RequestCredential(h http.Header, rawQuery string, jwt bool) (cred string, i
 	case err != nil:
 		return "", false, false, err
 	case !ok || cred != tokens[0]:
-		return "", false, false, fmt.Errorf("parsing the %s query parameter: %w: empty or with spaces", QueryToken, ErrMalformedKey)
+		return "", false, false, fmt.Errorf("parsing the %s parameter: %w: empty or with spaces", QueryToken, ErrMalformedKey)
 	}
 	return cred, isJWT, ok, nil
 }

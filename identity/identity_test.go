@@ -310,6 +310,7 @@ func TestRequestCredential(t *testing.T) {
 		name     string
 		header   http.Header
 		query    string
+		body     []string
 		want     string // "" with !malformed: no credential
 		malformd bool
 	}{
@@ -328,9 +329,28 @@ func TestRequestCredential(t *testing.T) {
 		{name: "spaces", query: "access_token=%20" + key, malformd: true},
 		{name: "bad escape", query: "access_token=%zz", malformd: true},
 		{name: "too long", query: "access_token=" + strings.Repeat("a", identity.MaxKeyLength+1), malformd: true},
-		{name: "another name", query: "access_tokens=" + key + "&my_access_token=" + key},
+		{name: "another name", query: "access_tokens=" + key + "&my_access_token=" + key + "&user[access_token]=" + key},
+		// PHP's, Rack's and qs's readings of the name.
+		{name: "PHP reads . as _", query: "access.token=" + key, want: key},
+		{name: "PHP reads a space as _", query: "access+token=" + key, want: key},
+		{name: "PHP reads %20 as _", query: "access%20token=" + key, want: key},
+		{name: "PHP reads an unclosed [ as _", query: "access[token=" + key, want: key},
+		{name: "PHP drops leading spaces", query: "+access_token=" + key, want: key},
+		{name: "PHP ends the name at NUL", query: "access_token%00x=" + key, want: key},
+		{name: "an array (PHP, Rack, qs)", query: "access_token[]=" + key, want: key},
+		{name: "an indexed array", query: "access_token[0]=" + key, want: key},
+		{name: "Rack's leading bracket", query: "[access_token]=" + key, want: key},
+		{name: "Unicode case folding", query: "acceſſ_token=" + key, want: key},
+		{name: "two spellings", query: "access_token=" + key + "&access.token=" + key, malformd: true},
+		{name: "an array of two", query: "access_token[]=a&access_token[]=b", malformd: true},
+		// Tokens from the body (BodyTokens) count beside the query's.
+		{name: "body only", body: []string{key}, want: key},
+		{name: "body and header alike", header: http.Header{"X-Api-Key": {key}}, body: []string{key}, want: key},
+		{name: "body and header differ", header: http.Header{"X-Api-Key": {key}}, body: []string{"other"}, malformd: true},
+		{name: "body and query", query: "access_token=" + key, body: []string{key}, malformd: true},
+		{name: "empty in the body", body: []string{""}, malformd: true},
 	} {
-		got, _, ok, err := identity.RequestCredential(c.header, c.query, false)
+		got, _, ok, err := identity.RequestCredential(c.header, c.query, c.body, false)
 		switch {
 		case c.malformd:
 			if err == nil || !errors.Is(err, identity.ErrMalformedKey) || ok || got != "" {

@@ -9,8 +9,12 @@ import (
 	"github.com/tollgate/tollgate/identity"
 )
 
-// identity compiles the identity secret, the user header and the trusted
-// proxies.
+// DefaultMaxCredentialBody is the largest form, JSON or multipart body
+// read for a credential when identity.max_body is not set.
+const DefaultMaxCredentialBody = 1 << 20
+
+// identity compiles the identity secret, the user header, the body limit
+// and the trusted proxies.
 func (c *compiler) identity(p *Policy, id IdentitySpec, env Env) {
 	switch {
 	case id.Secret != "" && id.SecretEnv != "":
@@ -41,6 +45,13 @@ func (c *compiler) identity(p *Policy, id IdentitySpec, env Env) {
 		c.addf("identity.user_header", "not a header name: %q", id.UserHeader)
 	}
 	p.UserHeader = id.UserHeader
+	p.MaxCredentialBody = int64(id.MaxBody)
+	switch {
+	case id.MaxBody == 0:
+		p.MaxCredentialBody = DefaultMaxCredentialBody
+	case id.MaxBody < 1<<10 || id.MaxBody > 64<<20:
+		c.addf("identity.max_body", "want 1KiB to 64MiB, got %v", id.MaxBody)
+	}
 	for i, s := range id.TrustedProxies {
 		pre, err := parsePrefix(s)
 		if err != nil {

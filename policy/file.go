@@ -209,6 +209,10 @@ type IdentitySpec struct {
 	// those identified by user id (default: AnonymousPlan).
 	AnonymousPlan string `yaml:"anonymous_plan"`
 	UserPlan      string `yaml:"user_plan"`
+	// MaxBody is the largest form, JSON or multipart body read for a
+	// credential (an access_token field, which frameworks read as one):
+	// default 1MiB, at most 64MiB. A larger one is a 413.
+	MaxBody ByteSize `yaml:"max_body"`
 	// JWT, if set, verifies bearer tokens that are JWTs (three
 	// base64url parts, the first a JSON object) and charges each to the
 	// subject its claims name; other bearer tokens stay API keys.

@@ -42,6 +42,10 @@ type Policy struct {
 	SecretGenerated bool
 	UserHeader      string
 	TrustedProxies  []netip.Prefix
+	// MaxCredentialBody is the largest form, JSON or multipart body read
+	// for a credential (IdentitySpec.MaxBody); zero means
+	// DefaultMaxCredentialBody.
+	MaxCredentialBody int64
 	// Trusted is TrustedProxies as the identity package uses it.
 	Trusted       identity.TrustedProxies
 	Plans         map[string]*Plan

@@ -105,6 +105,8 @@ func TestInvalidFiles(t *testing.T) {
 		{"sub-millisecond store timeout", "identity:", "store: {timeout: 10us}\nidentity:", []string{"p.yaml:3:", "store.timeout", "at least 1ms"}},
 		{"negative instances", "identity:", "store: {instances: -2}\nidentity:", []string{"p.yaml:3:", "store.instances"}},
 		{"unknown calendar fallback", "identity:", "store: {calendar_fallback: open}\nidentity:", []string{"p.yaml:3:", "store.calendar_fallback", "closed or share"}},
+		{"credential body too small", "  anonymous_plan: free", "  anonymous_plan: free\n  max_body: 100", []string{"identity.max_body", "1KiB to 64MiB"}},
+		{"credential body too large", "  anonymous_plan: free", "  anonymous_plan: free\n  max_body: 1GiB", []string{"identity.max_body", "1KiB to 64MiB"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,124 @@
+package httplimit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// heldBodies bounds the bytes of bodies held at once for reading their
+// credentials, as a multiple of the largest one: past it a request whose
+// body must be read is answered 503.
+const heldBodies = 64
+
+// A bodyRead is a request body read for its credentials: the tokens it
+// holds, and release, to call when the request is done with it.
+type bodyRead struct {
+	tokens    []string
+	malformed bool // a token field no key could be (identity.ErrMalformedKey)
+	release   func()
+}
+
+// readCredentialBody reads the body of r, when it is one frameworks parse
+// into parameters (identity.BodyKindOf: a form, multipart, JSON), whole
+// and up to the policy's MaxCredentialBody, puts it back for the handler
+// behind, and returns the credentials it holds (identity.BodyTokens). A
+// body the gateway cannot read as every framework would is refused: two
+// Content-Types (400), compressed (415), too large (413), not parsing as
+// its type says (400); so is one when too many are held at once (503).
+// On false it has answered the request.
+func (m *middleware) readCredentialBody(w http.ResponseWriter, r *http.Request) (bodyRead, bool) {
+	none := bodyRead{release: func() {}}
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
+		return none, true
+	}
+	kind, err := identity.BodyKindOf(r.Header.Values("Content-Type"))
+	if err != nil {
+		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request has more than one Content-Type: servers read one or the other"})
+		return bodyRead{}, false
+	}
+	if kind == identity.BodyOpaque {
+		return none, true
+	}
+	if ce := r.Header.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity")) {
+		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusUnsupportedMediaType,
+			Detail: "a compressed form, JSON or multipart body is not accepted: the credentials it could hold are read first; send it uncompressed"})
+		return bodyRead{}, false
+	}
+	limit := m.opts.Policy.MaxCredentialBody
+	if limit <= 0 {
+		limit = policy.DefaultMaxCredentialBody
+	}
+	tooLarge := func() (bodyRead, bool) {
+		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("a form, JSON or multipart body is read for credentials up to %d bytes (identity.max_body)", limit)})
+		return bodyRead{}, false
+	}
+	if r.ContentLength > limit {
+		return tooLarge()
+	}
+	hold := limit
+	if r.ContentLength > 0 {
+		hold = r.ContentLength
+	}
+	if m.held.Add(hold) > heldBodies*limit {
+		m.held.Add(-hold)
+		w.Header().Set("Retry-After", "1")
+		WriteProblem(w, Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
+			Detail: "too many large bodies are being read at once; retry shortly"})
+		return bodyRead{}, false
+	}
+	release := func() { m.held.Add(-hold) }
+	raw, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	switch {
+	case err != nil:
+		release()
+		writeUnread(w, err)
+		return bodyRead{}, false
+	case int64(len(raw)) > limit:
+		release()
+		return tooLarge()
+	}
+	putBody(r, raw)
+	tokens, err := identity.BodyTokens(r.Header.Get("Content-Type"), raw)
+	switch {
+	case errors.Is(err, identity.ErrMalformedKey):
+		return bodyRead{malformed: true, release: release}, true
+	case err != nil:
+		release()
+		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest,
+			Detail: "the body does not parse as its Content-Type says, so the credentials it may hold cannot be read"})
+		return bodyRead{}, false
+	}
+	return bodyRead{tokens: tokens, release: release}, true
+}
+
+// putBody gives r the body raw in place of the one read, framed by its
+// length.
+func putBody(r *http.Request, raw []byte) {
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	r.ContentLength = int64(len(raw))
+	r.Header.Set("Content-Length", strconv.Itoa(len(raw)))
+	r.Header.Del("Transfer-Encoding")
+	r.TransferEncoding = nil
+}
+
+// writeUnread answers a request whose body did not arrive (in time, or
+// at all: malformed chunking, a client gone), closing the connection:
+// never an empty 200.
+func writeUnread(w http.ResponseWriter, err error) {
+	w.Header().Set("Connection", "close")
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		WriteProblem(w, Problem{Type: ProblemBodyTimeout, Status: http.StatusRequestTimeout, Detail: "the request body did not arrive in time"})
+		return
+	}
+	WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request body could not be read"})
+}
