@@ -74,8 +74,9 @@ func TestRecordingReplays(t *testing.T) {
 // TestSimulatePanel: the dashboard's simulator replays the recording
 // under a candidate the page posts: through POST /simulate, and in
 // headless Chromium from a link (#try=...) that opens the panel with the
-// candidate and runs it. Its gateway is its own (the memory store): it
-// runs in parallel.
+// candidate and runs it once Simulate is clicked (a page that framed or
+// opened the link ran a replay per load: a link runs nothing by itself).
+// Its gateway is its own (the memory store): it runs in parallel.
 func TestSimulatePanel(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
@@ -122,16 +123,27 @@ func TestSimulatePanel(t *testing.T) {
 		t.Errorf("a body of another shape: %d, want 400", resp.StatusCode)
 	}
 
-	// One browser run prints the DOM once the page has settled and saves
-	// the screenshot.
-	page := g.admin + "/dashboard#try=" + url.PathEscape(cand)
+	// The link fills the panel and waits for a click; the click runs it.
+	tb := openTab(t)
+	tb.navigate(t, g.admin+"/dashboard#try="+url.PathEscape(cand))
+	if got := tb.evalString(t, `document.getElementById("candidate").value`); got != cand {
+		t.Fatalf("the link did not fill the candidate: %.200q", got)
+	}
+	if status := tb.evalString(t, `document.getElementById("sim-status").textContent`); !strings.Contains(status, "press Simulate") {
+		t.Fatalf("before a click the simulator says %q: the link ran the replay by itself", status)
+	}
+	if n := tb.evalString(t, `String(performance.getEntriesByType("resource").filter(e => e.name.endsWith("/simulate")).length)`); n != "0" {
+		t.Fatalf("%s requests to /simulate before a click", n)
+	}
+	tb.eval(t, `document.getElementById("simulate").click()`)
+	tb.waitFor(t, `document.getElementById("sim-status").textContent.includes("calls replayed")`)
 	shot := filepath.Join(os.TempDir(), "tollgate-simulator.png")
-	os.Remove(shot)
-	dom := headless(t, page, "--screenshot="+shot, "--window-size=1280,1400")
+	tb.screenshot(t, shot)
 	if st, err := os.Stat(shot); err != nil || st.Size() < 5000 {
 		t.Fatalf("screenshot %s: %v", shot, err)
 	}
 	t.Logf("simulator screenshot: %s", shot)
+	dom := tb.evalString(t, `document.documentElement.outerHTML`)
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`id="sim-status">101 calls replayed<`),
 		regexp.MustCompile(`<td>api</td><td>free</td><td class="n">101</td><td class="n">1</td><td class="n">61</td><td class="n">60</td><td class="n">0</td>`),

@@ -197,8 +197,13 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "public listen address (host:port); overrides listeners.public")
 	admin := fs.String("admin", "", "admin listen address (host:port); overrides listeners.admin, which off loopback needs listeners.admin_token_env")
 	state := fs.String("state", "", "where admin changes (keys, tenants, rollbacks) are kept without Redis (default: the policy file's path + .state.json; with Redis they are kept there)")
+	simBudget := fs.Duration("simulate-budget", gateway.DefaultSimulateBudget, "the CPU time a dashboard or POST /simulate replay may take before it is stopped (answered 503)")
 	if code, done := parse(fs, args, stdout); done {
 		return code
+	}
+	if *simBudget <= 0 {
+		fmt.Fprintln(stderr, "serve: --simulate-budget must be positive")
+		return 2
 	}
 	if *config == "" {
 		fmt.Fprintln(stderr, "serve: --config (or TOLLGATE_CONFIG) is required")
@@ -263,7 +268,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		*state = *config + ".state.json"
 	}
 	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: *redisURL, Logger: log, Public: *listen, Admin: *admin, Version: version,
-		StateFile: *state})
+		StateFile: *state, SimulateBudget: *simBudget})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

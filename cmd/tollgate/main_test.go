@@ -54,6 +54,10 @@ func TestUsage(t *testing.T) {
 	if code := run([]string{"serve"}, nil, &out, &errb); code != 2 {
 		t.Fatalf("serve without --config: exit %d", code)
 	}
+	errb.Reset()
+	if code := run([]string{"serve", "--config", "x.yaml", "--simulate-budget", "0s"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--simulate-budget") {
+		t.Fatalf("serve with no replay budget: exit %d, %q", code, errb.String())
+	}
 }
 
 // trustAll is a valid policy that trusts every IPv4 peer as a proxy.
