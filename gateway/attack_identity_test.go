@@ -326,7 +326,8 @@ func TestBasicAuthKey(t *testing.T) {
 // anonymous plan and forwarded as it came: with the Free key used up,
 // `?access.token=KEY` (PHP reads it as access_token), `?access+token=`,
 // `?access_token[]=` and a form body `access_token=KEY` (RFC 6750
-// section 2.2, which r.FormValue reads) were 100 × 200 from 5 addresses.
+// section 2.2, which r.FormValue reads) were 100 × 200 from 5 addresses;
+// so was `Authorization: Token KEY` (Rails, Django REST framework).
 // Now each is charged to that key (429) or refused (400, 401, 413, 415),
 // and none reaches the upstream.
 func TestCredentialSpellings(t *testing.T) {
@@ -358,6 +359,9 @@ func TestCredentialSpellings(t *testing.T) {
 			`{"access_token":["` + freeKey + `"]}`, `{"\u0061ccess_token":"` + freeKey + `"}`} {
 			attempts = append(attempts, attempt{"POST", "/api/items", "application/json", body}, attempt{"PATCH", "/", "application/vnd.api+json", body})
 		}
+		// Rails and Django REST framework read the Token scheme as Bearer.
+		attempts = append(attempts, attempt{"GET", "/api/items", "", ""})
+		tokenScheme := len(attempts) - 1
 		// Bodies the gateway cannot read as every framework would.
 		attempts = append(attempts,
 			attempt{"POST", "/api/items", "application/x-www-form-urlencoded; charset=utf-16", "access_token=" + freeKey},
@@ -370,6 +374,9 @@ func TestCredentialSpellings(t *testing.T) {
 				req.Header.Set("Content-Type", a.ctype)
 			}
 			req.Header.Set("X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i%5+1))
+			if i == tokenScheme {
+				req.Header.Set("Authorization", `Token token="`+freeKey+`", nonce="1"`)
+			}
 			resp, err := client.Do(req)
 			if err != nil {
 				t.Fatal(err)

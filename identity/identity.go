@@ -37,8 +37,9 @@ const (
 )
 
 // APIKey extracts an API key from "Authorization: Bearer <token>" (the
-// scheme is case-insensitive) or from "X-API-Key". An Authorization
-// header with another scheme is ignored.
+// scheme is case-insensitive; "Token <token>", which Rails and Django REST
+// framework read alike, is one too) or from "X-API-Key". An
+// Authorization header with another scheme is ignored.
 //
 // ok is false, and err nil, when neither header holds a key. err wraps
 // [ErrMalformedKey] when a header that holds a key is malformed (empty,
@@ -212,10 +213,29 @@ func credential(h http.Header, max int) (key string, ok bool, err error) {
 }
 
 // bearerToken returns the token of an Authorization value "Bearer <token>"
-// with surrounding whitespace trimmed, and whether the scheme is Bearer.
+// with surrounding whitespace trimmed, and whether the scheme is Bearer,
+// or Token, which Rails (authenticate_with_http_token) and Django REST
+// framework (TokenAuthentication) read alike: "Token <token>", or as
+// Rails reads its options, `Token token="<token>", nonce="..."`.
 func bearerToken(v string) (token string, ok bool) {
+	if token, ok = schemeToken(v, "Bearer"); ok {
+		return token, true
+	}
+	if token, ok = schemeToken(v, "Token"); !ok {
+		return "", false
+	}
+	first, _, _ := strings.Cut(token, ",")
+	first, _, _ = strings.Cut(first, ";")
+	if name, val, ok := strings.Cut(trimOWS(first), "="); ok && strings.EqualFold(trimOWS(name), "token") {
+		return strings.Trim(trimOWS(val), `"`), true
+	}
+	return token, true
+}
+
+// schemeToken returns what follows scheme in an Authorization value,
+// whitespace trimmed, and whether the scheme (in any case) is that one.
+func schemeToken(v, scheme string) (string, bool) {
 	v = trimOWS(v)
-	const scheme = "Bearer"
 	if len(v) < len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
 		return "", false
 	}

@@ -67,6 +67,16 @@ func TestAPIKey(t *testing.T) {
 		{name: "x-api-key tab", h: hdr("X-API-Key", "abc\tdef"), wantErr: true},
 		{name: "x-api-key invalid UTF-8", h: hdr("X-API-Key", "\xc3\x28"), wantErr: true},
 		{name: "x-api-key twice", h: hdr("X-API-Key", "a", "X-API-Key", "b"), wantErr: true},
+		// Rails' authenticate_with_http_token and Django REST framework's
+		// TokenAuthentication read the Token scheme as Bearer.
+		{name: "token scheme", h: hdr("Authorization", "Token abc"), want: "abc", wantOK: true},
+		{name: "token scheme any case", h: hdr("Authorization", "token  abc "), want: "abc", wantOK: true},
+		{name: "token with options (Rails)", h: hdr("Authorization", `Token token="abc", nonce="n1"`), want: "abc", wantOK: true},
+		{name: "token= unquoted (Rails)", h: hdr("Authorization", "Token token=abc;nonce=n1"), want: "abc", wantOK: true},
+		{name: "token and x-api-key differ", h: hdr("Authorization", "Token abc", "X-API-Key", "def"), wantErr: true},
+		{name: "token empty", h: hdr("Authorization", "Token "), wantErr: true},
+		{name: "token= empty", h: hdr("Authorization", `Token token=""`), wantErr: true},
+		{name: "another scheme", h: hdr("Authorization", "Tokens abc")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
