@@ -202,7 +202,8 @@ func TestMethodOverride(t *testing.T) {
 // cost, limit, concurrency or shaping is decided as that route however it
 // is spelt: with a format extension (Rails: /api/export.json is
 // /api/export), under a PHP front controller (Symfony, Laravel:
-// /index.php/api/export), with a trailing dot or space (IIS). Each was
+// /index.php/api/export, and CodeIgniter's /index.php?/api/export), with
+// a trailing dot or space (IIS). Each was
 // charged as the cheaper /api/ or / route: 10 exports for 10 units
 // instead of 100, 10 of 10 user exports where the route admits 3, 20 at
 // once past a 10-in-flight limit, and a shaped route unshaped.
@@ -244,6 +245,16 @@ func TestRouteReadings(t *testing.T) {
 				t.Errorf("GET %s: %d, RateLimit %q: not charged as an export (want %s...)", path, resp.StatusCode, resp.Header.Get("RateLimit"), want)
 				spent = 1000 - atoiPrefix(resp.Header.Get("RateLimit"))
 			}
+		}
+		// CodeIgniter serves a path in the query of its root or front
+		// controller as that path: refused where it names another route.
+		for _, path := range []string{"/index.php?/api/export", "/?/api/export", "/INDEX.PHP?/api/export?x=1", "/?/api/users/1/export"} {
+			if resp := do(path); resp.StatusCode != 400 || resp.Header.Get("RateLimit") != "" {
+				t.Errorf("GET %s: %d, RateLimit %q; want 400, nothing charged", path, resp.StatusCode, resp.Header.Get("RateLimit"))
+			}
+		}
+		if resp := do("/?/"); resp.StatusCode != 200 {
+			t.Errorf("GET /?/ (the root either way): %d", resp.StatusCode)
 		}
 		for _, id := range []string{"8", "9", "10"} {
 			admitted := 0

@@ -368,14 +368,17 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 
 // readsAsOtherRoute returns why the server behind may serve r as another
 // route than route, which rr matched, or "": its path read otherwise
-// (policy.PathReadings: dot segments, encoded slashes; unless the handler
-// forwards the cleaned path), its method read otherwise
+// (policy.PathReadings: dot segments, encoded slashes, unless the handler
+// forwards the cleaned path; policy.QueryPath), its method read otherwise
 // (policy.MethodReadings: X-HTTP-Method-Override, _method), or both.
 func (m *middleware) readsAsOtherRoute(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route, forwardAuth bool) string {
 	methods := policy.MethodReadings(r.Method, r.Header, r.URL.RawQuery)
 	var paths []string
 	if forwardAuth || !m.opts.CleanPathForwarded {
 		paths = policy.PathReadings(r.URL.EscapedPath())
+	}
+	if qp := policy.QueryPath(rr.Path, r.URL.RawQuery); qp != "" {
+		paths = append(paths, qp) // forwarded as it came, whatever the path
 	}
 	if len(methods) == 0 && len(paths) == 0 {
 		return "" // the usual case
@@ -393,7 +396,7 @@ func (m *middleware) readsAsOtherRoute(p *policy.Policy, r *http.Request, rr pol
 				continue
 			}
 			if i == 0 {
-				return "the request path reads as different routes to different servers (a dot segment or an encoded '/'); send it without them"
+				return "the request path reads as different routes to different servers (a dot segment, an encoded '/', or a path in the query, which CodeIgniter serves /index.php?/x as); send it without them"
 			}
 			return "the request names another method (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override or _method) that reads as another route; send it with that method"
 		}

@@ -245,6 +245,25 @@ func PathReadings(escaped string) []string {
 	return out
 }
 
+// QueryPath returns the path that CodeIgniter serves a request for the
+// cleaned path with the raw query as, or "": for the site's root or its
+// front controller alone ("/", "/index.php"), a query that starts with
+// '/' names the path, up to a second '?' ("/index.php?/api/export" is
+// "/api/export"), decoded and cleaned here.
+func QueryPath(path, rawQuery string) string {
+	if !strings.HasPrefix(rawQuery, "/") {
+		return ""
+	}
+	if p := strings.Trim(path, "/"); p != "" && (strings.Contains(p, "/") || !strings.HasSuffix(strings.ToLower(p), ".php")) {
+		return ""
+	}
+	q, _, _ := strings.Cut(rawQuery, "?")
+	if d, err := url.PathUnescape(q); err == nil {
+		q = d
+	}
+	return CleanPath(q)
+}
+
 // readsDifferently reports whether an escaped path may hold a dot
 // segment or an encoded slash: whether PathReadings has work to do.
 func readsDifferently(escaped string) bool {

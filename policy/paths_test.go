@@ -266,3 +266,22 @@ func TestAmbiguousPath(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryPath: CodeIgniter serves a path given in the query of its root
+// or front controller ("/index.php?/api/export") as that path.
+func TestQueryPath(t *testing.T) {
+	for _, c := range []struct{ path, query, want, why string }{
+		{"/index.php", "/api/export", "/api/export", "the front controller"},
+		{"/", "/api/export?x=1", "/api/export", "the root; the query goes on after a second '?'"},
+		{"/app.php/", "/api//export/", "/api/export/", "cleaned"},
+		{"/", "/api%2Fexport", "/api/export", "decoded"},
+		{"/", "x=/api/export", "", "a parameter, not a path"},
+		{"/search", "/api/export", "", "not the root"},
+		{"/index.php/x", "/api/export", "", "a path after the front controller"},
+		{"/", "", "", "no query"},
+	} {
+		if got := policy.QueryPath(c.path, c.query); got != c.want {
+			t.Errorf("%s: QueryPath(%q, %q) = %q, want %q", c.why, c.path, c.query, got, c.want)
+		}
+	}
+}
