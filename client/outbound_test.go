@@ -248,11 +248,20 @@ func (s *schedule) turn(at algo.Place) int64 {
 
 // taken returns the places taken and not given back, by turn.
 func (s *schedule) taken() []place {
+	return s.placesWhere(func(p *place) bool { return !p.given })
+}
+
+// given returns the places taken and then given back, by turn.
+func (s *schedule) given() []place {
+	return s.placesWhere(func(p *place) bool { return p.given })
+}
+
+func (s *schedule) placesWhere(keep func(*place) bool) []place {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []place
 	for _, p := range s.places {
-		if !p.given {
+		if keep(p) {
 			out = append(out, *p)
 		}
 	}
@@ -539,7 +548,11 @@ func TestOutboundCriticalWhileBatchSaturates(t *testing.T) {
 		// most batchWithin away when it was taken) and the critical
 		// places taken since, one turn each, itself included; those
 		// whose turns have passed no longer count, so the critical
-		// places still ahead of it bound them.
+		// places still ahead of it bound them. So do batch places
+		// taken past the threshold and given back after it was
+		// decided: they were in the queue ahead of it (a load that
+		// delays the give-back makes more of them).
+		given := sch.given()
 		var criticalDelays []time.Duration
 		mostAhead, batchOver, criticalOver := 0, 0, 0
 		for _, c := range places {
@@ -555,6 +568,11 @@ func TestOutboundCriticalWhileBatchSaturates(t *testing.T) {
 				ahead := 0
 				for _, o := range places {
 					if o.class == "critical" && o != c && o.decided <= c.decided && o.turn > c.decided {
+						ahead++
+					}
+				}
+				for _, o := range given {
+					if o.decided <= c.decided && o.turn > c.decided && o.turn < c.turn {
 						ahead++
 					}
 				}

@@ -43,16 +43,32 @@ func openTab(t *testing.T) *tab {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("chromium: %v", err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	// "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/ID"
-	var host string
+	var browser string
 	sc := bufio.NewScanner(stderr)
 	for sc.Scan() {
-		if _, rest, ok := strings.Cut(sc.Text(), "DevTools listening on ws://"); ok {
-			host, _, _ = strings.Cut(rest, "/")
+		if _, rest, ok := strings.Cut(sc.Text(), "DevTools listening on "); ok {
+			browser = rest
 			break
 		}
 	}
+	// Closed as a user closes it, so that its helper processes are done
+	// with the profile before the test removes it.
+	t.Cleanup(func() {
+		if ws, err := websocket.Dial(browser, "", "http://127.0.0.1/"); err == nil {
+			websocket.JSON.Send(ws, map[string]any{"id": 1, "method": "Browser.close"})
+			ws.Close()
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute): // a hung browser only
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	host, _, _ := strings.Cut(strings.TrimPrefix(browser, "ws://"), "/")
 	if host == "" {
 		t.Fatal("chromium did not say where DevTools listens")
 	}

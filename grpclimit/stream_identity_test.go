@@ -111,7 +111,8 @@ func TestCredentialSpellings(t *testing.T) {
 		{[]string{"authorization", "Bearer " + testKey, "authorization", "Bearer other"}, "Unauthenticated"},
 		{[]string{"authorization", "bearer " + testKey}, "key"},
 		{[]string{"authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte(testKey+":"))}, "key"},
-		{[]string{"authorization", "Token " + testKey}, "ip"},
+		{[]string{"authorization", "Token " + testKey}, "key"}, // as Rails and Django REST framework read it
+		{[]string{"authorization", "Digest " + testKey}, "ip"},
 		{[]string{"x-api-key-bin", testKey}, "ip"},
 		{[]string{"x-user-id", "alice"}, "ip"}, // no trusted proxies
 	}
