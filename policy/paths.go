@@ -106,19 +106,46 @@ const ReservedPrefix = "/_tollgate/"
 // a reading of the path that keeps them (PathReadings) must keep them
 // here too.
 func MatchKey(p string) string {
-	plain := true
-	for i := 0; i < len(p); i++ {
-		if c := p[i]; c == ';' || c == '.' || c == ' ' || c >= 'A' && c <= 'Z' || c >= 0x80 {
-			plain = false
-			break
-		}
-	}
-	if plain {
+	if plainKey(p) {
 		return p // the usual case: nothing to do, nothing allocated
 	}
-	segs := strings.Split(strings.ToLower(p), "/")
-	kept := segs[:0]
-	dotParams := false
+	kept, dotParams := keySegments(strings.Split(strings.ToLower(p), "/"))
+	// kept[0] is "" (p is absolute); kept[len-1] is "" for a trailing slash.
+	if len(kept) > 2 && len(kept[1]) > len(".php") && strings.HasSuffix(kept[1], ".php") {
+		kept = append(kept[:1], kept[2:]...) // a front controller
+	}
+	last := len(kept) - 1
+	if kept[last] == "" && last > 1 {
+		last--
+	}
+	kept[last] = withoutFormat(kept[last])
+	if dotParams {
+		// "/a/..;/b" is "/b" to the servers that drop parameters.
+		return CleanPath(strings.Join(kept, "/"))
+	}
+	if k := strings.Join(kept, "/"); strings.Trim(k, "/") != "" {
+		return k
+	}
+	return "/"
+}
+
+// plainKey reports whether p is its own MatchKey: nothing in it that
+// servers read away.
+func plainKey(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c == ';' || c == '.' || c == ' ' || c >= 'A' && c <= 'Z' || c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// keySegments returns a lower-case path's segments without their path
+// parameters and trailing dots and spaces, the empty ones that leaves
+// dropped (but the first and last), and whether a dot segment had
+// parameters.
+func keySegments(segs []string) (kept []string, dotParams bool) {
+	kept = segs[:0]
 	for i, s := range segs {
 		s, _, params := strings.Cut(s, ";")
 		if s == "." || s == ".." {
@@ -130,28 +157,20 @@ func MatchKey(p string) string {
 			kept = append(kept, s)
 		}
 	}
-	// kept[0] is "" (p is absolute); kept[len-1] is "" for a trailing slash.
-	if len(kept) > 2 && len(kept[1]) > len(".php") && strings.HasSuffix(kept[1], ".php") {
-		kept = append(kept[:1], kept[2:]...) // a front controller
+	return kept, dotParams
+}
+
+// withoutFormat returns a last segment without its format extension, from
+// its first dot ("export.json.gz" is "export"); a leading dot is part of
+// the name (".env"), and a dot segment stays one.
+func withoutFormat(s string) string {
+	if s == "." || s == ".." {
+		return s
 	}
-	last := len(kept) - 1
-	if kept[last] == "" && last > 1 {
-		last--
+	if dot := strings.IndexByte(s, '.'); dot > 0 {
+		return strings.TrimRight(s[:dot], ". ")
 	}
-	if s := kept[last]; s != "." && s != ".." {
-		if dot := strings.IndexByte(s, '.'); dot > 0 {
-			kept[last] = strings.TrimRight(s[:dot], ". ")
-		}
-	}
-	if dotParams {
-		// "/a/..;/b" is "/b" to the servers that drop parameters.
-		return CleanPath(strings.Join(kept, "/"))
-	}
-	k := strings.Join(kept, "/")
-	if k == "" || strings.Trim(k, "/") == "" {
-		return "/"
-	}
-	return k
+	return s
 }
 
 // AmbiguousPath returns why servers may read the decoded request path p
@@ -159,7 +178,8 @@ func MatchKey(p string) string {
 // control byte (where some stop reading), a dot segment with path
 // parameters ("/a/..;/b" is "/b" to a Servlet container and under /a/ to
 // most others), or a segment of only dots and spaces beside "." and ".."
-// ("/a/.. /b" is "/b" to IIS, which reads trailing dots and spaces away). No route could say which resource such a request names.
+// ("/a/.. /b" is "/b" to IIS, which reads trailing dots and spaces
+// away). No route could say which resource such a request names.
 func AmbiguousPath(p string) string {
 	if strings.IndexFunc(p, func(c rune) bool { return c == '\\' || c < 0x20 || c == 0x7f }) >= 0 {
 		return "the request path holds a backslash or a control character (perhaps escaped, as %5C or %00)"
