@@ -43,7 +43,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -59,7 +58,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
-	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -96,15 +94,9 @@ type Options struct {
 	RequireRoute bool
 }
 
-// Subject is who a call was attributed to.
-type Subject struct {
-	engine.Subject
-	Key *policy.APIKey // for Kind "key"
-	// Addr is the client address the call was charged to.
-	Addr netip.Addr
-
-	trustedPeer bool // the immediate peer is a trusted proxy
-}
+// Subject is who a call was attributed to: the identity every front
+// reports (engine.Identity).
+type Subject = engine.Identity
 
 // Info is what the interceptor decided, for the handler behind it.
 type Info struct {
@@ -196,7 +188,7 @@ func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 func (l *Limiter) handlerContext(ctx context.Context, info *Info) context.Context {
 	ctx = context.WithValue(ctx, ctxKey{}, info)
 	name := strings.ToLower(l.opts.Policy.UserHeader)
-	if name == "" || info.Subject.trustedPeer {
+	if name == "" || info.Subject.TrustedPeer {
 		return ctx
 	}
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(name)) > 0 {
@@ -341,33 +333,19 @@ func refusal(ctx context.Context, call engine.Call, v *engine.Verdict, md metada
 // identify finds who the call comes from (engine.Identify, as httplimit
 // does), reading the metadata as HTTP headers with the same parsers.
 func (l *Limiter) identify(ctx context.Context) (engine.Call, Subject, error) {
-	p := l.opts.Policy
-	r := &http.Request{Header: header(ctx)}
-	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
-		if _, isTCP := pr.Addr.(*net.TCPAddr); isTCP {
-			r.RemoteAddr = pr.Addr.String()
+	pr := engine.Presented{Header: header(ctx)}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		if _, isTCP := p.Addr.(*net.TCPAddr); isTCP {
+			pr.RemoteAddr = p.Addr.String()
 		}
 	}
-	ip, _, ok := identity.ClientChain(r, p.Trusted)
-	if !ok {
+	call, sub, err := l.engine.IdentifyPresented(ctx, pr)
+	switch {
+	case errors.Is(err, engine.ErrNoClientAddress):
 		return engine.Call{}, Subject{}, status.Error(codes.InvalidArgument, "the client address cannot be determined")
+	case err != nil:
+		return engine.Call{}, Subject{}, status.Error(codes.InvalidArgument, "the user id metadata is malformed")
 	}
-	peerIP, _ := identity.PeerAddr(r)
-	sub := Subject{Addr: ip, trustedPeer: p.Trusted.Contains(peerIP)}
-	key, isJWT, present, kerr := identity.Credential(r.Header, p.JWT != nil)
-	cred := engine.Credentials{Client: ip, Key: key, JWT: isJWT, KeyPresent: present, KeyMalformed: kerr != nil,
-		Basic: identity.BasicParts(r.Header)}
-	if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
-		user, ok, err := identity.UserID(r.Header, p.UserHeader)
-		if err != nil {
-			return engine.Call{}, Subject{}, status.Error(codes.InvalidArgument, "the user id metadata is malformed")
-		}
-		if ok {
-			cred.User = user
-		}
-	}
-	call, k := l.engine.IdentifyContext(ctx, cred)
-	sub.Subject, sub.Key = call.Subject, k
 	return call, sub, nil
 }
 

@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"net/http"
-	"net/netip"
 	"net/textproto"
 	"strings"
 )
@@ -124,8 +123,8 @@ func (m *middleware) forwardHeaders(h http.Header, sub Subject, trustedPeer bool
 	if sub.Addr.IsValid() {
 		out.Set("X-Real-Ip", sub.Addr.String())
 	}
-	if len(sub.chain) > 0 {
-		out.Set("X-Forwarded-For", joinAddrs(sub.chain))
+	if len(sub.Chain) > 0 {
+		out.Set("X-Forwarded-For", sub.ForwardedFor())
 	}
 	return out
 }
@@ -144,18 +143,3 @@ func (m *middleware) touches(h http.Header, trustedPeer bool) bool {
 	return false
 }
 
-// ForwardedFor is what X-Forwarded-For should say of the request before
-// the hop that received it: the client charged and the trusted proxies
-// after it ("" when the client is the peer). A proxy appends the peer.
-func (s Subject) ForwardedFor() string { return joinAddrs(s.chain) }
-
-func joinAddrs(as []netip.Addr) string {
-	var b strings.Builder
-	for i, a := range as {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(a.String())
-	}
-	return b.String()
-}

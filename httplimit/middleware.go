@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -112,16 +111,9 @@ type TopRefused = engine.TopRefused
 // registered); see [engine.NewMetrics].
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) { return engine.NewMetrics(reg) }
 
-// Subject is who a request was attributed to.
-type Subject struct {
-	engine.Subject
-	Key *policy.APIKey // for Kind "key"
-	// Addr is the client address the request was charged to.
-	Addr netip.Addr
-
-	chain       []netip.Addr // the forwarding chain vouched for (identity.ClientChain)
-	trustedPeer bool         // the immediate peer is a trusted proxy
-}
+// Subject is who a request was attributed to: the identity every front
+// reports (engine.Identity).
+type Subject = engine.Identity
 
 // Info is what the middleware decided, for the handler behind it.
 type Info struct {
@@ -483,43 +475,28 @@ func (m *middleware) pass(w http.ResponseWriter, r *http.Request, route *policy.
 	}
 	info := &Info{Route: route, Subject: sub, Decision: d, Path: clean}
 	r2 := r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
-	r2.Header = m.forwardHeaders(r.Header, sub, sub.trustedPeer)
+	r2.Header = m.forwardHeaders(r.Header, sub, sub.TrustedPeer)
 	m.next.ServeHTTP(w, r2)
 }
 
-// identify finds who the request comes from (engine.Identify, on what
-// the request presents): the call to decide, with its subject and what
-// became of an API key it presented. On failure it has answered the
-// request.
+// identify finds who the request comes from (engine.IdentifyPresented,
+// on what the request presents): the call to decide, with its subject
+// and what became of an API key it presented. On failure it has answered
+// the request.
 func (m *middleware) identify(w http.ResponseWriter, r *http.Request, body bodyRead) (engine.Call, Subject, bool) {
-	p := m.opts.Policy
-	ip, chain, ok := identity.ClientChain(r, m.trusted)
-	if !ok {
+	pr := engine.Presented{Header: r.Header, RawQuery: r.URL.RawQuery, BodyTokens: body.tokens, BodyMalformed: body.malformed, RemoteAddr: r.RemoteAddr}
+	if m.opts.Subject != nil {
+		pr.Custom, pr.CustomOK = m.opts.Subject(r)
+	}
+	call, sub, err := m.engine.IdentifyPresented(r.Context(), pr)
+	switch {
+	case errors.Is(err, engine.ErrNoClientAddress):
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the client address cannot be determined"})
 		return engine.Call{}, Subject{}, false
+	case err != nil:
+		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the user id header is malformed"})
+		return engine.Call{}, Subject{}, false
 	}
-	sub := Subject{Addr: ip, chain: chain, trustedPeer: m.peerTrusted(r)}
-	cred := engine.Credentials{Client: ip}
-	if m.opts.Subject != nil {
-		cred.Custom, cred.CustomOK = m.opts.Subject(r)
-	}
-	if !cred.CustomOK {
-		key, isJWT, present, kerr := identity.RequestCredential(r.Header, r.URL.RawQuery, body.tokens, p.JWT != nil)
-		cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, kerr != nil || body.malformed
-		cred.Basic = identity.BasicParts(r.Header)
-		if !present && kerr == nil && p.UserHeader != "" && sub.trustedPeer {
-			user, ok, err := identity.UserID(r.Header, p.UserHeader)
-			if err != nil {
-				WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the user id header is malformed"})
-				return engine.Call{}, Subject{}, false
-			}
-			if ok {
-				cred.User = user
-			}
-		}
-	}
-	call, key := m.engine.IdentifyContext(r.Context(), cred)
-	sub.Subject, sub.Key = call.Subject, key
 	return call, sub, true
 }
 
