@@ -142,4 +142,3 @@ func (m *middleware) touches(h http.Header, trustedPeer bool) bool {
 	}
 	return false
 }
-
