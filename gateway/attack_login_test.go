@@ -582,7 +582,10 @@ func TestLoginOtherMethods(t *testing.T) {
 // a path under their front controller ("/index.php/login") as the path
 // after it, so beside a route for everything else an attempt at a login
 // route's path so spelt is guarded as the login route: with the account
-// locked, the right password does not reach the service. A login page
+// locked, the right password does not reach the service. So is one under
+// an ASP.NET cookieless segment, and one that names it in the query
+// (CodeIgniter's /index.php?/login, Drupal's ?q=login) is refused by any
+// method. A login page
 // asked for with an extension (GET /login.html, no body) is served.
 func TestLoginPathSpellings(t *testing.T) {
 	onStores(t, func(t *testing.T, redisURL string) {
@@ -596,13 +599,30 @@ func TestLoginPathSpellings(t *testing.T) {
 				t.Fatalf("wrong password %d: %d", i, code)
 			}
 		}
-		for _, path := range []string{"/login.json", "/Login.JSON", "/login.x", "/login.json/", "/index.php/login", "/app.php/login/", "/index.php/login.json"} {
+		for _, path := range []string{"/login.json", "/Login.JSON", "/login.x", "/login.json/", "/index.php/login", "/app.php/login/", "/index.php/login.json",
+			"/(S(x))/login"} {
 			before := up.hits.Load()
 			if code := postLogin(t, g, "198.51.100.9", path, "application/json", `{"username":"alice","password":"demo"}`); code != 429 {
 				t.Errorf("POST %s: status %d, want 429 (the account is locked)", path, code)
 			}
 			if up.hits.Load() != before {
 				t.Errorf("POST %s: reached the upstream", path)
+			}
+		}
+		// The path in the query (CodeIgniter, Drupal), by any method.
+		for _, c := range []struct{ method, target string }{
+			{"GET", "/index.php?/login"}, {"OPTIONS", "/?/login"}, {"POST", "/?q=login"}, {"PUT", "/index.php?q=login"},
+		} {
+			req, _ := http.NewRequest(c.method, g.public+c.target, strings.NewReader(`{"username":"alice","password":"demo"}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Forwarded-For", "198.51.100.9")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 400 && resp.StatusCode != 405 {
+				t.Errorf("%s %s: status %d, want 400 or 405", c.method, c.target, resp.StatusCode)
 			}
 		}
 		if n := up.logins("alice"); n != 0 {

@@ -202,8 +202,10 @@ func TestMethodOverride(t *testing.T) {
 // cost, limit, concurrency or shaping is decided as that route however it
 // is spelt: with a format extension (Rails: /api/export.json is
 // /api/export), under a PHP front controller (Symfony, Laravel:
-// /index.php/api/export, and CodeIgniter's /index.php?/api/export), with
-// a trailing dot or space (IIS). Each was
+// /index.php/api/export; CodeIgniter's /index.php?/api/export, Drupal's
+// ?q=api/export), with a trailing dot or space or a cookieless session
+// segment (IIS, ASP.NET), or in X-Original-URL (old Symfony, Zend). Each
+// was
 // charged as the cheaper /api/ or / route: 10 exports for 10 units
 // instead of 100, 10 of 10 user exports where the route admits 3, 20 at
 // once past a 10-in-flight limit, and a shaped route unshaped.
@@ -238,7 +240,8 @@ func TestRouteReadings(t *testing.T) {
 		}
 		spent := 0
 		for _, path := range []string{"/api/export.json", "/api/export.JSON", "/api/export.json/", "/index.php/api/export",
-			"/app.php/api/export.csv", "/api/export.", "/api/export%20", "/api/export;", "/api/export.json;x=1", "/API/Export.Json"} {
+			"/app.php/api/export.csv", "/api/export.", "/api/export%20", "/api/export;", "/api/export.json;x=1", "/API/Export.Json",
+			"/(S(x1))/api/export", "/api/(A(x)S(y))/export"} {
 			resp := do(path)
 			spent += 10
 			if want := fmt.Sprintf(`"pro";r=%d;`, 1000-spent); resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("RateLimit"), want) {
@@ -246,11 +249,22 @@ func TestRouteReadings(t *testing.T) {
 				spent = 1000 - atoiPrefix(resp.Header.Get("RateLimit"))
 			}
 		}
-		// CodeIgniter serves a path in the query of its root or front
-		// controller as that path: refused where it names another route.
-		for _, path := range []string{"/index.php?/api/export", "/?/api/export", "/INDEX.PHP?/api/export?x=1", "/?/api/users/1/export"} {
-			if resp := do(path); resp.StatusCode != 400 || resp.Header.Get("RateLimit") != "" {
-				t.Errorf("GET %s: %d, RateLimit %q; want 400, nothing charged", path, resp.StatusCode, resp.Header.Get("RateLimit"))
+		// Front controllers that take the path from the query (CodeIgniter
+		// ?/x, Drupal ?q=x, Yii ?r=x), and old Symfony and Zend from
+		// X-Original-URL: refused where it names another route.
+		for _, c := range []struct{ target, header string }{
+			{"/index.php?/api/export", ""}, {"/?/api/export", ""}, {"/INDEX.PHP?/api/export?x=1", ""}, {"/?/api/users/1/export", ""},
+			{"/index.php?q=api/export", ""}, {"/?q=api/export", ""}, {"/index.php?r=api%2Fexport", ""},
+			{"/", "X-Original-URL"}, {"/", "X-Rewrite-URL"},
+		} {
+			header := []string{"X-API-Key", proKey}
+			if c.header != "" {
+				header = append(header, c.header, "/api/export")
+			}
+			resp := get(t, g.public+c.target, header...)
+			resp.Body.Close()
+			if resp.StatusCode != 400 || resp.Header.Get("RateLimit") != "" {
+				t.Errorf("GET %s %s: %d, RateLimit %q; want 400, nothing charged", c.target, c.header, resp.StatusCode, resp.Header.Get("RateLimit"))
 			}
 		}
 		if resp := do("/?/"); resp.StatusCode != 200 {

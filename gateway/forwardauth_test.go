@@ -507,6 +507,14 @@ func TestForwardAuthLoginThroughProxies(t *testing.T) {
 			for _, m := range []string{"POST", "GET", "OPTIONS", "PUT", "DELETE"} {
 				send(m, "/login", right)
 			}
+			// Read as /login by ASP.NET (a cookieless session segment),
+			// CodeIgniter and Drupal (the path in the query).
+			for _, c := range []struct{ method, target string }{
+				{"POST", "/(S(x))/login"}, {"POST", "/(S(x))/LOGIN"}, {"GET", "/index.php?/login"},
+				{"PUT", "/?/login"}, {"POST", "/index.php?/login"}, {"POST", "/?q=login"}, {"OPTIONS", "/?q=login"},
+			} {
+				send(c.method, c.target, right)
+			}
 			if n := up.logins("alice"); n != 0 {
 				t.Errorf("the locked account was logged into %d times through %s", n, px.name)
 			}

@@ -38,41 +38,47 @@ func (m *middleware) readLogin(w http.ResponseWriter, r *http.Request, lg *polic
 // loginElsewhere returns why r may reach a login route's handler by
 // another method than that route's, carrying an attempt the guard would
 // not see (a Go handler that does not check r.Method, a PHP script,
-// Express's app.all), with the method to Allow, or "". r could carry an
-// attempt unless it is a GET, HEAD or OPTIONS with no body and no
-// account field in its query string (the login page). route is the
-// route rr matched; another route (or none) would pass r on unguarded.
-// The path's other spellings (/login.json, /index.php/login) are the
-// login route's own: they match it (policy.MatchKey).
-func loginElsewhere(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route) (why, allow string) {
+// Express's app.all), with the method to Allow, or "": at its own path or
+// one it reads as (others, see otherPaths: CodeIgniter's
+// /index.php?/login). r could carry an attempt unless it is a GET, HEAD
+// or OPTIONS with no body and no account field in its query string (the
+// login page). route is the route rr matched; another route (or none)
+// would pass r on unguarded. The path's other spellings (/login.json,
+// /index.php/login) are the login route's own: they match it
+// (policy.MatchKey).
+func loginElsewhere(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route, others []string) (why, allow string) {
 	if route != nil && route.Login != nil {
 		return "", ""
 	}
 	bodiless := r.ContentLength == 0 && len(r.TransferEncoding) == 0
 	safe := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
-	if safe && bodiless && r.URL.RawQuery == "" {
+	if safe && bodiless && r.URL.RawQuery == "" && len(others) == 0 {
 		return "", "" // the usual case: no attempt to carry
 	}
-	o := loginRouteAt(p, rr)
+	o := loginRouteAt(p, rr, others)
 	if o == nil || safe && bodiless && checkQuery(r.URL.RawQuery, o.Login.AccountField) == nil {
 		return "", ""
 	}
 	return fmt.Sprintf("this path is a login route for %s: a login attempt by another method is not accepted", o.Method), o.Method
 }
 
-// loginRouteAt returns the login route that rr's path matches under the
-// route's own method (whatever rr's method), or nil.
-func loginRouteAt(p *policy.Policy, rr policy.RouteRequest) *policy.Route {
-	for _, lr := range p.Routes {
-		if lr.Login == nil {
-			continue
-		}
-		other := rr
-		if lr.Method != "" {
-			other.Method = lr.Method
-		}
-		if o, _ := p.MatchRequest(other); o != nil && o.Login != nil {
-			return o
+// loginRouteAt returns the login route that rr's path, or one of others
+// that it reads as, matches under the route's own method (whatever rr's
+// method), or nil.
+func loginRouteAt(p *policy.Policy, rr policy.RouteRequest, others []string) *policy.Route {
+	for _, path := range append([]string{rr.Path}, others...) {
+		for _, lr := range p.Routes {
+			if lr.Login == nil {
+				continue
+			}
+			other := rr
+			other.Path = path
+			if lr.Method != "" {
+				other.Method = lr.Method
+			}
+			if o, _ := p.MatchRequest(other); o != nil && o.Login != nil {
+				return o
+			}
 		}
 	}
 	return nil

@@ -287,12 +287,13 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		return decision{}, false
 	}
 	route, params := p.MatchRequest(rr)
-	if why := m.readsAsOtherRoute(p, r, rr, route, forwardAuth); why != "" {
+	others := m.otherPaths(r, rr, forwardAuth)
+	if why := readsAsOtherRoute(p, r, rr, route, others); why != "" {
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
 		return decision{}, false
 	}
 	if forwardAuth {
-		if lr := loginRouteAt(p, rr); lr != nil {
+		if lr := loginRouteAt(p, rr, others); lr != nil {
 			// The proxy shows neither the body nor the upstream's
 			// answer, whatever the method: no attempt can be guarded.
 			m.engine.Count("-", lr.Group, "-", "unsupported")
@@ -300,7 +301,7 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 			return decision{}, false
 		}
 	}
-	if why, allow := loginElsewhere(p, r, rr, route); why != "" {
+	if why, allow := loginElsewhere(p, r, rr, route, others); why != "" {
 		m.engine.Count("login_body", "login", "-", "bad_request")
 		w.Header().Set("Allow", allow)
 		WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusMethodNotAllowed, Detail: why})
@@ -358,25 +359,32 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 	return decision{call: call, sub: sub, clean: clean, v: v, release: body.release}, true
 }
 
-// readsAsOtherRoute returns why the server behind may serve r as another
-// route than route, which rr matched, or "": its path read otherwise
-// (policy.PathReadings: dot segments, encoded slashes, unless the handler
-// forwards the cleaned path; policy.QueryPath), its method read otherwise
-// (policy.MethodReadings: X-HTTP-Method-Override, _method), or both.
-func (m *middleware) readsAsOtherRoute(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route, forwardAuth bool) string {
-	methods := policy.MethodReadings(r.Method, r.Header, r.URL.RawQuery)
+// otherPaths returns the paths besides rr's that the server behind may
+// serve r as: its path read otherwise (policy.PathReadings: dot segments,
+// encoded slashes; unless the handler forwards the cleaned path), a path
+// a front controller takes from its query (policy.QueryPaths) or an old
+// framework from a header (policy.HeaderPaths), both forwarded as they
+// came.
+func (m *middleware) otherPaths(r *http.Request, rr policy.RouteRequest, forwardAuth bool) []string {
 	var paths []string
 	if forwardAuth || !m.opts.CleanPathForwarded {
 		paths = policy.PathReadings(r.URL.EscapedPath())
 	}
-	if qp := policy.QueryPath(rr.Path, r.URL.RawQuery); qp != "" {
-		paths = append(paths, qp) // forwarded as it came, whatever the path
-	}
-	if len(methods) == 0 && len(paths) == 0 {
+	paths = append(paths, policy.QueryPaths(rr.Path, r.URL.RawQuery)...)
+	return append(paths, policy.HeaderPaths(r.Header)...)
+}
+
+// readsAsOtherRoute returns why the server behind may serve r as another
+// route than route, which rr matched, or "": its path read otherwise (one
+// of others, see otherPaths), its method read otherwise
+// (policy.MethodReadings: X-HTTP-Method-Override, _method), or both.
+func readsAsOtherRoute(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route, others []string) string {
+	methods := policy.MethodReadings(r.Method, r.Header, r.URL.RawQuery)
+	if len(methods) == 0 && len(others) == 0 {
 		return "" // the usual case
 	}
 	methods = append([]string{r.Method}, methods...)
-	paths = append([]string{rr.Path}, paths...)
+	paths := append([]string{rr.Path}, others...)
 	for i, method := range methods {
 		for j, path := range paths {
 			if i == 0 && j == 0 {
@@ -388,7 +396,7 @@ func (m *middleware) readsAsOtherRoute(p *policy.Policy, r *http.Request, rr pol
 				continue
 			}
 			if i == 0 {
-				return "the request path reads as different routes to different servers (a dot segment, an encoded '/', or a path in the query, which CodeIgniter serves /index.php?/x as); send it without them"
+				return "the request path reads as different routes to different servers (a dot segment, an encoded '/', a path in the query, which CodeIgniter and Drupal serve /index.php?/x and ?q=x as, or in X-Original-URL); send it without them"
 			}
 			return "the request names another method (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override or _method) that reads as another route; send it with that method"
 		}

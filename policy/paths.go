@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/http"
 	"net/url"
 	"path"
 	"slices"
@@ -89,7 +90,8 @@ const ReservedPrefix = "/_tollgate/"
 //   - without path parameters (";jsessionid=…", which Servlet containers
 //     drop from each segment);
 //   - without a segment's trailing dots and spaces ("/export." and
-//     "/export%20", which IIS and Windows read as "/export");
+//     "/export%20", which IIS and Windows read as "/export"), and without
+//     ASP.NET's cookieless session segments ("/(S(x))/export");
 //   - without a first segment that names a PHP front controller when a
 //     path follows it ("/index.php/export", which Symfony and Laravel
 //     serve as "/export");
@@ -133,7 +135,7 @@ func MatchKey(p string) string {
 // servers read away.
 func plainKey(p string) bool {
 	for i := 0; i < len(p); i++ {
-		if c := p[i]; c == ';' || c == '.' || c == ' ' || c >= 'A' && c <= 'Z' || c >= 0x80 {
+		if c := p[i]; c == ';' || c == '.' || c == ' ' || c == '(' || c >= 'A' && c <= 'Z' || c >= 0x80 {
 			return false
 		}
 	}
@@ -148,9 +150,12 @@ func keySegments(segs []string) (kept []string, dotParams bool) {
 	kept = segs[:0]
 	for i, s := range segs {
 		s, _, params := strings.Cut(s, ";")
-		if s == "." || s == ".." {
+		switch {
+		case s == "." || s == "..":
 			dotParams = dotParams || params
-		} else {
+		case cookieless(s):
+			s = ""
+		default:
 			s = strings.TrimRight(s, ". ")
 		}
 		if s != "" || i == 0 || i == len(segs)-1 {
@@ -158,6 +163,26 @@ func keySegments(segs []string) (kept []string, dotParams bool) {
 		}
 	}
 	return kept, dotParams
+}
+
+// cookieless reports whether a (lower-case) segment is an ASP.NET
+// cookieless session segment, "(s(...))" or several as "(a(...)s(...))",
+// which IIS removes from the path wherever it stands.
+func cookieless(seg string) bool {
+	if len(seg) < 5 || seg[0] != '(' || seg[len(seg)-1] != ')' {
+		return false
+	}
+	for rest := seg[1 : len(seg)-1]; rest != ""; {
+		if len(rest) < 3 || rest[0] < 'a' || rest[0] > 'z' || rest[1] != '(' {
+			return false
+		}
+		end := strings.IndexByte(rest, ')')
+		if end < 0 || strings.ContainsAny(rest[2:end], "(") {
+			return false
+		}
+		rest = rest[end+1:]
+	}
+	return true
 }
 
 // withoutFormat returns a last segment without its format extension, from
@@ -265,23 +290,66 @@ func PathReadings(escaped string) []string {
 	return out
 }
 
-// QueryPath returns the path that CodeIgniter serves a request for the
-// cleaned path with the raw query as, or "": for the site's root or its
-// front controller alone ("/", "/index.php"), a query that starts with
-// '/' names the path, up to a second '?' ("/index.php?/api/export" is
-// "/api/export"), decoded and cleaned here.
-func QueryPath(path, rawQuery string) string {
-	if !strings.HasPrefix(rawQuery, "/") {
-		return ""
+// QueryPaths returns the paths that PHP front controllers serve a request
+// for the cleaned path with the raw query as, when the path is the site's
+// root or a front controller alone ("/", "/index.php"): a query that
+// starts with '/' up to a second '?' (CodeIgniter: "/index.php?/api/x"
+// is "/api/x"), the q parameter (Drupal 7), the r parameter (Yii) and the
+// rest_route parameter under /wp-json (WordPress); each decoded and
+// cleaned. A request whose readings match different routes names no one
+// route: fronts refuse it.
+func QueryPaths(path, rawQuery string) []string {
+	if rawQuery == "" {
+		return nil
 	}
 	if p := strings.Trim(path, "/"); p != "" && (strings.Contains(p, "/") || !strings.HasSuffix(strings.ToLower(p), ".php")) {
-		return ""
+		return nil
 	}
-	q, _, _ := strings.Cut(rawQuery, "?")
-	if d, err := url.PathUnescape(q); err == nil {
-		q = d
+	var out []string
+	add := func(prefix, p string) {
+		if d, err := url.PathUnescape(p); err == nil {
+			p = d
+		}
+		out = append(out, CleanPath(prefix+"/"+strings.TrimPrefix(p, "/")))
 	}
-	return CleanPath(q)
+	if strings.HasPrefix(rawQuery, "/") {
+		q, _, _ := strings.Cut(rawQuery, "?")
+		add("", q)
+	}
+	for pair := range strings.FieldsFuncSeq(rawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
+		name, value, _ := strings.Cut(pair, "=")
+		v, err := url.QueryUnescape(value)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "q", "r":
+			add("", v)
+		case "rest_route":
+			add("/wp-json", v)
+		}
+	}
+	return out
+}
+
+// pathHeaders are the headers that Symfony (before 2018: CVE-2018-14773)
+// and Zend read as the request's path, as IIS's URL rewriting set them.
+var pathHeaders = []string{"X-Original-Url", "X-Rewrite-Url"}
+
+// HeaderPaths returns the paths that the request's headers name as its
+// own to the frameworks that read them (pathHeaders), cleaned.
+func HeaderPaths(h http.Header) []string {
+	var out []string
+	for _, name := range pathHeaders {
+		for _, v := range h[name] {
+			p, _, _ := strings.Cut(v, "?")
+			if d, err := url.PathUnescape(p); err == nil {
+				p = d
+			}
+			out = append(out, CleanPath("/"+strings.TrimPrefix(p, "/")))
+		}
+	}
+	return out
 }
 
 // readsDifferently reports whether an escaped path may hold a dot

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"fmt"
+	"net/http"
 	"net/url"
 	"path"
 	"slices"
@@ -180,6 +181,12 @@ func TestMatchKey(t *testing.T) {
 		"/api./export":         "/api/export",
 		"/api/export;":         "/api/export",
 		"/api/export.json;x=1": "/api/export",
+		// ASP.NET removes its cookieless session segments anywhere.
+		"/(S(x1))/api/export":   "/api/export",
+		"/api/(S(abc))/export":  "/api/export",
+		"/(A(x)S(y)F(z))/login": "/login",
+		"/api/(x)/export":       "/api/(x)/export", // not one
+		"/api/(S(x)/export":     "/api/(s(x)/export",
 	} {
 		if got := policy.MatchKey(in); got != want {
 			t.Errorf("MatchKey(%q) = %q, want %q", in, got, want)
@@ -267,21 +274,46 @@ func TestAmbiguousPath(t *testing.T) {
 	}
 }
 
-// TestQueryPath: CodeIgniter serves a path given in the query of its root
-// or front controller ("/index.php?/api/export") as that path.
-func TestQueryPath(t *testing.T) {
-	for _, c := range []struct{ path, query, want, why string }{
-		{"/index.php", "/api/export", "/api/export", "the front controller"},
-		{"/", "/api/export?x=1", "/api/export", "the root; the query goes on after a second '?'"},
-		{"/app.php/", "/api//export/", "/api/export/", "cleaned"},
-		{"/", "/api%2Fexport", "/api/export", "decoded"},
-		{"/", "x=/api/export", "", "a parameter, not a path"},
-		{"/search", "/api/export", "", "not the root"},
-		{"/index.php/x", "/api/export", "", "a path after the front controller"},
-		{"/", "", "", "no query"},
+// TestQueryPaths: PHP front controllers that take the path from the query
+// of the site's root or of the controller itself.
+func TestQueryPaths(t *testing.T) {
+	for _, c := range []struct {
+		path, query string
+		want        []string
+		why         string
+	}{
+		{"/index.php", "/api/export", []string{"/api/export"}, "CodeIgniter: the query is the path"},
+		{"/", "/api/export?x=1", []string{"/api/export"}, "CodeIgniter: the query goes on after a second '?'"},
+		{"/app.php/", "/api//export/", []string{"/api/export/"}, "cleaned"},
+		{"/", "/api%2Fexport", []string{"/api/export"}, "decoded"},
+		{"/index.php", "q=api/export&x=1", []string{"/api/export"}, "Drupal 7: ?q="},
+		{"/", "r=api%2Fexport", []string{"/api/export"}, "Yii: ?r="},
+		{"/", "rest_route=/wc/v3/orders", []string{"/wp-json/wc/v3/orders"}, "WordPress: ?rest_route= is under /wp-json"},
+		{"/", "x=/api/export", nil, "another parameter"},
+		{"/search", "/api/export", nil, "not the root"},
+		{"/search", "q=api/export", nil, "a search, not a front controller"},
+		{"/index.php/x", "/api/export", nil, "a path after the front controller"},
+		{"/", "", nil, "no query"},
 	} {
-		if got := policy.QueryPath(c.path, c.query); got != c.want {
-			t.Errorf("%s: QueryPath(%q, %q) = %q, want %q", c.why, c.path, c.query, got, c.want)
+		if got := policy.QueryPaths(c.path, c.query); !slices.Equal(got, c.want) {
+			t.Errorf("%s: QueryPaths(%q, %q) = %q, want %q", c.why, c.path, c.query, got, c.want)
+		}
+	}
+}
+
+// TestHeaderPaths: the headers older Symfony and Zend read as the path.
+func TestHeaderPaths(t *testing.T) {
+	for _, c := range []struct {
+		header http.Header
+		want   []string
+	}{
+		{http.Header{"X-Original-Url": {"/api/export?x=1"}}, []string{"/api/export"}},
+		{http.Header{"X-Rewrite-Url": {"//api/./export"}}, []string{"/api/export"}},
+		{http.Header{"X-Original-Uri": {"/api/export"}}, nil}, // nginx's, for forward-auth
+		{http.Header{}, nil},
+	} {
+		if got := policy.HeaderPaths(c.header); !slices.Equal(got, c.want) {
+			t.Errorf("HeaderPaths(%v) = %q, want %q", c.header, got, c.want)
 		}
 	}
 }
