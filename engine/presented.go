@@ -71,8 +71,9 @@ var ErrNoClientAddress = errors.New("the client address cannot be determined")
 // IdentifyPresented finds who a call comes from: the client address
 // (forwarding headers believed only from the policy's trusted proxies),
 // then, unless the front named the subject (Custom), its credential
-// (identity.RequestCredential: headers, query and body alike, and a
-// Basic credential's parts), else a user id from the policy's user header
+// (identity.RequestCredential: headers, and the policy's credential
+// fields in the query, the body and the cookies alike; and a Basic
+// credential's parts), else a user id from the policy's user header
 // when the peer is trusted; and decides the call they make
 // ([Engine.IdentifyContext]). It fails with ErrNoClientAddress, or an
 // error wrapping identity.ErrMalformedUser for a user header that holds
@@ -88,8 +89,14 @@ func (e *Engine) IdentifyPresented(ctx context.Context, p Presented) (Call, Iden
 	id := Identity{Addr: ip, Chain: chain, TrustedPeer: pol.Trusted.Contains(peer)}
 	cred := Credentials{Client: ip, Custom: p.Custom, CustomOK: p.CustomOK}
 	if !cred.CustomOK {
-		key, isJWT, present, err := identity.RequestCredential(p.Header, p.RawQuery, p.BodyTokens, pol.JWT != nil)
-		cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, err != nil || p.BodyMalformed
+		fields := pol.CredentialFields
+		if fields == nil {
+			fields = identity.DefaultFields
+		}
+		tokens, qerr := fields.QueryTokens(p.RawQuery)
+		tokens = append(append(tokens, p.BodyTokens...), fields.CookieTokens(p.Header)...)
+		key, isJWT, present, err := identity.RequestCredential(p.Header, tokens, pol.JWT != nil)
+		cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, err != nil || qerr != nil || p.BodyMalformed
 		cred.Basic = identity.BasicParts(p.Header)
 		if !present && !cred.KeyMalformed && pol.UserHeader != "" && id.TrustedPeer {
 			user, ok, err := identity.UserID(p.Header, pol.UserHeader)

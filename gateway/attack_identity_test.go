@@ -327,7 +327,11 @@ func TestBasicAuthKey(t *testing.T) {
 // `?access.token=KEY` (PHP reads it as access_token), `?access+token=`,
 // `?access_token[]=` and a form body `access_token=KEY` (RFC 6750
 // section 2.2, which r.FormValue reads) were 100 × 200 from 5 addresses;
-// so was `Authorization: Token KEY` (Rails, Django REST framework).
+// so were `Authorization: Token KEY` (Rails, Django REST framework),
+// "Basic x, Bearer KEY" (Laravel), ?api_token= (Laravel), ?bearer_token=
+// (Doorkeeper), an access_token cookie (PHP's $_REQUEST, ASP.NET), a POST
+// form without a type (Rack) and multipart bodies that PHP splits
+// otherwise than Go.
 // Now each is charged to that key (429) or refused (400, 401, 413, 415),
 // and none reaches the upstream.
 func TestCredentialSpellings(t *testing.T) {
@@ -359,9 +363,36 @@ func TestCredentialSpellings(t *testing.T) {
 			`{"access_token":["` + freeKey + `"]}`, `{"\u0061ccess_token":"` + freeKey + `"}`} {
 			attempts = append(attempts, attempt{"POST", "/api/items", "application/json", body}, attempt{"PATCH", "/", "application/vnd.api+json", body})
 		}
-		// Rails and Django REST framework read the Token scheme as Bearer.
-		attempts = append(attempts, attempt{"GET", "/api/items", "", ""})
-		tokenScheme := len(attempts) - 1
+		// Rack reads a POST without a type as a form; PHP's multipart
+		// parser takes the first "boundary" in the type, and reads '\\'
+		// and '\'' in a part's Content-Disposition otherwise than Go.
+		attempts = append(attempts,
+			attempt{"POST", "/api/items", "", "access_token=" + freeKey},
+			attempt{"POST", "/api/items", "multipart/form-data; xboundary=AAA; boundary=BBB",
+				"--BBB\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1\r\n--BBB--\r\n--AAA\r\nContent-Disposition: form-data; name=\"access_token\"\r\n\r\n" + freeKey + "\r\n--AAA--\r\n"},
+			attempt{"POST", "/api/items", "multipart/form-data; boundary=XyZ",
+				"--XyZ\r\nContent-Disposition: form-data; name=\"x\"; a=\"\\\\\"; b=\"; name=access_token; c=\"\r\n\r\n" + freeKey + "\r\n--XyZ--\r\n"},
+			attempt{"POST", "/api/items", "multipart/form-data; boundary=XyZ",
+				"--XyZ\r\nContent-Disposition: form-data; name='access_token'\r\n\r\n" + freeKey + "\r\n--XyZ--\r\n"},
+			// Other frameworks' fields (Laravel's api_token, Doorkeeper's
+			// bearer_token), classic ASP.NET's %u escapes.
+			attempt{"GET", "/api/items?api_token=" + freeKey, "", ""},
+			attempt{"GET", "/api/items?bearer_token=" + freeKey, "", ""},
+			attempt{"POST", "/api/items", "application/x-www-form-urlencoded", "api_token=" + freeKey},
+			attempt{"GET", "/api/items?%u0061ccess_token=" + freeKey, "", ""})
+		// Headers: Rails and Django REST framework read the Token scheme
+		// as Bearer; Laravel takes the last "Bearer " anywhere; PHP's
+		// $_REQUEST and ASP.NET's Request[] read cookies.
+		headed := map[int][2]string{}
+		for _, h := range [][2]string{
+			{"Authorization", `Token token="` + freeKey + `", nonce="1"`},
+			{"Authorization", "Basic Zm9v, Bearer " + freeKey},
+			{"Authorization", "xBearer " + freeKey},
+			{"Cookie", "a=1; access_token=" + freeKey},
+		} {
+			attempts = append(attempts, attempt{"GET", "/api/items", "", ""})
+			headed[len(attempts)-1] = h
+		}
 		// Bodies the gateway cannot read as every framework would.
 		attempts = append(attempts,
 			attempt{"POST", "/api/items", "application/x-www-form-urlencoded; charset=utf-16", "access_token=" + freeKey},
@@ -370,12 +401,15 @@ func TestCredentialSpellings(t *testing.T) {
 		before := up.hits.Load()
 		for i, a := range attempts {
 			req, _ := http.NewRequest(a.method, g.public+a.target, strings.NewReader(a.body))
+			if a.body == "" {
+				req.Body, req.ContentLength = nil, 0
+			}
 			if a.ctype != "" {
 				req.Header.Set("Content-Type", a.ctype)
 			}
 			req.Header.Set("X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i%5+1))
-			if i == tokenScheme {
-				req.Header.Set("Authorization", `Token token="`+freeKey+`", nonce="1"`)
+			if h, ok := headed[i]; ok {
+				req.Header.Set(h[0], h[1])
 			}
 			resp, err := client.Do(req)
 			if err != nil {

@@ -28,7 +28,8 @@ type bodyRead struct {
 }
 
 // readCredentialBody reads the body of r, when it is one frameworks parse
-// into parameters (identity.BodyKindOf: a form, multipart, JSON), whole
+// into parameters (identity.BodyKindOf: a form, multipart, JSON, a POST
+// without a Content-Type), whole
 // and up to the policy's MaxCredentialBody, puts it back for the handler
 // behind, and returns the credentials it holds (identity.BodyTokens). A
 // body the gateway cannot read as every framework would is refused: two
@@ -40,7 +41,7 @@ func (m *middleware) readCredentialBody(w http.ResponseWriter, r *http.Request) 
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
 		return none, true
 	}
-	kind, err := identity.BodyKindOf(r.Header.Values("Content-Type"))
+	kind, err := identity.BodyKindOf(r.Method, r.Header.Values("Content-Type"))
 	if err != nil {
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request has more than one Content-Type: servers read one or the other"})
 		return bodyRead{}, false
@@ -88,7 +89,11 @@ func (m *middleware) readCredentialBody(w http.ResponseWriter, r *http.Request) 
 		return tooLarge()
 	}
 	putBody(r, raw)
-	tokens, err := identity.BodyTokens(r.Header.Get("Content-Type"), raw)
+	fields := m.opts.Policy.CredentialFields
+	if fields == nil {
+		fields = identity.DefaultFields
+	}
+	tokens, err := fields.BodyTokens(kind, r.Header.Get("Content-Type"), raw)
 	switch {
 	case errors.Is(err, identity.ErrMalformedKey):
 		return bodyRead{malformed: true, release: release}, true

@@ -8,7 +8,7 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
-	"net/url"
+	"net/http"
 	"strings"
 )
 
@@ -33,12 +33,16 @@ const (
 	BodyJSON
 )
 
-// BodyKindOf returns what family the Content-Type values ctype name, as
-// broadly as the frameworks that parse bodies match them (case
-// ignored, parameters and spaces around the type aside). An error
-// (wrapping ErrUnreadableBody) is a Content-Type given twice where either
-// names a parsed family: servers read one or the other.
-func BodyKindOf(ctype []string) (BodyKind, error) {
+// BodyKindOf returns what family a request's body is, by its method and
+// its Content-Type values ctype, as broadly as the frameworks that parse
+// bodies match them (case ignored, parameters and spaces around the type
+// aside): a POST with no Content-Type, or an empty one, is a form to Rack.
+// An error (wrapping ErrUnreadableBody) is a Content-Type given twice
+// where either names a parsed family: servers read one or the other.
+func BodyKindOf(method string, ctype []string) (BodyKind, error) {
+	if method == http.MethodPost && (len(ctype) == 0 || len(ctype) == 1 && strings.TrimSpace(ctype[0]) == "") {
+		return BodyForm, nil
+	}
 	kind := BodyOpaque
 	for _, v := range ctype {
 		k := kindOf(v)
@@ -64,23 +68,28 @@ func kindOf(ctype string) BodyKind {
 	return BodyOpaque
 }
 
-// BodyTokens returns the values of the fields of a request body that a
-// common framework reads as the [QueryToken] credential: in a form, each
-// pair whose name [ParamIs] access_token (split at '&' and ';'); in
-// multipart/form-data, each part so named, file or not; in JSON, each
-// member of the top-level object so named (passport's req.body,
-// Laravel's input(), Rails' params read no deeper). ctype is the
-// request's one Content-Type.
+// BodyTokens returns the values of the fields of a body of the given
+// kind (BodyKindOf) that name one of f: in a form, each pair so named
+// (split at '&' and ';'); in multipart/form-data, each part so named,
+// file or not; in JSON, each member of the top-level object so named
+// (passport's req.body, Laravel's input(), Rails' params read no deeper).
+// ctype is the request's one Content-Type ("" for a form without one).
 //
-// A JSON member so named whose value is not a string is a credential
-// no key could be: the error wraps ErrMalformedKey. A body that does not
-// parse as its type says, or whose charset is not ASCII-compatible (so
-// that the names could be spelt in other bytes), wraps
-// ErrUnreadableBody. Errors never hold a value.
-func BodyTokens(ctype string, body []byte) ([]string, error) {
-	kind := kindOf(ctype)
+// A JSON member so named whose value is not a string is a credential no
+// key could be, and so is a form value that does not decode alike
+// everywhere: the error wraps ErrMalformedKey. A body that does not parse
+// as its type says, whose charset is not ASCII-compatible (so that the
+// names could be spelt in other bytes), or that parsers of multipart
+// bodies could split differently (a second "boundary" in the type, a
+// backslash or a single quote in a part's Content-Disposition, a
+// delimiter outside the parts) wraps ErrUnreadableBody. Errors never hold
+// a value.
+func (f Fields) BodyTokens(kind BodyKind, ctype string, body []byte) ([]string, error) {
 	if kind == BodyOpaque || len(body) == 0 {
 		return nil, nil
+	}
+	if kind == BodyForm && strings.TrimSpace(ctype) == "" {
+		return f.QueryTokens(string(body))
 	}
 	_, params, err := mime.ParseMediaType(ctype)
 	if err != nil {
@@ -93,49 +102,22 @@ func BodyTokens(ctype string, body []byte) ([]string, error) {
 	}
 	switch kind {
 	case BodyForm:
-		return formTokens(string(body))
+		return f.QueryTokens(string(body))
 	case BodyMultipart:
-		return multipartTokens(params["boundary"], body)
-	}
-	return jsonTokens(body)
-}
-
-// formTokens reads a form as a query is read: see queryTokens.
-func formTokens(form string) ([]string, error) {
-	tokens, err := queryTokens(form)
-	if err != nil {
-		return nil, fmt.Errorf("reading the body: %w: a form pair does not decode", ErrUnreadableBody)
-	}
-	return tokens, nil
-}
-
-// queryTokens returns the values of the pairs of a query or form whose
-// name some framework reads as QueryToken, split wherever a server
-// could split them ('&' or ';'). A name that does not decode is not
-// access_token to a lenient decoder either (it keeps the bad escape); a
-// value that does not decode is an error.
-func queryTokens(raw string) ([]string, error) {
-	var tokens []string
-	for pair := range strings.FieldsFuncSeq(raw, func(r rune) bool { return r == '&' || r == ';' }) {
-		name, value, _ := strings.Cut(pair, "=")
-		if n, err := url.QueryUnescape(name); err != nil || !ParamIs(n, QueryToken) {
-			continue
+		if strings.Count(strings.ToLower(ctype), "boundary") > 1 {
+			return nil, fmt.Errorf("reading the body: %w: \"boundary\" twice in its Content-Type (PHP takes the first)", ErrUnreadableBody)
 		}
-		v, err := url.QueryUnescape(value)
-		if err != nil {
-			return nil, err
-		}
-		tokens = append(tokens, v)
+		return f.multipartTokens(params["boundary"], body)
 	}
-	return tokens, nil
+	return f.jsonTokens(body)
 }
 
 // maxParts bounds the parts of a multipart body read.
 const maxParts = 1000
 
-// multipartTokens reads the parts of a multipart body named as the
-// credential.
-func multipartTokens(boundary string, body []byte) ([]string, error) {
+// multipartTokens reads the parts of a multipart body named as a
+// credential field.
+func (f Fields) multipartTokens(boundary string, body []byte) ([]string, error) {
 	if boundary == "" {
 		return nil, fmt.Errorf("reading the body: %w: multipart without a boundary", ErrUnreadableBody)
 	}
@@ -145,20 +127,27 @@ func multipartTokens(boundary string, body []byte) ([]string, error) {
 		p, err := r.NextRawPart()
 		switch {
 		case err == io.EOF:
+			// Every delimiter is one Go read: none before, between or
+			// after the parts that another parser could start a part at.
+			if strings.Count(string(body), "--"+boundary) != i+1 {
+				return nil, fmt.Errorf("reading the body: %w: a multipart delimiter outside the parts", ErrUnreadableBody)
+			}
 			return tokens, nil
 		case err != nil:
 			return nil, fmt.Errorf("reading the body: %w: a multipart part does not parse", ErrUnreadableBody)
 		case i >= maxParts:
 			return nil, fmt.Errorf("reading the body: %w: more than %d parts", ErrUnreadableBody, maxParts)
 		}
-		if len(p.Header.Values("Content-Disposition")) > 1 {
+		if cd := p.Header.Values("Content-Disposition"); len(cd) > 1 {
 			return nil, fmt.Errorf("reading the body: %w: a part with two Content-Disposition headers", ErrUnreadableBody)
+		} else if len(cd) == 1 && strings.ContainsAny(cd[0], `\'`) {
+			return nil, fmt.Errorf("reading the body: %w: a backslash or a single quote in a part's Content-Disposition (PHP reads them otherwise)", ErrUnreadableBody)
 		}
 		_, dp, err := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
 		if err != nil && p.Header.Get("Content-Disposition") != "" {
 			return nil, fmt.Errorf("reading the body: %w: a part's Content-Disposition does not parse", ErrUnreadableBody)
 		}
-		if !ParamIs(dp["name"], QueryToken) {
+		if !f.isName(dp["name"]) {
 			continue
 		}
 		v, err := io.ReadAll(p)
@@ -170,9 +159,9 @@ func multipartTokens(boundary string, body []byte) ([]string, error) {
 }
 
 // jsonTokens reads the members of a JSON body's top-level object named
-// as the credential; a body that is not one JSON value is unreadable,
+// as a credential field; a body that is not one JSON value is unreadable,
 // one that is not an object holds none.
-func jsonTokens(body []byte) ([]string, error) {
+func (f Fields) jsonTokens(body []byte) ([]string, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	var v any
 	// Decode twice: once to learn it is a single valid value, once for
@@ -196,14 +185,25 @@ func jsonTokens(body []byte) ([]string, error) {
 		if err := dec.Decode(&raw); err != nil {
 			return nil, fmt.Errorf("reading the body: %w: not valid JSON", ErrUnreadableBody)
 		}
-		if !ParamIs(name, QueryToken) {
+		if !f.isName(name) {
 			continue
 		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, fmt.Errorf("reading the body: %w: the %s member is not a string", ErrMalformedKey, QueryToken)
+			return nil, fmt.Errorf("reading the body: %w: a credential member that is not a string", ErrMalformedKey)
 		}
 		tokens = append(tokens, s)
 	}
 	return tokens, nil
+}
+
+// isName reports whether a decoded name (a multipart part's, a JSON
+// member's) is one of f.
+func (f Fields) isName(name string) bool {
+	for _, want := range f {
+		if ParamIs(name, want) {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package identity_test
 
 import (
 	"errors"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -10,7 +11,7 @@ import (
 )
 
 // TestBodyTokens: every field of a form, multipart or JSON body that a
-// common framework reads as access_token is found; bodies that cannot be
+// common framework reads as a credential field is found; bodies that cannot be
 // read as every framework reads them are refused.
 func TestBodyTokens(t *testing.T) {
 	const form = "application/x-www-form-urlencoded"
@@ -33,10 +34,10 @@ func TestBodyTokens(t *testing.T) {
 		{"Application/X-WWW-Form-Urlencoded; charset=UTF-8", "access.token=K", []string{"K"}, nil, "any case, PHP's '.'"},
 		{form, "a=1;access_token[]=K", []string{"K"}, nil, "split at ';', an array"},
 		{form, "access_token=K&Access_Token=L", []string{"K", "L"}, nil, "two: RequestCredential refuses them"},
-		{form, "access_token=%zz", nil, identity.ErrUnreadableBody, "a value that does not decode"},
+		{form, "access_token=%zz", nil, identity.ErrMalformedKey, "a value that does not decode: no key"},
 		{form + "; charset=utf-16", "access_token=K", nil, identity.ErrUnreadableBody, "names could be spelt in other bytes"},
 		{"text/plain", "access_token=K", nil, nil, "no framework parses text/plain"},
-		{"", "access_token=K", nil, nil, "nor a body without a type"},
+		{"", "access_token=K", nil, nil, "nor a PUT body without a type (a POST is a form to Rack)"},
 		{"application/json", `{"access_token":"K","a":{"access_token":"X"}}`, []string{"K"}, nil, "the top level only"},
 		{"application/vnd.api+json", `{"ACCESS_TOKEN":"K"}`, []string{"K"}, nil, "encoding/json matches names ignoring case"},
 		{"application/json", `{"\u0061ccess_token":"K"}`, []string{"K"}, nil, "an escaped name"},
@@ -52,8 +53,16 @@ func TestBodyTokens(t *testing.T) {
 		{"multipart/form-data", mp(`form-data; name="access_token"`, "K"), nil, identity.ErrUnreadableBody, "no boundary"},
 		{"multipart/form-data; boundary=B", "--B\r\nContent-Disposition: form-data; name=\"access_token\"\r\n\r\nK", nil, identity.ErrUnreadableBody, "truncated"},
 		{"multipart/form-data; boundary=B", "--B\r\nContent-Disposition: form-data; name=\"a\"\r\nContent-Disposition: form-data; name=\"access_token\"\r\n\r\nK\r\n--B--\r\n", nil, identity.ErrUnreadableBody, "two dispositions"},
+		// PHP's multipart parser: the first "boundary" in the type, '\\'
+		// and '\'' in Content-Disposition read otherwise than Go does.
+		{"multipart/form-data; xboundary=A; boundary=B", mp(`form-data; name="x"`, "1"), nil, identity.ErrUnreadableBody, "two boundaries"},
+		{"multipart/form-data; boundary=B", mp(`form-data; name="x"; a="\\"; b="; name=access_token; c="`, "K"), nil, identity.ErrUnreadableBody, "a backslash"},
+		{"multipart/form-data; boundary=B", mp(`form-data; name='access_token'`, "K"), nil, identity.ErrUnreadableBody, "a single quote"},
+		{"multipart/form-data; boundary=B", mp(`form-data; name="x"`, "1") + "--B\r\nContent-Disposition: form-data; name=\"access_token\"\r\n\r\nK\r\n--B--\r\n", nil, identity.ErrUnreadableBody, "a part after the end"},
+		{"application/x-www-form-urlencoded", "api_token=K", []string{"K"}, nil, "Laravel's field"},
 	} {
-		got, err := identity.BodyTokens(c.ctype, []byte(c.body))
+		kind, _ := identity.BodyKindOf("PUT", []string{c.ctype})
+		got, err := identity.DefaultFields.BodyTokens(kind, c.ctype, []byte(c.body))
 		if c.err != nil {
 			if !errors.Is(err, c.err) || got != nil {
 				t.Errorf("%s: BodyTokens(%q, %q) = %q, %v; want %v", c.why, c.ctype, c.body, got, err, c.err)
@@ -93,6 +102,51 @@ func TestParamNames(t *testing.T) {
 	} {
 		if got := identity.ParamIs(c.name, c.want); got != c.is {
 			t.Errorf("%s: ParamIs(%q, %q) = %v, want %v (names %q)", c.why, c.name, c.want, got, c.is, identity.ParamNames(c.name))
+		}
+	}
+}
+
+// TestBodyKindOf: which bodies are read for credentials.
+func TestBodyKindOf(t *testing.T) {
+	for _, c := range []struct {
+		method string
+		ctype  []string
+		want   identity.BodyKind
+		why    string
+	}{
+		{"POST", nil, identity.BodyForm, "Rack reads a POST without a type as a form"},
+		{"POST", []string{" "}, identity.BodyForm, "nor with an empty one"},
+		{"PUT", nil, identity.BodyOpaque, "only a POST"},
+		{"PUT", []string{"Application/JSON; charset=utf-8"}, identity.BodyJSON, "any case"},
+		{"PATCH", []string{"text/json"}, identity.BodyJSON, "any type naming json"},
+		{"POST", []string{"multipart/mixed; boundary=x"}, identity.BodyMultipart, "any multipart"},
+		{"POST", []string{"image/png"}, identity.BodyOpaque, "an upload"},
+	} {
+		if got, err := identity.BodyKindOf(c.method, c.ctype); err != nil || got != c.want {
+			t.Errorf("%s: BodyKindOf(%s, %q) = %v, %v; want %v", c.why, c.method, c.ctype, got, err, c.want)
+		}
+	}
+	if _, err := identity.BodyKindOf("POST", []string{"application/json", "text/plain"}); !errors.Is(err, identity.ErrUnreadableBody) {
+		t.Errorf("two Content-Types: %v, want unreadable", err)
+	}
+}
+
+// TestCookieTokens: cookies named as a credential field, as PHP's
+// $_REQUEST and classic ASP.NET's Request[] read them.
+func TestCookieTokens(t *testing.T) {
+	for _, c := range []struct {
+		cookies []string
+		want    []string
+		why     string
+	}{
+		{[]string{"a=1; access_token=K"}, []string{"K"}, "one"},
+		{[]string{"a=1", "Access.Token=\"K\""}, []string{"K"}, "HTTP/2's several lines, PHP's '.', quoted"},
+		{[]string{"a=1, api_token=K"}, []string{"K"}, "',' splits to ASP.NET"},
+		{[]string{"access_token=K%2B1"}, []string{"K%2B1", "K+1"}, "decoded by some: two readings"},
+		{[]string{"session=abc"}, nil, "another cookie"},
+	} {
+		if got := identity.DefaultFields.CookieTokens(http.Header{"Cookie": c.cookies}); !slices.Equal(got, c.want) {
+			t.Errorf("%s: CookieTokens(%q) = %q, want %q", c.why, c.cookies, got, c.want)
 		}
 	}
 }

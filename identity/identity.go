@@ -79,39 +79,26 @@ func Credential(h http.Header, jwt bool) (cred string, isJWT, ok bool, err error
 	return cred, false, true, nil
 }
 
-// QueryToken is the query parameter in which a client may send a bearer
-// token (RFC 6750 section 2.3), as resource servers may accept it: for
-// browsers' EventSource and WebSocket, which cannot set headers.
-const QueryToken = "access_token"
-
-// RequestCredential is [Credential] for a request: its headers, its
-// query (rawQuery, as it came) and the tokens its body holds
-// ([BodyTokens]), so that a server behind that reads a credential from
-// any of them is never handed one other than the one charged. A query
-// parameter is the credential wherever a server could split the query
-// ('&' or ';') and however a common framework spells its name
-// ([ParamIs] access_token: any case, "access.token", "access+token",
-// "access_token[]", "[access_token]"). More than one such token in the
-// query and the body, an empty one, or one beside a header credential
-// that differs makes the request malformed (ErrMalformedKey); one alone
-// is the credential, read as a Bearer token is.
-func RequestCredential(h http.Header, rawQuery string, bodyTokens []string, jwt bool) (cred string, isJWT, ok bool, err error) {
+// RequestCredential is [Credential] for a request whose query, body and
+// cookies hold tokens as well (the values of their credential fields:
+// [Fields.QueryTokens], [Fields.BodyTokens], [Fields.CookieTokens]), so
+// that a server behind that reads a credential from any of them is never
+// handed one other than the one charged. More than one token, an empty
+// one, or one beside a header credential that differs makes the request
+// malformed (ErrMalformedKey); one alone is the credential, read as a
+// Bearer token is.
+func RequestCredential(h http.Header, tokens []string, jwt bool) (cred string, isJWT, ok bool, err error) {
 	cred, isJWT, ok, err = Credential(h, jwt)
-	if err != nil || rawQuery == "" && len(bodyTokens) == 0 {
+	if err != nil || len(tokens) == 0 {
 		return cred, isJWT, ok, err
 	}
-	tokens, err := queryTokens(rawQuery)
-	if err != nil {
-		return "", false, false, fmt.Errorf("parsing the %s query parameter: %w: it does not decode", QueryToken, ErrMalformedKey)
-	}
-	tokens = append(tokens, bodyTokens...)
 	switch {
 	case len(tokens) == 0:
 		return cred, isJWT, ok, nil
 	case len(tokens) > 1:
-		return "", false, false, fmt.Errorf("parsing the %s parameter: %w: more than one value in the query and the body", QueryToken, ErrMalformedKey)
+		return "", false, false, fmt.Errorf("parsing credential fields: %w: more than one value in the query, the body and the cookies", ErrMalformedKey)
 	case ok && tokens[0] != cred:
-		return "", false, false, fmt.Errorf("parsing credentials: %w: an %s parameter and a header credential that differ", ErrMalformedKey, QueryToken)
+		return "", false, false, fmt.Errorf("parsing credentials: %w: a credential field and a header credential that differ", ErrMalformedKey)
 	case ok:
 		return cred, isJWT, ok, nil
 	}
@@ -121,7 +108,7 @@ func RequestCredential(h http.Header, rawQuery string, bodyTokens []string, jwt 
 	case err != nil:
 		return "", false, false, err
 	case !ok || cred != tokens[0]:
-		return "", false, false, fmt.Errorf("parsing the %s parameter: %w: empty or with spaces", QueryToken, ErrMalformedKey)
+		return "", false, false, fmt.Errorf("parsing a credential field: %w: empty or with spaces", ErrMalformedKey)
 	}
 	return cred, isJWT, ok, nil
 }
@@ -192,6 +179,11 @@ func credential(h http.Header, max int) (key string, ok bool, err error) {
 				return "", false, fmt.Errorf("parsing %s header: %w", headerAuthorization, err)
 			}
 		}
+		if bearerElsewhere(auth[0]) {
+			// Laravel's bearerToken() takes the last "Bearer " anywhere
+			// in the header ("Basic x, Bearer KEY", "xBearer KEY").
+			return "", false, fmt.Errorf("parsing %s header: %w: \"Bearer\" past its scheme", headerAuthorization, ErrMalformedKey)
+		}
 	}
 	vals := h[headerAPIKey]
 	switch {
@@ -230,6 +222,13 @@ func bearerToken(v string) (token string, ok bool) {
 		return strings.Trim(trimOWS(val), `"`), true
 	}
 	return token, true
+}
+
+// bearerElsewhere reports whether an Authorization value names Bearer
+// anywhere but as its scheme, in any case.
+func bearerElsewhere(v string) bool {
+	v = strings.ToLower(trimOWS(v))
+	return strings.Contains(strings.TrimPrefix(v, "bearer"), "bearer")
 }
 
 // schemeToken returns what follows scheme in an Authorization value,

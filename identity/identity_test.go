@@ -77,6 +77,10 @@ func TestAPIKey(t *testing.T) {
 		{name: "token empty", h: hdr("Authorization", "Token "), wantErr: true},
 		{name: "token= empty", h: hdr("Authorization", `Token token=""`), wantErr: true},
 		{name: "another scheme", h: hdr("Authorization", "Tokens abc")},
+		// Laravel reads the last "Bearer " anywhere in the header.
+		{name: "bearer past another scheme", h: hdr("Authorization", "Basic Zm9v, Bearer abc"), wantErr: true},
+		{name: "bearer glued to a scheme", h: hdr("Authorization", "xBearer abc"), wantErr: true},
+		{name: "bearer in a token", h: hdr("Authorization", `Token token="abc", Bearer def`), wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -340,6 +344,12 @@ func TestRequestCredential(t *testing.T) {
 		{name: "bad escape", query: "access_token=%zz", malformd: true},
 		{name: "too long", query: "access_token=" + strings.Repeat("a", identity.MaxKeyLength+1), malformd: true},
 		{name: "another name", query: "access_tokens=" + key + "&my_access_token=" + key + "&user[access_token]=" + key},
+		// Other frameworks' fields, and classic ASP.NET's %u escapes.
+		{name: "Laravel's api_token", query: "api_token=" + key, want: key},
+		{name: "Doorkeeper's bearer_token", query: "bearer_token=" + key, want: key},
+		{name: "ASP.NET %u in the name", query: "%u0061ccess_token=" + key, want: key},
+		{name: "ASP.NET %u in the value", query: "access_token=%u006b-123", malformd: true},
+		{name: "two fields", query: "access_token=" + key + "&api_token=" + key, malformd: true},
 		// PHP's, Rack's and qs's readings of the name.
 		{name: "PHP reads . as _", query: "access.token=" + key, want: key},
 		{name: "PHP reads a space as _", query: "access+token=" + key, want: key},
@@ -360,7 +370,11 @@ func TestRequestCredential(t *testing.T) {
 		{name: "body and query", query: "access_token=" + key, body: []string{key}, malformd: true},
 		{name: "empty in the body", body: []string{""}, malformd: true},
 	} {
-		got, _, ok, err := identity.RequestCredential(c.header, c.query, c.body, false)
+		tokens, err := identity.DefaultFields.QueryTokens(c.query)
+		got, ok := "", false
+		if err == nil {
+			got, _, ok, err = identity.RequestCredential(c.header, append(tokens, c.body...), false)
+		}
 		switch {
 		case c.malformd:
 			if err == nil || !errors.Is(err, identity.ErrMalformedKey) || ok || got != "" {

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"strings"
 
 	"github.com/tollgate/tollgate/identity"
 )
+
+// fieldPattern is what a credential field's name may be.
+var fieldPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 // DefaultMaxCredentialBody is the largest form, JSON or multipart body
 // read for a credential when identity.max_body is not set.
@@ -51,6 +55,15 @@ func (c *compiler) identity(p *Policy, id IdentitySpec, env Env) {
 		p.MaxCredentialBody = DefaultMaxCredentialBody
 	case id.MaxBody < 1<<10 || id.MaxBody > 64<<20:
 		c.addf("identity.max_body", "want 1KiB to 64MiB, got %v", id.MaxBody)
+	}
+	p.CredentialFields = identity.DefaultFields
+	if id.CredentialFields != nil {
+		p.CredentialFields = identity.Fields(id.CredentialFields)
+	}
+	for i, f := range id.CredentialFields {
+		if !fieldPattern.MatchString(f) {
+			c.addf(fmt.Sprintf("identity.credential_fields[%d]", i), "want a field name of 1-64 letters, digits, '_', '-' and '.', got %q", f)
+		}
 	}
 	for i, s := range id.TrustedProxies {
 		pre, err := parsePrefix(s)

@@ -213,6 +213,10 @@ type IdentitySpec struct {
 	// credential (an access_token field, which frameworks read as one):
 	// default 1MiB, at most 64MiB. A larger one is a 413.
 	MaxBody ByteSize `yaml:"max_body"`
+	// CredentialFields names the query, body and cookie fields the
+	// services behind read a credential from (default access_token,
+	// bearer_token, api_token); each is read however frameworks spell it.
+	CredentialFields []string `yaml:"credential_fields"`
 	// JWT, if set, verifies bearer tokens that are JWTs (three
 	// base64url parts, the first a JSON object) and charges each to the
 	// subject its claims name; other bearer tokens stay API keys.

@@ -46,6 +46,10 @@ type Policy struct {
 	// for a credential (IdentitySpec.MaxBody); zero means
 	// DefaultMaxCredentialBody.
 	MaxCredentialBody int64
+	// CredentialFields are the query, body and cookie fields read for a
+	// credential (IdentitySpec.CredentialFields); nil means
+	// identity.DefaultFields.
+	CredentialFields identity.Fields
 	// Trusted is TrustedProxies as the identity package uses it.
 	Trusted       identity.TrustedProxies
 	Plans         map[string]*Plan

@@ -106,6 +106,7 @@ func TestInvalidFiles(t *testing.T) {
 		{"negative instances", "identity:", "store: {instances: -2}\nidentity:", []string{"p.yaml:3:", "store.instances"}},
 		{"unknown calendar fallback", "identity:", "store: {calendar_fallback: open}\nidentity:", []string{"p.yaml:3:", "store.calendar_fallback", "closed or share"}},
 		{"credential body too small", "  anonymous_plan: free", "  anonymous_plan: free\n  max_body: 100", []string{"identity.max_body", "1KiB to 64MiB"}},
+		{"bad credential field", "  anonymous_plan: free", "  anonymous_plan: free\n  credential_fields: [\"a b\"]", []string{"identity.credential_fields[0]", "field name"}},
 		{"credential body too large", "  anonymous_plan: free", "  anonymous_plan: free\n  max_body: 1GiB", []string{"identity.max_body", "1KiB to 64MiB"}},
 	}
 	for _, c := range cases {
