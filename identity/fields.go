@@ -23,12 +23,32 @@ var DefaultFields = Fields{"access_token", "bearer_token", "api_token"}
 // escaped, from a query, a form or a cookie) as one of f: decoded as
 // most do, or with ASP.NET's %uXXXX escapes too.
 func (f Fields) Is(escaped string) bool {
+	if plainName(escaped) {
+		// The usual name: read alike by all, compared without allocating.
+		for _, want := range f {
+			if plainName(want) && strings.EqualFold(escaped, want) || !plainName(want) && ParamIs(escaped, want) {
+				return true
+			}
+		}
+		return false
+	}
 	for _, n := range nameReadings(escaped) {
 		if f.isName(n) {
 			return true
 		}
 	}
 	return false
+}
+
+// plainName reports whether a field name is read alike by every parser:
+// ASCII letters, digits, '_' and '-' only.
+func plainName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // nameReadings are the names an escaped field name decodes to: as
