@@ -106,6 +106,13 @@ type Store interface {
 	Close() error
 }
 
+// LimiterStore is what a [Limiter] asks of its store: decisions, and the
+// shaping queue that Wait takes places in. Every [Store] is one.
+type LimiterStore interface {
+	Allow(ctx context.Context, req Request) (Decision, error)
+	Shaper
+}
+
 // ItemError is the error of one request of a group; see [algo.ItemError].
 type ItemError = algo.ItemError
 
@@ -236,14 +243,14 @@ func LimitName(l Limit) string {
 // Limiter applies one Limit to many subjects through a Store. It is safe for
 // concurrent use.
 type Limiter struct {
-	store  Store
+	store  LimiterStore
 	handle *algo.Handle
 	wait   waitState // Wait's clock and waiting lines (wait.go)
 }
 
 // NewLimiter returns a Limiter enforcing limit through store. It fails if
 // the limit is invalid.
-func NewLimiter(store Store, limit Limit, opts Options) (*Limiter, error) {
+func NewLimiter(store LimiterStore, limit Limit, opts Options) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("creating limiter: nil store")
 	}

@@ -170,6 +170,9 @@ type Options struct {
 	Now func() time.Time
 }
 
+// The compiler holds Store to the tollgate.Store contract.
+var _ tollgate.Store = (*Store)(nil)
+
 // Store is a resilient [tollgate.Store]. It is safe for concurrent use.
 type Store struct {
 	primary tollgate.Store

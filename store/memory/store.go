@@ -61,6 +61,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
 )
 
@@ -99,6 +100,9 @@ type Options struct {
 	// is called, or to make room for a new key).
 	SweepInterval time.Duration
 }
+
+// The compiler holds Store to the tollgate.Store contract.
+var _ tollgate.Store = (*Store)(nil)
 
 // Store is the in-memory [tollgate.Store]. It is safe for concurrent use.
 // Call Close to stop its background sweep.

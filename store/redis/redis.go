@@ -47,6 +47,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
 )
 
@@ -227,6 +228,9 @@ type Options struct {
 	// slog.Default().
 	Logger *slog.Logger
 }
+
+// The compiler holds Store to the tollgate.Store contract.
+var _ tollgate.Store = (*Store)(nil)
 
 // Store is the Redis [tollgate.Store]. It is safe for concurrent use.
 type Store struct {
