@@ -157,7 +157,7 @@ var base = time.Unix(1_799_884_800, 0)
 // storeKinds lists the stores every behaviour is checked on.
 var storeKinds = []string{"memory", "redis"}
 
-func writeConfig(t *testing.T, dir string, files map[string]string) {
+func writeConfig(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
 	for name, src := range files {
 		p := filepath.Join(dir, name)

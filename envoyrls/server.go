@@ -140,7 +140,10 @@ type descriptorState struct {
 }
 
 // ShouldRateLimit decides a request: every descriptor's limit, all or
-// nothing (a request over any limit charges none), in one store call.
+// nothing (a request over any limit charges none), in one store call. As
+// envoyproxy/ratelimit splits it: the limits the descriptors resolve to
+// (resolve), the charges they make and their decision (charge, decide),
+// and the answer (answer).
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, s.serviceError("rate limit domain must not be empty")
@@ -148,34 +151,80 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	if len(req.GetDescriptors()) == 0 {
 		return nil, s.serviceError("rate limit descriptor list must not be empty")
 	}
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
-	cfg := s.cfg.Load()
 	var dom *Domain
-	if cfg != nil {
+	if cfg := s.cfg.Load(); cfg != nil {
 		dom = cfg.Domain(req.Domain)
 	}
 	if dom == nil {
-		if m := s.opts.Metrics; m != nil {
-			// Once a descriptor, as envoyproxy/ratelimit counts it.
-			m.DomainNotFound.WithLabelValues(m.notFoundLabel(req.Domain)).Add(float64(len(req.Descriptors)))
-		}
-		for i := range resp.Statuses {
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-		}
-		return resp, nil
+		return s.unknownDomain(req), nil
 	}
-	var stack [4]descriptorState
-	states := stack[:0]
-	if len(req.Descriptors) > len(stack) {
-		states = make([]descriptorState, 0, len(req.Descriptors))
+	var stateStack [4]descriptorState
+	var chargeStack [4]engine.BudgetCharge
+	var askedStack [algo.MaxGroup]int64
+	c := rlsCall{req: req, states: stateStack[:0], asked: askedStack[:0]}
+	if err := s.resolve(&c, dom); err != nil {
+		return nil, err
+	}
+	// The charges are kept apart from the call: the engine is handed
+	// them, and the call's own arrays stay on the stack.
+	charges, err := s.charge(&c, chargeStack[:0])
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.decide(ctx, req.Domain, charges, dom)
+	if err != nil {
+		return nil, err
+	}
+	c.v = v
+	c.refused = c.zero || v != nil && (v.Outcome == engine.Refused || v.Outcome == engine.FailClosed)
+	return s.answer(&c), nil
+}
+
+// An rlsCall is one ShouldRateLimit on its way.
+type rlsCall struct {
+	req     *rlspb.RateLimitRequest
+	states  []descriptorState // each descriptor's (resolve)
+	asked   []int64           // what each charge asks for
+	zero    bool              // a descriptor of requests_per_unit 0 is hit: refused
+	query   bool              // every charge is decided at cost 0
+	v       *engine.Verdict   // nil when nothing was charged (decide)
+	refused bool              // the request is refused
+}
+
+// unknownDomain answers a request of a domain no configuration has: every
+// descriptor OK, counted once a descriptor, as envoyproxy/ratelimit
+// counts it.
+func (s *Server) unknownDomain(req *rlspb.RateLimitRequest) *rlspb.RateLimitResponse {
+	if m := s.opts.Metrics; m != nil {
+		m.DomainNotFound.WithLabelValues(m.notFoundLabel(req.Domain)).Add(float64(len(req.Descriptors)))
+	}
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+	}
+	return resp
+}
+
+// resolve finds each descriptor's limit: the request's own override, or
+// the domain's tree's; a limit that another of the request's limits
+// replaces is not applied (nor counted). An unlimited one is not applied
+// anyway: it is answered as unlimited, as envoyproxy/ratelimit answers it.
+func (s *Server) resolve(c *rlsCall, dom *Domain) error {
+	// Sliced and indexed, not appended to: so the stack's array stays
+	// on the stack.
+	if n := len(c.req.Descriptors); n > cap(c.states) {
+		c.states = make([]descriptorState, n)
+	} else {
+		c.states = c.states[:n]
 	}
 	var replacing map[string]bool
-	for _, d := range req.Descriptors {
-		st := descriptorState{charge: -1, hits: hitsOf(req, d)}
+	for i, d := range c.req.Descriptors {
+		st := &c.states[i]
+		*st = descriptorState{charge: -1, hits: hitsOf(c.req, d)}
 		if o := d.GetLimit(); o != nil {
-			lim, err := s.overrideLimit(req.Domain, d, o)
+			lim, err := s.overrideLimit(c.req.Domain, d, o)
 			if err != nil {
-				return nil, s.serviceError(err.Error())
+				return s.serviceError(err.Error())
 			}
 			st.lim = lim
 		} else {
@@ -189,41 +238,44 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 				replacing[r] = true
 			}
 		}
-		states = append(states, st)
 	}
-	// A limit that another of the request's limits replaces is not
-	// applied (nor counted). An unlimited one is not applied anyway: it
-	// is answered as unlimited, as envoyproxy/ratelimit answers it.
-	for i := range states {
-		if l := states[i].lim; l != nil && !l.Unlimited && l.Name != "" && replacing[l.Name] {
-			states[i].lim = nil
+	for i := range c.states {
+		if l := c.states[i].lim; l != nil && !l.Unlimited && l.Name != "" && replacing[l.Name] {
+			c.states[i].lim = nil
 		}
 	}
-	var chargeStack [4]engine.BudgetCharge
-	charges := chargeStack[:0]
-	zero := false // a descriptor of requests_per_unit 0 is hit: the request is refused
-	for i, d := range req.Descriptors {
-		st := &states[i]
+	return nil
+}
+
+// charge gathers the store charges of the limited descriptors, appended
+// to charges, one per budget and subject. A call refused before it is decided (a descriptor
+// of requests_per_unit 0 hit, or hits past a budget's whole capacity:
+// see engine.Engine.CheckBudgets) decides every charge at cost 0, as is a
+// shadow budget's beside a refusal or while the store is down; such a
+// charge's own hits are then judged against what is left, as
+// envoyproxy/ratelimit judges each.
+func (s *Server) charge(c *rlsCall, charges []engine.BudgetCharge) ([]engine.BudgetCharge, error) {
+	for i, d := range c.req.Descriptors {
+		st := &c.states[i]
 		if st.lim == nil || st.lim.Unlimited {
 			continue
 		}
 		if st.lim.Budget == nil {
-			zero = zero || st.hits > 0
+			c.zero = c.zero || st.hits > 0
 			continue
 		}
-		var sub string
-		if st.nodes != nil {
-			sub = subject(d.Entries, st.nodes)
-		} else {
-			sub = subject(d.Entries, overrideNodes(len(d.Entries)))
+		nodes := st.nodes
+		if nodes == nil {
+			nodes = overrideNodes(len(d.Entries))
 		}
+		sub := subject(d.Entries, nodes)
 		st.charge = len(charges)
-		for j, c := range charges {
-			if c.Budget == st.lim.Budget && c.Subject == sub {
+		for j, ch := range charges {
+			if ch.Budget == st.lim.Budget && ch.Subject == sub {
 				// The same descriptor twice: one charge of both
 				// (saturated: hits summing past an int64 are more
 				// than any limit, never a small charge).
-				charges[j].Cost = addHits(c.Cost, st.hits)
+				charges[j].Cost = addHits(ch.Cost, st.hits)
 				st.charge = j
 				break
 			}
@@ -238,108 +290,63 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			charges = append(charges, engine.BudgetCharge{Budget: st.lim.Budget, Subject: sub, Cost: st.hits})
 		}
 	}
-	// asked is what each charge asks for. A call refused before it is
-	// decided (a descriptor of requests_per_unit 0 hit, or hits past a
-	// budget's whole capacity: see engine.Engine.CheckBudgets) decides
-	// every charge at cost 0, as is a shadow budget's beside a refusal or
-	// while the store is down; such a charge's own hits are then judged
-	// against what is left, as envoyproxy/ratelimit judges each.
-	var askedStack [algo.MaxGroup]int64
-	asked := askedStack[:len(charges)]
-	queryAll := zero
-	for j, c := range charges {
-		asked[j] = c.Cost
-		queryAll = queryAll || !c.Budget.Shadow && c.Cost > c.Budget.Limit.Capacity()
+	c.asked = c.asked[:len(charges)] // at most algo.MaxGroup
+	c.query = c.zero
+	for j, ch := range charges {
+		c.asked[j] = ch.Cost
+		c.query = c.query || !ch.Budget.Shadow && ch.Cost > ch.Budget.Limit.Capacity()
 	}
-	if zero {
+	if c.zero {
 		for j := range charges {
 			charges[j].Cost = 0
 		}
 	}
-	var v *engine.Verdict
-	if len(charges) > 0 {
-		v = s.opts.Engine.CheckBudgets(ctx, engine.BudgetCall{Group: req.Domain, Tag: req.Domain, Charges: charges, FailClosed: dom.FailClosed})
-		switch v.Outcome {
-		case engine.Invalid:
-			return nil, s.serviceError(v.Err.Error())
-		case engine.FailClosed:
-			if v.Reason == engine.ReasonCanceled {
-				return nil, status.FromContextError(ctx.Err()).Err()
-			}
+	return charges, nil
+}
+
+// decide asks the engine for the charges, in one store call (no verdict
+// when there are none). It is given the charges alone, not the call:
+// what the engine keeps of them is theirs, and the call's other arrays
+// stay on the stack.
+func (s *Server) decide(ctx context.Context, domain string, charges []engine.BudgetCharge, dom *Domain) (*engine.Verdict, error) {
+	if len(charges) == 0 {
+		return nil, nil
+	}
+	v := s.opts.Engine.CheckBudgets(ctx, engine.BudgetCall{Group: domain, Tag: domain, Charges: charges, FailClosed: dom.FailClosed})
+	switch v.Outcome {
+	case engine.Invalid:
+		return nil, s.serviceError(v.Err.Error())
+	case engine.FailClosed:
+		if v.Reason == engine.ReasonCanceled {
+			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
-	refused := zero || v != nil && (v.Outcome == engine.Refused || v.Outcome == engine.FailClosed)
+	return v, nil
+}
+
+// answer assembles the response: each descriptor's status, counted in the
+// metrics, the headers, and the global shadow mode.
+func (s *Server) answer(c *rlsCall) *rlspb.RateLimitResponse {
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(c.req.Descriptors))}
 	now := s.opts.Now()
-	for i, d := range req.Descriptors {
-		st := &states[i]
-		lim := st.lim
-		switch {
-		case lim == nil:
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-			continue
-		case lim.Unlimited:
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-			continue
-		}
-		ds := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, CurrentLimit: lim.proto}
-		over := false
-		var before uint64
-		limit := uint64(lim.RequestsPerUnit)
-		reset := windowReset(lim.Period, now)
-		switch {
-		case st.charge < 0: // requests_per_unit 0
-			over = st.hits > 0
-		case v.Outcome == engine.FailClosed:
-			over = true
-		case v.Outcome == engine.FailOpen:
-			// Undecided: admitted, nothing known of the budget.
-			ds.LimitRemaining = lim.RequestsPerUnit
-		default:
-			dec := v.Charges[st.charge].Decision
-			over = !dec.Allowed
-			if !over && (queryAll || lim.Shadow && (refused || v.Local)) {
-				// Decided at cost 0: the hits are over if they do not
-				// fit what is left, as if they had been asked for.
-				over = asked[st.charge] > dec.Remaining
-			}
-			// Remaining is after the charge if there was one; otherwise
-			// (the request refused, a shadow budget's would-be refusal or
-			// its charge skipped while the store is down) as it is.
-			charged := !refused && !over && !(lim.Shadow && v.Local)
-			before = sat(dec.Quota - dec.Remaining)
-			if charged {
-				before = sat(dec.Quota - dec.Remaining - st.hits)
-			}
-			limit = uint64(dec.Quota)
-			if !over {
-				ds.LimitRemaining = uint32(min(dec.Remaining, math.MaxUint32))
-			}
-			// A fixed window's reset is its end; a fresh window's (a
-			// query of an unused budget) is the clock's.
-			if dec.ResetAfter > 0 || lim.Budget.Limit.Algorithm != algo.FixedWindow {
-				reset = ceilSeconds(dec.ResetAfter)
-			}
-		}
-		if over {
-			ds.Code = rlspb.RateLimitResponse_OVER_LIMIT
-			if lim.Shadow {
-				ds.Code = rlspb.RateLimitResponse_OK
-			} else {
-				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-			}
-		}
-		ds.DurationUntilReset = &durationpb.Duration{Seconds: reset}
+	for i, d := range c.req.Descriptors {
+		st := &c.states[i]
+		ds, counted := s.status(c, st, now)
 		resp.Statuses[i] = ds
-		if m := s.opts.Metrics; m != nil {
+		if ds.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+		if m := s.opts.Metrics; m != nil && counted.applied {
+			lim := st.lim
 			key := lim.StatKey
 			if st.nodes != nil && dynamicMetric(lim, st.nodes) {
-				key = s.names.name(metricKey(req.Domain, lim, d.Entries, st.nodes), lim.StatKey)
+				key = s.names.name(metricKey(c.req.Domain, lim, d.Entries, st.nodes), lim.StatKey)
 			}
-			m.counters(req.Domain, key).record(uint64(st.hits), limit, before, over, lim.Shadow, s.opts.NearLimitRatio)
+			m.counters(c.req.Domain, key).record(uint64(st.hits), counted.limit, counted.before, counted.over, lim.Shadow, s.opts.NearLimitRatio)
 		}
 	}
 	if s.opts.Headers || s.opts.IETFHeaders {
-		resp.ResponseHeadersToAdd = s.headers(states, resp.Statuses)
+		resp.ResponseHeadersToAdd = s.headers(c.states, resp.Statuses)
 	}
 	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && s.opts.ShadowMode {
 		resp.OverallCode = rlspb.RateLimitResponse_OK
@@ -347,7 +354,68 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 			m.GlobalShadowMode.Inc()
 		}
 	}
-	return resp, nil
+	return resp
+}
+
+// counted is what a descriptor's status tells the metrics: whether a
+// limit was applied, the limit, the hits before it, and whether they
+// were over.
+type counted struct {
+	applied       bool
+	limit, before uint64
+	over          bool
+}
+
+// status is one descriptor's status, and what the metrics count of it.
+func (s *Server) status(c *rlsCall, st *descriptorState, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, counted) {
+	lim := st.lim
+	switch {
+	case lim == nil:
+		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}, counted{}
+	case lim.Unlimited:
+		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, counted{}
+	}
+	ds := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, CurrentLimit: lim.proto}
+	n := counted{applied: true, limit: uint64(lim.RequestsPerUnit)}
+	reset := windowReset(lim.Period, now)
+	switch {
+	case st.charge < 0: // requests_per_unit 0
+		n.over = st.hits > 0
+	case c.v.Outcome == engine.FailClosed:
+		n.over = true
+	case c.v.Outcome == engine.FailOpen:
+		// Undecided: admitted, nothing known of the budget.
+		ds.LimitRemaining = lim.RequestsPerUnit
+	default:
+		dec := c.v.Charges[st.charge].Decision
+		n.over = !dec.Allowed
+		if !n.over && (c.query || lim.Shadow && (c.refused || c.v.Local)) {
+			// Decided at cost 0: the hits are over if they do not
+			// fit what is left, as if they had been asked for.
+			n.over = c.asked[st.charge] > dec.Remaining
+		}
+		// Remaining is after the charge if there was one; otherwise
+		// (the request refused, a shadow budget's would-be refusal or
+		// its charge skipped while the store is down) as it is.
+		n.before = sat(dec.Quota - dec.Remaining)
+		if !c.refused && !n.over && !(lim.Shadow && c.v.Local) {
+			n.before = sat(dec.Quota - dec.Remaining - st.hits)
+		}
+		n.limit = uint64(dec.Quota)
+		if !n.over {
+			ds.LimitRemaining = uint32(min(dec.Remaining, math.MaxUint32))
+		}
+		// A fixed window's reset is its end; a fresh window's (a
+		// query of an unused budget) is the clock's.
+		if dec.ResetAfter > 0 || lim.Budget.Limit.Algorithm != algo.FixedWindow {
+			reset = ceilSeconds(dec.ResetAfter)
+		}
+	}
+	if n.over && !lim.Shadow {
+		ds.Code = rlspb.RateLimitResponse_OVER_LIMIT
+	}
+	ds.DurationUntilReset = &durationpb.Duration{Seconds: reset}
+	return ds, n
 }
 
 // headers are the response headers: LIMIT_RESPONSE_HEADERS_ENABLED's of
