@@ -184,6 +184,15 @@ func (e *Engine) LimitKey(r *policy.Route, values []string) string {
 	return e.hasher.Hash("rk", policy.RouteKeyID(r.LimitKey, values))
 }
 
+// Route puts the call on route, which rr matched with params (nil for
+// none): the route, and what its own limit is counted per.
+func (e *Engine) Route(call *Call, route *policy.Route, rr policy.RouteRequest, params policy.Params) {
+	call.Route = route
+	if route != nil && route.Limit != nil && route.LimitKey != nil {
+		call.LimitKey = e.LimitKey(route, route.KeyValues(rr, params, call.Subject.ID, call.Claims))
+	}
+}
+
 // Pseudonym returns the pseudonym of id among ids of one kind ("acct" for
 // login accounts, "t" for tenants), keyed by the policy's secret.
 func (e *Engine) Pseudonym(kind, id string) string { return e.hasher.Hash(kind, id) }

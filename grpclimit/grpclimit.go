@@ -261,10 +261,7 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string) (decision, erro
 	if err != nil {
 		return decision{}, err
 	}
-	call.Route = route
-	if route != nil && route.Limit != nil && route.LimitKey != nil {
-		call.LimitKey = l.engine.LimitKey(route, route.KeyValues(rr, params, call.Subject.ID, call.Claims))
-	}
+	l.engine.Route(&call, route, rr, params)
 	v := l.engine.Check(ctx, call)
 	var md metadata.MD
 	c, reported := v.Reported()

@@ -327,10 +327,7 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		body.release()
 		return decision{}, false
 	}
-	call.Route = route
-	if route != nil && route.Limit != nil && route.LimitKey != nil {
-		call.LimitKey = m.engine.LimitKey(route, route.KeyValues(rr, params, call.Subject.ID, call.Claims))
-	}
+	m.engine.Route(&call, route, rr, params)
 	if m.opts.Cost != nil {
 		call.Cost = m.opts.Cost(r)
 	}
