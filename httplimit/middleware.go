@@ -255,20 +255,21 @@ type decision struct {
 	release func() // when the request is done: gives back its held body
 }
 
-// decide matches r's route on its cleaned path, finds its subject and
-// asks the engine, and sets the RateLimit headers of the verdict on w.
-// For forward-auth, a route whose checks need the end of the request (a
-// login guard, a concurrency limit) is refused before anything is
+// match finds r's route on its cleaned path, refusing a request that
+// the server behind could serve as another route (an ambiguous path, a
+// path or method read otherwise, a login route's path by another
+// method) and, for forward-auth, one whose route's checks need the end of
+// the request (a login guard, a concurrency limit), before anything is
 // charged. On false it has answered the request.
-func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth bool) (decision, bool) {
+func (m *middleware) match(w http.ResponseWriter, r *http.Request, forwardAuth bool) (matched, bool) {
 	p := m.opts.Policy
 	if !strings.HasPrefix(r.URL.Path, "/") && r.URL.Path != "" {
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request path must be absolute"})
-		return decision{}, false
+		return matched{}, false
 	}
 	if why := policy.AmbiguousPath(r.URL.Path); why != "" {
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
-		return decision{}, false
+		return matched{}, false
 	}
 	clean := policy.CleanPath(r.URL.Path)
 	rr := policy.RouteRequest{Method: r.Method, Path: clean, Host: r.Host, Header: r.Header}
@@ -278,46 +279,65 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth 
 		q, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
 			WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the query string cannot be parsed"})
-			return decision{}, false
+			return matched{}, false
 		}
 		rr.Query = q
 	}
 	if why := p.Ambiguous(rr); why != "" {
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
-		return decision{}, false
+		return matched{}, false
 	}
 	route, params := p.MatchRequest(rr)
 	others := m.otherPaths(r, rr, forwardAuth)
 	if why := readsAsOtherRoute(p, r, rr, route, others); why != "" {
 		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
-		return decision{}, false
+		return matched{}, false
 	}
 	if forwardAuth {
 		if lr := loginRouteAt(p, rr, others); lr != nil {
 			// The proxy shows neither the body nor the upstream's
 			// answer, whatever the method: no attempt can be guarded.
-			m.engine.Count("-", lr.Group, "-", "unsupported")
-			WriteProblem(w, Problem{Type: ProblemForwardAuthUnsupported, Status: http.StatusInternalServerError, Detail: forwardAuthUnsupported(lr)})
-			return decision{}, false
+			route = lr
 		}
 	}
 	if why, allow := loginElsewhere(p, r, rr, route, others); why != "" {
 		m.engine.Count("login_body", "login", "-", "bad_request")
 		w.Header().Set("Allow", allow)
 		WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusMethodNotAllowed, Detail: why})
-		return decision{}, false
+		return matched{}, false
 	}
 	if route == nil && m.opts.RequireRoute {
 		WriteProblem(w, Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Detail: "no route matches this request"})
-		return decision{}, false
+		return matched{}, false
 	}
 	if forwardAuth && route != nil {
 		if why := forwardAuthUnsupported(route); why != "" {
 			m.engine.Count("-", route.Group, "-", "unsupported")
 			WriteProblem(w, Problem{Type: ProblemForwardAuthUnsupported, Status: http.StatusInternalServerError, Detail: why})
-			return decision{}, false
+			return matched{}, false
 		}
 	}
+	return matched{rr: rr, route: route, params: params, clean: clean}, true
+}
+
+// A matched request is a request's route, found by match.
+type matched struct {
+	rr     policy.RouteRequest
+	route  *policy.Route // nil for none
+	params policy.Params
+	clean  string // the cleaned path the route was matched on
+}
+
+// decide matches r's route (match), finds its subject and asks the
+// engine, and sets the RateLimit headers of the verdict on w. On false it
+// has answered the request.
+func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth bool) (decision, bool) {
+	p := m.opts.Policy
+	mt, ok := m.match(w, r, forwardAuth)
+	if !ok {
+		return decision{}, false
+	}
+	rr, route, params, clean := mt.rr, mt.route, mt.params, mt.clean
 	body, ok := m.readCredentialBody(w, r)
 	if !ok {
 		return decision{}, false
