@@ -361,55 +361,74 @@ func (c *compiler) compileMatch(p *Policy, path string, r *Route, rs *RouteSpec,
 			p.condQuery = append(p.condQuery, cd.Name)
 		}
 	}
+	c.limitKey(p, path, r, rs, claims)
+}
+
+// limitKey compiles a route's limit_key: what its own limit is counted
+// per.
+func (c *compiler) limitKey(p *Policy, path string, r *Route, rs *RouteSpec, claims map[string]bool) {
 	if len(rs.LimitKey) > 0 && rs.Limit == nil {
 		c.addf(path+".limit_key", "limit_key says what the route's limit counts per: set limit too")
 	}
 	seen := map[string]bool{}
 	for i, s := range rs.LimitKey {
 		kp := fmt.Sprintf("%s.limit_key[%d]", path, i)
-		kind, name, _ := strings.Cut(s, ":")
-		k := KeyPart{Kind: kind, Name: name}
-		switch kind {
-		case "subject", "host":
-			if name != "" {
-				c.addf(kp, "%s takes no name", kind)
-			}
-		case "header":
-			if !headerPattern.MatchString(name) || forbiddenHeader(name, p.UserHeader) {
-				c.addf(kp, "header:<Name>, not a credential, forwarding or framing header (got %q)", name)
-			}
-			k.Name = http.CanonicalHeaderKey(name)
-			if !slices.Contains(p.condHeaders, k.Name) {
-				p.condHeaders = append(p.condHeaders, k.Name)
-			}
-		case "query":
-			if name == "" || len(name) > 64 {
-				c.addf(kp, "query:<name>, got %q", s)
-			}
-			if !slices.Contains(p.condQuery, name) {
-				p.condQuery = append(p.condQuery, name)
-			}
-		case "path":
-			k.Name = strings.ToLower(name) // as MatchKey writes the path
-			if !slices.Contains(r.Params, k.Name) {
-				c.addf(kp, "the route's path has no parameter {%s}", name)
-			}
-		case "claim":
-			if p.JWT == nil {
-				c.addf(kp, "claims come from bearer JWTs: configure identity.jwt")
-			} else if !claimPattern.MatchString(name) {
-				c.addf(kp, "claim:<name>, got %q", s)
-			}
-			claims[name] = true
-		default:
-			c.addf(kp, "want subject, host, header:<Name>, query:<name>, path:<param> or claim:<name>, got %q", s)
-		}
+		k := c.keyPart(p, kp, s, r, claims)
 		if seen[k.String()] {
 			c.addf(kp, "%s is listed twice", k)
 		}
 		seen[k.String()] = true
 		r.LimitKey = append(r.LimitKey, k)
 	}
+	c.limitKeyWarnings(path, r, seen)
+}
+
+// keyPart compiles one part of a limit_key, s, at kp.
+func (c *compiler) keyPart(p *Policy, kp, s string, r *Route, claims map[string]bool) KeyPart {
+	kind, name, _ := strings.Cut(s, ":")
+	k := KeyPart{Kind: kind, Name: name}
+	switch kind {
+	case "subject", "host":
+		if name != "" {
+			c.addf(kp, "%s takes no name", kind)
+		}
+	case "header":
+		if !headerPattern.MatchString(name) || forbiddenHeader(name, p.UserHeader) {
+			c.addf(kp, "header:<Name>, not a credential, forwarding or framing header (got %q)", name)
+		}
+		k.Name = http.CanonicalHeaderKey(name)
+		if !slices.Contains(p.condHeaders, k.Name) {
+			p.condHeaders = append(p.condHeaders, k.Name)
+		}
+	case "query":
+		if name == "" || len(name) > 64 {
+			c.addf(kp, "query:<name>, got %q", s)
+		}
+		if !slices.Contains(p.condQuery, name) {
+			p.condQuery = append(p.condQuery, name)
+		}
+	case "path":
+		k.Name = strings.ToLower(name) // as MatchKey writes the path
+		if !slices.Contains(r.Params, k.Name) {
+			c.addf(kp, "the route's path has no parameter {%s}", name)
+		}
+	case "claim":
+		if p.JWT == nil {
+			c.addf(kp, "claims come from bearer JWTs: configure identity.jwt")
+		} else if !claimPattern.MatchString(name) {
+			c.addf(kp, "claim:<name>, got %q", s)
+		}
+		claims[name] = true
+	default:
+		c.addf(kp, "want subject, host, header:<Name>, query:<name>, path:<param> or claim:<name>, got %q", s)
+	}
+	return k
+}
+
+// limitKeyWarnings warns of a route's limit counted per what a client
+// chooses alone, and refuses one that adds to the plan's without being
+// counted per subject.
+func (c *compiler) limitKeyWarnings(path string, r *Route, seen map[string]bool) {
 	if r.LimitAdds && len(r.LimitKey) > 0 && !seen["subject"] {
 		c.addf(path+".limit_key", "a limit not counted per subject is shared by subjects and decided on its own: it can only replace the plan's (limit_mode: replace), or add subject to limit_key")
 	}
