@@ -188,57 +188,8 @@ func (e *Engine) check(ctx context.Context, c Call) *Verdict {
 	if c.Key != KeyNone && !e.checkKey(ctx, v, c) {
 		return v
 	}
+	ch, cost := e.plan(c)
 	route := c.Route
-	plan, cost := c.Subject.Plan, c.cost()
-	var extra *policy.Plan // a route limit charged beside the plan's
-	if route != nil && route.Limit != nil {
-		if route.LimitAdds {
-			extra = route.Limit
-		} else {
-			plan = route.Limit
-		}
-	}
-	var ch charges
-	if c.Subject.Unlimited {
-		// Counted, never refused by a rate limit: no budget is charged,
-		// and only the guards below apply.
-		plan, extra, route = nil, nil, nil
-	}
-	// ks is who the route's own limit is counted per: the subject, or
-	// what the route keys it by.
-	ks := c.Subject
-	if c.LimitKey != "" && route != nil && route.Limit != nil {
-		ks.ID = c.LimitKey
-	}
-	if plan != nil {
-		if route != nil && plan == route.Limit {
-			ch = e.plannedCharges(plan, ks, cost)
-		} else {
-			ch = e.plannedCharges(plan, c.Subject, cost)
-		}
-	}
-	if extra != nil {
-		// In the plan's group (its tenant's, if it has one, else the
-		// subject's), so that one atomic call decides the route's limit
-		// and the plan's; a keyed limit that adds is counted per subject
-		// too (policy), so it belongs to the subject's group.
-		tag := chargeTag(plan, c.Subject)
-		if tag == "" && ks.ID != c.Subject.ID {
-			tag = c.Subject.ID
-		}
-		for _, b := range extra.Limits {
-			ch.add(b, b.Request(ks.ID, tag, cost))
-		}
-	}
-	if route != nil && route.Candidate != nil {
-		b := route.Candidate
-		ch.add(b, b.Request(c.Subject.ID, "", cost))
-	}
-	if route != nil && route.Global != nil && route.Global.Shadow {
-		b := route.Global
-		ch.add(b, b.Request("route", "", cost))
-	}
-	route = c.Route
 	v.shadow = ch.shadow
 	if route != nil && route.Concurrency != nil && !e.acquireSlot(ctx, v, c) {
 		return v
@@ -289,6 +240,65 @@ func (e *Engine) check(ctx context.Context, c Call) *Verdict {
 	v.Outcome = Allowed
 	e.count(b.Name, v.group, v.plan, "allowed")
 	return v
+}
+
+// plan returns the charges a call makes, and its cost: the subject's
+// plan's limits, or the route's own limit in their place or beside them
+// (counted per the subject or what the route keys it by), the route's
+// candidate budget and its global one in shadow. An unlimited subject is
+// charged none of them.
+func (e *Engine) plan(c Call) (charges, int64) {
+	route := c.Route
+	plan, cost := c.Subject.Plan, c.cost()
+	var extra *policy.Plan // a route limit charged beside the plan's
+	if route != nil && route.Limit != nil {
+		if route.LimitAdds {
+			extra = route.Limit
+		} else {
+			plan = route.Limit
+		}
+	}
+	var ch charges
+	if c.Subject.Unlimited {
+		// Counted, never refused by a rate limit: no budget is charged,
+		// and only the guards (check) apply.
+		plan, extra, route = nil, nil, nil
+	}
+	// ks is who the route's own limit is counted per: the subject, or
+	// what the route keys it by.
+	ks := c.Subject
+	if c.LimitKey != "" && route != nil && route.Limit != nil {
+		ks.ID = c.LimitKey
+	}
+	if plan != nil {
+		if route != nil && plan == route.Limit {
+			ch = e.plannedCharges(plan, ks, cost)
+		} else {
+			ch = e.plannedCharges(plan, c.Subject, cost)
+		}
+	}
+	if extra != nil {
+		// In the plan's group (its tenant's, if it has one, else the
+		// subject's), so that one atomic call decides the route's limit
+		// and the plan's; a keyed limit that adds is counted per subject
+		// too (policy), so it belongs to the subject's group.
+		tag := chargeTag(plan, c.Subject)
+		if tag == "" && ks.ID != c.Subject.ID {
+			tag = c.Subject.ID
+		}
+		for _, b := range extra.Limits {
+			ch.add(b, b.Request(ks.ID, tag, cost))
+		}
+	}
+	if route != nil && route.Candidate != nil {
+		b := route.Candidate
+		ch.add(b, b.Request(c.Subject.ID, "", cost))
+	}
+	if route != nil && route.Global != nil && route.Global.Shadow {
+		b := route.Global
+		ch.add(b, b.Request("route", "", cost))
+	}
+	return ch, cost
 }
 
 // unlimitedBudget is the budget label a call no rate limit applies to is
