@@ -1,17 +1,42 @@
 // Package engine decides rate-limit calls without knowing how they
-// arrived: a call names the route, the subject, the cost and, for a login,
-// the account; the engine runs every check the policy asks for and
-// answers with a [Verdict] that carries every budget it charged, the one
-// to report, a delay for shaping limits and the outcome. The HTTP
-// middleware (package httplimit) is one front over it; others (a
-// forward-auth endpoint, a gRPC service) ask the same engine.
+// arrived. Every front (the HTTP middleware and forward-auth in package
+// httplimit, the gRPC interceptors in grpclimit, Envoy's rate-limit
+// service in envoyrls) translates its transport into the same stages and
+// back:
+//
+//	request --> match --> identify --> steps --> verdict --> settle
+//	(front)     policy    Identify-    Check     Verdict     Done,
+//	            Match-    Presented    (plan,    RateLimit,  Answered
+//	            Request,  (identity,   slot,     Reported
+//	            Route     jwtauth)     holds,
+//	                                   charge)
+//
+// Each stage:
+//
+//   - match: the front finds the route on the cleaned path as every common
+//     upstream reads it (policy.MatchKey, policy.MatchRequest) and puts the
+//     call on it ([Engine.Route]: the route's own limit keyed);
+//   - identify: [Engine.IdentifyPresented] reads what the call presents
+//     ([Presented]: headers, query, body and cookie credentials, the peer)
+//     with package identity, verifies a bearer JWT (jwtauth) and names
+//     the subject and its plan ([Identity]);
+//   - steps: [Engine.Check] plans the charges (the plan's or the route's
+//     limits, candidate and shadow budgets), then takes each step whose
+//     state can be given back (the concurrency slot, the login guard's
+//     holds, a place in the route's global budget) and last the one atomic
+//     charge of the subject's limits, all or none; a refusal gives back
+//     everything taken ([Engine.CheckBudgets] is the same for budgets
+//     named directly, as Envoy's descriptors name them);
+//   - verdict: the [Verdict] carries every budget charged, the one to
+//     report (RateLimit headers, Retry-After), a shaping delay and why a
+//     call was refused; the front writes its answer from it;
+//   - settle: once the service behind has answered, [Verdict.Answered]
+//     settles a login attempt and [Verdict.Done] ends the lease and
+//     evaluates shadow budgets, never before the answer.
 //
 // The engine owns the order of the checks, which is what makes a refusal
-// cost nothing whichever check refuses (see [Engine.Check]); the login
-// guard's holds and the concurrency lease, which last until the service
-// behind has answered; shadow budgets, evaluated after the answer, never
-// before it; and what happens when the store cannot decide: the local
-// fallback, or failing closed, per route.
+// cost nothing whichever check refuses; and what happens when the store
+// cannot decide: the local fallback, or failing closed, per route.
 package engine
 
 import (
