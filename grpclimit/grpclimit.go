@@ -68,6 +68,13 @@ const PushbackKey = "grpc-retry-pushback-ms"
 // Options configures the interceptors. Store and Policy are required;
 // the zero value of every other field is the default.
 type Options struct {
+	// Engine, if set, decides every call: the one the HTTP middleware or
+	// a gateway also decides with, so that a key's budget is one budget
+	// over both. Its policy is the Policy, and the fields that configure
+	// an engine (Policy, Store, Logger, Metrics, LogRefusalsPerSecond,
+	// Now, DenyCacheSize, Tracer) are not read. Without it the limiter
+	// builds its own.
+	Engine *engine.Engine
 	// Policy is what to enforce; its routes' paths name gRPC methods.
 	Policy *policy.Policy
 	Store  tollgate.Store
@@ -122,6 +129,10 @@ type Limiter struct {
 
 // New returns a Limiter deciding under opts.
 func New(opts Options) (*Limiter, error) {
+	if opts.Engine != nil {
+		opts.Policy = opts.Engine.Policy()
+		return &Limiter{opts: opts, engine: opts.Engine}, nil
+	}
 	if opts.Store == nil || opts.Policy == nil {
 		return nil, errors.New("creating grpc limiter: Store and Policy are required")
 	}

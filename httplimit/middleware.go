@@ -38,6 +38,13 @@ import (
 // Options configures the middleware. Store is required, and either Policy
 // or Limit; the zero value of every other field is the default.
 type Options struct {
+	// Engine, if set, decides every request: the one a gateway's other
+	// fronts (gRPC, forward-auth) share, so that they decide under the
+	// same budgets, identities and penalties. Its policy is the Policy,
+	// and the fields that configure an engine (Policy, Limit, Store,
+	// Logger, Metrics, LogRefusalsPerSecond, Now, DenyCacheSize, Tracer,
+	// JWKS, Recording) are not read. Without it the front builds its own.
+	Engine *engine.Engine
 	// Policy is what to enforce: plans, API keys, routes (see package
 	// policy: a file, or a File compiled in code).
 	Policy *policy.Policy
@@ -150,6 +157,10 @@ type Front struct{ base *middleware }
 
 // New returns the front that Middleware and ForwardAuth are made of.
 func New(opts Options) (*Front, error) {
+	if opts.Engine != nil {
+		opts.Policy = opts.Engine.Policy()
+		return newFront(opts, opts.Engine), nil
+	}
 	if opts.Store == nil {
 		return nil, errors.New("creating middleware: Store is required")
 	}
@@ -169,6 +180,11 @@ func New(opts Options) (*Front, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating middleware: %w", err)
 	}
+	return newFront(opts, e), nil
+}
+
+// newFront is the front over e, whose policy opts.Policy is.
+func newFront(opts Options, e *engine.Engine) *Front {
 	return &Front{base: &middleware{
 		opts:        opts,
 		engine:      e,
@@ -177,7 +193,7 @@ func New(opts Options) (*Front, error) {
 		protected:   protected(opts.Policy.UserHeader, opts.Policy.RouteHeaders()...),
 		replaced:    canonicalSet(addressHeaders),
 		trustedOnly: canonicalSet(append(slices.Clone(proxyHeaders), opts.Policy.UserHeader)),
-	}}, nil
+	}}
 }
 
 // Middleware wraps next with rate limiting.
