@@ -239,9 +239,13 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 	if err != nil {
 		return nil, err
 	}
-	front, err := httplimit.New(httplimit.Options{
-		Policy: p, Store: g.store, Logger: g.log, Metrics: g.metrics, RequireRoute: true, Now: g.opts.Clock,
-		DenyCacheSize: g.denyCache, Tracer: g.tracer, Recording: g.recording,
+	// One engine decides for the middleware and forward-auth alike.
+	eng, err := engine.New(engine.Options{Policy: p, Store: g.store, Logger: g.log, Metrics: g.metrics, Now: g.opts.Clock,
+		DenyCacheSize: g.denyCache, Tracer: g.tracer, Recording: g.recording})
+	if err != nil {
+		return nil, fmt.Errorf("building policy %s: %w", p.Version, err)
+	}
+	front, err := httplimit.New(httplimit.Options{Engine: eng, RequireRoute: true,
 		CleanPathForwarded: true, // upstreams get Info.Path (see upstreams)
 	})
 	if err != nil {
