@@ -254,3 +254,21 @@ func (v *Verdict) giveBack(ctx context.Context) {
 		v.lease.release(ctx)
 	}
 }
+
+// Wait waits out the verdict's Delay, what a shaping limit asks of an
+// admitted call before it goes on (holding its slot, if it took one: it
+// is in flight), and reports false if ctx ends first. Without a Delay it
+// returns at once.
+func (v *Verdict) Wait(ctx context.Context) bool {
+	if v.Delay <= 0 {
+		return true
+	}
+	t := time.NewTimer(v.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

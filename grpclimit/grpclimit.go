@@ -161,7 +161,7 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 		if len(d.header) > 0 {
 			grpc.SetHeader(ctx, d.header)
 		}
-		if d.v.Delay > 0 && !waitDelay(ctx, d.v.Delay) {
+		if !d.v.Wait(ctx) {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 		return handler(l.handlerContext(ctx, d.info), req)
@@ -185,7 +185,7 @@ func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 		if len(d.header) > 0 {
 			ss.SetHeader(d.header)
 		}
-		if d.v.Delay > 0 && !waitDelay(ctx, d.v.Delay) {
+		if !d.v.Wait(ctx) {
 			return status.FromContextError(ctx.Err()).Err()
 		}
 		return handler(srv, &stream{ServerStream: ss, ctx: l.handlerContext(ctx, d.info)})
@@ -223,19 +223,6 @@ func done(ctx context.Context, v *engine.Verdict) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	v.Done(ctx)
-}
-
-// waitDelay waits d, the delay a shaping limit asks of an admitted call;
-// it reports false if ctx ends first.
-func waitDelay(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // decision is what decide found: for an admitted call its verdict, Info

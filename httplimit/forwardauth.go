@@ -131,7 +131,7 @@ func (fa *forwardAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer v.Done(r.Context()) // after the answer: shadow budgets
-	if v.Delay > 0 && !waitDelay(r.Context(), v.Delay) {
+	if !v.Wait(r.Context()) {
 		return // the proxy gave up on the request
 	}
 	aw.WriteHeader(http.StatusOK)

@@ -233,7 +233,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Only the service's answer settles the attempt.
 		out = &statusRecorder{ResponseWriter: w, onStatus: func(status int) { v.Answered(r.Context(), status) }}
 	}
-	if v.Delay > 0 && !waitDelay(r.Context(), v.Delay) {
+	if !v.Wait(r.Context()) {
 		return // the client gave up while queued
 	}
 	dec := tollgate.Decision{Allowed: true}
@@ -245,20 +245,6 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Shadow budgets are evaluated after the response, not before
 		// its last bytes.
 		http.NewResponseController(w).Flush()
-	}
-}
-
-// waitDelay waits d, the delay a shaping limit asks of an admitted
-// request (holding its slot, if it took one: it is in flight); it
-// reports false if ctx ends first.
-func waitDelay(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 
