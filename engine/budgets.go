@@ -104,10 +104,8 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 	subject := Subject{Kind: "budgets", ID: sub}
 	ds, err := e.decide(ctx, budgets[0].Name, reqs)
 	if err != nil {
-		// storeFailed reads the failure policy and the group from a route.
-		call := Call{Route: &policy.Route{Group: c.Group, FailClosed: c.FailClosed}, Subject: subject}
 		var ok bool
-		if ds, ok = e.storeFailed(ctx, v, err, call, budgets, reqs); !ok {
+		if ds, ok = e.storeFailed(ctx, v, err, subject, c.FailClosed, budgets, reqs); !ok {
 			return v
 		}
 	}

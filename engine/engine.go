@@ -237,7 +237,7 @@ func (e *Engine) check(ctx context.Context, c Call) *Verdict {
 	ds, err := e.decide(ctx, ch.budgets[0].Name, ch.reqs)
 	if err != nil {
 		var ok bool
-		if ds, ok = e.storeFailed(ctx, v, err, c, ch.budgets, ch.reqs); !ok {
+		if ds, ok = e.storeFailed(ctx, v, err, c.Subject, c.failsClosed(), ch.budgets, ch.reqs); !ok {
 			return v
 		}
 	}
@@ -472,11 +472,11 @@ func (e *Engine) owes(reqs []tollgate.Request) bool {
 	return false
 }
 
-// storeFailed applies the route's failure policy when the store could not
-// decide reqs. It returns the decisions to go on with (the local
+// storeFailed applies the failure policy (failClosed: the route's, or a
+// budget call's) when the store could not decide reqs for sub. It returns the decisions to go on with (the local
 // fallback's), or false when the verdict is final: failed closed, invalid,
 // or admitted without a decision (FailOpen).
-func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, c Call, budgets []*policy.Budget, reqs []tollgate.Request) ([]tollgate.Decision, bool) {
+func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, sub Subject, failClosed bool, budgets []*policy.Budget, reqs []tollgate.Request) ([]tollgate.Decision, bool) {
 	name := budgets[0].Name
 	var item *tollgate.ItemError
 	if errors.As(err, &item) && item.Index < len(budgets) {
@@ -503,9 +503,9 @@ func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, c Call,
 		return nil, false
 	}
 	if !errors.Is(err, tollgate.ErrUnavailable) {
-		e.logSampled(ctx, slog.LevelError, "store error", c.Subject, name, v.group, slog.String("error", err.Error()))
+		e.logSampled(ctx, slog.LevelError, "store error", sub, name, v.group, slog.String("error", err.Error()))
 	}
-	if c.Route != nil && c.Route.FailClosed {
+	if failClosed {
 		e.failClosed(ctx, v, name, err)
 		return nil, false
 	}
@@ -530,7 +530,7 @@ func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, c Call,
 			e.failClosed(ctx, v, name, ferr)
 			return nil, false
 		}
-		e.logSampled(ctx, slog.LevelError, "local fallback failed, allowing", c.Subject, name, v.group, slog.String("error", ferr.Error()))
+		e.logSampled(ctx, slog.LevelError, "local fallback failed, allowing", sub, name, v.group, slog.String("error", ferr.Error()))
 	}
 	e.countFallback(name, "fail_open")
 	e.count(name, v.group, v.plan, "fail_open")

@@ -112,7 +112,7 @@ func (e *Engine) holdGlobal(ctx context.Context, v *Verdict, c Call, cost int64)
 	endStoreSpan(span, allowedOr(d.Allowed), err)
 	switch {
 	case err != nil && algo.IsInvalid(err):
-		_, ok := e.storeFailed(ctx, v, err, c, []*policy.Budget{g}, []tollgate.Request{gh.req})
+		_, ok := e.storeFailed(ctx, v, err, c.Subject, c.failsClosed(), []*policy.Budget{g}, []tollgate.Request{gh.req})
 		return ok
 	case err != nil:
 		// Decided after the subject's limits instead (see globalHold). A
@@ -140,7 +140,7 @@ func (e *Engine) chargeGlobal(ctx context.Context, v *Verdict, c Call) (tollgate
 		gds, err := e.decide(ctx, c.Route.Global.Name, greq)
 		if err != nil {
 			var ok bool
-			if gds, ok = e.storeFailed(ctx, v, err, c, []*policy.Budget{c.Route.Global}, greq); !ok {
+			if gds, ok = e.storeFailed(ctx, v, err, c.Subject, c.failsClosed(), []*policy.Budget{c.Route.Global}, greq); !ok {
 				return tollgate.Decision{}, false
 			}
 		}

@@ -41,6 +41,10 @@ type Call struct {
 	LimitKey string
 }
 
+// failsClosed reports whether the call's route refuses it while the store
+// cannot decide (on_store_failure: fail_closed).
+func (c Call) failsClosed() bool { return c.Route != nil && c.Route.FailClosed }
+
 // KeyStatus is what became of the API key a request presented.
 type KeyStatus uint8
 
