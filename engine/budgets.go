@@ -74,29 +74,7 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 		v.Err = fmt.Errorf("deciding budgets: %d budgets in one call (at most %d)", len(c.Charges), algo.MaxGroup)
 		return v
 	}
-	// One store call decides the enforced charges, and queries the shadow
-	// ones and any charge no budget could admit (which refuses the call).
-	reqs := make([]tollgate.Request, len(c.Charges))
-	budgets := make([]*policy.Budget, len(c.Charges))
-	tooBig, enforced := -1, false
-	for i, ch := range c.Charges {
-		cost := ch.Cost
-		if ch.Budget.Shadow || cost > ch.Budget.Limit.Capacity() {
-			cost = 0
-		}
-		if ch.Cost > ch.Budget.Limit.Capacity() && !ch.Budget.Shadow && tooBig < 0 {
-			tooBig = i
-		}
-		enforced = enforced || !ch.Budget.Shadow
-		reqs[i] = ch.Budget.Request(ch.Subject, c.Tag, cost)
-		budgets[i] = ch.Budget
-	}
-	if tooBig >= 0 {
-		// Nothing is charged: the call is refused.
-		for i := range reqs {
-			reqs[i].Cost = 0
-		}
-	}
+	reqs, budgets, tooBig, enforced := c.requests()
 	sub := c.Subject
 	if sub == "" {
 		sub = "-"
@@ -130,29 +108,7 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 		}
 	}
 	if admitted {
-		// Shadow budgets count what they would have admitted beside the
-		// enforced ones: charged now, each on its own (not while the
-		// store is down, nor a cost of zero, which only asks).
-		for i, ch := range c.Charges {
-			if !ch.Budget.Shadow || ch.Cost == 0 || v.Local {
-				continue
-			}
-			if ch.Cost <= ch.Budget.Limit.Capacity() {
-				sds, err := e.decide(ctx, ch.Budget.Name, []tollgate.Request{ch.Budget.Request(ch.Subject, c.Tag, ch.Cost)})
-				if err != nil {
-					e.log.LogAttrs(ctx, slog.LevelWarn, "shadow decision failed", slog.String("budget", ch.Budget.Name), slog.String("error", err.Error()))
-					continue
-				}
-				v.Charges[i].Decision = sds[0]
-			}
-			outcome := "allowed"
-			if !v.Charges[i].Decision.Allowed {
-				outcome = "refused"
-			}
-			if mt := e.metrics; mt != nil {
-				mt.Shadow.WithLabelValues(ch.Budget.Name, c.Group, outcome).Inc()
-			}
-		}
+		e.chargeShadows(ctx, v, c)
 	}
 	if !enforced {
 		v.Outcome = Allowed
@@ -169,6 +125,63 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 	v.Outcome = Allowed
 	e.count(b.Name, v.group, v.plan, "allowed")
 	return v
+}
+
+// requests returns the store requests of one call of the charges: the
+// enforced charges decided, the shadow ones and any charge no budget
+// could admit (which refuses the call) queried at cost 0, every one at
+// cost 0 when one is too big (tooBig: its index, else -1); and whether
+// any is enforced.
+func (c BudgetCall) requests() (reqs []tollgate.Request, budgets []*policy.Budget, tooBig int, enforced bool) {
+	reqs = make([]tollgate.Request, len(c.Charges))
+	budgets = make([]*policy.Budget, len(c.Charges))
+	tooBig = -1
+	for i, ch := range c.Charges {
+		cost := ch.Cost
+		if ch.Budget.Shadow || cost > ch.Budget.Limit.Capacity() {
+			cost = 0
+		}
+		if ch.Cost > ch.Budget.Limit.Capacity() && !ch.Budget.Shadow && tooBig < 0 {
+			tooBig = i
+		}
+		enforced = enforced || !ch.Budget.Shadow
+		reqs[i] = ch.Budget.Request(ch.Subject, c.Tag, cost)
+		budgets[i] = ch.Budget
+	}
+	if tooBig >= 0 {
+		// Nothing is charged: the call is refused.
+		for i := range reqs {
+			reqs[i].Cost = 0
+		}
+	}
+	return reqs, budgets, tooBig, enforced
+}
+
+// chargeShadows charges an admitted call's shadow budgets, so that each
+// counts what it would have admitted beside the enforced ones: each on
+// its own (not while the store is down, nor a cost of zero, which only
+// asks), its would-be refusal counted in Metrics.Shadow.
+func (e *Engine) chargeShadows(ctx context.Context, v *Verdict, c BudgetCall) {
+	for i, ch := range c.Charges {
+		if !ch.Budget.Shadow || ch.Cost == 0 || v.Local {
+			continue
+		}
+		if ch.Cost <= ch.Budget.Limit.Capacity() {
+			sds, err := e.decide(ctx, ch.Budget.Name, []tollgate.Request{ch.Budget.Request(ch.Subject, c.Tag, ch.Cost)})
+			if err != nil {
+				e.log.LogAttrs(ctx, slog.LevelWarn, "shadow decision failed", slog.String("budget", ch.Budget.Name), slog.String("error", err.Error()))
+				continue
+			}
+			v.Charges[i].Decision = sds[0]
+		}
+		outcome := "allowed"
+		if !v.Charges[i].Decision.Allowed {
+			outcome = "refused"
+		}
+		if mt := e.metrics; mt != nil {
+			mt.Shadow.WithLabelValues(ch.Budget.Name, c.Group, outcome).Inc()
+		}
+	}
 }
 
 // mostRestrictiveEnforced is mostRestrictive among the enforced charges,
