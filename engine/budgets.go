@@ -74,7 +74,9 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 		v.Err = fmt.Errorf("deciding budgets: %d budgets in one call (at most %d)", len(c.Charges), algo.MaxGroup)
 		return v
 	}
-	reqs, budgets, tooBig, enforced := c.requests()
+	reqs := make([]tollgate.Request, len(c.Charges))
+	budgets := make([]*policy.Budget, len(c.Charges))
+	tooBig, enforced := c.requests(reqs, budgets)
 	sub := c.Subject
 	if sub == "" {
 		sub = "-"
@@ -127,14 +129,12 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 	return v
 }
 
-// requests returns the store requests of one call of the charges: the
-// enforced charges decided, the shadow ones and any charge no budget
-// could admit (which refuses the call) queried at cost 0, every one at
-// cost 0 when one is too big (tooBig: its index, else -1); and whether
-// any is enforced.
-func (c BudgetCall) requests() (reqs []tollgate.Request, budgets []*policy.Budget, tooBig int, enforced bool) {
-	reqs = make([]tollgate.Request, len(c.Charges))
-	budgets = make([]*policy.Budget, len(c.Charges))
+// requests writes into reqs and budgets (one each per charge) the store
+// requests of one call of the charges: the enforced charges decided, the
+// shadow ones and any charge no budget could admit (which refuses the
+// call) queried at cost 0, every one at cost 0 when one is too big
+// (tooBig: its index, else -1); and reports whether any is enforced.
+func (c BudgetCall) requests(reqs []tollgate.Request, budgets []*policy.Budget) (tooBig int, enforced bool) {
 	tooBig = -1
 	for i, ch := range c.Charges {
 		cost := ch.Cost
@@ -154,7 +154,7 @@ func (c BudgetCall) requests() (reqs []tollgate.Request, budgets []*policy.Budge
 			reqs[i].Cost = 0
 		}
 	}
-	return reqs, budgets, tooBig, enforced
+	return tooBig, enforced
 }
 
 // chargeShadows charges an admitted call's shadow budgets, so that each
