@@ -36,11 +36,24 @@ func (c *compiler) jwt(p *Policy, f *File, env Env) {
 		RefreshInterval:    orDefault(s.RefreshInterval, 15*time.Minute),
 		MinRefreshInterval: orDefault(s.MinRefreshInterval, 30*time.Second),
 	}
+	symmetric, asymmetric := c.jwtAlgorithms(j, s, path)
+	c.jwtKeys(j, s, path, env, symmetric, asymmetric)
+	c.jwtTimes(j, s, path)
+	c.jwtClaims(j, s, path)
+	j.DefaultPlan = c.planRef(p, f, path+".default_plan", s.DefaultPlan)
+	if s.DefaultPlan == "" {
+		j.DefaultPlan = p.UserPlan
+	}
+	p.JWT = j
+}
+
+// jwtAlgorithms compiles the algorithms accepted, and reports whether
+// any is symmetric (HS*) and any asymmetric.
+func (c *compiler) jwtAlgorithms(j *JWT, s *JWTSpec, path string) (symmetric, asymmetric bool) {
 	algs := s.Algorithms
 	if len(algs) == 0 {
 		algs = defaultJWTAlgorithms
 	}
-	symmetric, asymmetric := false, false
 	for i, a := range algs {
 		ap := fmt.Sprintf("%s.algorithms[%d]", path, i)
 		switch {
@@ -61,6 +74,12 @@ func (c *compiler) jwt(p *Policy, f *File, env Env) {
 			asymmetric = true
 		}
 	}
+	return symmetric, asymmetric
+}
+
+// jwtKeys compiles where the verifying keys come from: the HMAC secret's
+// environment variable for HS*, the JWKS URL for the others.
+func (c *compiler) jwtKeys(j *JWT, s *JWTSpec, path string, env Env, symmetric, asymmetric bool) {
 	switch {
 	case symmetric && s.HMACSecretEnv == "":
 		c.addf(path+".hmac_secret_env", "an HS* algorithm needs hmac_secret_env, the environment variable holding its secret")
@@ -83,6 +102,10 @@ func (c *compiler) jwt(p *Policy, f *File, env Env) {
 			c.addf(path+".jwks_url", "%v", err)
 		}
 	}
+}
+
+// jwtTimes checks the clock skew and the JWKS refresh intervals.
+func (c *compiler) jwtTimes(j *JWT, s *JWTSpec, path string) {
 	if s.ClockSkew < 0 || s.ClockSkew > MaxClockSkew {
 		c.addf(path+".clock_skew", "want 0 (the default, 30s) to %v, got %v", MaxClockSkew, s.ClockSkew)
 	}
@@ -92,6 +115,10 @@ func (c *compiler) jwt(p *Policy, f *File, env Env) {
 	if j.MinRefreshInterval < time.Second || j.MinRefreshInterval > j.RefreshInterval {
 		c.addf(path+".min_refresh_interval", "want 1s to refresh_interval (%v), got %v", j.RefreshInterval, j.MinRefreshInterval)
 	}
+}
+
+// jwtClaims checks the audiences and the claims that name an identity.
+func (c *compiler) jwtClaims(j *JWT, s *JWTSpec, path string) {
 	for i, a := range s.Audience {
 		if a == "" {
 			c.addf(fmt.Sprintf("%s.audience[%d]", path, i), "an audience is not empty")
@@ -113,11 +140,6 @@ func (c *compiler) jwt(p *Policy, f *File, env Env) {
 		}
 		claims[cl.name] = cl.field
 	}
-	j.DefaultPlan = c.planRef(p, f, path+".default_plan", s.DefaultPlan)
-	if s.DefaultPlan == "" {
-		j.DefaultPlan = p.UserPlan
-	}
-	p.JWT = j
 }
 
 var reserved = map[string]bool{"iss": true, "aud": true, "exp": true, "nbf": true, "iat": true, "jti": true}
