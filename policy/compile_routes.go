@@ -34,73 +34,13 @@ func (c *compiler) routes(p *Policy, f *File) {
 			c.addf(path+".name", "a route named %q is already defined", r.Name)
 		}
 		seenName[r.Name] = true
-		if r.Method != "" && !methodPattern.MatchString(r.Method) {
-			c.addf(path+".method", "not an HTTP method: %q (use upper case, or leave empty for any)", r.Method)
-		}
-		if err := checkRoutePath(r.Path); err != nil {
-			c.addf(path+".path", "%v", err)
-		}
-		r.Prefix = strings.HasSuffix(r.Path, "/")
-		if err := checkUpstream(r.Upstream); r.Upstream != "" && err != nil {
-			c.addf(path+".upstream", "%v", err)
-		}
-		if r.Group == "" {
-			r.Group = r.Name
-		} else if !namePattern.MatchString(r.Group) {
-			c.addf(path+".group", "group names are 1-64 letters, digits, '.', '_' or '-'")
-		}
-		if r.Cost == 0 {
-			r.Cost = 1
-		}
-		if r.Cost < 1 {
-			c.addf(path+".cost", "cost must be at least 1, got %d", r.Cost)
-		}
-		switch rs.OnStoreFailure {
-		case "", "fail_open":
-		case "fail_closed":
-			r.FailClosed = true
-		default:
-			c.addf(path+".on_store_failure", "want fail_open or fail_closed, got %q", rs.OnStoreFailure)
-		}
-		if rs.Limit != nil {
-			if l, ok := c.limit(path+".limit", *rs.Limit); ok {
-				r.Limit = &Plan{Name: r.Group, Limits: []*Budget{newBudget(r.Group, routeID(r.Group), l, rs.Limit.Shadow)}}
-			}
-		}
-		switch rs.LimitMode {
-		case "", "replace":
-		case "add":
-			r.LimitAdds = true
-		default:
-			c.addf(path+".limit_mode", "want replace (the route's limit instead of the plan's) or add (both), got %q", rs.LimitMode)
-		}
-		if rs.LimitMode != "" && rs.Limit == nil {
-			c.addf(path+".limit_mode", "limit_mode says how the route's limit meets the plan's: set limit too")
-		}
-		if rs.Refusal != nil {
-			r.Refusal = c.refusal(path+".refusal", rs.Refusal)
-		}
+		c.routeBasics(path, r, &rs)
+		c.routeLimits(path, r, &rs)
 		c.compileMatch(p, path, r, &f.Routes[i], claims)
-		shape := r.key
-		for _, n := range r.params {
-			if n != "" {
-				shape = strings.Replace(shape, "{"+n+"}", "{}", 1)
-			}
-		}
-		if m := r.Method + " " + shape + " " + condKey(r); seenMatch[m] {
+		if m := r.Method + " " + r.shape() + " " + condKey(r); seenMatch[m] {
 			c.addf(path+".path", "another route already matches %s", strings.TrimSpace(r.Method+" "+r.key))
 		} else {
 			seenMatch[m] = true
-		}
-		if rs.Global != nil {
-			if l, ok := c.limit(path+".global", *rs.Global); ok {
-				r.Global = newBudget("global."+r.Group, globalID(r.Group), l, rs.Global.Shadow)
-			}
-		}
-		if rs.ShadowLimit != nil {
-			if l, ok := c.limit(path+".shadow_limit", *rs.ShadowLimit); ok {
-				r.Candidate = newBudget("candidate."+r.Group, candidateID(r.Group), l, true)
-			}
 		}
 		if rs.Login != nil {
 			r.Login = c.login(path+".login", rs.Login, r.Group)
@@ -110,6 +50,84 @@ func (c *compiler) routes(p *Policy, f *File) {
 		}
 		p.Routes = append(p.Routes, r)
 	}
+}
+
+// routeBasics compiles a route's method, path, upstream, group, cost and
+// failure mode.
+func (c *compiler) routeBasics(path string, r *Route, rs *RouteSpec) {
+	if r.Method != "" && !methodPattern.MatchString(r.Method) {
+		c.addf(path+".method", "not an HTTP method: %q (use upper case, or leave empty for any)", r.Method)
+	}
+	if err := checkRoutePath(r.Path); err != nil {
+		c.addf(path+".path", "%v", err)
+	}
+	r.Prefix = strings.HasSuffix(r.Path, "/")
+	if err := checkUpstream(r.Upstream); r.Upstream != "" && err != nil {
+		c.addf(path+".upstream", "%v", err)
+	}
+	if r.Group == "" {
+		r.Group = r.Name
+	} else if !namePattern.MatchString(r.Group) {
+		c.addf(path+".group", "group names are 1-64 letters, digits, '.', '_' or '-'")
+	}
+	if r.Cost == 0 {
+		r.Cost = 1
+	}
+	if r.Cost < 1 {
+		c.addf(path+".cost", "cost must be at least 1, got %d", r.Cost)
+	}
+	switch rs.OnStoreFailure {
+	case "", "fail_open":
+	case "fail_closed":
+		r.FailClosed = true
+	default:
+		c.addf(path+".on_store_failure", "want fail_open or fail_closed, got %q", rs.OnStoreFailure)
+	}
+}
+
+// routeLimits compiles a route's own limit and how it meets the plan's,
+// its refusal, its global budget and its candidate (shadow) limit.
+func (c *compiler) routeLimits(path string, r *Route, rs *RouteSpec) {
+	if rs.Limit != nil {
+		if l, ok := c.limit(path+".limit", *rs.Limit); ok {
+			r.Limit = &Plan{Name: r.Group, Limits: []*Budget{newBudget(r.Group, routeID(r.Group), l, rs.Limit.Shadow)}}
+		}
+	}
+	switch rs.LimitMode {
+	case "", "replace":
+	case "add":
+		r.LimitAdds = true
+	default:
+		c.addf(path+".limit_mode", "want replace (the route's limit instead of the plan's) or add (both), got %q", rs.LimitMode)
+	}
+	if rs.LimitMode != "" && rs.Limit == nil {
+		c.addf(path+".limit_mode", "limit_mode says how the route's limit meets the plan's: set limit too")
+	}
+	if rs.Refusal != nil {
+		r.Refusal = c.refusal(path+".refusal", rs.Refusal)
+	}
+	if rs.Global != nil {
+		if l, ok := c.limit(path+".global", *rs.Global); ok {
+			r.Global = newBudget("global."+r.Group, globalID(r.Group), l, rs.Global.Shadow)
+		}
+	}
+	if rs.ShadowLimit != nil {
+		if l, ok := c.limit(path+".shadow_limit", *rs.ShadowLimit); ok {
+			r.Candidate = newBudget("candidate."+r.Group, candidateID(r.Group), l, true)
+		}
+	}
+}
+
+// shape is the route's match key with its parameters unnamed: two routes
+// of one shape (and method and conditions) match the same requests.
+func (r *Route) shape() string {
+	shape := r.key
+	for _, n := range r.params {
+		if n != "" {
+			shape = strings.Replace(shape, "{"+n+"}", "{}", 1)
+		}
+	}
+	return shape
 }
 
 // maxRefusalBody bounds a route's own refusal body.
