@@ -219,43 +219,79 @@ type params struct {
 	give  *Place // set: Decide gives this place back (GivingBack)
 }
 
+// params checks the limit, in order: its shape, then what it counts
+// (which divides by the rate and the period the first checks hold
+// positive), then its calendar and its shaping delay; and returns it
+// prepared for Decide.
 func (l Limit) params() (params, error) {
 	p := params{alg: l.Algorithm, n: l.Rate, period: l.Period.Milliseconds(), cap: l.Capacity(), delay: l.MaxDelay.Milliseconds(), cal: l.Calendar, zone: l.Zone}
+	for _, check := range []func(params) error{l.checkShape, l.checkRange, l.checkCalendar, l.checkDelay} {
+		if err := check(p); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// checkShape checks the algorithm, the rate, the period and the burst.
+func (l Limit) checkShape(p params) error {
 	switch {
 	case l.Algorithm >= numAlgorithms:
-		return p, fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
+		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
 	case l.Rate < 1:
-		return p, fmt.Errorf("%w: rate must be at least 1, got %d", ErrInvalidLimit, l.Rate)
+		return fmt.Errorf("%w: rate must be at least 1, got %d", ErrInvalidLimit, l.Rate)
 	case l.Period < time.Millisecond || l.Period%time.Millisecond != 0:
-		return p, fmt.Errorf("%w: period must be a whole number of milliseconds, at least 1ms, got %v", ErrInvalidLimit, l.Period)
+		return fmt.Errorf("%w: period must be a whole number of milliseconds, at least 1ms, got %v", ErrInvalidLimit, l.Period)
 	case l.Burst < 0:
-		return p, fmt.Errorf("%w: burst must not be negative, got %d", ErrInvalidLimit, l.Burst)
+		return fmt.Errorf("%w: burst must not be negative, got %d", ErrInvalidLimit, l.Burst)
 	case !l.Algorithm.isBucket() && l.Burst != 0 && l.Burst != l.Rate:
-		return p, fmt.Errorf("%w: %s admits rate per window and takes no burst (got burst %d, rate %d)", ErrInvalidLimit, l.Algorithm, l.Burst, l.Rate)
+		return fmt.Errorf("%w: %s admits rate per window and takes no burst (got burst %d, rate %d)", ErrInvalidLimit, l.Algorithm, l.Burst, l.Rate)
+	}
+	return nil
+}
+
+// checkRange checks that the limit counts exactly and reports durations
+// within MaxHorizon.
+func (l Limit) checkRange(p params) error {
+	switch {
 	case l.Algorithm == FixedWindow && p.n > maxUnits:
-		return p, fmt.Errorf("%w: rate %d is too large (at most 2^50)", ErrInvalidLimit, p.n)
+		return fmt.Errorf("%w: rate %d is too large (at most 2^50)", ErrInvalidLimit, p.n)
 	case l.Algorithm != FixedWindow && (p.n > maxUnits/p.period || p.cap > maxUnits/p.period):
-		return p, fmt.Errorf("%w: %d per %v is too large to count exactly (rate × period and burst × period must stay below 2^50 ms); use a shorter period", ErrInvalidLimit, max(p.n, p.cap), l.Period)
+		return fmt.Errorf("%w: %d per %v is too large to count exactly (rate × period and burst × period must stay below 2^50 ms); use a shorter period", ErrInvalidLimit, max(p.n, p.cap), l.Period)
 	case l.Algorithm.isBucket() && ceilDiv(p.cap*p.period, p.n)+p.delay > maxHorizonMS,
 		l.Algorithm == SlidingWindowCounter && 2*p.period > maxHorizonMS,
 		p.period > maxHorizonMS:
-		return p, fmt.Errorf("%w: %s: it would report durations past %v (a full refill of burst × period / rate plus max_delay, a window, twice the window for sliding_counter); use a larger rate or a smaller burst or period", ErrInvalidLimit, l, MaxHorizon)
-	case l.Calendar > Monthly:
-		return p, fmt.Errorf("%w: unknown calendar %d", ErrInvalidLimit, l.Calendar)
-	case l.Calendar != NoCalendar && l.Algorithm != FixedWindow:
-		return p, fmt.Errorf("%w: calendar windows (day, month) need the fixed_window algorithm, not %s", ErrInvalidLimit, l.Algorithm)
-	case l.Calendar == Daily && l.Period != Day, l.Calendar == Monthly && l.Period != Month:
-		return p, fmt.Errorf("%w: a calendar %s limit has period %v, want %v", ErrInvalidLimit, l.Calendar, l.Period, map[Calendar]time.Duration{Daily: Day, Monthly: Month}[l.Calendar])
-	case l.MaxDelay != 0 && l.Algorithm != LeakyBucket:
-		return p, fmt.Errorf("%w: max_delay (shaping) needs the leaky_bucket algorithm, not %s", ErrInvalidLimit, l.Algorithm)
-	case l.MaxDelay < 0 || l.MaxDelay%time.Millisecond != 0:
-		return p, fmt.Errorf("%w: max_delay must be a whole number of milliseconds, got %v", ErrInvalidLimit, l.MaxDelay)
-	case p.delay > 0 && p.delay > (maxUnits-p.cap*p.period)/p.n:
-		return p, fmt.Errorf("%w: max_delay %v is too long for %d per %v", ErrInvalidLimit, l.MaxDelay, p.n, l.Period)
+		return fmt.Errorf("%w: %s: it would report durations past %v (a full refill of burst × period / rate plus max_delay, a window, twice the window for sliding_counter); use a larger rate or a smaller burst or period", ErrInvalidLimit, l, MaxHorizon)
 	case l.Algorithm == SlidingWindowLog && p.n > MaxLogRate:
-		return p, fmt.Errorf("%w: sliding_log keeps one entry per request and allows at most %d per period, got %d; use sliding_counter", ErrInvalidLimit, MaxLogRate, p.n)
+		return fmt.Errorf("%w: sliding_log keeps one entry per request and allows at most %d per period, got %d; use sliding_counter", ErrInvalidLimit, MaxLogRate, p.n)
 	}
-	return p, nil
+	return nil
+}
+
+// checkCalendar checks a calendar (day, month) window.
+func (l Limit) checkCalendar(params) error {
+	switch {
+	case l.Calendar > Monthly:
+		return fmt.Errorf("%w: unknown calendar %d", ErrInvalidLimit, l.Calendar)
+	case l.Calendar != NoCalendar && l.Algorithm != FixedWindow:
+		return fmt.Errorf("%w: calendar windows (day, month) need the fixed_window algorithm, not %s", ErrInvalidLimit, l.Algorithm)
+	case l.Calendar == Daily && l.Period != Day, l.Calendar == Monthly && l.Period != Month:
+		return fmt.Errorf("%w: a calendar %s limit has period %v, want %v", ErrInvalidLimit, l.Calendar, l.Period, map[Calendar]time.Duration{Daily: Day, Monthly: Month}[l.Calendar])
+	}
+	return nil
+}
+
+// checkDelay checks a shaping limit's max_delay.
+func (l Limit) checkDelay(p params) error {
+	switch {
+	case l.MaxDelay != 0 && l.Algorithm != LeakyBucket:
+		return fmt.Errorf("%w: max_delay (shaping) needs the leaky_bucket algorithm, not %s", ErrInvalidLimit, l.Algorithm)
+	case l.MaxDelay < 0 || l.MaxDelay%time.Millisecond != 0:
+		return fmt.Errorf("%w: max_delay must be a whole number of milliseconds, got %v", ErrInvalidLimit, l.MaxDelay)
+	case p.delay > 0 && p.delay > (maxUnits-p.cap*p.period)/p.n:
+		return fmt.Errorf("%w: max_delay %v is too long for %d per %v", ErrInvalidLimit, l.MaxDelay, p.n, l.Period)
+	}
+	return nil
 }
 
 // MaxHorizon is the longest duration a limit may produce: the time a
