@@ -330,6 +330,26 @@ func describe(w io.Writer, p *policy.Policy) {
 	}
 	fmt.Fprintf(w, "connections: %d per client address, %s in all, %d admin; timeouts: header %v, body %v, idle %v, send %v\n",
 		c.MaxConnsPerClient, total, c.AdminMaxConns, c.HeaderTimeout, c.BodyTimeout, c.IdleTimeout, c.SendTimeout)
+	describePlans(w, p)
+	describeRoutes(w, p)
+	if l := p.Allowlist; l != nil {
+		fmt.Fprintf(w, "allowlist (counted, never refused by a rate limit): %d key(s), %d user(s), %d tenant(s), addresses %v\n",
+			len(l.Keys), len(l.Users), len(l.Tenants), l.Addresses)
+	}
+	if j := p.JWT; j != nil {
+		fmt.Fprintf(w, "bearer JWTs: %s\n", describeJWT(j))
+	}
+	fmt.Fprintf(w, "invalid API keys: %v per client IP\n", p.InvalidKey.Limit)
+	if p.Region != "" {
+		fmt.Fprintf(w, "region: %s (every limit above is this region's share)\n", p.Region)
+	}
+	if len(p.TrustedProxies) > 0 {
+		fmt.Fprintf(w, "trusted proxies: %v\n", p.TrustedProxies)
+	}
+}
+
+// describePlans lists the plans and who is on each.
+func describePlans(w io.Writer, p *policy.Policy) {
 	fmt.Fprintln(w, "plans:")
 	names := make([]string, 0, len(p.Plans))
 	for n := range p.Plans {
@@ -358,60 +378,55 @@ func describe(w io.Writer, p *policy.Policy) {
 		}
 		fmt.Fprintf(w, "  %-12s %-22s %s\n", n, describePlan(p.Plans[n]), strings.Join(who, ", "))
 	}
+}
+
+// describeRoutes lists the routes.
+func describeRoutes(w io.Writer, p *policy.Policy) {
 	fmt.Fprintln(w, "routes:")
 	for _, r := range p.Routes {
 		m := r.Method
 		if m == "" {
 			m = "*"
 		}
-		match := describeMatch(r)
-		limit := "plan limit per subject"
-		if r.Limit != nil {
-			limit = "own limit " + describePlan(r.Limit) + " per " + describeKey(r.LimitKey)
-			if r.LimitAdds {
-				limit = "plan limit + " + limit
-			}
-		}
-		if r.Global != nil {
-			limit += ", global " + r.Global.Limit.String()
-		}
-		if c := r.Concurrency; c != nil {
-			per := "subject"
-			if c.PerRoute {
-				per = "route"
-			}
-			limit += fmt.Sprintf(", at most %d in flight per %s", c.Limit, per)
-		}
-		if l := r.Login; l != nil {
-			limit += fmt.Sprintf(", login guard (field %q: %d failures lock %v..%v; %v failures per IP)",
-				l.AccountField, l.Rule.Threshold, l.Rule.Lock, l.Rule.MaxLock, l.IPFailures.Limit)
-		}
-		if rf := r.Refusal; rf != nil {
-			limit += fmt.Sprintf(", refused with %d", rf.Status)
-			if len(rf.Body) > 0 {
-				limit += " and its own " + rf.ContentType + " body"
-			}
-		}
 		mode := "fail_open"
 		if r.FailClosed {
 			mode = "fail_closed"
 		}
-		fmt.Fprintf(w, "  %-7s %-16s -> %-22s group %-8s cost %-3d %s, %s\n", m, match, r.Upstream, r.Group, r.Cost, limit, mode)
+		fmt.Fprintf(w, "  %-7s %-16s -> %-22s group %-8s cost %-3d %s, %s\n", m, describeMatch(r), r.Upstream, r.Group, r.Cost, describeLimits(r), mode)
 	}
-	if l := p.Allowlist; l != nil {
-		fmt.Fprintf(w, "allowlist (counted, never refused by a rate limit): %d key(s), %d user(s), %d tenant(s), addresses %v\n",
-			len(l.Keys), len(l.Users), len(l.Tenants), l.Addresses)
+}
+
+// describeLimits says what limits a route: its own limit or the plan's,
+// its global budget, concurrency, login guard and refusal.
+func describeLimits(r *policy.Route) string {
+	limit := "plan limit per subject"
+	if r.Limit != nil {
+		limit = "own limit " + describePlan(r.Limit) + " per " + describeKey(r.LimitKey)
+		if r.LimitAdds {
+			limit = "plan limit + " + limit
+		}
 	}
-	if j := p.JWT; j != nil {
-		fmt.Fprintf(w, "bearer JWTs: %s\n", describeJWT(j))
+	if r.Global != nil {
+		limit += ", global " + r.Global.Limit.String()
 	}
-	fmt.Fprintf(w, "invalid API keys: %v per client IP\n", p.InvalidKey.Limit)
-	if p.Region != "" {
-		fmt.Fprintf(w, "region: %s (every limit above is this region's share)\n", p.Region)
+	if c := r.Concurrency; c != nil {
+		per := "subject"
+		if c.PerRoute {
+			per = "route"
+		}
+		limit += fmt.Sprintf(", at most %d in flight per %s", c.Limit, per)
 	}
-	if len(p.TrustedProxies) > 0 {
-		fmt.Fprintf(w, "trusted proxies: %v\n", p.TrustedProxies)
+	if l := r.Login; l != nil {
+		limit += fmt.Sprintf(", login guard (field %q: %d failures lock %v..%v; %v failures per IP)",
+			l.AccountField, l.Rule.Threshold, l.Rule.Lock, l.Rule.MaxLock, l.IPFailures.Limit)
 	}
+	if rf := r.Refusal; rf != nil {
+		limit += fmt.Sprintf(", refused with %d", rf.Status)
+		if len(rf.Body) > 0 {
+			limit += " and its own " + rf.ContentType + " body"
+		}
+	}
+	return limit
 }
 
 // describeMatch prints what a route matches besides its method: its
