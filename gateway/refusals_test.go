@@ -117,7 +117,7 @@ func admitted(t *testing.T, g *running, method, path, from, body string, max int
 			return i
 		}
 		if code >= 400 && code != http.StatusUnauthorized {
-			t.Fatalf("%s %s from %s: %d %s", method, path, from, code, typ)
+			t.Fatalf("%s %s from %s: %d %s; gateway log:\n%s", method, path, from, code, typ, g.logs)
 		}
 	}
 	return max

@@ -77,7 +77,7 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 					injectTraceContext(pr.In.Context(), pr.Out.Header)
 				}
 			},
-			Transport:    transport,
+			Transport:    replayCanceled{transport},
 			ErrorHandler: g.upstreamError,
 			ErrorLog:     g.proxyLog,
 		}
@@ -133,4 +133,42 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	g.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed", slog.String("error", err.Error()))
 	httplimit.WriteProblem(w, httplimit.Problem{Type: httplimit.ProblemBadGateway, Status: http.StatusBadGateway,
 		Detail: "the upstream could not be reached"})
+}
+
+// replayCanceled is an upstream transport that sends a request once more
+// when it failed as canceled though its own context was not: another
+// request's cancellation reached it (net/http hands a waiting request a
+// connection dialed under another request's context, and a held request
+// cancelled by its client took a later one with it, answered 502). Only
+// a request that can be sent twice is: one the Transport itself would
+// retry (GET, HEAD, OPTIONS, TRACE, or with an Idempotency-Key) without
+// a body, or with one it can get again.
+type replayCanceled struct{ next http.RoundTripper }
+
+func (t replayCanceled) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if err == nil || !errors.Is(err, context.Canceled) || r.Context().Err() != nil || !replayable(r) {
+		return resp, err
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		body, gerr := r.GetBody()
+		if gerr != nil {
+			return resp, err
+		}
+		r = r.Clone(r.Context())
+		r.Body = body
+	}
+	return t.next.RoundTrip(r)
+}
+
+// replayable reports whether r may be sent twice, by net/http's rule.
+func replayable(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+	default:
+		if r.Header.Get("Idempotency-Key") == "" && r.Header.Get("X-Idempotency-Key") == "" {
+			return false
+		}
+	}
+	return r.Body == nil || r.Body == http.NoBody || r.GetBody != nil
 }
