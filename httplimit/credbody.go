@@ -6,18 +6,58 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/policy"
 )
 
 // heldBodies bounds the bytes of bodies held at once for reading their
-// credentials, as a multiple of the largest one: past it a request whose
-// body must be read is answered 503.
-const heldBodies = 64
+// credentials, as a multiple of the largest one, and heldPerClient the
+// share of them one client (an IPv4 address, an IPv6 /64) may hold: past
+// either a request whose body must be read is answered 503, so a client
+// that dribbles large bodies keeps no one else's from being read.
+const (
+	heldBodies    = 64
+	heldPerClient = 8
+)
+
+// A bodyBudget counts the bytes of the bodies held, in all and by client.
+type bodyBudget struct {
+	mu    sync.Mutex
+	total int64
+	by    map[netip.Prefix]int64
+}
+
+// take holds n bytes for client, unless that passes the client's share
+// or the total of bodies of up to limit bytes.
+func (b *bodyBudget) take(client netip.Prefix, n, limit int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.total+n > heldBodies*limit || b.by[client]+n > heldPerClient*limit {
+		return false
+	}
+	if b.by == nil {
+		b.by = map[netip.Prefix]int64{}
+	}
+	b.total += n
+	b.by[client] += n
+	return true
+}
+
+// give gives back n bytes client held.
+func (b *bodyBudget) give(client netip.Prefix, n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.total -= n
+	if b.by[client] -= n; b.by[client] <= 0 {
+		delete(b.by, client)
+	}
+}
 
 // A bodyRead is a request body read for its credentials: the tokens it
 // holds, and release, to call when the request is done with it.
@@ -70,14 +110,15 @@ func (m *middleware) readCredentialBody(w http.ResponseWriter, r *http.Request) 
 	if r.ContentLength > 0 {
 		hold = r.ContentLength
 	}
-	if m.held.Add(hold) > heldBodies*limit {
-		m.held.Add(-hold)
+	ip, _ := identity.ClientIP(r, m.trusted)
+	client := identity.ClientPrefix(ip)
+	if !m.held.take(client, hold, limit) {
 		w.Header().Set("Retry-After", "1")
 		WriteProblem(w, Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
 			Detail: "too many large bodies are being read at once; retry shortly"})
 		return bodyRead{}, false
 	}
-	release := func() { m.held.Add(-hold) }
+	release := func() { m.held.give(client, hold) }
 	raw, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	switch {
 	case err != nil:

@@ -22,7 +22,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -143,7 +142,7 @@ type middleware struct {
 	next    http.Handler
 	engine  *engine.Engine
 	trusted identity.TrustedProxies
-	held    *atomic.Int64 // bytes of bodies held for their credentials (readCredentialBody)
+	held    *bodyBudget // bodies held for their credentials (readCredentialBody)
 	// See forwardHeaders: headers keyed by headerKey that a client may
 	// not remove or shadow, and by canonical name those always replaced
 	// and those believed only from trusted proxies.
@@ -189,7 +188,7 @@ func newFront(opts Options, e *engine.Engine) *Front {
 		opts:        opts,
 		engine:      e,
 		trusted:     opts.Policy.Trusted,
-		held:        new(atomic.Int64),
+		held:        new(bodyBudget),
 		protected:   protected(opts.Policy.UserHeader, opts.Policy.RouteHeaders()...),
 		replaced:    canonicalSet(addressHeaders),
 		trustedOnly: canonicalSet(append(slices.Clone(proxyHeaders), opts.Policy.UserHeader)),
