@@ -224,11 +224,13 @@ func bearerToken(v string) (token string, ok bool) {
 	return token, true
 }
 
-// bearerElsewhere reports whether an Authorization value names Bearer
-// anywhere but as its scheme, in any case.
+// bearerElsewhere reports whether an Authorization value names the
+// Bearer scheme ("Bearer" and a space, in any case) anywhere but as its
+// own: the letters inside a token (base64 holds no space) are not one.
 func bearerElsewhere(v string) bool {
 	v = strings.ToLower(trimOWS(v))
-	return strings.Contains(strings.TrimPrefix(v, "bearer"), "bearer")
+	rest := strings.TrimPrefix(v, "bearer")
+	return strings.Contains(rest, "bearer ") || strings.Contains(rest, "bearer\t")
 }
 
 // schemeToken returns what follows scheme in an Authorization value,

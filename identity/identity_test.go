@@ -81,6 +81,8 @@ func TestAPIKey(t *testing.T) {
 		{name: "bearer past another scheme", h: hdr("Authorization", "Basic Zm9v, Bearer abc"), wantErr: true},
 		{name: "bearer glued to a scheme", h: hdr("Authorization", "xBearer abc"), wantErr: true},
 		{name: "bearer in a token", h: hdr("Authorization", `Token token="abc", Bearer def`), wantErr: true},
+		{name: "the letters inside a token", h: hdr("Authorization", "Bearer abcBEARERdef"), want: "abcBEARERdef", wantOK: true},
+		{name: "the letters inside a Basic credential", h: hdr("Authorization", "Basic bEaReR0x")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
