@@ -76,13 +76,7 @@ func (c *compiler) routeBasics(path string, r *Route, rs *RouteSpec) {
 	if r.Cost < 1 {
 		c.addf(path+".cost", "cost must be at least 1, got %d", r.Cost)
 	}
-	switch rs.OnStoreFailure {
-	case "", "fail_open":
-	case "fail_closed":
-		r.FailClosed = true
-	default:
-		c.addf(path+".on_store_failure", "want fail_open or fail_closed, got %q", rs.OnStoreFailure)
-	}
+	r.FailClosed = c.either(path+".on_store_failure", rs.OnStoreFailure, "fail_open", "fail_closed", "fail_open or fail_closed")
 }
 
 // routeLimits compiles a route's own limit and how it meets the plan's,
@@ -93,13 +87,7 @@ func (c *compiler) routeLimits(path string, r *Route, rs *RouteSpec) {
 			r.Limit = &Plan{Name: r.Group, Limits: []*Budget{newBudget(r.Group, routeID(r.Group), l, rs.Limit.Shadow)}}
 		}
 	}
-	switch rs.LimitMode {
-	case "", "replace":
-	case "add":
-		r.LimitAdds = true
-	default:
-		c.addf(path+".limit_mode", "want replace (the route's limit instead of the plan's) or add (both), got %q", rs.LimitMode)
-	}
+	r.LimitAdds = c.either(path+".limit_mode", rs.LimitMode, "replace", "add", "replace (the route's limit instead of the plan's) or add (both)")
 	if rs.LimitMode != "" && rs.Limit == nil {
 		c.addf(path+".limit_mode", "limit_mode says how the route's limit meets the plan's: set limit too")
 	}
@@ -128,6 +116,19 @@ func (r *Route) shape() string {
 		}
 	}
 	return shape
+}
+
+// either reads a setting of two values: false for off (the default, also
+// ""), true for on; anything else is reported as not one of want.
+func (c *compiler) either(path, got, off, on, want string) bool {
+	switch got {
+	case "", off:
+		return false
+	case on:
+		return true
+	}
+	c.addf(path, "want %s, got %q", want, got)
+	return false
 }
 
 // maxRefusalBody bounds a route's own refusal body.
@@ -212,13 +213,7 @@ func (c *compiler) concurrency(path string, s *ConcurrencySpec, group string, up
 	if s.Limit < 1 {
 		c.addf(path+".limit", "at least 1 request in flight, got %d", s.Limit)
 	}
-	switch s.Per {
-	case "", "subject":
-	case "route":
-		k.PerRoute = true
-	default:
-		c.addf(path+".per", "want subject or route, got %q", s.Per)
-	}
+	k.PerRoute = c.either(path+".per", s.Per, "subject", "route", "subject or route")
 	if k.LeaseTTL == 0 {
 		k.LeaseTTL = orDefault(upstream, 30*time.Second) + 30*time.Second
 		if k.LeaseTTL > MaxLeaseTTL {
