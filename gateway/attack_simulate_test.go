@@ -90,17 +90,8 @@ func TestSimulateCandidateFetchesNothing(t *testing.T) {
 	}
 	cand := strings.Replace(string(b), "https://idp.example.com/.well-known/jwks.json", idp.URL+"/internal/jwks", 1)
 	cand = strings.Replace(cand, "secret_env: TOLLGATE_SECRET", "secret: simulate-test-secret-0123456789", 1)
-	js, _ := json.Marshal(map[string]string{"policy": cand})
-	req, _ := http.NewRequest(http.MethodPost, g.admin+"/simulate", strings.NewReader(string(js)))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/simulate: %d %s", resp.StatusCode, out)
+	if status, out := postCandidate(t, g, cand); status != http.StatusOK {
+		t.Fatalf("/simulate: %d %s", status, out)
 	}
 	// The cache fetches in the background: give it the time it took.
 	deadline := time.Now().Add(2 * time.Second)
@@ -137,20 +128,28 @@ func TestSimulateBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		js, _ := json.Marshal(map[string]string{"policy": string(b)})
-		req, _ := http.NewRequest(http.MethodPost, g.admin+"/simulate", strings.NewReader(string(js)))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != c.status {
-			t.Errorf("budget %v (%s): %d %s, want %d", c.budget, c.reason, resp.StatusCode, out, c.status)
+		status, out := postCandidate(t, g, string(b))
+		if status != c.status {
+			t.Errorf("budget %v (%s): %d %s, want %d", c.budget, c.reason, status, out, c.status)
 		}
 		if c.status == http.StatusServiceUnavailable && !strings.Contains(string(out), "SimulateBudget") {
 			t.Errorf("budget %v: the refusal does not say which budget: %s", c.budget, out)
 		}
 	}
+}
+
+// postCandidate posts a candidate policy to the gateway's /simulate and
+// returns the status and the body.
+func postCandidate(t *testing.T, g *running, candidate string) (int, []byte) {
+	t.Helper()
+	js, _ := json.Marshal(map[string]string{"policy": candidate})
+	req, _ := http.NewRequest(http.MethodPost, g.admin+"/simulate", strings.NewReader(string(js)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
 }
