@@ -148,7 +148,23 @@ const (
 	ReasonCostExceedsBurst        // the call's cost is more than a limit could ever admit
 	ReasonMisconfigured           // the store refused a limit as invalid
 	ReasonCanceled                // the caller went away before a decision
+
+	// The reasons of requests refused as presented, before any check
+	// (Outcome Invalid; see Engine.Decide).
+	ReasonBadRequest      // the request cannot be read as one route: Detail says why
+	ReasonNoClientAddress // no client address can be determined
+	ReasonMalformedUser   // the user header holds no acceptable id
+	ReasonNoRoute         // no route matches, and one is required
+	ReasonLoginElsewhere  // a login route's path by another method (Allow)
+	ReasonUnsupported     // the front cannot serve the route: Detail says why
+	ReasonBadLogin        // a login request another parser could read otherwise: Detail
+	ReasonUnreadable      // the front could not read the request: Err
 )
+
+// OfRequest reports whether r refuses a request as presented, before any
+// check (see Engine.Decide): a front answers it as a bad request of its
+// own, not as a refusal.
+func (r Reason) OfRequest() bool { return r >= ReasonBadRequest }
 
 // Charge is one budget a call was decided under, and its decision.
 type Charge struct {
@@ -176,8 +192,19 @@ type Verdict struct {
 	// Local reports that the store was unavailable and the decisions are
 	// the local fallback's.
 	Local bool
-	// Err is the store's error, for a call not decided by it.
+	// Err is the store's error, for a call not decided by it; or, for
+	// ReasonUnreadable and ReasonBadLogin, the front's reader's.
 	Err error
+	// Detail says why a request was refused as presented (see
+	// ReasonBadRequest); Allow, for ReasonLoginElsewhere, is the method
+	// the login route takes.
+	Detail, Allow string
+
+	// What Engine.Decide found: the call decided, who makes it, and the
+	// cleaned path its route was matched on.
+	Call     Call
+	Identity Identity
+	Path     string
 	// Lock, for ReasonLoginLocked, is the lock's level; Held and
 	// Failures, for ReasonLoginBusy, are the account's attempts in
 	// progress and its failures.

@@ -234,33 +234,20 @@ type decision struct {
 	trailer metadata.MD
 }
 
-// decide matches the method's route, identifies the caller, and asks the
-// engine. A non-nil error is the status the call ends with.
+// decide asks the engine to decide the call to fullMethod
+// (engine.Engine.Decide: its route is the method, its metadata are its
+// headers). A non-nil error is the status the call ends with.
 func (l *Limiter) decide(ctx context.Context, fullMethod string) (decision, error) {
-	p := l.opts.Policy
-	// A gRPC call's route is its full method; its metadata are its
-	// headers, for the routes that match or key on them.
-	rr := policy.RouteRequest{Method: "POST", Path: policy.CleanPath(fullMethod)}
-	if p.ReadsHeaders() {
-		rr.Header = header(ctx)
+	req := engine.Request{Front: engine.FrontGRPC, Method: "POST", Path: fullMethod, Header: header(ctx), RequireRoute: l.opts.RequireRoute}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		if _, isTCP := p.Addr.(*net.TCPAddr); isTCP {
+			req.RemoteAddr = p.Addr.String()
+		}
 	}
-	if why := p.Ambiguous(rr); why != "" {
-		return decision{}, status.Error(codes.InvalidArgument, why)
+	v := l.engine.Decide(ctx, req)
+	if v.Reason.OfRequest() {
+		return decision{}, invalid(v)
 	}
-	route, params := p.MatchRequest(rr)
-	if route == nil && l.opts.RequireRoute {
-		return decision{}, status.Error(codes.Unimplemented, "no route matches this method")
-	}
-	if route != nil && route.Login != nil {
-		l.engine.Count("-", route.Group, "-", "unsupported")
-		return decision{}, status.Error(codes.FailedPrecondition, "login guards are not supported over gRPC")
-	}
-	call, sub, err := l.identify(ctx)
-	if err != nil {
-		return decision{}, err
-	}
-	l.engine.Route(&call, route, rr, params)
-	v := l.engine.Check(ctx, call)
 	var md metadata.MD
 	c, reported := v.Reported()
 	if f, ok := v.RateLimit(); ok {
@@ -271,12 +258,26 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string) (decision, erro
 		if reported {
 			dec = c.Decision
 		}
-		return decision{v: v, header: md, info: &Info{Route: route, Subject: sub, Decision: dec}}, nil
+		return decision{v: v, header: md, info: &Info{Route: v.Call.Route, Subject: v.Identity, Decision: dec}}, nil
 	}
 	if md == nil {
 		md = metadata.MD{}
 	}
-	return decision{trailer: md}, refusal(ctx, call, v, md)
+	return decision{trailer: md}, refusal(ctx, v.Call, v, md)
+}
+
+// invalid returns the status of a call the engine refused as presented
+// (engine.Reason.OfRequest).
+func invalid(v *engine.Verdict) error {
+	switch v.Reason {
+	case engine.ReasonNoRoute:
+		return status.Error(codes.Unimplemented, "no route matches this method")
+	case engine.ReasonUnsupported:
+		return status.Error(codes.FailedPrecondition, "login guards are not supported over gRPC")
+	case engine.ReasonMalformedUser:
+		return status.Error(codes.InvalidArgument, "the user id metadata is malformed")
+	}
+	return status.Error(codes.InvalidArgument, v.Detail)
 }
 
 // refusal returns the status of a call the engine did not admit, adding
@@ -323,25 +324,6 @@ func refusal(ctx context.Context, call engine.Call, v *engine.Verdict, md metada
 		return status.Error(code, msg)
 	}
 	return st.Err()
-}
-
-// identify finds who the call comes from (engine.Identify, as httplimit
-// does), reading the metadata as HTTP headers with the same parsers.
-func (l *Limiter) identify(ctx context.Context) (engine.Call, Subject, error) {
-	pr := engine.Presented{Header: header(ctx)}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		if _, isTCP := p.Addr.(*net.TCPAddr); isTCP {
-			pr.RemoteAddr = p.Addr.String()
-		}
-	}
-	call, sub, err := l.engine.IdentifyPresented(ctx, pr)
-	switch {
-	case errors.Is(err, engine.ErrNoClientAddress):
-		return engine.Call{}, Subject{}, status.Error(codes.InvalidArgument, "the client address cannot be determined")
-	case err != nil:
-		return engine.Call{}, Subject{}, status.Error(codes.InvalidArgument, "the user id metadata is malformed")
-	}
-	return call, sub, nil
 }
 
 // header returns the call's incoming metadata as HTTP headers, so that

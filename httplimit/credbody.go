@@ -67,44 +67,48 @@ type bodyRead struct {
 	release   func()
 }
 
+// A problemError is an error answered with its problem.
+type problemError struct{ Problem }
+
+func (p *problemError) Error() string { return p.Detail }
+
+func badBody(status int, detail string) error {
+	return &problemError{Problem{Type: ProblemBadRequest, Status: status, Detail: detail}}
+}
+
 // readCredentialBody reads the body of r, when it is one frameworks parse
 // into parameters (identity.BodyKindOf: a form, multipart, JSON, a POST
-// without a Content-Type), whole
-// and up to the policy's MaxCredentialBody, puts it back for the handler
-// behind, and returns the credentials it holds (identity.BodyTokens). A
-// body the gateway cannot read as every framework would is refused: two
-// Content-Types (400), compressed (415), too large (413), not parsing as
-// its type says (400); so is one when too many are held at once (503).
-// On false it has answered the request.
-func (m *middleware) readCredentialBody(w http.ResponseWriter, r *http.Request) (bodyRead, bool) {
+// without a Content-Type), whole and up to the policy's
+// MaxCredentialBody, puts it back for the handler behind, and returns the
+// credentials it holds (identity.BodyTokens). A body the gateway cannot
+// read as every framework would is refused: two Content-Types (400),
+// compressed (415), too large (413), not parsing as its type says (400);
+// so is one when too many are held at once (503); the error is a
+// *problemError, or the body's reader's.
+func (m *middleware) readCredentialBody(r *http.Request) (bodyRead, error) {
 	none := bodyRead{release: func() {}}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
-		return none, true
+		return none, nil
 	}
 	kind, err := identity.BodyKindOf(r.Method, r.Header.Values("Content-Type"))
 	if err != nil {
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request has more than one Content-Type: servers read one or the other"})
-		return bodyRead{}, false
+		return none, badBody(http.StatusBadRequest, "the request has more than one Content-Type: servers read one or the other")
 	}
 	if kind == identity.BodyOpaque {
-		return none, true
+		return none, nil
 	}
 	if ce := r.Header.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity")) {
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusUnsupportedMediaType,
-			Detail: "a compressed form, JSON or multipart body is not accepted: the credentials it could hold are read first; send it uncompressed"})
-		return bodyRead{}, false
+		return none, badBody(http.StatusUnsupportedMediaType,
+			"a compressed form, JSON or multipart body is not accepted: the credentials it could hold are read first; send it uncompressed")
 	}
 	limit := m.opts.Policy.MaxCredentialBody
 	if limit <= 0 {
 		limit = policy.DefaultMaxCredentialBody
 	}
-	tooLarge := func() (bodyRead, bool) {
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusRequestEntityTooLarge,
-			Detail: fmt.Sprintf("a form, JSON or multipart body is read for credentials up to %d bytes (identity.max_body)", limit)})
-		return bodyRead{}, false
-	}
+	tooLarge := badBody(http.StatusRequestEntityTooLarge,
+		fmt.Sprintf("a form, JSON or multipart body is read for credentials up to %d bytes (identity.max_body)", limit))
 	if r.ContentLength > limit {
-		return tooLarge()
+		return none, tooLarge
 	}
 	hold := limit
 	if r.ContentLength > 0 {
@@ -113,21 +117,18 @@ func (m *middleware) readCredentialBody(w http.ResponseWriter, r *http.Request) 
 	ip, _ := identity.ClientIP(r, m.trusted)
 	client := identity.ClientPrefix(ip)
 	if !m.held.take(client, hold, limit) {
-		w.Header().Set("Retry-After", "1")
-		WriteProblem(w, Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
-			Detail: "too many large bodies are being read at once; retry shortly"})
-		return bodyRead{}, false
+		return none, &problemError{Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
+			Detail: "too many large bodies are being read at once; retry shortly"}}
 	}
 	release := func() { m.held.give(client, hold) }
 	raw, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	switch {
 	case err != nil:
 		release()
-		writeUnread(w, err)
-		return bodyRead{}, false
+		return none, err
 	case int64(len(raw)) > limit:
 		release()
-		return tooLarge()
+		return none, tooLarge
 	}
 	putBody(r, raw)
 	fields := m.opts.Policy.CredentialFields
@@ -137,14 +138,12 @@ func (m *middleware) readCredentialBody(w http.ResponseWriter, r *http.Request) 
 	tokens, err := fields.BodyTokens(kind, r.Header.Get("Content-Type"), raw)
 	switch {
 	case errors.Is(err, identity.ErrMalformedKey):
-		return bodyRead{malformed: true, release: release}, true
+		return bodyRead{malformed: true, release: release}, nil
 	case err != nil:
 		release()
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest,
-			Detail: "the body does not parse as its Content-Type says, so the credentials it may hold cannot be read"})
-		return bodyRead{}, false
+		return none, badBody(http.StatusBadRequest, "the body does not parse as its Content-Type says, so the credentials it may hold cannot be read")
 	}
-	return bodyRead{tokens: tokens, release: release}, true
+	return bodyRead{tokens: tokens, release: release}, nil
 }
 
 // putBody gives r the body raw in place of the one read, framed by its

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/engine"
 )
 
 // Problem types of the forward-auth endpoint.
@@ -120,14 +120,11 @@ func (fa *forwardAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteProblem(aw, Problem{Type: ProblemForwardAuthBadRequest, Status: http.StatusBadRequest, Detail: err.Error()})
 		return
 	}
-	d, ok := m.decide(aw, described, true)
-	if !ok {
-		return
-	}
+	d := m.decide(aw, described, engine.FrontForwardAuth)
 	defer d.release()
 	v := d.v
 	if !v.Outcome.Admitted() {
-		m.writeRefusal(aw, d.call, v)
+		m.writeRefusal(aw, v)
 		return
 	}
 	defer v.Done(r.Context()) // after the answer: shadow budgets
@@ -228,18 +225,6 @@ func isToken(s string) bool {
 		}
 	}
 	return true
-}
-
-// forwardAuthUnsupported returns why forward-auth cannot decide for
-// route, or "".
-func forwardAuthUnsupported(route *policy.Route) string {
-	switch {
-	case route.Login != nil:
-		return fmt.Sprintf("route %q has a login guard, which reads the request body and learns the upstream's status; forward-auth sees neither, so serve this route through the gateway", route.Name)
-	case route.Concurrency != nil:
-		return fmt.Sprintf("route %q has a concurrency limit, whose slot lasts until the response ends; forward-auth never sees it end, so serve this route through the gateway", route.Name)
-	}
-	return ""
 }
 
 // authWriter holds a forward-auth answer until it is complete, so that

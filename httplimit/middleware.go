@@ -18,10 +18,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,18 +210,16 @@ func Middleware(opts Options) (func(http.Handler) http.Handler, error) {
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	d, ok := m.decide(w, r, false)
-	if !ok {
-		return
-	}
+	d := m.decide(w, r, engine.FrontHTTP)
 	defer d.release()
-	route, sub, v := d.call.Route, d.sub, d.v
+	v := d.v
+	route := v.Call.Route
 	if !v.Outcome.Admitted() {
-		if m.opts.Refused != nil && v.Reason != engine.ReasonCanceled {
+		if m.opts.Refused != nil && v.Reason != engine.ReasonCanceled && !v.Reason.OfRequest() {
 			m.opts.Refused(w, r, v)
 			return
 		}
-		m.writeRefusal(w, d.call, v)
+		m.writeRefusal(w, v)
 		return
 	}
 	defer v.Done(r.Context())
@@ -239,7 +235,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c, ok := v.Reported(); ok {
 		dec = c.Decision
 	}
-	m.pass(out, r, route, sub, dec, d.clean)
+	m.pass(out, r, route, v.Identity, dec, v.Path)
 	if v.Deferred() {
 		// Shadow budgets are evaluated after the response, not before
 		// its last bytes.
@@ -247,183 +243,63 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// decision is what decide found and the engine decided for a request.
+// decision is what the engine decided for a request.
 type decision struct {
-	call    engine.Call
-	sub     Subject
-	clean   string // the cleaned path the route was matched on
 	v       *engine.Verdict
 	release func() // when the request is done: gives back its held body
 }
 
-// match finds r's route on its cleaned path, refusing a request that
-// the server behind could serve as another route (an ambiguous path, a
-// path or method read otherwise, a login route's path by another
-// method) and, for forward-auth, one whose route's checks need the end of
-// the request (a login guard, a concurrency limit), before anything is
-// charged. On false it has answered the request.
-func (m *middleware) match(w http.ResponseWriter, r *http.Request, forwardAuth bool) (matched, bool) {
-	p := m.opts.Policy
-	if !strings.HasPrefix(r.URL.Path, "/") && r.URL.Path != "" {
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request path must be absolute"})
-		return matched{}, false
+// decide asks the engine to decide r (engine.Engine.Decide), reading its
+// body for credentials and a login only when the engine asks, and sets
+// the RateLimit headers of the verdict on w.
+func (m *middleware) decide(w http.ResponseWriter, r *http.Request, front engine.Front) decision {
+	d := decision{release: func() {}}
+	req := engine.Request{Front: front, Method: r.Method, Path: r.URL.Path, EscapedPath: r.URL.EscapedPath(), Host: r.Host,
+		RawQuery: r.URL.RawQuery, Header: r.Header, Bodiless: r.ContentLength == 0 && len(r.TransferEncoding) == 0,
+		RemoteAddr: r.RemoteAddr, RequireRoute: m.opts.RequireRoute, CleanPathForwarded: m.opts.CleanPathForwarded}
+	if m.opts.Subject != nil {
+		req.Custom, req.CustomOK = m.opts.Subject(r)
 	}
-	if why := policy.AmbiguousPath(r.URL.Path); why != "" {
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
-		return matched{}, false
+	req.Body = func() ([]string, bool, error) {
+		body, err := m.readCredentialBody(r)
+		d.release = body.release
+		return body.tokens, body.malformed, err
 	}
-	clean := policy.CleanPath(r.URL.Path)
-	rr := policy.RouteRequest{Method: r.Method, Path: clean, Host: r.Host, Header: r.Header}
-	if p.UsesQuery() {
-		// The query is read as strictly as the upstream could read it:
-		// what does not parse, or names a parameter twice, is refused.
-		q, err := url.ParseQuery(r.URL.RawQuery)
-		if err != nil {
-			WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the query string cannot be parsed"})
-			return matched{}, false
-		}
-		rr.Query = q
+	if front != engine.FrontForwardAuth {
+		req.Login = func(lg *policy.Login) (*identity.Login, error) { return readLogin(r, lg) }
 	}
-	if why := p.Ambiguous(rr); why != "" {
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
-		return matched{}, false
-	}
-	route, params := p.MatchRequest(rr)
-	others := m.otherPaths(r, rr, forwardAuth)
-	if why := readsAsOtherRoute(p, r, rr, route, others); why != "" {
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: why})
-		return matched{}, false
-	}
-	if forwardAuth {
-		if lr := loginRouteAt(p, rr, others); lr != nil {
-			// The proxy shows neither the body nor the upstream's
-			// answer, whatever the method: no attempt can be guarded.
-			route = lr
-		}
-	}
-	if why, allow := loginElsewhere(p, r, rr, route, others); why != "" {
-		m.engine.Count("login_body", "login", "-", "bad_request")
-		w.Header().Set("Allow", allow)
-		WriteProblem(w, Problem{Type: ProblemBadLogin, Status: http.StatusMethodNotAllowed, Detail: why})
-		return matched{}, false
-	}
-	if route == nil && m.opts.RequireRoute {
-		WriteProblem(w, Problem{Type: ProblemNotFound, Status: http.StatusNotFound, Detail: "no route matches this request"})
-		return matched{}, false
-	}
-	if forwardAuth && route != nil {
-		if why := forwardAuthUnsupported(route); why != "" {
-			m.engine.Count("-", route.Group, "-", "unsupported")
-			WriteProblem(w, Problem{Type: ProblemForwardAuthUnsupported, Status: http.StatusInternalServerError, Detail: why})
-			return matched{}, false
-		}
-	}
-	return matched{rr: rr, route: route, params: params, clean: clean}, true
-}
-
-// A matched request is a request's route, found by match.
-type matched struct {
-	rr     policy.RouteRequest
-	route  *policy.Route // nil for none
-	params policy.Params
-	clean  string // the cleaned path the route was matched on
-}
-
-// decide matches r's route (match), finds its subject and asks the
-// engine, and sets the RateLimit headers of the verdict on w. On false it
-// has answered the request.
-func (m *middleware) decide(w http.ResponseWriter, r *http.Request, forwardAuth bool) (decision, bool) {
-	p := m.opts.Policy
-	mt, ok := m.match(w, r, forwardAuth)
-	if !ok {
-		return decision{}, false
-	}
-	rr, route, params, clean := mt.rr, mt.route, mt.params, mt.clean
-	body, ok := m.readCredentialBody(w, r)
-	if !ok {
-		return decision{}, false
-	}
-	call, sub, ok := m.identify(w, r, body)
-	if !ok {
-		body.release()
-		return decision{}, false
-	}
-	m.engine.Route(&call, route, rr, params)
 	if m.opts.Cost != nil {
-		call.Cost = m.opts.Cost(r)
-	}
-	if route != nil && route.Login != nil && call.Key != engine.KeyUnknown && call.Key != engine.KeyMalformed {
-		if !m.readLogin(w, r, route.Login, sub, &call) {
-			body.release()
-			return decision{}, false
-		}
+		req.Cost = func() int64 { return m.opts.Cost(r) }
 	}
 	start := time.Now()
-	v := m.engine.Check(r.Context(), call)
-	c, reported := v.Reported()
+	d.v = m.engine.Decide(r.Context(), req)
+	v := d.v
+	if v.Reason.OfRequest() {
+		return d
+	}
 	if f, ok := v.RateLimit(); ok {
-		setHeaders(w.Header(), f, p.LegacyHeaders)
+		setHeaders(w.Header(), f, m.opts.Policy.LegacyHeaders)
 	}
 	if rec, ok := RecordFrom(r.Context()); ok {
 		rec.Decision = time.Since(start)
-		rec.Group, rec.SubjectKind, rec.Subject, rec.Outcome = call.Group(), sub.Kind, sub.ID, v.Outcome.String()
-		if route != nil {
-			rec.Route = route.Name
+		rec.Group, rec.SubjectKind, rec.Subject, rec.Outcome = v.Call.Group(), v.Identity.Kind, v.Identity.ID, v.Outcome.String()
+		if v.Call.Route != nil {
+			rec.Route = v.Call.Route.Name
 		}
-		if reported {
+		if c, ok := v.Reported(); ok {
 			rec.Budget = c.Budget.Name
 		}
 	}
-	return decision{call: call, sub: sub, clean: clean, v: v, release: body.release}, true
-}
-
-// otherPaths returns the paths besides rr's that the server behind may
-// serve r as: its path read otherwise (policy.PathReadings: dot segments,
-// encoded slashes; unless the handler forwards the cleaned path), a path
-// a front controller takes from its query (policy.QueryPaths) or an old
-// framework from a header (policy.HeaderPaths), both forwarded as they
-// came.
-func (m *middleware) otherPaths(r *http.Request, rr policy.RouteRequest, forwardAuth bool) []string {
-	var paths []string
-	if forwardAuth || !m.opts.CleanPathForwarded {
-		paths = policy.PathReadings(r.URL.EscapedPath())
-	}
-	paths = append(paths, policy.QueryPaths(rr.Path, r.URL.RawQuery)...)
-	return append(paths, policy.HeaderPaths(r.Header)...)
-}
-
-// readsAsOtherRoute returns why the server behind may serve r as another
-// route than route, which rr matched, or "": its path read otherwise (one
-// of others, see otherPaths), its method read otherwise
-// (policy.MethodReadings: X-HTTP-Method-Override, _method), or both.
-func readsAsOtherRoute(p *policy.Policy, r *http.Request, rr policy.RouteRequest, route *policy.Route, others []string) string {
-	methods := policy.MethodReadings(r.Method, r.Header, r.URL.RawQuery)
-	if len(methods) == 0 && len(others) == 0 {
-		return "" // the usual case
-	}
-	methods = append([]string{r.Method}, methods...)
-	paths := append([]string{rr.Path}, others...)
-	for i, method := range methods {
-		for j, path := range paths {
-			if i == 0 && j == 0 {
-				continue
-			}
-			other := rr
-			other.Method, other.Path = method, path
-			if o, _ := p.MatchRequest(other); o == route {
-				continue
-			}
-			if i == 0 {
-				return "the request path reads as different routes to different servers (a dot segment, an encoded '/', a path in the query, which CodeIgniter and Drupal serve /index.php?/x and ?q=x as, or in X-Original-URL); send it without them"
-			}
-			return "the request names another method (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override or _method) that reads as another route; send it with that method"
-		}
-	}
-	return ""
+	return d
 }
 
 // writeRefusal answers a call the engine did not admit.
-func (m *middleware) writeRefusal(w http.ResponseWriter, call engine.Call, v *engine.Verdict) {
+func (m *middleware) writeRefusal(w http.ResponseWriter, v *engine.Verdict) {
+	if v.Reason.OfRequest() {
+		writeInvalid(w, v)
+		return
+	}
+	call := v.Call
 	retry := int64(1)
 	if v.RetryAfter > 0 {
 		retry = max(1, ceilSeconds(v.RetryAfter))
@@ -484,6 +360,33 @@ func (m *middleware) writeRefusal(w http.ResponseWriter, call engine.Call, v *en
 	WriteProblem(w, pr)
 }
 
+// writeInvalid answers a request the engine refused as presented
+// (engine.Reason.OfRequest).
+func writeInvalid(w http.ResponseWriter, v *engine.Verdict) {
+	pr := Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: v.Detail}
+	var pe *problemError
+	switch v.Reason {
+	case engine.ReasonMalformedUser:
+		pr.Detail = "the user id header is malformed"
+	case engine.ReasonNoRoute:
+		pr.Type, pr.Status = ProblemNotFound, http.StatusNotFound
+	case engine.ReasonLoginElsewhere:
+		w.Header().Set("Allow", v.Allow)
+		pr.Type, pr.Status = ProblemBadLogin, http.StatusMethodNotAllowed
+	case engine.ReasonBadLogin:
+		pr.Type = ProblemBadLogin
+	case engine.ReasonUnsupported:
+		pr.Type, pr.Status = ProblemForwardAuthUnsupported, http.StatusInternalServerError
+	case engine.ReasonUnreadable:
+		if !errors.As(v.Err, &pe) {
+			writeUnread(w, v.Err)
+			return
+		}
+		pr = pe.Problem
+	}
+	WriteProblem(w, pr)
+}
+
 // refusalOf returns the route's own answer to refusals, nil for none.
 func refusalOf(call engine.Call) *policy.Refusal {
 	if call.Route == nil {
@@ -503,27 +406,6 @@ func (m *middleware) pass(w http.ResponseWriter, r *http.Request, route *policy.
 	r2 := r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
 	r2.Header = m.forwardHeaders(r.Header, sub, sub.TrustedPeer)
 	m.next.ServeHTTP(w, r2)
-}
-
-// identify finds who the request comes from (engine.IdentifyPresented,
-// on what the request presents): the call to decide, with its subject
-// and what became of an API key it presented. On failure it has answered
-// the request.
-func (m *middleware) identify(w http.ResponseWriter, r *http.Request, body bodyRead) (engine.Call, Subject, bool) {
-	pr := engine.Presented{Header: r.Header, RawQuery: r.URL.RawQuery, BodyTokens: body.tokens, BodyMalformed: body.malformed, RemoteAddr: r.RemoteAddr}
-	if m.opts.Subject != nil {
-		pr.Custom, pr.CustomOK = m.opts.Subject(r)
-	}
-	call, sub, err := m.engine.IdentifyPresented(r.Context(), pr)
-	switch {
-	case errors.Is(err, engine.ErrNoClientAddress):
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the client address cannot be determined"})
-		return engine.Call{}, Subject{}, false
-	case err != nil:
-		WriteProblem(w, Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the user id header is malformed"})
-		return engine.Call{}, Subject{}, false
-	}
-	return call, sub, true
 }
 
 // peerTrusted reports whether the immediate peer is a trusted proxy.

@@ -1,4 +1,4 @@
-package httplimit
+package identity
 
 import "testing"
 
@@ -54,9 +54,9 @@ func TestAccountKey(t *testing.T) {
 	}
 	keys := map[string]string{}
 	for _, group := range same {
-		k := accountKey(group[0])
+		k := AccountKey(group[0])
 		for _, s := range group[1:] {
-			if accountKey(s) != k {
+			if AccountKey(s) != k {
 				t.Errorf("%q and %q have different keys", group[0], s)
 			}
 		}
@@ -66,9 +66,9 @@ func TestAccountKey(t *testing.T) {
 		keys[k] = group[0]
 	}
 	for _, s := range []string{"alice1", "alic", "a.lice", "a lice", "bob", "日本", "日"} {
-		if other, ok := keys[accountKey(s)]; ok {
+		if other, ok := keys[AccountKey(s)]; ok {
 			t.Errorf("%q and %q share a key", s, other)
 		}
-		keys[accountKey(s)] = s
+		keys[AccountKey(s)] = s
 	}
 }

@@ -1,4 +1,4 @@
-package httplimit
+package identity
 
 import (
 	"bytes"
@@ -15,33 +15,42 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/tollgate/tollgate/identity"
 	"golang.org/x/text/collate"
 	"golang.org/x/text/language"
 	"golang.org/x/text/unicode/norm"
 )
 
-// A loginBody is a login request's body as the guard read it: the account
-// it names, and the body re-encoded in the canonical form that is
-// forwarded in place of the client's, so the service behind reads the
-// very account the guard charged.
-type loginBody struct {
-	account string // as the body spells it
-	body    []byte // canonical
+// A Login is a login request as the login guard read it: the account it
+// names, and its body re-encoded in the canonical form that is forwarded
+// in place of the client's, so the service behind reads the very account
+// the guard charged.
+type Login struct {
+	Account string // as the body spells it
+	Body    []byte // canonical
 }
 
-// errBadLogin is wrapped by every reason readLoginBody refuses a body.
-var errBadLogin = errors.New("unreadable login request")
+// ErrBadLogin is wrapped by every reason [ReadLogin] refuses a login
+// request; any other error it returns is the body's reader's.
+var ErrBadLogin = errors.New("unreadable login request")
 
 func badLogin(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errBadLogin, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", ErrBadLogin, fmt.Sprintf(format, args...))
 }
 
 // maxAccountBytes bounds an account name.
 const maxAccountBytes = 256
 
-// readLoginBody reads a login request whole and returns the account it
-// names in field, or an error wrapping errBadLogin for any request whose
+// A LoginRequest is what [ReadLogin] reads of a login request: its
+// headers, query, body and the body's declared length (-1 unknown).
+type LoginRequest struct {
+	Header   http.Header
+	RawQuery string
+	Body     io.Reader // nil: none
+	Length   int64
+}
+
+// ReadLogin reads a login request whole and returns the account it
+// names in field, or an error wrapping ErrBadLogin for any request whose
 // account another parser could read differently:
 //
 //   - a body over maxBody bytes, or compressed (Content-Encoding);
@@ -67,33 +76,12 @@ const maxAccountBytes = 256
 // (numbers as written, strings as decoded, so an invalid escape reaches
 // the service as the replacement character the guard read), a form
 // re-encoded pair by pair, in order.
-func readLoginBody(r *http.Request, field string, maxBody int64) (*loginBody, error) {
-	if ce := r.Header.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity")) {
-		return nil, badLogin("a compressed login body is not accepted")
-	}
-	if v := r.Header.Get("Authorization"); len(v) >= 6 && strings.EqualFold(v[:6], "basic ") {
-		return nil, badLogin("the account must be in the body, not in Basic credentials")
-	}
-	if err := checkQuery(r.URL.RawQuery, field); err != nil {
+func ReadLogin(r LoginRequest, field string, maxBody int64) (*Login, error) {
+	if err := loginHeaders(r.Header, r.RawQuery, field); err != nil {
 		return nil, err
 	}
-	ct := r.Header.Values("Content-Type")
-	if len(ct) > 1 {
-		return nil, badLogin("more than one Content-Type: servers read one or the other")
-	}
-	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil {
-		return nil, badLogin("want Content-Type application/json or application/x-www-form-urlencoded")
-	}
-	for k, v := range params {
-		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return nil, badLogin("the only Content-Type parameter accepted is charset=utf-8")
-		}
-	}
-	if mt != "application/json" && mt != "application/x-www-form-urlencoded" {
-		return nil, badLogin("want Content-Type application/json or application/x-www-form-urlencoded, not %s", mt)
-	}
-	if r.ContentLength > maxBody {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if r.Length > maxBody {
 		return nil, badLogin("the body is larger than %d bytes", maxBody)
 	}
 	if r.Body == nil {
@@ -106,7 +94,7 @@ func readLoginBody(r *http.Request, field string, maxBody int64) (*loginBody, er
 	if int64(len(raw)) > maxBody {
 		return nil, badLogin("the body is larger than %d bytes", maxBody)
 	}
-	var lb *loginBody
+	var lb *Login
 	if mt == "application/json" {
 		lb, err = readJSONLogin(raw, field)
 	} else {
@@ -115,16 +103,47 @@ func readLoginBody(r *http.Request, field string, maxBody int64) (*loginBody, er
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAccount(lb.account); err != nil {
+	if err := checkAccount(lb.Account); err != nil {
 		return nil, err
 	}
 	return lb, nil
 }
 
-// checkQuery refuses a query string that names the account field, however
-// it is spelt or escaped: with r.FormValue a service reads the account from
-// there when the body has none.
-func checkQuery(raw, field string) error {
+// loginHeaders refuses a login request whose headers or query let
+// another parser read another account (see ReadLogin).
+func loginHeaders(h http.Header, rawQuery, field string) error {
+	if ce := h.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity")) {
+		return badLogin("a compressed login body is not accepted")
+	}
+	if v := h.Get("Authorization"); len(v) >= 6 && strings.EqualFold(v[:6], "basic ") {
+		return badLogin("the account must be in the body, not in Basic credentials")
+	}
+	if err := CheckLoginQuery(rawQuery, field); err != nil {
+		return err
+	}
+	ct := h.Values("Content-Type")
+	if len(ct) > 1 {
+		return badLogin("more than one Content-Type: servers read one or the other")
+	}
+	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
+	if err != nil {
+		return badLogin("want Content-Type application/json or application/x-www-form-urlencoded")
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return badLogin("the only Content-Type parameter accepted is charset=utf-8")
+		}
+	}
+	if mt != "application/json" && mt != "application/x-www-form-urlencoded" {
+		return badLogin("want Content-Type application/json or application/x-www-form-urlencoded, not %s", mt)
+	}
+	return nil
+}
+
+// CheckLoginQuery refuses a query string that names the account field,
+// however it is spelt or escaped: with r.FormValue a service reads the
+// account from there when the body has none.
+func CheckLoginQuery(raw, field string) error {
 	for _, part := range strings.FieldsFunc(raw, func(c rune) bool { return c == '&' || c == ';' }) {
 		k, _, _ := strings.Cut(part, "=")
 		name, err := url.QueryUnescape(k)
@@ -140,7 +159,7 @@ func checkQuery(raw, field string) error {
 
 // isAccountField reports whether a field name could be read as the
 // account field by some parser: whether some framework reads it as that
-// field at the top level (identity.ParamIs: PHP's, Rack's and qs's
+// field at the top level (ParamIs: PHP's, Rack's and qs's
 // readings of names, Unicode case folding as encoding/json and ASP.NET
 // match names), or, for an account field that is a plain name, whether
 // any segment of the name between '.', '[' and ']' is it
@@ -148,7 +167,7 @@ func checkQuery(raw, field string) error {
 // "user[username]", which Rails and PHP nest). An account field that is
 // itself compound ("user[email]") is compared whole.
 func isAccountField(name, field string) bool {
-	if identity.ParamIs(name, field) {
+	if ParamIs(name, field) {
 		return true
 	}
 	if strings.ContainsAny(field, "[].") {
@@ -158,7 +177,7 @@ func isAccountField(name, field string) bool {
 		name = name[:i]
 	}
 	for _, seg := range strings.FieldsFunc(name, func(c rune) bool { return c == '.' || c == '[' || c == ']' }) {
-		if identity.ParamIs(seg, field) {
+		if ParamIs(seg, field) {
 			return true
 		}
 	}
@@ -167,7 +186,7 @@ func isAccountField(name, field string) bool {
 
 // readJSONLogin reads a JSON login body: one object, its account field a
 // string given once, nothing after it.
-func readJSONLogin(raw []byte, field string) (*loginBody, error) {
+func readJSONLogin(raw []byte, field string) (*Login, error) {
 	if !utf8.Valid(raw) {
 		return nil, badLogin("the body is not valid UTF-8")
 	}
@@ -178,7 +197,7 @@ func readJSONLogin(raw []byte, field string) (*loginBody, error) {
 	}
 	w := &jsonWriter{dec: dec, field: field}
 	w.out.WriteByte('{')
-	lb := &loginBody{}
+	lb := &Login{}
 	found := false
 	for i := 0; dec.More(); i++ {
 		tok, err := dec.Token()
@@ -209,7 +228,7 @@ func readJSONLogin(raw []byte, field string) (*loginBody, error) {
 			if !ok {
 				return nil, badLogin("the account must be a JSON string")
 			}
-			lb.account = acct
+			lb.Account = acct
 		}
 		if err := w.value(v); err != nil {
 			return nil, err
@@ -225,7 +244,7 @@ func readJSONLogin(raw []byte, field string) (*loginBody, error) {
 	if !found {
 		return nil, badLogin("the body must name the account in %q", field)
 	}
-	lb.body = w.out.Bytes()
+	lb.Body = w.out.Bytes()
 	return lb, nil
 }
 
@@ -295,11 +314,11 @@ func (w *jsonWriter) str(s string) {
 
 // readFormLogin reads a form login body: pairs separated by '&' only,
 // escapes well formed, the account field given once.
-func readFormLogin(raw []byte, field string) (*loginBody, error) {
+func readFormLogin(raw []byte, field string) (*Login, error) {
 	if bytes.IndexByte(raw, ';') >= 0 {
 		return nil, badLogin("a ';' in a form body is a separator to some parsers; escape it as %%3B")
 	}
-	lb := &loginBody{}
+	lb := &Login{}
 	found := false
 	var out strings.Builder
 	for _, pair := range strings.Split(string(raw), "&") {
@@ -318,7 +337,7 @@ func readFormLogin(raw []byte, field string) (*loginBody, error) {
 				return nil, badLogin("the account field %q is given twice", field)
 			}
 			found = true
-			lb.account = value
+			lb.Account = value
 		case isAccountField(name, field):
 			return nil, badLogin("a field other than %q names the account", field)
 		}
@@ -332,7 +351,7 @@ func readFormLogin(raw []byte, field string) (*loginBody, error) {
 	if !found {
 		return nil, badLogin("the body must name the account in %q", field)
 	}
-	lb.body = []byte(out.String())
+	lb.Body = []byte(out.String())
 	return lb, nil
 }
 
@@ -355,7 +374,7 @@ func checkAccount(acct string) error {
 	return nil
 }
 
-// accountKey is the form of an account the guard counts failures under:
+// AccountKey is the form of an account the guard counts failures under:
 // its collation key at the primary level of the Unicode Collation
 // Algorithm (CLDR root), after NFKC and with surrounding spaces trimmed.
 // It ignores case, accents and other diacritics (é, å, ł, ø), width and
@@ -366,7 +385,7 @@ func checkAccount(acct string) error {
 // accent- and case-insensitive collations databases look accounts up
 // with by default (MySQL's utf8mb4_0900_ai_ci, SQL Server's CI_AI).
 // Accounts that differ only in such ways share a lock; none escapes one.
-func accountKey(acct string) string {
+func AccountKey(acct string) string {
 	c := collators.Get().(*collator)
 	defer collators.Put(c)
 	k := c.c.KeyFromString(&c.buf, norm.NFKC.String(strings.TrimSpace(acct)))
@@ -376,7 +395,7 @@ func accountKey(acct string) string {
 }
 
 // A collator computes primary collation keys; it is not safe for
-// concurrent use, so accountKey takes one from a pool.
+// concurrent use, so AccountKey takes one from a pool.
 type collator struct {
 	c   *collate.Collator
 	buf collate.Buffer
