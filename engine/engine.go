@@ -214,56 +214,11 @@ func (e *Engine) check(ctx context.Context, c Call) *Verdict {
 		return v
 	}
 	ch, cost := e.plan(c)
-	route := c.Route
-	v.shadow = ch.shadow
-	if route != nil && route.Concurrency != nil && !e.acquireSlot(ctx, v, c) {
-		return v
+	steps := policy.UnmatchedSteps
+	if c.Route != nil {
+		steps = c.Route.Steps
 	}
-	if route != nil && route.Login != nil && !e.loginBegin(ctx, v, c) {
-		v.giveBack(ctx)
-		return v
-	}
-	if len(ch.reqs) == 0 {
-		// No rate limit here is enforced (every one is in shadow, or the
-		// subject is unlimited): past the guards, the call passes.
-		v.Outcome = Allowed
-		e.count(unlimitedBudget(c.Subject), v.group, v.plan, "allowed")
-		return v
-	}
-	if route != nil && route.Global != nil && !route.Global.Shadow && !e.holdGlobal(ctx, v, c, cost) {
-		v.giveBack(ctx)
-		return v
-	}
-	ds, err := e.decide(ctx, ch.budgets[0].Name, ch.reqs)
-	if err != nil {
-		var ok bool
-		if ds, ok = e.storeFailed(ctx, v, err, c.Subject, c.failsClosed(), ch.budgets, ch.reqs); !ok {
-			return v
-		}
-	}
-	budgets := ch.budgets
-	if v.global != nil && tollgate.Admitted(ds) {
-		gd, ok := e.chargeGlobal(ctx, v, c)
-		if !ok {
-			return v
-		}
-		budgets, ds = append(budgets, route.Global), append(ds, gd)
-	}
-	v.Charges = make([]Charge, len(ds))
-	for i := range ds {
-		v.Charges[i] = Charge{Budget: budgets[i], Decision: ds[i]}
-		v.Delay = max(v.Delay, ds[i].Delay)
-	}
-	v.Report = mostRestrictive(ds)
-	b, d := budgets[v.Report], ds[v.Report]
-	if !tollgate.Admitted(ds) {
-		v.Delay = 0
-		e.refuse(ctx, v, c.Subject, b, d)
-		v.giveBack(ctx)
-		return v
-	}
-	v.Outcome = Allowed
-	e.count(b.Name, v.group, v.plan, "allowed")
+	takeSteps(ctx, &taking{e: e, v: v, c: c, ch: ch, cost: cost}, steps)
 	return v
 }
 
@@ -473,9 +428,11 @@ func (e *Engine) owes(reqs []tollgate.Request) bool {
 }
 
 // storeFailed applies the failure policy (failClosed: the route's, or a
-// budget call's) when the store could not decide reqs for sub. It returns the decisions to go on with (the local
-// fallback's), or false when the verdict is final: failed closed, invalid,
-// or admitted without a decision (FailOpen).
+// budget call's) when the store could not decide reqs for sub. It returns
+// the decisions to go on with (the local fallback's), or false when the
+// verdict is final: failed closed, invalid, or admitted without a
+// decision (FailOpen, the held global place given back); the steps taken
+// before give back what they took (takeSteps) unless it is admitted.
 func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, sub Subject, failClosed bool, budgets []*policy.Budget, reqs []tollgate.Request) ([]tollgate.Decision, bool) {
 	name := budgets[0].Name
 	var item *tollgate.ItemError
@@ -486,20 +443,17 @@ func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, sub Sub
 		// A cost the caller chose (the policy compiler checks the
 		// routes'): no limit changed, the call is refused as invalid.
 		v.Outcome, v.Reason, v.Err = Invalid, ReasonCostExceedsBurst, err
-		v.giveBack(ctx)
 		return nil, false
 	}
 	if algo.IsInvalid(err) {
 		// The policy compiler rules these out; never let one through.
 		e.log.LogAttrs(ctx, slog.LevelError, "invalid rate-limit request", slog.String("budget", name), slog.String("error", err.Error()))
 		v.Outcome, v.Reason, v.Err = Invalid, ReasonMisconfigured, err
-		v.giveBack(ctx)
 		return nil, false
 	}
 	if ctx.Err() != nil {
 		// The caller went away: nothing to answer.
 		v.Outcome, v.Reason, v.Err = FailClosed, ReasonCanceled, ctx.Err()
-		v.giveBack(ctx)
 		return nil, false
 	}
 	if !errors.Is(err, tollgate.ErrUnavailable) {
@@ -546,7 +500,6 @@ func (e *Engine) failClosed(ctx context.Context, v *Verdict, name string, err er
 	e.countFallback(name, "fail_closed")
 	e.count(name, v.group, v.plan, "fail_closed")
 	v.Outcome, v.Reason, v.Err, v.RetryAfter = FailClosed, ReasonUnavailable, err, time.Second
-	v.giveBack(ctx)
 }
 
 // checkKey applies the invalid-key limit to a call that presented an API

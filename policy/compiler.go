@@ -199,6 +199,7 @@ func (c *compiler) compile(f *File, env Env) *Policy {
 	if f.Shadow {
 		c.shadow(p)
 	}
+	c.steps(p)
 	if len(c.problems) == 0 {
 		c.handles(p)
 	}

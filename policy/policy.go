@@ -267,6 +267,8 @@ type Route struct {
 	Login *Login
 	// Concurrency, when non-nil, bounds its requests in flight.
 	Concurrency *Concurrency
+	// Steps are the checks its calls take, in order (see Step).
+	Steps []Step
 }
 
 // Refusal is a route's answer to a refused request (RefusalSpec
