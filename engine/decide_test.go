@@ -1,0 +1,81 @@
+package engine_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/decidetest"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/store/memory"
+	rstore "github.com/tollgate/tollgate/store/redis"
+)
+
+// TestDecide runs the engine's table (package internal/decidetest) on
+// Decide, over the memory store and a real Redis: a request in, its
+// answer out, the same on both.
+func TestDecide(t *testing.T) {
+	now := time.UnixMilli(1_800_000_010_000)
+	clock := func() time.Time { return now }
+	srv := redistest.Start(t)
+	stores := map[string]func(t *testing.T) tollgate.Store{
+		"memory": func(t *testing.T) tollgate.Store {
+			s := memory.New(memory.Options{Now: clock})
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
+		"redis": func(t *testing.T) tollgate.Store {
+			// Global budgets are keyed by route, not by the secret: each
+			// case starts on an empty Redis.
+			c := srv.NewClient(t)
+			if err := c.Do(context.Background(), c.B().Flushall().Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			s, err := rstore.New(c, rstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	}
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			decidetest.Run(t, decidetest.Cases, func(t *testing.T, p *policy.Policy) (func(decidetest.Call) decidetest.Answer, func()) {
+				e, err := engine.New(engine.Options{Policy: p, Store: newStore(t), Now: clock})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return engineFront(e)
+			})
+		})
+	}
+}
+
+// engineFront answers the table's calls with e.Decide, settling each as
+// its service answered and ending it unless it is held.
+func engineFront(e *engine.Engine) (func(decidetest.Call) decidetest.Answer, func()) {
+	ctx := context.Background()
+	var held []*engine.Verdict
+	call := func(c decidetest.Call) decidetest.Answer {
+		v := e.Decide(ctx, decidetest.Request(c))
+		if v.Outcome.Admitted() {
+			v.Answered(ctx, max(c.Status, http.StatusOK))
+			if c.Hold {
+				held = append(held, v)
+			} else {
+				v.Done(ctx)
+			}
+		}
+		return decidetest.AnswerOf(v)
+	}
+	end := func() {
+		for _, v := range held {
+			v.Done(ctx)
+		}
+	}
+	return call, end
+}

@@ -1,0 +1,157 @@
+package httplimit_test
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/decidetest"
+	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/store/memory"
+)
+
+// TestDecideTable runs the engine's table (internal/decidetest) through
+// the middleware and through forward-auth: each call as an HTTP request,
+// each answer read back from the response, the same as the engine's.
+func TestDecideTable(t *testing.T) {
+	t.Run("middleware", func(t *testing.T) {
+		decidetest.Run(t, decidetest.Cases, func(t *testing.T, p *policy.Policy) (func(decidetest.Call) decidetest.Answer, func()) {
+			return httpFront(t, newFront(t, p), false)
+		})
+	})
+	t.Run("forward-auth", func(t *testing.T) {
+		var cases []decidetest.Case
+		for _, c := range decidetest.Cases {
+			if !c.SeesEnd && !c.Direct {
+				cases = append(cases, c)
+			}
+		}
+		decidetest.Run(t, cases, func(t *testing.T, p *policy.Policy) (func(decidetest.Call) decidetest.Answer, func()) {
+			return httpFront(t, newFront(t, p), true)
+		})
+	})
+}
+
+func newFront(t *testing.T, p *policy.Policy) *httplimit.Front {
+	now := time.UnixMilli(1_800_000_010_000)
+	clock := func() time.Time { return now }
+	s := memory.New(memory.Options{Now: clock})
+	t.Cleanup(func() { s.Close() })
+	f, err := httplimit.New(httplimit.Options{Policy: p, Store: s, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// httpFront answers the table's calls through f's middleware, or its
+// forward-auth endpoint asked by a trusted proxy (10.9.9.9) describing
+// the call.
+func httpFront(t *testing.T, f *httplimit.Front, forwardAuth bool) (func(decidetest.Call) decidetest.Answer, func()) {
+	release := make(chan struct{})
+	var status int
+	var kind string
+	entered := make(chan struct{}, 1)
+	hold := false
+	mw := f.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info, _ := httplimit.FromContext(r.Context())
+		kind = info.Subject.Kind
+		st := status
+		if hold {
+			entered <- struct{}{}
+			<-release
+		}
+		w.WriteHeader(st)
+	}))
+	fa := f.ForwardAuth(httplimit.ForwardAuthOptions{})
+	call := func(c decidetest.Call) decidetest.Answer {
+		method := c.Method
+		if method == "" {
+			method = http.MethodGet
+		}
+		target := c.Path
+		if c.RawQuery != "" {
+			target += "?" + c.RawQuery
+		}
+		r := httptest.NewRequest(method, target, strings.NewReader(c.Body))
+		r.RemoteAddr = c.RemoteAddr
+		for k, v := range c.Header {
+			r.Header.Set(k, v)
+		}
+		if c.Body != "" {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		kind, status, hold = "", max(c.Status, http.StatusOK), c.Hold
+		rec := httptest.NewRecorder()
+		if forwardAuth {
+			d := httptest.NewRequest(http.MethodGet, "/auth", nil)
+			d.RemoteAddr = "10.9.9.9:1"
+			d.Header = r.Header.Clone()
+			host, _, _ := net.SplitHostPort(c.RemoteAddr)
+			d.Header.Set("X-Forwarded-For", strings.TrimPrefix(r.Header.Get("X-Forwarded-For")+", "+host, ", "))
+			d.Header.Set("X-Forwarded-Method", method)
+			d.Header.Set("X-Forwarded-Uri", target)
+			fa.ServeHTTP(rec, d)
+			if rec.Code == http.StatusOK {
+				// Forward-auth tells the proxy yes, not whom: the kind
+				// is not compared.
+				kind = c.Want.Kind
+			}
+		} else if c.Hold {
+			go mw.ServeHTTP(rec, r)
+			<-entered
+		} else {
+			mw.ServeHTTP(rec, r)
+		}
+		return httpAnswer(rec, kind)
+	}
+	return call, func() { close(release) }
+}
+
+// httpAnswer reads the table's answer off a response: admitted when the
+// handler (or, for forward-auth, the proxy) was let through, the refusal
+// from its problem type, the budget from its RateLimit header.
+func httpAnswer(rec *httptest.ResponseRecorder, kind string) decidetest.Answer {
+	a := decidetest.Answer{Admitted: kind != ""}
+	if a.Admitted {
+		a.Kind = kind
+	}
+	if rl := rec.Header().Get("RateLimit"); rl != "" {
+		name, rest, _ := strings.Cut(strings.TrimPrefix(rl, `"`), `";r=`)
+		r, _, _ := strings.Cut(rest, ";")
+		a.Budget = name
+		a.Remaining, _ = strconv.ParseInt(r, 10, 64)
+	}
+	if a.Admitted {
+		return a
+	}
+	var p httplimit.Problem
+	json.Unmarshal(rec.Body.Bytes(), &p)
+	switch {
+	case p.Type == httplimit.ProblemRateLimited:
+		a.Refusal = decidetest.Rate
+	case p.Type == httplimit.ProblemTooManyInFlight:
+		a.Refusal = decidetest.Concurrency
+	case p.Type == httplimit.ProblemInvalidKey:
+		a.Refusal = decidetest.InvalidKey
+	case p.Type == httplimit.ProblemTooManyFailed && strings.Contains(p.Detail, "invalid API keys"):
+		a.Refusal = decidetest.InvalidKeys
+	case p.Type == httplimit.ProblemLoginLocked:
+		a.Refusal = decidetest.LoginLocked
+	case p.Type == httplimit.ProblemBadRequest:
+		a.Refusal = decidetest.BadRequest
+	case p.Type == httplimit.ProblemBadLogin && p.Status == http.StatusMethodNotAllowed:
+		a.Refusal = decidetest.LoginElsewhere
+	case p.Type == httplimit.ProblemBadLogin:
+		a.Refusal = decidetest.BadLogin
+	default:
+		a.Refusal = decidetest.Other
+	}
+	return a
+}

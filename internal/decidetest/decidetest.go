@@ -1,0 +1,297 @@
+// Package decidetest is the decision engine's behaviour as one table:
+// calls in, answers out, each case with the rule it pins. The engine's
+// tests run it on engine.Decide over the memory store and Redis; each
+// front's tests (the HTTP middleware, forward-auth, gRPC) run it through
+// their own transport, so that the answer is shown to be the same
+// whichever front a call arrives at.
+package decidetest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// Key is the one configured API key of the policy (plan pro).
+const Key = "decide-test-key-1"
+
+// policyText is the table's policy; SECRET is replaced by a fresh secret
+// per case, so cases sharing a Redis server never share a budget.
+const policyText = `version: d1
+identity: {secret: SECRET, anonymous_plan: free, user_plan: users, user_header: X-User-ID, trusted_proxies: [10.0.0.0/8]}
+plans:
+  free: {algorithm: fixed_window, rate: 3, period: 1m}
+  users: {algorithm: fixed_window, rate: 5, period: 1m}
+  pro:
+    limits:
+      - {name: pro, algorithm: fixed_window, rate: 100, period: 1m}
+      - {name: trial, algorithm: fixed_window, rate: 2, period: 1m, shadow: true}
+invalid_key_limit: {algorithm: fixed_window, rate: 2, period: 1m}
+api_keys:
+  - {id: k1, digest: "DIGEST", plan: pro}
+routes:
+  - {name: search, path: /t.V/Search, global: {algorithm: fixed_window, rate: 2, period: 1m}}
+  - {name: slow, path: /t.V/Slow, concurrency: {limit: 1, per: route}, limit: {algorithm: fixed_window, rate: 1000, period: 1m}}
+  - {name: export, path: /t.V/Export, cost: 2}
+  - {name: item, path: "/t.V/Item/{id}", limit: {algorithm: fixed_window, rate: 1, period: 1m}, limit_key: [path:id]}
+  - name: login
+    method: POST
+    path: /login
+    limit: {algorithm: fixed_window, rate: 100, period: 1m}
+    login: {account_field: user, failure_statuses: [401], max_failures: 2, lock: 1m, max_lock: 1h,
+            ip_failures: {algorithm: fixed_window, rate: 50, period: 1m}}
+  - {name: api, path: /}
+`
+
+// Policy returns the table's policy under a fresh secret.
+func Policy(tb testing.TB) *policy.Policy {
+	tb.Helper()
+	b := make([]byte, 16)
+	rand.Read(b)
+	text := strings.NewReplacer("SECRET", hex.EncodeToString(b), "DIGEST", identity.KeyDigest(Key)).Replace(policyText)
+	p, err := policy.Parse([]byte(text), "decide.yaml")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// Refusal is why a call was not admitted, as every front can tell it.
+type Refusal string
+
+// The refusals.
+const (
+	None           Refusal = ""
+	Rate           Refusal = "rate"            // engine.ReasonRate
+	Concurrency    Refusal = "concurrency"     // engine.ReasonConcurrency
+	InvalidKey     Refusal = "invalid_key"     // engine.ReasonInvalidKey
+	InvalidKeys    Refusal = "invalid_keys"    // engine.ReasonInvalidKeys
+	LoginLocked    Refusal = "login_locked"    // engine.ReasonLoginLocked
+	BadRequest     Refusal = "bad_request"     // engine.ReasonBadRequest
+	LoginElsewhere Refusal = "login_elsewhere" // engine.ReasonLoginElsewhere
+	BadLogin       Refusal = "bad_login"       // engine.ReasonBadLogin
+	Other          Refusal = "other"
+)
+
+// Of returns the refusal a verdict's reason is.
+func Of(r engine.Reason) Refusal {
+	switch r {
+	case engine.ReasonNone:
+		return None
+	case engine.ReasonRate:
+		return Rate
+	case engine.ReasonConcurrency:
+		return Concurrency
+	case engine.ReasonInvalidKey:
+		return InvalidKey
+	case engine.ReasonInvalidKeys:
+		return InvalidKeys
+	case engine.ReasonLoginLocked:
+		return LoginLocked
+	case engine.ReasonBadRequest:
+		return BadRequest
+	case engine.ReasonLoginElsewhere:
+		return LoginElsewhere
+	case engine.ReasonBadLogin:
+		return BadLogin
+	}
+	return Other
+}
+
+// Answer is what a front answered a call, in terms every front shares.
+type Answer struct {
+	Admitted bool
+	Refusal  Refusal
+	// Budget is the budget reported (RateLimit), "" for none; Remaining
+	// is what is left of it.
+	Budget    string
+	Remaining int64
+	// Kind is the subject's kind, for an admitted call ("" otherwise).
+	Kind string
+}
+
+// A Call is one call of a case and the answer it must get.
+type Call struct {
+	Method, Path string // Method "" is GET
+	RawQuery     string
+	Header       map[string]string
+	RemoteAddr   string // host:port
+	Body         string // a JSON body (Content-Type application/json)
+	// Hold keeps the call in flight until the case ends (Done is not
+	// called before); Status is the service's answer (zero: 200).
+	Hold   bool
+	Status int
+	Want   Answer
+}
+
+// A Case is a sequence of calls on fresh budgets, and why each answer is
+// the rule.
+type Case struct {
+	Name, Why string
+	// HTTP says the case needs what only HTTP has (a query, a body, a
+	// path read by HTTP servers): gRPC does not run it.
+	HTTP bool
+	// SeesEnd says the case needs a front that sees a call's body and
+	// end (a concurrency slot, a login's answer): forward-auth does not
+	// run it.
+	SeesEnd bool
+	// Direct says the case depends on the immediate peer being the
+	// caller: forward-auth, whose peer is always its proxy, does not run
+	// it.
+	Direct bool
+	Calls  []Call
+}
+
+func ip(n string) string { return "192.0.2." + n + ":1234" }
+
+func ok(budget string, remaining int64, kind string) Answer {
+	return Answer{Admitted: true, Budget: budget, Remaining: remaining, Kind: kind}
+}
+
+func refused(r Refusal, budget string, remaining int64) Answer {
+	return Answer{Refusal: r, Budget: budget, Remaining: remaining}
+}
+
+func bearer(k string) map[string]string { return map[string]string{"Authorization": "Bearer " + k} }
+
+// Cases are the table.
+var Cases = []Case{
+	{Name: "plan", Why: "an anonymous caller is charged to its address under the anonymous plan, and refused once it is used up, naming the budget",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: ip("1"), Want: ok("free", 2, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("1"), Want: ok("free", 1, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("1"), Want: ok("free", 0, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("1"), Want: refused(Rate, "free", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("2"), Want: ok("free", 2, "ip")},
+		}},
+	{Name: "api key", Why: "a configured key is charged under its plan (a budget of a plan of several limits is named plan.limit); its shadow budget (trial, 2 a minute) never refuses",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: ip("1"), Header: bearer(Key), Want: ok("pro.pro", 99, "key")},
+			{Path: "/t.V/Read", RemoteAddr: ip("1"), Header: bearer(Key), Want: ok("pro.pro", 98, "key")},
+			{Path: "/t.V/Read", RemoteAddr: ip("1"), Header: bearer(Key), Want: ok("pro.pro", 97, "key")},
+			{Path: "/t.V/Read", RemoteAddr: ip("1"), Want: ok("free", 2, "ip")},
+		}},
+	{Name: "invalid keys", Why: "an unknown key is refused as invalid and charged to its address; past the invalid-key limit every keyed call of the address is refused, a valid key too, and unkeyed calls are not",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer("no-such-key-000"), Want: refused(InvalidKey, "", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer("no-such-key-001"), Want: refused(InvalidKey, "", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer("no-such-key-002"), Want: refused(InvalidKeys, "", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer(Key), Want: refused(InvalidKeys, "", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("3"), Want: ok("free", 2, "ip")},
+		}},
+	{Name: "trusted proxy", Direct: true, Why: "a user id and a forwarded address are believed only from a trusted proxy; the address a proxy vouches for is the same subject as that address calling directly",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: "10.0.0.1:1", Header: map[string]string{"X-User-ID": "u1"}, Want: ok("users", 4, "user")},
+			{Path: "/t.V/Read", RemoteAddr: ip("4"), Header: map[string]string{"X-User-ID": "u1"}, Want: ok("free", 2, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: "10.0.0.1:1", Header: map[string]string{"X-Forwarded-For": "192.0.2.4"}, Want: ok("free", 1, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("5"), Header: map[string]string{"X-Forwarded-For": "192.0.2.4"}, Want: ok("free", 2, "ip")},
+		}},
+	{Name: "global", Why: "a route's global budget is shared by every subject and reported when it is the most restrictive, and a call it refuses is charged nothing of its own limits",
+		Calls: []Call{
+			{Path: "/t.V/Search", RemoteAddr: ip("6"), Want: ok("global.search", 1, "ip")},
+			{Path: "/t.V/Search", RemoteAddr: ip("7"), Want: ok("global.search", 0, "ip")},
+			{Path: "/t.V/Search", RemoteAddr: ip("8"), Want: refused(Rate, "global.search", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("8"), Want: ok("free", 2, "ip")},
+		}},
+	{Name: "global given back", Why: "a place held in the global budget is given back when the caller's own limits refuse the call: the next caller finds it free",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: ip("20"), Want: ok("free", 2, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("20"), Want: ok("free", 1, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("20"), Want: ok("free", 0, "ip")},
+			{Path: "/t.V/Search", RemoteAddr: ip("20"), Want: refused(Rate, "free", 0)},
+			{Path: "/t.V/Search", RemoteAddr: ip("21"), Want: ok("global.search", 1, "ip")},
+			{Path: "/t.V/Search", RemoteAddr: ip("22"), Want: ok("global.search", 0, "ip")},
+		}},
+	{Name: "concurrency", SeesEnd: true, Why: "a route's concurrency slot is held while a call is in flight; a call refused for it is charged nothing, and the slot is free again once the call ends",
+		Calls: []Call{
+			{Path: "/t.V/Slow", RemoteAddr: ip("9"), Hold: true, Want: ok("slow", 999, "ip")},
+			{Path: "/t.V/Slow", RemoteAddr: ip("9"), Want: refused(Concurrency, "", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("9"), Want: ok("free", 2, "ip")},
+		}},
+	{Name: "cost", Why: "a route's cost is charged per call, and a call costing more than is left is refused with what is left",
+		Calls: []Call{
+			{Path: "/t.V/Export", RemoteAddr: ip("10"), Want: ok("free", 1, "ip")},
+			{Path: "/t.V/Export", RemoteAddr: ip("10"), Want: refused(Rate, "free", 1)},
+			{Path: "/t.V/Read", RemoteAddr: ip("10"), Want: ok("free", 0, "ip")},
+		}},
+	{Name: "limit key", Why: "a route limit keyed by a path parameter is one budget per value, whoever calls",
+		Calls: []Call{
+			{Path: "/t.V/Item/a", RemoteAddr: ip("11"), Want: ok("item", 0, "ip")},
+			{Path: "/t.V/Item/a", RemoteAddr: ip("12"), Want: refused(Rate, "item", 0)},
+			{Path: "/t.V/Item/b", RemoteAddr: ip("12"), Want: ok("item", 0, "ip")},
+		}},
+	{Name: "ambiguous path", HTTP: true, Why: "a path servers read as different routes is refused before anything is charged",
+		Calls: []Call{
+			{Path: "/t.V/Read/../Search", RemoteAddr: ip("13"), Want: refused(BadRequest, "", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("13"), Want: ok("free", 2, "ip")},
+		}},
+	{Name: "login", HTTP: true, SeesEnd: true, Why: "a login route charges the account's failures: after max_failures failed attempts the account is locked, for any address",
+		Calls: []Call{
+			{Method: "POST", Path: "/login", Body: `{"user":"alice"}`, RemoteAddr: ip("14"), Status: 401, Want: ok("login", 99, "ip")},
+			{Method: "POST", Path: "/login", Body: `{"user":"Alice"}`, RemoteAddr: ip("14"), Status: 401, Want: ok("login", 98, "ip")},
+			{Method: "POST", Path: "/login", Body: `{"user":"alice"}`, RemoteAddr: ip("15"), Want: refused(LoginLocked, "", 0)},
+			{Method: "POST", Path: "/login", Body: `{"user":"bob"}`, RemoteAddr: ip("15"), Want: ok("login", 99, "ip")},
+		}},
+	{Name: "login read", HTTP: true, SeesEnd: true, Why: "a login whose account another parser could read otherwise, or one sent to the login path by another method, is refused before anything is held",
+		Calls: []Call{
+			{Method: "POST", Path: "/login", RawQuery: "user=bob", Body: `{"user":"alice"}`, RemoteAddr: ip("16"), Want: refused(BadLogin, "", 0)},
+			{Method: "PUT", Path: "/login", Body: `{"user":"alice"}`, RemoteAddr: ip("16"), Want: refused(LoginElsewhere, "", 0)},
+			{Method: "POST", Path: "/login", Body: `{"user":"alice"}`, RemoteAddr: ip("16"), Want: ok("login", 99, "ip")},
+		}},
+}
+
+// Run runs every case on fronts made by newFront, one per case on fresh
+// budgets: call answers a call, and end ends the calls it holds.
+func Run(t *testing.T, cases []Case, newFront func(t *testing.T, p *policy.Policy) (call func(Call) Answer, end func())) {
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			call, end := newFront(t, Policy(t))
+			defer end()
+			for i, cl := range c.Calls {
+				if got := call(cl); got != cl.Want {
+					t.Errorf("call %d (%s %s): got %+v, want %+v\n(%s)", i, cl.Method, cl.Path, got, cl.Want, c.Why)
+				}
+			}
+		})
+	}
+}
+
+// Request is the engine.Request c is on the HTTP front, its body read as
+// the middleware reads it (identity.ReadLogin) for a login.
+func Request(c Call) engine.Request {
+	h := http.Header{}
+	for k, v := range c.Header {
+		h.Set(k, v)
+	}
+	if c.Body != "" {
+		h.Set("Content-Type", "application/json")
+	}
+	method := c.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	return engine.Request{Method: method, Path: c.Path, EscapedPath: c.Path, RawQuery: c.RawQuery, Header: h,
+		Bodiless: c.Body == "", RemoteAddr: c.RemoteAddr,
+		Login: func(lg *policy.Login) (*identity.Login, error) {
+			return identity.ReadLogin(identity.LoginRequest{Header: h, RawQuery: c.RawQuery, Body: strings.NewReader(c.Body), Length: int64(len(c.Body))},
+				lg.AccountField, lg.MaxBody)
+		}}
+}
+
+// AnswerOf returns the answer a verdict is.
+func AnswerOf(v *engine.Verdict) Answer {
+	a := Answer{Admitted: v.Outcome.Admitted(), Refusal: Of(v.Reason)}
+	if c, ok := v.Reported(); ok {
+		a.Budget, a.Remaining = c.Budget.Name, c.Decision.Remaining
+	}
+	if a.Admitted {
+		a.Kind = v.Identity.Kind
+	}
+	return a
+}
