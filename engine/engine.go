@@ -5,31 +5,36 @@
 // back:
 //
 //	request --> match --> identify --> steps --> verdict --> settle
-//	(front)     policy    Identify-    Check     Verdict     Done,
-//	            Match-    Presented    (plan,    RateLimit,  Answered
-//	            Request,  (identity,   slot,     Reported
-//	            Route     jwtauth)     holds,
-//	                                   charge)
+//	(front:     Decide    Identify-    Check:    Verdict     Done,
+//	 Request)   (request  Presented    route's   RateLimit,  Answered
+//	            .go)      (identity,   Steps     Reported
+//	                      jwtauth)     looped)
 //
-// Each stage:
+// [Engine.Decide] is the one entry point: a front fills a [Request] from
+// its transport and answers from the [Verdict]. Each stage:
 //
-//   - match: the front finds the route on the cleaned path as every common
-//     upstream reads it (policy.MatchKey, policy.MatchRequest) and puts the
-//     call on it ([Engine.Route]: the route's own limit keyed);
+//   - match: the route on the cleaned path as every common upstream reads
+//     it (policy.MatchKey, policy.MatchRequest), refusing a path, query
+//     or method the server behind could read as another route, a login
+//     route reached by another method, and a route the front cannot
+//     serve, before anything is charged ([Reason.OfRequest]);
 //   - identify: [Engine.IdentifyPresented] reads what the call presents
 //     ([Presented]: headers, query, body and cookie credentials, the peer)
 //     with package identity, verifies a bearer JWT (jwtauth) and names
-//     the subject and its plan ([Identity]);
+//     the subject and its plan ([Identity]); then the route's own limit
+//     is keyed (Engine.route) and a login's account read;
 //   - steps: [Engine.Check] plans the charges (the plan's or the route's
-//     limits, candidate and shadow budgets), then takes each step whose
-//     state can be given back (the concurrency slot, the login guard's
-//     holds, a place in the route's global budget) and last the one atomic
-//     charge of the subject's limits, all or none; a refusal gives back
-//     everything taken ([Engine.CheckBudgets] is the same for budgets
-//     named directly, as Envoy's descriptors name them);
-//   - verdict: the [Verdict] carries every budget charged, the one to
-//     report (RateLimit headers, Retry-After), a shaping delay and why a
-//     call was refused; the front writes its answer from it;
+//     limits, candidate and shadow budgets) and takes the steps the
+//     policy compiled for the route ([policy.Step]: the concurrency slot,
+//     the login guard's holds, a place in the global budget, the one
+//     atomic charge, shadow), each in steps.go with how it is taken and
+//     given back; the first refusal gives back everything taken before
+//     it ([Engine.CheckBudgets] is the same for budgets named directly,
+//     as Envoy's descriptors name them);
+//   - verdict: the [Verdict] carries the call, its identity and cleaned
+//     path, every budget charged, the one to report (RateLimit headers,
+//     Retry-After), a shaping delay and why a call was refused; the front
+//     writes its answer from it;
 //   - settle: once the service behind has answered, [Verdict.Answered]
 //     settles a login attempt and [Verdict.Done] ends the lease and
 //     evaluates shadow budgets, never before the answer.
@@ -549,12 +554,6 @@ func (e *Engine) now() time.Time {
 	return time.Now()
 }
 
-// Count records a decision the caller took itself (a front's own checks,
-// such as an unreadable login body) under the engine's metrics.
-func (e *Engine) Count(budget, group, plan, outcome string) {
-	e.count(budget, group, plan, outcome)
-}
-
 func (e *Engine) count(budget, group, plan, outcome string) {
 	if mt := e.metrics; mt != nil {
 		if plan == "" {
@@ -568,11 +567,6 @@ func (e *Engine) countFallback(budget, mode string) {
 	if mt := e.metrics; mt != nil {
 		mt.Fallbacks.WithLabelValues(budget, mode).Inc()
 	}
-}
-
-// Log logs an event about sub through the engine's sampled logger.
-func (e *Engine) Log(ctx context.Context, level slog.Level, msg string, sub Subject, budget, group string, attrs ...slog.Attr) {
-	e.logSampled(ctx, level, msg, sub, budget, group, attrs...)
 }
 
 // logSampled logs an event about sub; like every line of the engine's

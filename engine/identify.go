@@ -184,9 +184,9 @@ func (e *Engine) LimitKey(r *policy.Route, values []string) string {
 	return e.hasher.Hash("rk", policy.RouteKeyID(r.LimitKey, values))
 }
 
-// Route puts the call on route, which rr matched with params (nil for
+// route puts the call on route, which rr matched with params (nil for
 // none): the route, and what its own limit is counted per.
-func (e *Engine) Route(call *Call, route *policy.Route, rr policy.RouteRequest, params policy.Params) {
+func (e *Engine) route(call *Call, route *policy.Route, rr policy.RouteRequest, params policy.Params) {
 	call.Route = route
 	if route != nil && route.Limit != nil && route.LimitKey != nil {
 		call.LimitKey = e.LimitKey(route, route.KeyValues(rr, params, call.Subject.ID, call.Claims))
@@ -197,11 +197,11 @@ func (e *Engine) Route(call *Call, route *policy.Route, rr policy.RouteRequest, 
 // login accounts, "t" for tenants), keyed by the policy's secret.
 func (e *Engine) Pseudonym(kind, id string) string { return e.hasher.Hash(kind, id) }
 
-// Spelling returns the digest of an account name as a login wrote it
+// spelling returns the digest of an account name as a login wrote it
 // (byte for byte) that the login guard tells its spellings apart by:
 // keyed like a pseudonym, so no client can choose a name whose digest
 // matches another's. See algo.LockoutRequest.Spelling.
-func (e *Engine) Spelling(account string) uint32 {
+func (e *Engine) spelling(account string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(e.hasher.Hash("spelt", account)))
 	return h.Sum32()

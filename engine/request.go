@@ -40,15 +40,9 @@ type Request struct {
 	// charged to (Credentials.Custom).
 	Custom   string
 	CustomOK bool
-	// Body, if set, reads the credentials the body holds (see
-	// Presented.BodyTokens); called once the route is known. An error
-	// refuses the call (ReasonUnreadable, the error in Verdict.Err).
-	Body func() (tokens []string, malformed bool, err error)
-	// Login, if set, reads the login a call to a login route makes
-	// (identity.ReadLogin: the front puts the canonical body back). An
-	// error refuses the call (ReasonBadLogin for one wrapping
-	// identity.ErrBadLogin, else ReasonUnreadable).
-	Login func(*policy.Login) (*identity.Login, error)
+	// Body, if set, reads the request's body when the engine asks: its
+	// credentials once the route is known, a login on a login route.
+	Body Body
 	// Cost, if set, returns the call's cost, replacing its route's when
 	// positive; called once the call is identified.
 	Cost func() int64
@@ -58,6 +52,19 @@ type Request struct {
 	// CleanPathForwarded says the service behind is handed the cleaned
 	// path (Verdict.Path), so the path's other readings do not matter.
 	CleanPathForwarded bool
+}
+
+// Body is a request's body, read only when [Engine.Decide] asks.
+type Body interface {
+	// Credentials returns the credentials the body holds (see
+	// Presented.BodyTokens). An error refuses the call
+	// (ReasonUnreadable, the error in Verdict.Err).
+	Credentials() (tokens []string, malformed bool, err error)
+	// Login reads the login a call to a login route makes
+	// (identity.ReadLogin), putting the canonical body back for the
+	// service. An error refuses the call (ReasonBadLogin for one
+	// wrapping identity.ErrBadLogin, else ReasonUnreadable).
+	Login(*policy.Login) (*identity.Login, error)
 }
 
 // Front is what a front sees of the calls it decides.
@@ -92,7 +99,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) *Verdict {
 	}
 	pr := Presented{Header: req.Header, RawQuery: req.RawQuery, RemoteAddr: req.RemoteAddr, Custom: req.Custom, CustomOK: req.CustomOK}
 	if req.Body != nil {
-		tokens, malformed, err := req.Body()
+		tokens, malformed, err := req.Body.Credentials()
 		if err != nil {
 			return e.invalid(ReasonUnreadable, "", err)
 		}
@@ -105,7 +112,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) *Verdict {
 	case err != nil:
 		return e.invalid(ReasonMalformedUser, "the user id is malformed", err)
 	}
-	e.Route(&call, m.route, m.rr, m.params)
+	e.route(&call, m.route, m.rr, m.params)
 	if req.Cost != nil {
 		call.Cost = req.Cost()
 	}
@@ -125,25 +132,25 @@ func (e *Engine) invalid(r Reason, detail string, err error) *Verdict {
 	return &Verdict{e: e, Report: -1, Outcome: Invalid, Reason: r, Detail: detail, Err: err}
 }
 
-// readLogin reads the login req makes (Request.Login) and puts its
+// readLogin reads the login req makes (Body.Login) and puts its
 // account on call, for the login guard; on failure it returns the
 // verdict, nothing held and no store asked.
 func (e *Engine) readLogin(ctx context.Context, req Request, lg *policy.Login, id Identity, call *Call) *Verdict {
-	if req.Login == nil {
+	if req.Body == nil {
 		return e.invalid(ReasonUnsupported, "login guards need the request body", nil)
 	}
-	l, err := req.Login(lg)
+	l, err := req.Body.Login(lg)
 	switch {
 	case errors.Is(err, identity.ErrBadLogin):
 		e.count("login_body", "login", "-", "bad_request")
-		e.Log(ctx, slog.LevelInfo, "refused: unreadable login request", id.Subject, "login_body", "login", slog.String("reason", err.Error()))
+		e.logSampled(ctx, slog.LevelInfo, "refused: unreadable login request", id.Subject, "login_body", "login", slog.String("reason", err.Error()))
 		return e.invalid(ReasonBadLogin, strings.TrimPrefix(err.Error(), identity.ErrBadLogin.Error()+": "), err)
 	case err != nil:
 		// The body did not arrive (in time, or at all).
 		e.count("login_body", "login", "-", "unread")
 		return e.invalid(ReasonUnreadable, "", err)
 	}
-	call.Account, call.Spelling = e.Pseudonym("acct", identity.AccountKey(l.Account)), e.Spelling(l.Account)
+	call.Account, call.Spelling = e.Pseudonym("acct", identity.AccountKey(l.Account)), e.spelling(l.Account)
 	return nil
 }
 

@@ -2,29 +2,11 @@ package engine
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/policy"
 )
-
-// A stepper takes one step of a call (a policy.Step) and gives back what
-// it took.
-type stepper interface {
-	// take takes the step; on false the verdict is final (a refusal, a
-	// failure closed) and nothing of this step is held.
-	take(ctx context.Context, t *taking) bool
-	// giveBack gives back what take took, when a later step refuses.
-	giveBack(ctx context.Context, v *Verdict)
-}
-
-// steppers are the steps of policy.Step, by step.
-var steppers = [...]stepper{
-	policy.StepConcurrency: slotStep{},
-	policy.StepLogin:       loginStep{},
-	policy.StepGlobalHold:  globalStep{},
-	policy.StepCharge:      chargeStep{},
-	policy.StepShadow:      shadowStep{},
-}
 
 // taking is a call being checked: what its steps read and write.
 type taking struct {
@@ -41,61 +23,63 @@ type taking struct {
 // decision (FailOpen) keeps what was taken while the call is served.
 func takeSteps(ctx context.Context, t *taking, steps []policy.Step) {
 	for i, s := range steps {
-		if steppers[s].take(ctx, t) {
+		if take(ctx, t, s) {
 			continue
 		}
 		if t.v.Outcome.Admitted() {
 			return
 		}
 		for j := i - 1; j >= 0; j-- {
-			steppers[steps[j]].giveBack(ctx, t.v)
+			giveBack(ctx, t.v, steps[j])
 		}
 		return
 	}
 }
 
-// slotStep takes a slot of the route's concurrency limit.
-type slotStep struct{}
-
-func (slotStep) take(ctx context.Context, t *taking) bool { return t.e.acquireSlot(ctx, t.v, t.c) }
-
-func (slotStep) giveBack(ctx context.Context, v *Verdict) {
-	if v.lease != nil {
-		v.lease.release(ctx)
-	}
-}
-
-// loginStep holds the login guard's places for the attempt.
-type loginStep struct{}
-
-func (loginStep) take(ctx context.Context, t *taking) bool { return t.e.loginBegin(ctx, t.v, t.c) }
-
-func (loginStep) giveBack(ctx context.Context, v *Verdict) {
-	if v.login != nil {
-		v.login.finish(ctx, 0)
-	}
-}
-
-// globalStep holds a place in the route's global budget, unless no rate
-// limit is enforced on the call (an unlimited subject, every limit in
-// shadow).
-type globalStep struct{}
-
-func (globalStep) take(ctx context.Context, t *taking) bool {
-	if len(t.ch.reqs) == 0 {
+// take takes step s of t's call; on false the verdict is final (a
+// refusal, a failure closed) and nothing of this step is held.
+func take(ctx context.Context, t *taking, s policy.Step) bool {
+	switch s {
+	case policy.StepConcurrency: // a slot, held until the call ends
+		return t.e.acquireSlot(ctx, t.v, t.c)
+	case policy.StepLogin: // the guard's places, until the service answers
+		return t.e.loginBegin(ctx, t.v, t.c)
+	case policy.StepGlobalHold:
+		// A place in the global budget, unless no rate limit is enforced
+		// on the call (an unlimited subject, every limit in shadow).
+		return len(t.ch.reqs) == 0 || t.e.holdGlobal(ctx, t.v, t.c, t.cost)
+	case policy.StepCharge:
+		return t.e.charge(ctx, t)
+	case policy.StepShadow: // evaluated once the call is answered (Done)
+		t.v.shadow = t.ch.shadow
 		return true
 	}
-	return t.e.holdGlobal(ctx, t.v, t.c, t.cost)
+	panic(fmt.Sprintf("engine: unknown step %d", s))
 }
 
-func (globalStep) giveBack(ctx context.Context, v *Verdict) { v.global.giveBack(ctx) }
+// giveBack gives back what step s took, when a later step refuses. A
+// refused charge charged nothing, and has nothing to give back.
+func giveBack(ctx context.Context, v *Verdict, s policy.Step) {
+	switch s {
+	case policy.StepConcurrency:
+		if v.lease != nil {
+			v.lease.release(ctx)
+		}
+	case policy.StepLogin:
+		if v.login != nil {
+			v.login.finish(ctx, 0)
+		}
+	case policy.StepGlobalHold:
+		v.global.giveBack(ctx)
+	case policy.StepShadow:
+		v.shadow = nil
+	}
+}
 
-// chargeStep decides the call's enforced limits in one atomic call, then
+// charge decides the call's enforced limits in one atomic call, then
 // charges its held global place, and sets the verdict's charges.
-type chargeStep struct{}
-
-func (chargeStep) take(ctx context.Context, t *taking) bool {
-	e, v, c, ch := t.e, t.v, t.c, t.ch
+func (e *Engine) charge(ctx context.Context, t *taking) bool {
+	v, c, ch := t.v, t.c, t.ch
 	if len(ch.reqs) == 0 {
 		// No rate limit here is enforced (every one is in shadow, or the
 		// subject is unlimited): past the guards, the call passes.
@@ -134,17 +118,3 @@ func (chargeStep) take(ctx context.Context, t *taking) bool {
 	e.count(b.Name, v.group, v.plan, "allowed")
 	return true
 }
-
-// giveBack has nothing to give back: a refused charge charged nothing.
-func (chargeStep) giveBack(context.Context, *Verdict) {}
-
-// shadowStep keeps the shadow budgets for the verdict to evaluate once
-// the call is answered (Verdict.Done).
-type shadowStep struct{}
-
-func (shadowStep) take(_ context.Context, t *taking) bool {
-	t.v.shadow = t.ch.shadow
-	return true
-}
-
-func (shadowStep) giveBack(_ context.Context, v *Verdict) { v.shadow = nil }

@@ -28,7 +28,7 @@ type Call struct {
 	// on a route with a login guard.
 	Account string
 	// Spelling tells apart the ways the login spelt Account (see
-	// Engine.Spelling and algo.LockoutRequest.Spelling); zero when the
+	// Engine.spelling and algo.LockoutRequest.Spelling); zero when the
 	// caller does not tell.
 	Spelling uint32
 	// Claims are a verified bearer JWT's claims that route limits are

@@ -59,6 +59,35 @@ func (b *bodyBudget) give(client netip.Prefix, n int64) {
 	}
 }
 
+// A requestBody is a request's body as the engine asks for it
+// (engine.Body): read for credentials (readCredentialBody), held until
+// release, and for a login (readLogin).
+type requestBody struct {
+	m     *middleware
+	r     *http.Request
+	login bool   // the front passes the request on: a login can be read
+	held  func() // gives back what readCredentialBody holds; nil for none
+}
+
+func (b *requestBody) Credentials() ([]string, bool, error) {
+	body, err := b.m.readCredentialBody(b.r)
+	b.held = body.release
+	return body.tokens, body.malformed, err
+}
+
+func (b *requestBody) Login(lg *policy.Login) (*identity.Login, error) {
+	if !b.login {
+		return nil, errors.New("reading a login: forward-auth sees no body")
+	}
+	return readLogin(b.r, lg)
+}
+
+func (b *requestBody) release() {
+	if b.held != nil {
+		b.held()
+	}
+}
+
 // A bodyRead is a request body read for its credentials: the tokens it
 // holds, and release, to call when the request is done with it.
 type bodyRead struct {

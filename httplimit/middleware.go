@@ -245,28 +245,23 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // decision is what the engine decided for a request.
 type decision struct {
-	v       *engine.Verdict
-	release func() // when the request is done: gives back its held body
+	v    *engine.Verdict
+	body *requestBody
 }
+
+// release gives back the body held for the request's credentials.
+func (d decision) release() { d.body.release() }
 
 // decide asks the engine to decide r (engine.Engine.Decide), reading its
 // body for credentials and a login only when the engine asks, and sets
 // the RateLimit headers of the verdict on w.
 func (m *middleware) decide(w http.ResponseWriter, r *http.Request, front engine.Front) decision {
-	d := decision{release: func() {}}
+	d := decision{body: &requestBody{m: m, r: r, login: front != engine.FrontForwardAuth}}
 	req := engine.Request{Front: front, Method: r.Method, Path: r.URL.Path, EscapedPath: r.URL.EscapedPath(), Host: r.Host,
 		RawQuery: r.URL.RawQuery, Header: r.Header, Bodiless: r.ContentLength == 0 && len(r.TransferEncoding) == 0,
-		RemoteAddr: r.RemoteAddr, RequireRoute: m.opts.RequireRoute, CleanPathForwarded: m.opts.CleanPathForwarded}
+		RemoteAddr: r.RemoteAddr, RequireRoute: m.opts.RequireRoute, CleanPathForwarded: m.opts.CleanPathForwarded, Body: d.body}
 	if m.opts.Subject != nil {
 		req.Custom, req.CustomOK = m.opts.Subject(r)
-	}
-	req.Body = func() ([]string, bool, error) {
-		body, err := m.readCredentialBody(r)
-		d.release = body.release
-		return body.tokens, body.malformed, err
-	}
-	if front != engine.FrontForwardAuth {
-		req.Login = func(lg *policy.Login) (*identity.Login, error) { return readLogin(r, lg) }
 	}
 	if m.opts.Cost != nil {
 		req.Cost = func() int64 { return m.opts.Cost(r) }

@@ -278,10 +278,21 @@ func Request(c Call) engine.Request {
 	}
 	return engine.Request{Method: method, Path: c.Path, EscapedPath: c.Path, RawQuery: c.RawQuery, Header: h,
 		Bodiless: c.Body == "", RemoteAddr: c.RemoteAddr,
-		Login: func(lg *policy.Login) (*identity.Login, error) {
-			return identity.ReadLogin(identity.LoginRequest{Header: h, RawQuery: c.RawQuery, Body: strings.NewReader(c.Body), Length: int64(len(c.Body))},
-				lg.AccountField, lg.MaxBody)
-		}}
+		Body: jsonBody{h: h, query: c.RawQuery, body: c.Body}}
+}
+
+// jsonBody is a call's body as the engine reads it: no credentials, and a
+// login read as the middleware reads it.
+type jsonBody struct {
+	h           http.Header
+	query, body string
+}
+
+func (jsonBody) Credentials() ([]string, bool, error) { return nil, false, nil }
+
+func (b jsonBody) Login(lg *policy.Login) (*identity.Login, error) {
+	return identity.ReadLogin(identity.LoginRequest{Header: b.h, RawQuery: b.query, Body: strings.NewReader(b.body), Length: int64(len(b.body))},
+		lg.AccountField, lg.MaxBody)
 }
 
 // AnswerOf returns the answer a verdict is.
