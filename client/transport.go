@@ -195,53 +195,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			drain(prev.Body)
 			prev = nil
 		}
-		send := req
-		if attempt > 0 {
-			send = req.Clone(ctx)
-			if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
-				body, err := req.GetBody()
-				if err != nil {
-					t.pace.record(tk, host, path, nil, t.Now())
-					return nil, err
-				}
-				send.Body = body
-			}
-		}
-		resp, err := t.base().RoundTrip(send)
+		resp, info, now, err := t.send(req, attempt, tk)
 		if err != nil {
-			t.pace.record(tk, host, path, nil, t.Now())
 			return nil, err
 		}
-		now := t.Now()
-		info := ParseResponse(resp.Header, now)
-		t.pace.record(tk, host, path, &info, now)
-		if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
-			return resp, nil
-		}
-		if !canRetry || attempt >= t.MaxRetries {
-			return resp, nil
-		}
-		if !idempotent(req) {
-			notProcessed := false
-			resp.Body, notProcessed = peek(resp, t.NotProcessed)
-			if !notProcessed {
-				return resp, nil
-			}
-		}
-		asked := time.Duration(0)
-		if info.HasRetryAfter {
-			asked = info.RetryAfter
-		} else if info.HasLimit && info.Limit.Remaining == 0 && info.Limit.Reset > 0 {
-			asked = info.Limit.Reset
-		}
-		if asked > t.MaxDelay {
-			return resp, nil
-		}
-		d := backoff(attempt, t.BaseDelay, t.MaxDelay, asked, t.Rand())
-		if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
-			return resp, nil
-		}
-		if t.budget != nil && !t.budget.retry(now) {
+		d, again := t.retryAfter(req, resp, info, now, attempt, canRetry)
+		if !again {
 			return resp, nil
 		}
 		if err := t.Sleep(ctx, d); err != nil {
@@ -250,6 +209,72 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		prev = resp
 	}
+}
+
+// send sends attempt of req (a clone with its body again after the
+// first) under the pacing ticket tk, and records the answer's limits as
+// of now, the time it arrived.
+func (t *Transport) send(req *http.Request, attempt int, tk ticket) (resp *http.Response, info Info, now time.Time, err error) {
+	host, path := req.URL.Host, req.URL.Path
+	send := req
+	if attempt > 0 {
+		send = req.Clone(req.Context())
+		if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
+			body, err := req.GetBody()
+			if err != nil {
+				t.pace.record(tk, host, path, nil, t.Now())
+				return nil, Info{}, now, err
+			}
+			send.Body = body
+		}
+	}
+	resp, err = t.base().RoundTrip(send)
+	if err != nil {
+		t.pace.record(tk, host, path, nil, t.Now())
+		return nil, Info{}, now, err
+	}
+	now = t.Now()
+	info = ParseResponse(resp.Header, now)
+	t.pace.record(tk, host, path, &info, now)
+	return resp, info, now, nil
+}
+
+// retryAfter returns how long to wait before retrying req, whose attempt
+// resp answered, or false when resp is the answer: it is no 429 or 503,
+// retries are used up (or impossible), a non-idempotent request may
+// have been processed, the server asks for longer than MaxDelay, the
+// wait would pass the deadline, or the retry budget is spent.
+func (t *Transport) retryAfter(req *http.Request, resp *http.Response, info Info, now time.Time, attempt int, canRetry bool) (time.Duration, bool) {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return 0, false
+	}
+	if !canRetry || attempt >= t.MaxRetries {
+		return 0, false
+	}
+	if !idempotent(req) {
+		notProcessed := false
+		resp.Body, notProcessed = peek(resp, t.NotProcessed)
+		if !notProcessed {
+			return 0, false
+		}
+	}
+	asked := time.Duration(0)
+	if info.HasRetryAfter {
+		asked = info.RetryAfter
+	} else if info.HasLimit && info.Limit.Remaining == 0 && info.Limit.Reset > 0 {
+		asked = info.Limit.Reset
+	}
+	if asked > t.MaxDelay {
+		return 0, false
+	}
+	d := backoff(attempt, t.BaseDelay, t.MaxDelay, asked, t.Rand())
+	if dl, ok := req.Context().Deadline(); ok && now.Add(d).After(dl) {
+		return 0, false
+	}
+	if t.budget != nil && !t.budget.retry(now) {
+		return 0, false
+	}
+	return d, true
 }
 
 // drain reads a little of a body no one will read, so its connection can

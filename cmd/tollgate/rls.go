@@ -28,6 +28,64 @@ import (
 	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
+// newRLSServer returns the rate-limit service for cfg under set: its
+// store, engine and metrics (registered with reg), and how to close the
+// store.
+func newRLSServer(set envoyrls.Settings, cfg *envoyrls.Config, reg *prometheus.Registry, log *slog.Logger) (*envoyrls.Server, *envoyrls.Metrics, func(), error) {
+	store, denyCache, closeStore, err := openRLSStore(set, reg, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	srv, m, err := rlsService(set, cfg, store, denyCache, reg, log)
+	if err != nil {
+		closeStore()
+		return nil, nil, nil, err
+	}
+	return srv, m, closeStore, nil
+}
+
+// rlsService returns the rate-limit service for cfg deciding through
+// store, and its metrics.
+func rlsService(set envoyrls.Settings, cfg *envoyrls.Config, store tollgate.Store, denyCache int, reg *prometheus.Registry, log *slog.Logger) (*envoyrls.Server, *envoyrls.Metrics, error) {
+	em, err := engine.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	eng, err := engine.New(engine.Options{Store: store, Logger: log, Metrics: em, DenyCacheSize: denyCache})
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := envoyrls.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := set.Server
+	opts.Engine, opts.Metrics, opts.Logger = eng, m, log
+	srv, err := envoyrls.New(cfg, opts)
+	return srv, m, err
+}
+
+// rlsHTTPServers returns the HTTP servers of the rate-limit service: the
+// health check and metrics, and metrics on their own address if set.
+func rlsHTTPServers(set envoyrls.Settings, srv *envoyrls.Server, reg *prometheus.Registry) []*http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
+		if srv.Config() == nil {
+			http.Error(w, "no configuration", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "OK")
+	})
+	mux.Handle(set.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	servers := []*http.Server{{Addr: set.HTTPAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	if set.MetricsAddr != "" && set.MetricsAddr != set.HTTPAddr {
+		pm := http.NewServeMux()
+		pm.Handle(set.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		servers = append(servers, &http.Server{Addr: set.MetricsAddr, Handler: pm, ReadHeaderTimeout: 10 * time.Second})
+	}
+	return servers
+}
+
 // rls runs Envoy's rate-limit service, configured as envoyproxy/ratelimit
 // is: by its environment variables (see envoyrls.SettingsFromEnv).
 func rls(args []string, stdout, stderr io.Writer) int {
@@ -56,34 +114,12 @@ func rls(args []string, stdout, stderr io.Writer) int {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	store, denyCache, closeStore, err := openRLSStore(set, reg, log)
+	srv, m, closeStore, err := newRLSServer(set, cfg, reg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "rls:", err)
 		return 1
 	}
 	defer closeStore()
-	em, err := engine.NewMetrics(reg)
-	if err != nil {
-		fmt.Fprintln(stderr, "rls:", err)
-		return 1
-	}
-	eng, err := engine.New(engine.Options{Store: store, Logger: log, Metrics: em, DenyCacheSize: denyCache})
-	if err != nil {
-		fmt.Fprintln(stderr, "rls:", err)
-		return 1
-	}
-	m, err := envoyrls.NewMetrics(reg)
-	if err != nil {
-		fmt.Fprintln(stderr, "rls:", err)
-		return 1
-	}
-	opts := set.Server
-	opts.Engine, opts.Metrics, opts.Logger = eng, m, log
-	srv, err := envoyrls.New(cfg, opts)
-	if err != nil {
-		fmt.Fprintln(stderr, "rls:", err)
-		return 1
-	}
 	m.ConfigLoads.WithLabelValues("success").Inc()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -106,21 +142,7 @@ func rls(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rls:", err)
 		return 1
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
-		if srv.Config() == nil {
-			http.Error(w, "no configuration", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "OK")
-	})
-	mux.Handle(set.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	servers := []*http.Server{{Addr: set.HTTPAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
-	if set.MetricsAddr != "" && set.MetricsAddr != set.HTTPAddr {
-		pm := http.NewServeMux()
-		pm.Handle(set.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		servers = append(servers, &http.Server{Addr: set.MetricsAddr, Handler: pm, ReadHeaderTimeout: 10 * time.Second})
-	}
+	servers := rlsHTTPServers(set, srv, reg)
 	errc := make(chan error, 1+len(servers))
 	for _, hs := range servers {
 		ln, err := net.Listen("tcp", hs.Addr)
