@@ -29,134 +29,167 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		// A gateway whose store is down still serves, by each route's
-		// failure policy: it is ready, but says it is degraded.
-		status, detail := "ready", "store ok"
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		if err := g.store.Ping(ctx); err != nil {
-			status, detail = "degraded", "store unavailable: "+err.Error()
-		}
-		if d, ok := g.store.(interface{ Degraded() bool }); ok && d.Degraded() && status == "ready" {
-			status, detail = "degraded", "store circuit breaker not closed"
-		}
-		w.Header().Set("Content-Type", "application/json")
-		if r.Context().Value(probeOnly{}) != nil {
-			json.NewEncoder(w).Encode(map[string]string{"status": status})
-			return
-		}
-		json.NewEncoder(w).Encode(map[string]string{"status": status, "detail": detail, "policy_version": g.Policy().Version})
-	})
+	mux.HandleFunc("GET /readyz", g.readyz)
 	mux.HandleFunc("GET /dashboard", g.dashboardPage)
 	mux.HandleFunc("GET /dashboard/data", g.dashboardData)
 	mux.HandleFunc("GET /dashboard/history", g.dashboardHistory)
 	mux.HandleFunc("GET /recording", g.recordingExport)
 	mux.HandleFunc("POST /simulate", g.simulateCandidate)
-	mux.HandleFunc("GET /policy", func(w http.ResponseWriter, r *http.Request) {
-		a := g.active.Load()
-		out := map[string]any{"version": a.pol.Version, "hash": a.pol.Hash, "source": a.pol.Source, "loaded_at": a.loaded.UTC()}
-		g.mu.Lock()
-		history := make([]map[string]any, len(g.history))
-		for i, h := range g.history {
-			// Newest first: the order rollbacks take them.
-			history[len(history)-1-i] = map[string]any{"version": h.pol.Version, "hash": h.pol.Hash}
-		}
-		g.mu.Unlock()
-		out["history"] = history
-		if len(history) > 0 {
-			out["previous"] = history[0] // where a rollback goes
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(out)
-	})
-	override := func(w http.ResponseWriter, change policy.Overrides) {
-		if err := g.Override(change); err != nil {
-			status := http.StatusUnprocessableEntity
-			switch {
-			case errors.Is(err, errStateMoved):
-				status = http.StatusConflict
-			case errors.Is(err, errNotSaved):
-				status = http.StatusServiceUnavailable
-			}
-			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: status, Detail: err.Error()})
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}
-	mux.HandleFunc("GET /overrides", func(w http.ResponseWriter, r *http.Request) {
-		g.mu.Lock()
-		out := g.overrides
-		g.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(out)
-	})
-	mux.HandleFunc("PUT /keys/{id}", func(w http.ResponseWriter, r *http.Request) {
-		var k policy.KeySpec
-		if err := decodeStrict(w, r, &k); err != nil || k.ID != "" && k.ID != r.PathValue("id") {
-			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusBadRequest,
-				Detail: "want one JSON object with digest, plan and optionally tenant and user (and id, if given, the one in the path)"})
-			return
-		}
-		k.ID = ""
-		override(w, policy.Overrides{Keys: map[string]*policy.KeySpec{r.PathValue("id"): &k}})
-	})
-	mux.HandleFunc("DELETE /keys/{id}", func(w http.ResponseWriter, r *http.Request) {
-		override(w, policy.Overrides{Keys: map[string]*policy.KeySpec{r.PathValue("id"): nil}})
-	})
-	mux.HandleFunc("PUT /tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) {
-		var t struct {
-			Plan string `json:"plan"`
-		}
-		if err := decodeStrict(w, r, &t); err != nil || t.Plan == "" {
-			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusBadRequest, Detail: `want {"plan": "<name>"}`})
-			return
-		}
-		override(w, policy.Overrides{Tenants: map[string]string{r.PathValue("tenant"): t.Plan}})
-	})
-	mux.HandleFunc("DELETE /tenants/{tenant}", func(w http.ResponseWriter, r *http.Request) {
-		override(w, policy.Overrides{Tenants: map[string]string{r.PathValue("tenant"): ""}})
-	})
-	mux.HandleFunc("POST /budgets/reset", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Key     string `json:"key"`
-			Subject string `json:"subject"`
-			Tenant  string `json:"tenant"`
-		}
-		if err := decodeStrict(w, r, &req); err != nil || (req.Key == "") == (req.Subject == "") || req.Key != "" && req.Tenant != "" {
-			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-reset", Status: http.StatusBadRequest,
-				Detail: `want {"key": "<API key id>"} or {"subject": "<pseudonym>", "tenant": "<tenant, if any>"}`})
-			return
-		}
-		front := g.active.Load().front
-		subject, n, err := req.Subject, 0, error(nil)
-		if req.Key != "" {
-			subject, n, err = front.ResetKey(r.Context(), req.Key)
-		} else {
-			n, err = front.ResetSubject(r.Context(), req.Subject, req.Tenant)
-		}
-		if err != nil {
-			status := http.StatusServiceUnavailable
-			if subject == "" {
-				status = http.StatusNotFound
-			}
-			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-reset", Status: status, Detail: err.Error()})
-			return
-		}
-		g.log.Info("budgets reset", slog.String("subject", subject), slog.Int("budgets", n))
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"subject": subject, "budgets": n})
-	})
-	mux.HandleFunc("POST /policy/rollback", func(w http.ResponseWriter, r *http.Request) {
-		if err := g.Rollback(); err != nil {
-			httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:no-previous-policy", Status: http.StatusConflict, Detail: err.Error()})
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]string{"version": g.Policy().Version, "hash": g.Policy().Hash})
-	})
+	mux.HandleFunc("GET /policy", g.policyState)
+	mux.HandleFunc("GET /overrides", g.overridesState)
+	mux.HandleFunc("PUT /keys/{id}", g.putKey)
+	mux.HandleFunc("DELETE /keys/{id}", g.deleteKey)
+	mux.HandleFunc("PUT /tenants/{tenant}", g.putTenant)
+	mux.HandleFunc("DELETE /tenants/{tenant}", g.deleteTenant)
+	mux.HandleFunc("POST /budgets/reset", g.resetBudgets)
+	mux.HandleFunc("POST /policy/rollback", g.rollbackPolicy)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
 	return guardAdmin(mux, g.pol.AdminToken)
+}
+
+// readyz answers the readiness probe: ready, or degraded while the store
+// is unavailable (the gateway still serves, by each route's failure
+// policy).
+func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
+	// A gateway whose store is down still serves, by each route's
+	// failure policy: it is ready, but says it is degraded.
+	status, detail := "ready", "store ok"
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := g.store.Ping(ctx); err != nil {
+		status, detail = "degraded", "store unavailable: "+err.Error()
+	}
+	if d, ok := g.store.(interface{ Degraded() bool }); ok && d.Degraded() && status == "ready" {
+		status, detail = "degraded", "store circuit breaker not closed"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if r.Context().Value(probeOnly{}) != nil {
+		json.NewEncoder(w).Encode(map[string]string{"status": status})
+		return
+	}
+	json.NewEncoder(w).Encode(map[string]string{"status": status, "detail": detail, "policy_version": g.Policy().Version})
+}
+
+// policyState answers the active policy's version, hash and source, and
+// the versions a rollback goes to, newest first.
+func (g *Gateway) policyState(w http.ResponseWriter, r *http.Request) {
+	a := g.active.Load()
+	out := map[string]any{"version": a.pol.Version, "hash": a.pol.Hash, "source": a.pol.Source, "loaded_at": a.loaded.UTC()}
+	g.mu.Lock()
+	history := make([]map[string]any, len(g.history))
+	for i, h := range g.history {
+		// Newest first: the order rollbacks take them.
+		history[len(history)-1-i] = map[string]any{"version": h.pol.Version, "hash": h.pol.Hash}
+	}
+	g.mu.Unlock()
+	out["history"] = history
+	if len(history) > 0 {
+		out["previous"] = history[0] // where a rollback goes
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+// override applies change and answers: 204, or the problem.
+func (g *Gateway) override(w http.ResponseWriter, change policy.Overrides) {
+	if err := g.Override(change); err != nil {
+		status := http.StatusUnprocessableEntity
+		switch {
+		case errors.Is(err, errStateMoved):
+			status = http.StatusConflict
+		case errors.Is(err, errNotSaved):
+			status = http.StatusServiceUnavailable
+		}
+		httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: status, Detail: err.Error()})
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// overridesState answers the overrides in force.
+func (g *Gateway) overridesState(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	out := g.overrides
+	g.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+// putKey adds or replaces an API key by override.
+func (g *Gateway) putKey(w http.ResponseWriter, r *http.Request) {
+	var k policy.KeySpec
+	if err := decodeStrict(w, r, &k); err != nil || k.ID != "" && k.ID != r.PathValue("id") {
+		httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusBadRequest,
+			Detail: "want one JSON object with digest, plan and optionally tenant and user (and id, if given, the one in the path)"})
+		return
+	}
+	k.ID = ""
+	g.override(w, policy.Overrides{Keys: map[string]*policy.KeySpec{r.PathValue("id"): &k}})
+}
+
+// deleteKey removes an API key by override.
+func (g *Gateway) deleteKey(w http.ResponseWriter, r *http.Request) {
+	g.override(w, policy.Overrides{Keys: map[string]*policy.KeySpec{r.PathValue("id"): nil}})
+}
+
+// putTenant sets a tenant's plan by override.
+func (g *Gateway) putTenant(w http.ResponseWriter, r *http.Request) {
+	var t struct {
+		Plan string `json:"plan"`
+	}
+	if err := decodeStrict(w, r, &t); err != nil || t.Plan == "" {
+		httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-override", Status: http.StatusBadRequest, Detail: `want {"plan": "<name>"}`})
+		return
+	}
+	g.override(w, policy.Overrides{Tenants: map[string]string{r.PathValue("tenant"): t.Plan}})
+}
+
+// deleteTenant removes a tenant's plan override.
+func (g *Gateway) deleteTenant(w http.ResponseWriter, r *http.Request) {
+	g.override(w, policy.Overrides{Tenants: map[string]string{r.PathValue("tenant"): ""}})
+}
+
+// resetBudgets resets every budget of an API key's subject, or of a
+// subject (a pseudonym) and its tenant.
+func (g *Gateway) resetBudgets(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Key     string `json:"key"`
+		Subject string `json:"subject"`
+		Tenant  string `json:"tenant"`
+	}
+	if err := decodeStrict(w, r, &req); err != nil || (req.Key == "") == (req.Subject == "") || req.Key != "" && req.Tenant != "" {
+		httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-reset", Status: http.StatusBadRequest,
+			Detail: `want {"key": "<API key id>"} or {"subject": "<pseudonym>", "tenant": "<tenant, if any>"}`})
+		return
+	}
+	front := g.active.Load().front
+	subject, n, err := req.Subject, 0, error(nil)
+	if req.Key != "" {
+		subject, n, err = front.ResetKey(r.Context(), req.Key)
+	} else {
+		n, err = front.ResetSubject(r.Context(), req.Subject, req.Tenant)
+	}
+	if err != nil {
+		status := http.StatusServiceUnavailable
+		if subject == "" {
+			status = http.StatusNotFound
+		}
+		httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:bad-reset", Status: status, Detail: err.Error()})
+		return
+	}
+	g.log.Info("budgets reset", slog.String("subject", subject), slog.Int("budgets", n))
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"subject": subject, "budgets": n})
+}
+
+// rollbackPolicy goes back to the previous policy.
+func (g *Gateway) rollbackPolicy(w http.ResponseWriter, r *http.Request) {
+	if err := g.Rollback(); err != nil {
+		httplimit.WriteProblem(w, httplimit.Problem{Type: "urn:tollgate:problem:no-previous-policy", Status: http.StatusConflict, Detail: err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]string{"version": g.Policy().Version, "hash": g.Policy().Hash})
 }
 
 // decodeStrict decodes the body of r, at most 64 KiB, into v, a pointer
