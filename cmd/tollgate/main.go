@@ -224,30 +224,63 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "serve: the policy has no public listener: set listeners.public or --listen")
 		return 1
 	}
-	// Logs as the policy says (logging: level, format); later reloads
-	// keep the first policy's settings.
+	log := serveLogger(p, stderr)
+	if err := prepareServe(p, *redisURL, log); err != nil {
+		fmt.Fprintln(stderr, "serve:", err)
+		return 1
+	}
+	if *state == "" {
+		*state = *config + ".state.json"
+	}
+	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: *redisURL, Logger: log, Public: *listen, Admin: *admin, Version: version,
+		StateFile: *state, SimulateBudget: *simBudget})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	defer g.Close()
+	if err := runGateway(g, p, *config, log); err != nil {
+		if !errors.Is(err, errStopped) {
+			fmt.Fprintln(stderr, "serve:", err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// errStopped is runGateway's error when the gateway stopped on an error
+// it has logged.
+var errStopped = errors.New("the gateway stopped")
+
+// serveLogger returns the logger the policy asks for (logging: level,
+// format; later reloads keep the first policy's), and raises the
+// open-file limit: every connection is a file descriptor, so the process
+// takes all it may have (the public connection cap is derived from it
+// unless the policy sets listeners.max_conns).
+func serveLogger(p *policy.Policy, stderr io.Writer) *slog.Logger {
 	hopts := &slog.HandlerOptions{Level: p.Log.Level}
 	var handler slog.Handler = slog.NewJSONHandler(stderr, hopts)
 	if p.Log.Text {
 		handler = slog.NewTextHandler(stderr, hopts)
 	}
 	log := slog.New(handler)
-	// Every connection is a file descriptor: take all the process may have
-	// (the public connection cap is derived from it unless the policy sets
-	// listeners.max_conns).
 	if soft, hard, err := gateway.RaiseFileLimit(); err != nil {
 		log.Warn("could not raise the open-file limit", slog.Uint64("soft", soft), slog.Uint64("hard", hard), slog.String("error", err.Error()))
 	} else {
 		log.Info("file limit", slog.Uint64("soft", soft), slog.Uint64("hard", hard))
 	}
-	if *redisURL != "" {
-		if err := policy.CheckRedisURL(*redisURL); err != nil {
-			fmt.Fprintln(stderr, "serve:", err)
-			return 1
+	return log
+}
+
+// prepareServe refuses a Redis URL that cannot work for p, logs the
+// policy's warnings, and sends the trace exporter's errors to the log.
+func prepareServe(p *policy.Policy, redisURL string, log *slog.Logger) error {
+	if redisURL != "" {
+		if err := policy.CheckRedisURL(redisURL); err != nil {
+			return err
 		}
 		if p.SecretGenerated {
-			fmt.Fprintln(stderr, "serve: a shared Redis store needs identity.secret or identity.secret_env in the policy, so every instance hashes subjects alike")
-			return 1
+			return errors.New("a shared Redis store needs identity.secret or identity.secret_env in the policy, so every instance hashes subjects alike")
 		}
 	}
 	for _, w := range p.Warnings {
@@ -264,32 +297,26 @@ func serve(args []string, stdout, stderr io.Writer) int {
 			sampled.Warn("sending traces failed", slog.String("error", err.Error()))
 		}))
 	}
-	if *state == "" {
-		*state = *config + ".state.json"
-	}
-	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: *redisURL, Logger: log, Public: *listen, Admin: *admin, Version: version,
-		StateFile: *state, SimulateBudget: *simBudget})
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	defer g.Close()
+	return nil
+}
+
+// runGateway serves g on p's listeners until SIGTERM or SIGINT,
+// reloading the policy file config when it changes and on SIGHUP (an
+// invalid file is refused and the active policy keeps serving). An error
+// serving is logged (errStopped).
+func runGateway(g *gateway.Gateway, p *policy.Policy, config string, log *slog.Logger) error {
 	pub, err := net.Listen("tcp", p.Public)
 	if err != nil {
-		fmt.Fprintln(stderr, "serve:", err)
-		return 1
+		return err
 	}
 	adm, err := net.Listen("tcp", p.Admin)
 	if err != nil {
 		pub.Close()
-		fmt.Fprintln(stderr, "serve:", err)
-		return 1
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	// The policy reloads when its file changes and on SIGHUP; an invalid
-	// file is refused and the active policy keeps serving.
-	if err := g.Watch(ctx, *config); err != nil {
+	if err := g.Watch(ctx, config); err != nil {
 		log.Warn("not watching the policy file; SIGHUP still reloads", slog.String("error", err.Error()))
 	}
 	hup := make(chan os.Signal, 1)
@@ -297,14 +324,14 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(hup)
 	go func() {
 		for range hup {
-			g.ReloadFile(*config)
+			g.ReloadFile(config)
 		}
 	}()
 	if err := g.Serve(ctx, pub, adm); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("gateway stopped", slog.String("error", err.Error()))
-		return 1
+		return errStopped
 	}
-	return 0
+	return nil
 }
 
 // describe prints what a policy enforces.
