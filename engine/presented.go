@@ -79,15 +79,30 @@ var ErrNoClientAddress = errors.New("the client address cannot be determined")
 // error wrapping identity.ErrMalformedUser for a user header that holds
 // no acceptable id, which fronts answer as bad requests.
 func (e *Engine) IdentifyPresented(ctx context.Context, p Presented) (Call, Identity, error) {
+	id, err := e.address(p.Header, p.RemoteAddr)
+	if err != nil {
+		return Call{}, Identity{}, err
+	}
+	return e.identifyAt(ctx, p, id)
+}
+
+// address returns the client address a call is charged to, and the
+// chain of trusted proxies it came through (see IdentifyPresented).
+func (e *Engine) address(h http.Header, remoteAddr string) (Identity, error) {
 	pol := e.policy
-	r := &http.Request{Header: p.Header, RemoteAddr: p.RemoteAddr}
+	r := &http.Request{Header: h, RemoteAddr: remoteAddr}
 	ip, chain, ok := identity.ClientChain(r, pol.Trusted)
 	if !ok {
-		return Call{}, Identity{}, ErrNoClientAddress
+		return Identity{}, ErrNoClientAddress
 	}
 	peer, _ := identity.PeerAddr(r)
-	id := Identity{Addr: ip, Chain: chain, TrustedPeer: pol.Trusted.Contains(peer)}
-	cred := Credentials{Client: ip, Custom: p.Custom, CustomOK: p.CustomOK}
+	return Identity{Addr: ip, Chain: chain, TrustedPeer: pol.Trusted.Contains(peer)}, nil
+}
+
+// identifyAt is IdentifyPresented for a call from the address id found.
+func (e *Engine) identifyAt(ctx context.Context, p Presented, id Identity) (Call, Identity, error) {
+	pol := e.policy
+	cred := Credentials{Client: id.Addr, Custom: p.Custom, CustomOK: p.CustomOK}
 	if !cred.CustomOK {
 		fields := pol.CredentialFields
 		if fields == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 
@@ -23,9 +24,10 @@ type Request struct {
 	Front Front
 	// Method is the request's method (POST for a gRPC call).
 	Method string
-	// Path is the path decoded; EscapedPath as it was sent.
-	Path, EscapedPath string
-	Host              string
+	// Path is the path decoded; RawPath, if not "", the encoding it was
+	// sent in (url.URL.RawPath).
+	Path, RawPath string
+	Host          string
 	// RawQuery is the query as it came ("" where there is none).
 	RawQuery string
 	// Header holds the request's headers, or a gRPC call's metadata as
@@ -57,9 +59,11 @@ type Request struct {
 // Body is a request's body, read only when [Engine.Decide] asks.
 type Body interface {
 	// Credentials returns the credentials the body holds (see
-	// Presented.BodyTokens). An error refuses the call
-	// (ReasonUnreadable, the error in Verdict.Err).
-	Credentials() (tokens []string, malformed bool, err error)
+	// Presented.BodyTokens), for a call from client (the address it is
+	// charged to, which may bound what one client's bodies hold). An
+	// error refuses the call (ReasonUnreadable, the error in
+	// Verdict.Err).
+	Credentials(client netip.Addr) (tokens []string, malformed bool, err error)
 	// Login reads the login a call to a login route makes
 	// (identity.ReadLogin), putting the canonical body back for the
 	// service. An error refuses the call (ReasonBadLogin for one
@@ -97,19 +101,20 @@ func (e *Engine) Decide(ctx context.Context, req Request) *Verdict {
 	if v != nil {
 		return v
 	}
+	id, err := e.address(req.Header, req.RemoteAddr)
+	if err != nil {
+		return e.invalid(ReasonNoClientAddress, err.Error(), err)
+	}
 	pr := Presented{Header: req.Header, RawQuery: req.RawQuery, RemoteAddr: req.RemoteAddr, Custom: req.Custom, CustomOK: req.CustomOK}
 	if req.Body != nil {
-		tokens, malformed, err := req.Body.Credentials()
+		tokens, malformed, err := req.Body.Credentials(id.Addr)
 		if err != nil {
 			return e.invalid(ReasonUnreadable, "", err)
 		}
 		pr.BodyTokens, pr.BodyMalformed = tokens, malformed
 	}
-	call, id, err := e.IdentifyPresented(ctx, pr)
-	switch {
-	case errors.Is(err, ErrNoClientAddress):
-		return e.invalid(ReasonNoClientAddress, err.Error(), err)
-	case err != nil:
+	call, id, err := e.identifyAt(ctx, pr, id)
+	if err != nil {
 		return e.invalid(ReasonMalformedUser, "the user id is malformed", err)
 	}
 	e.route(&call, m.route, m.rr, m.params)
@@ -264,7 +269,8 @@ func (e *Engine) serves(req Request, route *policy.Route) *Verdict {
 func otherPaths(req Request, rr policy.RouteRequest) []string {
 	var paths []string
 	if req.Front == FrontForwardAuth || !req.CleanPathForwarded {
-		paths = policy.PathReadings(req.EscapedPath)
+		u := url.URL{Path: req.Path, RawPath: req.RawPath}
+		paths = policy.PathReadings(u.EscapedPath())
 	}
 	paths = append(paths, policy.QueryPaths(rr.Path, req.RawQuery)...)
 	return append(paths, policy.HeaderPaths(req.Header)...)

@@ -61,26 +61,21 @@ func (b *bodyBudget) give(client netip.Prefix, n int64) {
 
 // A requestBody is a request's body as the engine asks for it
 // (engine.Body): read for credentials (readCredentialBody), held until
-// release, and for a login (readLogin).
+// release, and for a login (readLogin; the engine asks forward-auth for
+// none).
 type requestBody struct {
-	m     *middleware
-	r     *http.Request
-	login bool   // the front passes the request on: a login can be read
-	held  func() // gives back what readCredentialBody holds; nil for none
+	m    *middleware
+	r    *http.Request
+	held func() // gives back what readCredentialBody holds; nil for none
 }
 
-func (b *requestBody) Credentials() ([]string, bool, error) {
-	body, err := b.m.readCredentialBody(b.r)
+func (b *requestBody) Credentials(client netip.Addr) ([]string, bool, error) {
+	body, err := b.m.readCredentialBody(b.r, client)
 	b.held = body.release
 	return body.tokens, body.malformed, err
 }
 
-func (b *requestBody) Login(lg *policy.Login) (*identity.Login, error) {
-	if !b.login {
-		return nil, errors.New("reading a login: forward-auth sees no body")
-	}
-	return readLogin(b.r, lg)
-}
+func (b *requestBody) Login(lg *policy.Login) (*identity.Login, error) { return readLogin(b.r, lg) }
 
 func (b *requestBody) release() {
 	if b.held != nil {
@@ -112,9 +107,9 @@ func badBody(status int, detail string) error {
 // credentials it holds (identity.BodyTokens). A body the gateway cannot
 // read as every framework would is refused: two Content-Types (400),
 // compressed (415), too large (413), not parsing as its type says (400);
-// so is one when too many are held at once (503); the error is a
-// *problemError, or the body's reader's.
-func (m *middleware) readCredentialBody(r *http.Request) (bodyRead, error) {
+// so is one when too many are held at once by all, or by client's
+// prefix (503); the error is a *problemError, or the body's reader's.
+func (m *middleware) readCredentialBody(r *http.Request, client netip.Addr) (bodyRead, error) {
 	none := bodyRead{release: func() {}}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
 		return none, nil
@@ -143,13 +138,12 @@ func (m *middleware) readCredentialBody(r *http.Request) (bodyRead, error) {
 	if r.ContentLength > 0 {
 		hold = r.ContentLength
 	}
-	ip, _ := identity.ClientIP(r, m.trusted)
-	client := identity.ClientPrefix(ip)
-	if !m.held.take(client, hold, limit) {
+	prefix := identity.ClientPrefix(client)
+	if !m.held.take(prefix, hold, limit) {
 		return none, &problemError{Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
 			Detail: "too many large bodies are being read at once; retry shortly"}}
 	}
-	release := func() { m.held.give(client, hold) }
+	release := func() { m.held.give(prefix, hold) }
 	raw, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	switch {
 	case err != nil:

@@ -104,8 +104,17 @@ func httpFront(t *testing.T, f *httplimit.Front, forwardAuth bool) (func(decidet
 				kind = c.Want.Kind
 			}
 		} else if c.Hold {
-			go mw.ServeHTTP(rec, r)
-			<-entered
+			// Held in the handler until the case ends; a refusal never
+			// reaches it.
+			served := make(chan struct{})
+			go func() {
+				mw.ServeHTTP(rec, r)
+				close(served)
+			}()
+			select {
+			case <-entered:
+			case <-served:
+			}
 		} else {
 			mw.ServeHTTP(rec, r)
 		}

@@ -256,8 +256,8 @@ func (d decision) release() { d.body.release() }
 // body for credentials and a login only when the engine asks, and sets
 // the RateLimit headers of the verdict on w.
 func (m *middleware) decide(w http.ResponseWriter, r *http.Request, front engine.Front) decision {
-	d := decision{body: &requestBody{m: m, r: r, login: front != engine.FrontForwardAuth}}
-	req := engine.Request{Front: front, Method: r.Method, Path: r.URL.Path, EscapedPath: r.URL.EscapedPath(), Host: r.Host,
+	d := decision{body: &requestBody{m: m, r: r}}
+	req := engine.Request{Front: front, Method: r.Method, Path: r.URL.Path, RawPath: r.URL.RawPath, Host: r.Host,
 		RawQuery: r.URL.RawQuery, Header: r.Header, Bodiless: r.ContentLength == 0 && len(r.TransferEncoding) == 0,
 		RemoteAddr: r.RemoteAddr, RequireRoute: m.opts.RequireRoute, CleanPathForwarded: m.opts.CleanPathForwarded, Body: d.body}
 	if m.opts.Subject != nil {

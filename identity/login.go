@@ -77,10 +77,10 @@ type LoginRequest struct {
 // the service as the replacement character the guard read), a form
 // re-encoded pair by pair, in order.
 func ReadLogin(r LoginRequest, field string, maxBody int64) (*Login, error) {
-	if err := loginHeaders(r.Header, r.RawQuery, field); err != nil {
+	mt, err := loginHeaders(r.Header, r.RawQuery, field)
+	if err != nil {
 		return nil, err
 	}
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if r.Length > maxBody {
 		return nil, badLogin("the body is larger than %d bytes", maxBody)
 	}
@@ -109,35 +109,36 @@ func ReadLogin(r LoginRequest, field string, maxBody int64) (*Login, error) {
 	return lb, nil
 }
 
-// loginHeaders refuses a login request whose headers or query let
-// another parser read another account (see ReadLogin).
-func loginHeaders(h http.Header, rawQuery, field string) error {
+// loginHeaders returns the media type of a login request's body, or
+// refuses a request whose headers or query let another parser read
+// another account (see ReadLogin).
+func loginHeaders(h http.Header, rawQuery, field string) (string, error) {
 	if ce := h.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity")) {
-		return badLogin("a compressed login body is not accepted")
+		return "", badLogin("a compressed login body is not accepted")
 	}
 	if v := h.Get("Authorization"); len(v) >= 6 && strings.EqualFold(v[:6], "basic ") {
-		return badLogin("the account must be in the body, not in Basic credentials")
+		return "", badLogin("the account must be in the body, not in Basic credentials")
 	}
 	if err := CheckLoginQuery(rawQuery, field); err != nil {
-		return err
+		return "", err
 	}
 	ct := h.Values("Content-Type")
 	if len(ct) > 1 {
-		return badLogin("more than one Content-Type: servers read one or the other")
+		return "", badLogin("more than one Content-Type: servers read one or the other")
 	}
 	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
 	if err != nil {
-		return badLogin("want Content-Type application/json or application/x-www-form-urlencoded")
+		return "", badLogin("want Content-Type application/json or application/x-www-form-urlencoded")
 	}
 	for k, v := range params {
 		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return badLogin("the only Content-Type parameter accepted is charset=utf-8")
+			return "", badLogin("the only Content-Type parameter accepted is charset=utf-8")
 		}
 	}
 	if mt != "application/json" && mt != "application/x-www-form-urlencoded" {
-		return badLogin("want Content-Type application/json or application/x-www-form-urlencoded, not %s", mt)
+		return "", badLogin("want Content-Type application/json or application/x-www-form-urlencoded, not %s", mt)
 	}
-	return nil
+	return mt, nil
 }
 
 // CheckLoginQuery refuses a query string that names the account field,

@@ -33,7 +33,6 @@ var UnmatchedSteps = []Step{StepCharge, StepShadow}
 // setting is applied: a feature a route lacks is no step of it.
 func (c *compiler) steps(p *Policy) {
 	for _, r := range p.Routes {
-		r.Steps = nil
 		if r.Concurrency != nil {
 			r.Steps = append(r.Steps, StepConcurrency)
 		}

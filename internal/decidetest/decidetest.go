@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -276,7 +277,7 @@ func Request(c Call) engine.Request {
 	if method == "" {
 		method = http.MethodGet
 	}
-	return engine.Request{Method: method, Path: c.Path, EscapedPath: c.Path, RawQuery: c.RawQuery, Header: h,
+	return engine.Request{Method: method, Path: c.Path, RawQuery: c.RawQuery, Header: h,
 		Bodiless: c.Body == "", RemoteAddr: c.RemoteAddr,
 		Body: jsonBody{h: h, query: c.RawQuery, body: c.Body}}
 }
@@ -288,7 +289,7 @@ type jsonBody struct {
 	query, body string
 }
 
-func (jsonBody) Credentials() ([]string, bool, error) { return nil, false, nil }
+func (jsonBody) Credentials(netip.Addr) ([]string, bool, error) { return nil, false, nil }
 
 func (b jsonBody) Login(lg *policy.Login) (*identity.Login, error) {
 	return identity.ReadLogin(identity.LoginRequest{Header: b.h, RawQuery: b.query, Body: strings.NewReader(b.body), Length: int64(len(b.body))},
