@@ -41,31 +41,11 @@ type heldOp func(st *algo.State, holds algo.Holds) (changed bool, ttl int64, ref
 func (s *Store) updateHeld(sh *shard, h uint64, kb []byte, sk func() []byte, fresh algo.State, ms int64, op heldOp, inSlot func(st *algo.State, prev algo.State)) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.findLocked(sh, h, kb)
-	if e != nil {
-		defer e.mu.Unlock()
-	}
-	own := e != nil && !e.ghost()
-	var slot *entry
-	if sh.slots.Load() > 0 {
-		if slot = s.findSlot(sh, sk(), e); slot != nil {
-			defer slot.mu.Unlock()
-		}
-	}
-	st := fresh
-	var from uint8 // the log capacity charged for st's log
-	switch {
-	case own && e.expire > ms:
-		st, from = e.st, e.logShift
-		st.Log = st.Log.Clone()
-	case own:
-		e.flags &^= entryHeld // the state is fresh
-	default:
-		// A new key starts from its overflow slot's state: a subject
-		// decided there regains nothing when room is made for it.
-		from = inherit(&st, slot, ms)
-	}
-	ownHolds, slotHolds := liveHolds(e, ms), liveHolds(slot, ms)
+	u := heldUpdate{s: s, sh: sh, ms: ms}
+	defer u.unlock()
+	u.find(h, kb, sk)
+	st, from := u.start(fresh)
+	ownHolds, slotHolds := liveHolds(u.e, ms), liveHolds(u.slot, ms)
 	view := make(algo.Holds, len(ownHolds)+len(slotHolds))
 	maps.Copy(view, ownHolds)
 	maps.Copy(view, slotHolds)
@@ -74,97 +54,191 @@ func (s *Store) updateHeld(sh *shard, h uint64, kb []byte, sk func() []byte, fre
 	if !changed {
 		return nil
 	}
-	var added algo.Holds // new in view: they go with the state
+	w := heldWrite{st: &st, shift: logShiftOf(st.Log, from), ttl: ttl, refusal: refusal,
+		added: addedHolds(view, ownHolds, slotHolds)}
+	keepHolds(ownHolds, view) // written below if the key has an entry
+	slotChanged := keepHolds(slotHolds, view)
+	toSlot, err := u.place(h, kb, ownHolds, &w)
+	if err != nil || !toSlot && len(w.added) == 0 && !slotChanged {
+		return err
+	}
+	if toSlot && inSlot != nil {
+		inSlot(&st, prev)
+	}
+	return u.writeSlot(slotHolds, &w, toSlot, sk)
+}
+
+// A heldUpdate is updateHeld's work on one key, under its shard's lock:
+// the key's entry and overflow slot, and the entries it has locked.
+type heldUpdate struct {
+	s      *Store
+	sh     *shard
+	ms     int64
+	e      *entry // the key's entry (maybe a ghost), or nil
+	own    bool   // whether e is live
+	slot   *entry // the key's overflow slot, or nil
+	locked [3]*entry
+	n      int
+}
+
+// A heldWrite is what an op left to write: the state (with a log of
+// capacity 1<<shift; kept by updateHeld), the ms it lasts, whether it holds a refusal, and
+// the holds it added that have found no place yet.
+type heldWrite struct {
+	st      *algo.State
+	shift   uint8
+	ttl     int64
+	refusal bool
+	added   algo.Holds
+}
+
+// lock records e, which the caller has locked, to unlock when done.
+func (u *heldUpdate) lock(e *entry) {
+	u.locked[u.n] = e
+	u.n++
+}
+
+// unlock unlocks what u locked, last first.
+func (u *heldUpdate) unlock() {
+	for i := u.n - 1; i >= 0; i-- {
+		u.locked[i].mu.Unlock()
+	}
+}
+
+// find finds and locks the key's entry (kb, hash h) and its overflow
+// slot (named by sk).
+func (u *heldUpdate) find(h uint64, kb []byte, sk func() []byte) {
+	if u.e = u.s.findLocked(u.sh, h, kb); u.e != nil {
+		u.lock(u.e)
+	}
+	u.own = u.e != nil && !u.e.ghost()
+	if u.sh.slots.Load() > 0 {
+		if u.slot = u.s.findSlot(u.sh, sk(), u.e); u.slot != nil {
+			u.lock(u.slot)
+		}
+	}
+}
+
+// start returns the state the op starts from, and the log capacity
+// charged for it: the key's own, else its overflow slot's (a subject
+// decided there regains nothing when room is made for it), else fresh.
+func (u *heldUpdate) start(fresh algo.State) (algo.State, uint8) {
+	switch e := u.e; {
+	case u.own && e.expire > u.ms:
+		st := e.st
+		st.Log = st.Log.Clone()
+		return st, e.logShift
+	case u.own:
+		e.flags &^= entryHeld // the state is fresh
+		return fresh, 0
+	}
+	from := inherit(&fresh, u.slot, u.ms)
+	return fresh, from
+}
+
+// addedHolds returns the holds in view that are neither the key's own
+// nor its slot's: the op added them, and they go with the state.
+func addedHolds(view, own, slot algo.Holds) algo.Holds {
+	var added algo.Holds
 	for id, exp := range view {
-		_, inOwn := ownHolds[id]
-		if _, inSlot := slotHolds[id]; !inOwn && !inSlot {
+		_, inOwn := own[id]
+		if _, inSlot := slot[id]; !inOwn && !inSlot {
 			if added == nil {
 				added = algo.Holds{}
 			}
 			added[id] = exp
 		}
 	}
-	keepHolds(ownHolds, view) // written below if the key has an entry
-	slotChanged := keepHolds(slotHolds, view)
-	shift := logShiftOf(st.Log, from)
-	toSlot := false // whether the state goes to the slot
+	return added
+}
+
+// place writes w with the key: into its live entry, with ownHolds (see
+// keepOwn); else, if there is anything of its own to keep, into its
+// ghost or a new entry, room permitting. It reports whether w goes to
+// the slot instead.
+func (u *heldUpdate) place(h uint64, kb []byte, ownHolds algo.Holds, w *heldWrite) (toSlot bool, err error) {
+	e := u.e
 	switch {
-	case own:
-		withAdded := ownHolds
-		if len(added) > 0 {
-			withAdded = maps.Clone(ownHolds)
-			if withAdded == nil {
-				withAdded = algo.Holds{}
-			}
-			maps.Copy(withAdded, added)
-		}
-		d := e.bytesWith(shift, withAdded) - e.bytes()
-		if d > 0 && len(added) > 0 && !s.room(sh, ms, d, false, false) {
-			// No room for a new hold, and nothing may be evicted: it is
-			// refused (and so is what it stood for), which keeps the
-			// bound. (An op that adds a hold changes nothing else.)
-			return errNoRoom
-		}
-		if d <= 0 || len(added) == 0 {
-			s.bytes.Add(d) // a log grows in place
-		}
-		ownHolds, added = withAdded, nil
-		setHeld(e, st, shift, ownHolds, max(e.expire, ms+ttl, ms+ownHolds.Until(ms)))
-		if refusal {
-			e.flags |= entryHeld
-		}
-	case ttl == 0 && len(added) == 0:
-		// Nothing of its own to keep: no entry for it.
-	case e != nil && s.room(sh, ms, e.bytesWith(shift, added)-e.bytes(), false, true):
+	case u.own:
+		return false, u.keepOwn(ownHolds, w)
+	case w.ttl == 0 && len(w.added) == 0:
+		return false, nil // nothing of its own to keep: no entry for it
+	case e != nil && u.s.room(u.sh, u.ms, e.bytesWith(w.shift, w.added)-e.bytes(), false, true):
 		e.flags &^= entryGhost
-		setHeld(e, st, shift, added, ms+max(ttl, added.Until(ms)))
-		added = nil
-		if refusal {
-			e.flags |= entryHeld
-		}
-	case e == nil && s.room(sh, ms, newHeldBytes(len(kb), shift, added), true, true):
-		e = s.insert(sh, h, kb)
-		defer e.mu.Unlock()
-		setHeld(e, st, shift, added, ms+max(ttl, added.Until(ms)))
-		added = nil
-		if refusal {
-			e.flags |= entryHeld
-		}
+	case e == nil && u.s.room(u.sh, u.ms, newHeldBytes(len(kb), w.shift, w.added), true, true):
+		e = u.s.insert(u.sh, h, kb)
+		u.lock(e)
 	default:
-		toSlot = true
+		return true, nil
 	}
-	if !toSlot && len(added) == 0 && !slotChanged {
-		return nil
+	setHeld(e, *w.st, w.shift, w.added, u.ms+max(w.ttl, w.added.Until(u.ms)))
+	w.added = nil
+	if w.refusal {
+		e.flags |= entryHeld
 	}
+	return false, nil
+}
+
+// keepOwn writes w into the key's live entry, with ownHolds and the holds
+// added. A hold added for which there is no room, with nothing that may
+// be evicted, is refused (errNoRoom), and so is what it stood for, which
+// keeps the bound. (An op that adds a hold changes nothing else.)
+func (u *heldUpdate) keepOwn(ownHolds algo.Holds, w *heldWrite) error {
+	e := u.e
+	holds := ownHolds
+	if len(w.added) > 0 {
+		if holds = maps.Clone(ownHolds); holds == nil {
+			holds = algo.Holds{}
+		}
+		maps.Copy(holds, w.added)
+	}
+	d := e.bytesWith(w.shift, holds) - e.bytes()
+	if d > 0 && len(w.added) > 0 && !u.s.room(u.sh, u.ms, d, false, false) {
+		return errNoRoom
+	}
+	if d <= 0 || len(w.added) == 0 {
+		u.s.bytes.Add(d) // a log grows in place
+	}
+	w.added = nil
+	setHeld(e, *w.st, w.shift, holds, max(e.expire, u.ms+w.ttl, u.ms+holds.Until(u.ms)))
+	if w.refusal {
+		e.flags |= entryHeld
+	}
+	return nil
+}
+
+// writeSlot writes into the key's overflow slot (named by sk), creating
+// it if need be,
+// slotHolds with the holds added that found no place, and, if toSlot,
+// the state. A slot is charged but takes no room.
+func (u *heldUpdate) writeSlot(slotHolds algo.Holds, w *heldWrite, toSlot bool, sk func() []byte) error {
+	slot := u.slot
 	if slot == nil {
-		if slot = s.newSlot(sh, sk()); slot == nil {
+		if slot = u.s.newSlot(u.sh, sk()); slot == nil {
 			return ErrFull
 		}
-		defer slot.mu.Unlock()
+		u.lock(slot)
 	}
 	before := slot.bytes()
 	if slotHolds == nil {
-		slotHolds = added
+		slotHolds = w.added
 	} else {
-		maps.Copy(slotHolds, added)
+		maps.Copy(slotHolds, w.added)
 	}
-	slotSt, slotShift, expire := slot.st, slot.logShift, slot.expire
+	st, shift, expire := slot.st, slot.logShift, slot.expire
 	if slot.ghost() {
-		slotSt, slotShift, expire = algo.State{}, 0, 0
+		st, shift, expire = algo.State{}, 0, 0
 		slot.flags &^= entryGhost
 	}
 	if toSlot {
-		if inSlot != nil {
-			inSlot(&st, prev)
-		}
-		slotSt, slotShift, expire = st, shift, max(expire, ms+ttl)
-		if refusal {
+		st, shift, expire = *w.st, w.shift, max(expire, u.ms+w.ttl)
+		if w.refusal {
 			slot.flags |= entryHeld
 		}
-		s.overflows.Add(1)
+		u.s.overflows.Add(1)
 	}
-	setHeld(slot, slotSt, slotShift, slotHolds, max(expire, ms+slotHolds.Until(ms)))
-	s.bytes.Add(slot.bytes() - before) // a slot is charged but takes no room
+	setHeld(slot, st, shift, slotHolds, max(expire, u.ms+slotHolds.Until(u.ms)))
+	u.s.bytes.Add(slot.bytes() - before)
 	return nil
 }
 
@@ -318,21 +392,14 @@ func (s *Store) holdOp(ctx context.Context, req *algo.Request, h algo.Hold, rese
 	if err := h.Validate(); err != nil {
 		return algo.Decision{}, err
 	}
-	pl := (*algo.Prepared)(nil)
-	if h := req.Prepared(); h != nil {
-		pl = h.Prepared()
-	} else {
-		p, err := req.Limit.Prepare()
-		if err != nil {
-			return algo.Decision{}, err
-		}
-		pl = &p
+	pl, _, err := prepared(req)
+	if err == nil && req.Within != 0 {
+		pl, err = pl.Within(req.Within)
 	}
-	pl, werr := pl.For(req)
-	if werr != nil {
-		return algo.Decision{}, werr
+	if err == nil {
+		err = req.Limit.CheckCost(req.Cost)
 	}
-	if err := req.Limit.CheckCost(req.Cost); err != nil {
+	if err != nil {
 		return algo.Decision{}, err
 	}
 	ms := s.msOf(req.Now)
@@ -341,47 +408,65 @@ func (s *Store) holdOp(ctx context.Context, req *algo.Request, h algo.Hold, rese
 	var buf [96]byte
 	kb := k.appendTo(buf[:0])
 	sk := func() []byte { return s.slotKey(k.alg, k.name, k.tag, k.subject, s.limitFP(&req.Limit)) }
-	var r algo.Result
-	var opErr error
-	err := s.updateHeld(sh, hash, kb, sk, algo.State{E: scale(&req.Limit)}, ms, func(st *algo.State, holds algo.Holds) (bool, int64, bool) {
-		if reserve {
-			_, again := holds[h.ID]
-			held := int64(len(holds))
-			if again {
-				held--
-			}
-			if opErr = pl.Reserve(&r, st, held, ms, req.Cost); opErr != nil || !r.Allowed || again {
-				return false, 0, false
-			}
-			holds[h.ID] = ms + h.TTL.Milliseconds()
-			return true, 0, false
-		}
-		_, had := holds[h.ID]
-		delete(holds, h.ID)
-		cost := int64(0)
-		if charge {
-			cost = req.Cost
-		}
-		var ttl int64
-		if ttl, opErr = pl.DecideInto(&r, st, ms, cost); opErr != nil {
-			return false, 0, false
-		}
-		charged := r.Allowed && cost > 0
-		if !charged {
-			ttl = 0
-		}
-		return had || charged, ttl, charged && r.Remaining == 0
-	}, nil)
-	if opErr != nil {
-		return algo.Decision{}, opErr
+	op := holdStep{pl: pl, h: h, ms: ms, cost: req.Cost}
+	apply := op.settle
+	if reserve {
+		apply = op.reserve
+	} else if !charge {
+		op.cost = 0
+	}
+	err = s.updateHeld(sh, hash, kb, sk, algo.State{E: scale(&req.Limit)}, ms, apply, nil)
+	if op.err != nil {
+		return algo.Decision{}, op.err
 	}
 	if errors.Is(err, errNoRoom) {
 		// Refused for want of room: come back when a hold has ended.
-		r.Allowed, r.Remaining, r.RetryAfter = false, 0, max(r.RetryAfter, 1000)
-		return r.Decision(), nil
+		op.r.Allowed, op.r.Remaining, op.r.RetryAfter = false, 0, max(op.r.RetryAfter, 1000)
+		return op.r.Decision(), nil
 	}
 	if err != nil {
 		return algo.Decision{}, err
 	}
-	return r.Decision(), nil
+	return op.r.Decision(), nil
+}
+
+// A holdStep reserves or settles hold h on a limit at ms, and keeps the
+// result.
+type holdStep struct {
+	pl   algo.Prepared
+	h    algo.Hold
+	ms   int64
+	cost int64 // what settling charges, or what the place reserved is for
+	r    algo.Result
+	err  error
+}
+
+// reserve is a heldOp: it holds h if the limit could take the cost of
+// every attempt held and this one. Holding h again changes nothing.
+func (o *holdStep) reserve(st *algo.State, holds algo.Holds) (bool, int64, bool) {
+	_, again := holds[o.h.ID]
+	held := int64(len(holds))
+	if again {
+		held--
+	}
+	if o.err = o.pl.Reserve(&o.r, st, held, o.ms, o.cost); o.err != nil || !o.r.Allowed || again {
+		return false, 0, false
+	}
+	holds[o.h.ID] = o.ms + o.h.TTL.Milliseconds()
+	return true, 0, false
+}
+
+// settle is a heldOp: it ends h and charges the cost, as Allow would.
+func (o *holdStep) settle(st *algo.State, holds algo.Holds) (bool, int64, bool) {
+	_, had := holds[o.h.ID]
+	delete(holds, o.h.ID)
+	ttl, err := o.pl.DecideInto(&o.r, st, o.ms, o.cost)
+	if o.err = err; err != nil {
+		return false, 0, false
+	}
+	charged := o.r.Allowed && o.cost > 0
+	if !charged {
+		ttl = 0
+	}
+	return had || charged, ttl, charged && o.r.Remaining == 0
 }

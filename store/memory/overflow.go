@@ -118,13 +118,3 @@ func liveLeases(m map[string]int64, ms int64) map[string]int64 {
 	}
 	return live
 }
-
-// indexBytes returns the index of the first of bs equal to b, or -1.
-func indexBytes(bs [][]byte, b []byte) int {
-	for i, c := range bs {
-		if string(c) == string(b) {
-			return i
-		}
-	}
-	return -1
-}

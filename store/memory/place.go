@@ -51,15 +51,9 @@ func (s *Store) shaping(ctx context.Context, req *algo.Request) (algo.Prepared, 
 	if err := ctx.Err(); err != nil {
 		return algo.Prepared{}, nil, err
 	}
-	var pl algo.Prepared
-	var prefix []byte
-	if h := req.Prepared(); h != nil {
-		pl, prefix = *h.Prepared(), h.KeyPrefix()
-	} else {
-		var err error
-		if pl, err = req.Limit.Prepare(); err != nil {
-			return pl, nil, err
-		}
+	pl, prefix, err := prepared(req)
+	if err != nil {
+		return pl, nil, err
 	}
 	if req.Limit.Algorithm != algo.LeakyBucket || req.Limit.MaxDelay <= 0 {
 		return pl, nil, fmt.Errorf("%w: places are taken in a shaping limit's queue (leaky_bucket with max_delay), not %v", algo.ErrInvalidRequest, req.Limit)

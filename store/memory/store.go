@@ -256,17 +256,10 @@ func (s *Store) PushBack(ctx context.Context, req algo.Request, d time.Duration)
 	if err := ctx.Err(); err != nil {
 		return algo.Decision{}, fmt.Errorf("pushing back in memory: %w", err)
 	}
-	var pl algo.Prepared
-	var prefix []byte
-	if h := req.Prepared(); h != nil {
-		pl, prefix = *h.Prepared(), h.KeyPrefix()
-	} else {
-		var err error
-		if pl, err = req.Limit.Prepare(); err != nil {
-			return algo.Decision{}, fmt.Errorf("pushing back in memory: %w", err)
-		}
+	pl, prefix, err := prepared(&req)
+	if err == nil {
+		pl, err = pl.PushingBack(d)
 	}
-	pl, err := pl.PushingBack(d)
 	if err != nil {
 		return algo.Decision{}, fmt.Errorf("pushing back in memory: %w", err)
 	}
@@ -496,168 +489,6 @@ func decision(d *algo.Decision, r *algo.Result) {
 	d.Delay = algo.Millis(r.Delay)
 }
 
-// AllowAll implements [tollgate.Store]: the requests, which share a
-// group and so a shard, are decided under the shard lock and their
-// entries' locks on copies of their state, and written back only if all
-// are allowed.
-func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("deciding in memory: %w", err)
-	}
-	// CheckGroup also rules out two requests with one key, whose entry
-	// would be locked twice.
-	if err := algo.CheckGroup(reqs); err != nil {
-		return nil, fmt.Errorf("deciding in memory: %w", err)
-	}
-	ms := s.msOf(reqs[0].Now)
-	n := len(reqs)
-	ks := make([]key, n)
-	keys := make([][]byte, n)
-	hashes := make([]uint64, n)
-	var sh *shard
-	pls := make([]algo.Prepared, n)
-	for i := range reqs {
-		if h := reqs[i].Prepared(); h != nil {
-			pls[i] = *h.Prepared()
-		} else {
-			var err error
-			if pls[i], err = reqs[i].Limit.Prepare(); err != nil {
-				return nil, fmt.Errorf("deciding in memory: %w", &algo.ItemError{Index: i, Err: err})
-			}
-		}
-		if w := reqs[i].Within; w != 0 {
-			var err error
-			if pls[i], err = pls[i].Within(w); err != nil {
-				return nil, fmt.Errorf("deciding in memory: %w", &algo.ItemError{Index: i, Err: err})
-			}
-		}
-		ks[i] = keyOf(&reqs[i])
-		keys[i] = ks[i].appendTo(nil)
-		hashes[i], sh = s.hashes(&ks[i]) // one group: one shard
-	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	held := make([]*entry, 0, n) // locked, to unlock when done
-	defer func() {
-		for _, e := range held {
-			e.mu.Unlock()
-		}
-	}()
-	entries := make([]*entry, n) // live entries; nil for a new key
-	ghosts := make([]*entry, n)
-	slots := make([]*entry, n)     // a new key's overflow slot, if it has one
-	sks := make([][]byte, n)       // a new key's overflow slot key, if needed
-	bases := make([]algo.State, n) // the state as it stands
-	from := make([]uint8, n)       // the log capacity charged for it
-	states := make([]algo.State, n)
-	res := make([]algo.Result, n)
-	ttls := make([]int64, n)
-	all := true
-	for i, r := range reqs {
-		e := s.findLocked(sh, hashes[i], keys[i], held...)
-		if e != nil {
-			held = append(held, e)
-			if e.ghost() {
-				ghosts[i], e = e, nil
-			}
-		}
-		entries[i] = e
-		if e != nil {
-			if e.expire > ms {
-				bases[i], from[i] = e.st, e.logShift
-			} else {
-				bases[i].E = scale(&r.Limit)
-			}
-			states[i] = bases[i]
-		} else {
-			// A new key starts from its overflow slot's state, or, if an
-			// earlier request of the group shares the slot, from the
-			// state that request leaves, so that charging both to the
-			// slot loses neither.
-			sks[i] = s.slotKey(ks[i].alg, ks[i].name, ks[i].tag, ks[i].subject, s.limitFP(&r.Limit))
-			if j := indexBytes(sks[:i], sks[i]); j >= 0 {
-				slots[i], bases[i], from[i], states[i] = slots[j], bases[j], from[j], states[j]
-			} else {
-				if sh.slots.Load() > 0 {
-					if o := s.findSlot(sh, sks[i], held...); o != nil {
-						held = append(held, o)
-						slots[i] = o
-						if !o.ghost() && o.expire > ms {
-							bases[i], from[i] = o.st, o.logShift
-						}
-					}
-				}
-				bases[i].E = scale(&r.Limit)
-				states[i] = bases[i]
-			}
-		}
-		states[i].Log = states[i].Log.Clone()
-		var err error
-		if res[i], ttls[i], err = pls[i].Decide(&states[i], ms, r.Cost); err != nil {
-			return nil, fmt.Errorf("deciding in memory: %w", err)
-		}
-		all = all && res[i].Allowed
-	}
-	ds := make([]algo.Decision, n)
-	if !all {
-		// Nothing is spent: report the limits that would have allowed as
-		// they stand.
-		for i := range reqs {
-			if res[i].Allowed {
-				st := bases[i]
-				res[i], _, _ = pls[i].Decide(&st, ms, 0)
-			} else if e := entries[i]; e != nil && e.expire > ms {
-				e.flags |= entryHeld
-			}
-			ds[i] = res[i].Decision()
-		}
-		return ds, nil
-	}
-	for i, r := range reqs {
-		ds[i] = res[i].Decision()
-		if r.Cost == 0 {
-			continue
-		}
-		e := entries[i]
-		shift := logShiftOf(states[i].Log, from[i])
-		switch {
-		case e != nil:
-			if e.expire <= ms {
-				e.flags &^= entryHeld // the state was fresh
-			}
-			s.setState(e, &states[i], from[i])
-		case ghosts[i] != nil && s.room(sh, ms, logBytes(shift), false, true):
-			e = ghosts[i]
-			e.flags &^= entryGhost
-			e.st, e.logShift = states[i], shift // room charged the log
-		case ghosts[i] == nil && s.room(sh, ms, newEntryBytes(len(keys[i]), shift), true, true):
-			e = s.insert(sh, hashes[i], keys[i])
-			held = append(held, e)
-			e.st, e.logShift = states[i], shift
-		default:
-			if slots[i] == nil {
-				// Another request of the group may have created it.
-				if j := indexBytes(sks[:i], sks[i]); j >= 0 && slots[j] != nil {
-					slots[i] = slots[j]
-				} else if slots[i] = s.newSlot(sh, sks[i]); slots[i] == nil {
-					// Requests before this one were charged: a shard
-					// with no slot to spare loses all-or-nothing.
-					return nil, fmt.Errorf("deciding in memory: %w", ErrFull)
-				} else {
-					held = append(held, slots[i])
-				}
-			}
-			e = slots[i]
-			e.flags &^= entryGhost
-			s.setState(e, &states[i], from[i])
-			s.overflows.Add(1)
-		}
-		e.expire = ms + ttls[i]
-		markHeld(e, &res[i])
-	}
-	return ds, nil
-}
-
 // setState sets the state of e, which the caller has locked, to *st,
 // whose log (if any) was charged at logShift from, and charges the
 // difference.
@@ -716,4 +547,14 @@ func (s *Store) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(s.descOverflow, prometheus.CounterValue, float64(st.Overflows))
 	ch <- prometheus.MustNewConstMetric(s.descEvicted, prometheus.CounterValue, float64(st.Evictions))
 	ch <- prometheus.MustNewConstMetric(s.descExpired, prometheus.CounterValue, float64(st.Expired))
+}
+
+// prepared returns req's prepared limit and key prefix: its handle's, or
+// the limit prepared now, with no prefix.
+func prepared(req *algo.Request) (algo.Prepared, []byte, error) {
+	if h := req.Prepared(); h != nil {
+		return *h.Prepared(), h.KeyPrefix(), nil
+	}
+	pl, err := req.Limit.Prepare()
+	return pl, nil, err
 }
