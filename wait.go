@@ -238,14 +238,8 @@ const maxRetakes = 3
 
 // waitFor is WaitWith after retakes new places taken for turns missed.
 func (l *Limiter) waitFor(ctx context.Context, subject string, cost int64, o WaitOptions, retakes int) error {
-	if err := l.handle.Limit().CheckCost(cost); err != nil {
+	if err := l.checkWait(cost, o); err != nil {
 		return fmt.Errorf("waiting: %w", err)
-	}
-	if err := l.checkOptions(o); err != nil {
-		return fmt.Errorf("waiting: %w", err)
-	}
-	if o.MaxWait < 0 || o.Tolerance < 0 {
-		return fmt.Errorf("waiting: negative max wait %v or tolerance %v", o.MaxWait, o.Tolerance)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -253,101 +247,171 @@ func (l *Limiter) waitFor(ctx context.Context, subject string, cost int64, o Wai
 	if cost == 0 {
 		return nil
 	}
-	c := l.clock()
-	deadline, hasDeadline := ctx.Deadline()
-	tooLate := func(now time.Time, wait time.Duration) bool {
-		return hasDeadline && deadline.Sub(now) < wait
-	}
-	// MaxWait bounds the wait through the store's threshold (a place
-	// whose turn comes later is refused) and when a refusal says how long
-	// until admission; a place taken is slept for on ctx alone.
-	giveUp, hasGiveUp := deadline, hasDeadline
-	if o.MaxWait > 0 {
-		if by := c.Now().Add(o.MaxWait); !hasGiveUp || by.Before(giveUp) {
-			giveUp, hasGiveUp = by, true
-		}
-		if l.handle.Limit().MaxDelay > 0 && o.MaxWait < l.threshold(o) {
-			o.Within = max(o.MaxWait.Truncate(time.Millisecond), time.Millisecond)
-		}
-	}
-	overWait := func(now time.Time, wait time.Duration) bool {
-		return hasGiveUp && giveUp.Sub(now) < wait
-	}
-	ln, w, err := l.join(subject, c.Now(), giveUp, hasGiveUp, cost)
+	wc := l.newWaitCall(ctx, subject, cost, o, retakes)
+	ln, w, err := l.join(subject, wc.c.Now(), wc.giveUp, wc.hasGiveUp, cost)
 	if err != nil {
 		return err
 	}
-	inLine := true
-	leave := func() {
-		if inLine {
-			inLine = false
-			l.leave(subject, ln, w)
-		}
-	}
-	defer leave()
+	wc.ln, wc.w, wc.inLine = ln, w, true
+	defer wc.leave()
 	select {
 	case <-w.turn:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	shaping := l.handle.Limit().MaxDelay > 0
-	within := l.threshold(o)
 	for {
-		now := c.Now()
-		if shaping && tooLate(now, within) {
-			q, err := l.decideAt(ctx, subject, 0, now, WaitOptions{})
-			if err != nil {
-				return fmt.Errorf("waiting: %w", err)
-			}
-			if most := shapedDelay(l.handle.Limit(), q, cost); tooLate(c.Now(), most) {
-				return fmt.Errorf("waiting: cost %d: %w (its turn in the queue is %v away)", cost, ErrWouldExceedDeadline, most)
-			}
+		retry, done, err := wc.attempt(ctx)
+		if done {
+			return err
 		}
-		d, at, err := l.takeAt(ctx, subject, cost, now, o)
-		if err != nil {
-			return fmt.Errorf("waiting: %w", err)
-		}
-		now = c.Now()
-		if d.Allowed {
-			if d.Delay <= 0 {
-				return nil
-			}
-			// Placed in the store's queue: the next waiter may queue
-			// behind it while it waits for its turn.
-			leave()
-			if tooLate(now, d.Delay) {
-				if ok, _ := l.giveBack(ctx, subject, cost, at); ok {
-					return fmt.Errorf("waiting: cost %d: %w (its turn in the queue, %v away, was given back)", cost, ErrWouldExceedDeadline, d.Delay)
-				}
-				return fmt.Errorf("waiting: cost %d: %w (its turn in the queue, %v away, is charged and stays spent)", cost, ErrWouldExceedDeadline, d.Delay)
-			}
-			turn := now.Add(d.Delay)
-			if err := c.Sleep(ctx, d.Delay); err != nil {
-				l.giveBack(ctx, subject, cost, at)
-				return err
-			}
-			if o.Tolerance > 0 && retakes < maxRetakes && c.Now().Sub(turn) > o.Tolerance {
-				// Woken long after its turn (the process stalled): acting
-				// now would leave with the other turns missed, together.
-				return l.waitFor(ctx, subject, cost, o, retakes+1)
-			}
-			return nil
-		}
-		retry := max(d.RetryAfter, time.Millisecond)
-		earliest := retry
-		if shaping {
-			earliest += within
-		}
-		if overWait(now, earliest) {
-			return fmt.Errorf("waiting: cost %d: %w (admitted in %v at the earliest)", cost, ErrWouldExceedDeadline, earliest)
-		}
-		l.wait.mu.Lock()
-		ln.next = now.Add(retry)
-		l.wait.mu.Unlock()
-		if err := c.Sleep(ctx, retry); err != nil {
+		if err := wc.c.Sleep(ctx, retry); err != nil {
 			return err
 		}
 	}
+}
+
+// checkWait validates a wait for cost with o.
+func (l *Limiter) checkWait(cost int64, o WaitOptions) error {
+	if err := l.handle.Limit().CheckCost(cost); err != nil {
+		return err
+	}
+	if err := l.checkOptions(o); err != nil {
+		return err
+	}
+	if o.MaxWait < 0 || o.Tolerance < 0 {
+		return fmt.Errorf("negative max wait %v or tolerance %v", o.MaxWait, o.Tolerance)
+	}
+	return nil
+}
+
+// A waitCall is one call of waitFor: what it waits for, the times it
+// must act by, and its place in the subject's line.
+type waitCall struct {
+	l        *Limiter
+	c        Clock
+	subject  string
+	cost     int64
+	o        WaitOptions
+	retakes  int
+	shaping  bool
+	within   time.Duration // the longest turn the store may give
+	deadline time.Time     // the context's, if hasDeadline
+	giveUp   time.Time     // the deadline or MaxWait's, if hasGiveUp
+
+	hasDeadline, hasGiveUp bool
+
+	ln     *line
+	w      *waiter
+	inLine bool
+}
+
+// newWaitCall returns the call waiting for cost of subject. MaxWait
+// bounds the wait through the store's threshold (a place whose turn comes
+// later is refused) and when a refusal says how long until admission; a
+// place taken is slept for on ctx alone.
+func (l *Limiter) newWaitCall(ctx context.Context, subject string, cost int64, o WaitOptions, retakes int) waitCall {
+	wc := waitCall{l: l, c: l.clock(), subject: subject, cost: cost, retakes: retakes,
+		shaping: l.handle.Limit().MaxDelay > 0}
+	wc.deadline, wc.hasDeadline = ctx.Deadline()
+	wc.giveUp, wc.hasGiveUp = wc.deadline, wc.hasDeadline
+	if o.MaxWait > 0 {
+		if by := wc.c.Now().Add(o.MaxWait); !wc.hasGiveUp || by.Before(wc.giveUp) {
+			wc.giveUp, wc.hasGiveUp = by, true
+		}
+		if wc.shaping && o.MaxWait < l.threshold(o) {
+			o.Within = max(o.MaxWait.Truncate(time.Millisecond), time.Millisecond)
+		}
+	}
+	wc.o, wc.within = o, l.threshold(o)
+	return wc
+}
+
+// tooLate reports whether waiting d from now passes the deadline.
+func (wc *waitCall) tooLate(now time.Time, d time.Duration) bool {
+	return wc.hasDeadline && wc.deadline.Sub(now) < d
+}
+
+// leave leaves the line, once: the next waiter becomes the head.
+func (wc *waitCall) leave() {
+	if wc.inLine {
+		wc.inLine = false
+		wc.l.leave(wc.subject, wc.ln, wc.w)
+	}
+}
+
+// attempt asks the store for the cost once, as the head of the line. It
+// reports done with the call's outcome, or how long until it asks again.
+func (wc *waitCall) attempt(ctx context.Context) (retry time.Duration, done bool, err error) {
+	now := wc.c.Now()
+	if err := wc.checkQueue(ctx, now); err != nil {
+		return 0, true, err
+	}
+	d, at, err := wc.l.takeAt(ctx, wc.subject, wc.cost, now, wc.o)
+	if err != nil {
+		return 0, true, fmt.Errorf("waiting: %w", err)
+	}
+	now = wc.c.Now()
+	if d.Allowed {
+		return 0, true, wc.waitTurn(ctx, d, at, now)
+	}
+	retry = max(d.RetryAfter, time.Millisecond)
+	earliest := retry
+	if wc.shaping {
+		earliest += wc.within
+	}
+	if wc.hasGiveUp && wc.giveUp.Sub(now) < earliest {
+		return 0, true, fmt.Errorf("waiting: cost %d: %w (admitted in %v at the earliest)", wc.cost, ErrWouldExceedDeadline, earliest)
+	}
+	wc.l.wait.mu.Lock()
+	wc.ln.next = now.Add(retry)
+	wc.l.wait.mu.Unlock()
+	return retry, false, nil
+}
+
+// checkQueue refuses, on a shaping limit whose longest turn is past the
+// deadline, a cost whose turn in the queue would come after it: it asks
+// the store (cost 0, which charges nothing) how long the queue is.
+func (wc *waitCall) checkQueue(ctx context.Context, now time.Time) error {
+	if !wc.shaping || !wc.tooLate(now, wc.within) {
+		return nil
+	}
+	q, err := wc.l.decideAt(ctx, wc.subject, 0, now, WaitOptions{})
+	if err != nil {
+		return fmt.Errorf("waiting: %w", err)
+	}
+	if most := shapedDelay(wc.l.handle.Limit(), q, wc.cost); wc.tooLate(wc.c.Now(), most) {
+		return fmt.Errorf("waiting: cost %d: %w (its turn in the queue is %v away)", wc.cost, ErrWouldExceedDeadline, most)
+	}
+	return nil
+}
+
+// waitTurn sleeps, for a cost admitted with d at place at, until its
+// turn in the store's queue, if it has one; it gives the place back if
+// the turn comes after the deadline or the context ends first.
+func (wc *waitCall) waitTurn(ctx context.Context, d Decision, at algo.Place, now time.Time) error {
+	if d.Delay <= 0 {
+		return nil
+	}
+	// Placed in the store's queue: the next waiter may queue behind it
+	// while it waits for its turn.
+	wc.leave()
+	if wc.tooLate(now, d.Delay) {
+		if ok, _ := wc.l.giveBack(ctx, wc.subject, wc.cost, at); ok {
+			return fmt.Errorf("waiting: cost %d: %w (its turn in the queue, %v away, was given back)", wc.cost, ErrWouldExceedDeadline, d.Delay)
+		}
+		return fmt.Errorf("waiting: cost %d: %w (its turn in the queue, %v away, is charged and stays spent)", wc.cost, ErrWouldExceedDeadline, d.Delay)
+	}
+	turn := now.Add(d.Delay)
+	if err := wc.c.Sleep(ctx, d.Delay); err != nil {
+		wc.l.giveBack(ctx, wc.subject, wc.cost, at)
+		return err
+	}
+	if o := wc.o; o.Tolerance > 0 && wc.retakes < maxRetakes && wc.c.Now().Sub(turn) > o.Tolerance {
+		// Woken long after its turn (the process stalled): acting now
+		// would leave with the other turns missed, together.
+		return wc.l.waitFor(ctx, wc.subject, wc.cost, o, wc.retakes+1)
+	}
+	return nil
 }
 
 // PushBack postpones the schedule of subject on the Limiter's shaping
