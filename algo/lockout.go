@@ -84,18 +84,7 @@ type LockoutResult struct {
 // ms after nowMS from which the state and the holds are equivalent to
 // none.
 func Lockout(r LockoutRule, s *State, holds Holds, now int64, op LockOp, h Hold, spelling uint32) (LockoutResult, int64) {
-	win, mem := r.Window.Milliseconds(), r.Memory.Milliseconds()
-	fails, lastFail, until, lastLock := s.A, s.B, s.D, s.E
-	level, spelt := s.C%lockLevels, s.C/lockLevels
-	if now-lastFail >= win {
-		fails = 0
-	}
-	if now-lastLock >= mem {
-		level = 0
-	}
-	if fails == 0 {
-		spelt = 0
-	}
+	a := readAccount(r, s, now)
 	held := holds.Live(now)
 	if op != LockCheck && op != LockReserve && h.ID != "" {
 		if _, ok := holds[h.ID]; ok {
@@ -103,47 +92,94 @@ func Lockout(r LockoutRule, s *State, holds Holds, now int64, op LockOp, h Hold,
 			held--
 		}
 	}
-	locked := now < until
+	locked := now < a.until
 	res := LockoutResult{}
 	switch {
 	case op == LockReserve:
-		if _, ok := holds[h.ID]; ok {
-			res.Reserved = true // reserved before: a retried call
-		} else if !locked && fails+held < r.Threshold {
-			holds[h.ID] = now + h.TTL.Milliseconds()
-			held++
-			res.Reserved = true
-		}
+		res.Reserved, held = reserveAttempt(holds, h, now, held, !locked && a.fails+held < r.Threshold)
 	case op == LockFail && !locked:
-		switch {
-		case fails == 0:
-			spelt = int64(spelling)
-		case spelt != int64(spelling):
-			spelt = mixedSpellings
-		}
-		fails++
-		lastFail = now
-		if fails >= r.Threshold {
-			d := lockFor(r, level)
-			until, lastLock = now+d, now
-			level = min(level+1, lockLevels-1)
-			fails, spelt = 0, 0
-			locked = true
-		}
-		s.A, s.B, s.C, s.D, s.E = fails, lastFail, level+spelt*lockLevels, until, lastLock
-	case op == LockSucceed && (fails == 0 || spelt == int64(spelling)):
-		fails = 0
+		locked = a.fail(r, now, spelling)
+		a.write(s)
+	case op == LockSucceed && (a.fails == 0 || a.spelt == int64(spelling)):
+		a.fails = 0
 		s.A = 0 // and with it the spelling: read as none while A is 0
 	}
-	res.Locked, res.Failures, res.Level, res.Held = locked, fails, level, held
+	res.Locked, res.Failures, res.Level, res.Held = locked, a.fails, a.level, held
 	if locked {
-		res.RetryAfter = until - now
+		res.RetryAfter = a.until - now
 	}
-	ttl := max(until-now, lastFail+win-now, lastLock+mem-now, 0)
-	if fails == 0 && level == 0 && !locked {
-		ttl = 0
+	return res, max(a.ttl(r, now, locked), holds.Until(now))
+}
+
+// An account is an account's lockout state as Lockout reads it from a
+// State: the failures counted, the last one's time, the lock's end, the
+// last lock's time, the lock level and the failures' spelling.
+type account struct {
+	fails, lastFail, until, lastLock, level, spelt int64
+}
+
+// readAccount reads s at now under r: failures older than the window,
+// and lock levels older than the offence memory, are forgotten.
+func readAccount(r LockoutRule, s *State, now int64) account {
+	a := account{fails: s.A, lastFail: s.B, until: s.D, lastLock: s.E,
+		level: s.C % lockLevels, spelt: s.C / lockLevels}
+	if now-a.lastFail >= r.Window.Milliseconds() {
+		a.fails = 0
 	}
-	return res, max(ttl, holds.Until(now))
+	if now-a.lastLock >= r.Memory.Milliseconds() {
+		a.level = 0
+	}
+	if a.fails == 0 {
+		a.spelt = 0
+	}
+	return a
+}
+
+// write writes a to s.
+func (a *account) write(s *State) {
+	s.A, s.B, s.C, s.D, s.E = a.fails, a.lastFail, a.level+a.spelt*lockLevels, a.until, a.lastLock
+}
+
+// fail counts a failure, spelt spelling, at now, and locks the account
+// when the failures reach the threshold, reporting whether it did.
+func (a *account) fail(r LockoutRule, now int64, spelling uint32) bool {
+	switch {
+	case a.fails == 0:
+		a.spelt = int64(spelling)
+	case a.spelt != int64(spelling):
+		a.spelt = mixedSpellings
+	}
+	a.fails++
+	a.lastFail = now
+	if a.fails < r.Threshold {
+		return false
+	}
+	a.until, a.lastLock = now+lockFor(r, a.level), now
+	a.level = min(a.level+1, lockLevels-1)
+	a.fails, a.spelt = 0, 0
+	return true
+}
+
+// ttl returns the ms after now from which a is equivalent to no state.
+func (a *account) ttl(r LockoutRule, now int64, locked bool) int64 {
+	if a.fails == 0 && a.level == 0 && !locked {
+		return 0
+	}
+	return max(a.until-now, a.lastFail+r.Window.Milliseconds()-now, a.lastLock+r.Memory.Milliseconds()-now, 0)
+}
+
+// reserveAttempt holds h in holds at now if admit, or reports it reserved
+// if it is held already (a retried call). It returns whether h is
+// reserved, and the attempts held.
+func reserveAttempt(holds Holds, h Hold, now, held int64, admit bool) (bool, int64) {
+	if _, ok := holds[h.ID]; ok {
+		return true, held
+	}
+	if !admit {
+		return false, held
+	}
+	holds[h.ID] = now + h.TTL.Milliseconds()
+	return true, held + 1
 }
 
 // lockLevels bounds the lock level kept (a level past 20 or so doubles
