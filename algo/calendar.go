@@ -184,3 +184,44 @@ func (l Limit) CalendarBounds(nowMS int64) [4]int64 {
 	}
 	return calendarBounds(l.Calendar, l.Zone, nowMS)
 }
+
+const dayMS = 86_400_000
+
+// daysFromCivil returns the days since 1970-01-01 of a proleptic Gregorian
+// date, for dates from 1970 on (H. Hinnant's algorithm, on non-negative
+// integers so the Lua mirror is exact).
+func daysFromCivil(y, m, d int64) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	yoe := y - era*400
+	mp := m + 9
+	if m > 2 {
+		mp = m - 3
+	}
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return era*146097 + doe - 719468
+}
+
+// civil returns the date of a day since 1970-01-01 (days >= 0).
+func civil(days int64) (y, m, d int64) {
+	z := days + 719468
+	era := z / 146097
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	y = yoe + era*400
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	d = doy - (153*mp+2)/5 + 1
+	if mp < 10 {
+		m = mp + 3
+	} else {
+		m = mp - 9
+	}
+	if m <= 2 {
+		y++
+	}
+	return y, m, d
+}
