@@ -233,34 +233,48 @@ func (e *Engine) check(ctx context.Context, c Call) *Verdict {
 // candidate budget and its global one in shadow. An unlimited subject is
 // charged none of them.
 func (e *Engine) plan(c Call) (charges, int64) {
-	route := c.Route
-	plan, cost := c.Subject.Plan, c.cost()
+	cost := c.cost()
+	var ch charges
+	if c.Subject.Unlimited {
+		// Counted, never refused by a rate limit: no budget is charged,
+		// and only the guards (check) apply.
+		return ch, cost
+	}
+	e.limitCharges(&ch, &c, cost)
+	if route := c.Route; route != nil {
+		if b := route.Candidate; b != nil {
+			ch.add(b, b.Request(c.Subject.ID, "", cost))
+		}
+		if b := route.Global; b != nil && b.Shadow {
+			ch.add(b, b.Request("route", "", cost))
+		}
+	}
+	return ch, cost
+}
+
+// limitCharges sets ch to the charges of c's rate limits: its subject's
+// plan, or the route's own limit in its place or beside it, counted per
+// the subject or what the route keys it by.
+func (e *Engine) limitCharges(ch *charges, c *Call, cost int64) {
+	route, plan := c.Route, c.Subject.Plan
 	var extra *policy.Plan // a route limit charged beside the plan's
+	ks := c.Subject        // who the route's own limit is counted per
 	if route != nil && route.Limit != nil {
 		if route.LimitAdds {
 			extra = route.Limit
 		} else {
 			plan = route.Limit
 		}
-	}
-	var ch charges
-	if c.Subject.Unlimited {
-		// Counted, never refused by a rate limit: no budget is charged,
-		// and only the guards (check) apply.
-		plan, extra, route = nil, nil, nil
-	}
-	// ks is who the route's own limit is counted per: the subject, or
-	// what the route keys it by.
-	ks := c.Subject
-	if c.LimitKey != "" && route != nil && route.Limit != nil {
-		ks.ID = c.LimitKey
+		if c.LimitKey != "" {
+			ks.ID = c.LimitKey
+		}
 	}
 	if plan != nil {
+		who := c.Subject
 		if route != nil && plan == route.Limit {
-			ch = e.plannedCharges(plan, ks, cost)
-		} else {
-			ch = e.plannedCharges(plan, c.Subject, cost)
+			who = ks
 		}
+		*ch = e.plannedCharges(plan, who, cost)
 	}
 	if extra != nil {
 		// In the plan's group (its tenant's, if it has one, else the
@@ -275,15 +289,6 @@ func (e *Engine) plan(c Call) (charges, int64) {
 			ch.add(b, b.Request(ks.ID, tag, cost))
 		}
 	}
-	if route != nil && route.Candidate != nil {
-		b := route.Candidate
-		ch.add(b, b.Request(c.Subject.ID, "", cost))
-	}
-	if route != nil && route.Global != nil && route.Global.Shadow {
-		b := route.Global
-		ch.add(b, b.Request("route", "", cost))
-	}
-	return ch, cost
 }
 
 // unlimitedBudget is the budget label a call no rate limit applies to is

@@ -96,46 +96,61 @@ func (e *Engine) identify(ctx context.Context, c Credentials) (Call, *policy.API
 		sub.Kind, sub.ID = "ip", ipID
 		return Call{Subject: sub, Key: KeyMalformed}, nil, rawIDs{}
 	case c.KeyPresent && c.JWT:
-		if e.jwt == nil {
-			sub.Kind, sub.ID = "ip", ipID
-			return Call{Subject: sub, Key: KeyMalformed, JWT: true}, nil, rawIDs{}
-		}
-		if _, penalised := e.penalty.get(ipID, e.now()); penalised {
-			// The address is refused whatever it presents (checkKey):
-			// no signature check, no JWKS fetch on its behalf.
-			sub.Kind, sub.ID = "ip", ipID
-			return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil, rawIDs{}
-		}
-		cl, err := e.jwt.Verify(ctx, c.Key)
-		if err != nil {
-			sub.Kind, sub.ID = "ip", ipID
-			return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil, rawIDs{}
-		}
-		sub.Kind, sub.ID, sub.Plan = "jwt", e.hasher.Hash("u", cl.Subject), p.JWT.DefaultPlan
-		if cl.Tenant != "" {
-			sub.Tenant = e.hasher.Hash("t", cl.Tenant)
-		}
-		if tp := p.TenantPlans[cl.Tenant]; tp != nil && cl.Tenant != "" {
-			sub.Plan = tp
-		} else if pl := p.Plans[cl.Plan]; pl != nil && cl.Plan != "" {
-			sub.Plan = pl
-		}
-		return Call{Subject: sub, Key: KeyValid, JWT: true, Claims: cl.Extra}, nil, rawIDs{user: cl.Subject, tenant: cl.Tenant}
+		return e.identifyJWT(ctx, c.Key, sub)
 	case c.KeyPresent:
-		k := p.Keys[identity.KeyDigest(c.Key)]
-		if k == nil {
-			sub.Kind, sub.ID = "ip", ipID
-			return Call{Subject: sub, Key: KeyUnknown}, nil, rawIDs{}
-		}
-		sub.Kind, sub.Plan = "key", k.Plan
-		sub.ID, sub.Tenant = e.KeySubject(k)
-		return Call{Subject: sub, Key: KeyValid}, k, rawIDs{key: k.ID, user: k.User, tenant: k.Tenant}
+		return e.identifyKey(c.Key, sub)
 	case c.User != "":
 		sub.Kind, sub.ID, sub.Plan = "user", e.hasher.Hash("u", c.User), p.UserPlan
 		return Call{Subject: sub}, nil, rawIDs{user: c.User}
 	}
 	sub.Kind, sub.ID, sub.Plan = "ip", ipID, p.AnonymousPlan
 	return Call{Subject: sub}, nil, rawIDs{}
+}
+
+// identifyJWT identifies a call presenting the bearer token token, from
+// sub, the subject of its address: by the token's verified subject,
+// tenant and plan, or, if no verifier is configured, the address is
+// penalised or the token does not verify, as the address presenting an
+// invalid key.
+func (e *Engine) identifyJWT(ctx context.Context, token string, sub Subject) (Call, *policy.APIKey, rawIDs) {
+	p := e.policy
+	sub.Kind, sub.ID = "ip", sub.Client
+	if e.jwt == nil {
+		return Call{Subject: sub, Key: KeyMalformed, JWT: true}, nil, rawIDs{}
+	}
+	if _, penalised := e.penalty.get(sub.Client, e.now()); penalised {
+		// The address is refused whatever it presents (checkKey): no
+		// signature check, no JWKS fetch on its behalf.
+		return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil, rawIDs{}
+	}
+	cl, err := e.jwt.Verify(ctx, token)
+	if err != nil {
+		return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil, rawIDs{}
+	}
+	sub.Kind, sub.ID, sub.Plan = "jwt", e.hasher.Hash("u", cl.Subject), p.JWT.DefaultPlan
+	if cl.Tenant != "" {
+		sub.Tenant = e.hasher.Hash("t", cl.Tenant)
+	}
+	if tp := p.TenantPlans[cl.Tenant]; tp != nil && cl.Tenant != "" {
+		sub.Plan = tp
+	} else if pl := p.Plans[cl.Plan]; pl != nil && cl.Plan != "" {
+		sub.Plan = pl
+	}
+	return Call{Subject: sub, Key: KeyValid, JWT: true, Claims: cl.Extra}, nil, rawIDs{user: cl.Subject, tenant: cl.Tenant}
+}
+
+// identifyKey identifies a call presenting the API key key, from sub,
+// the subject of its address: by the key's subject and plan, or as the
+// address if the key is unknown.
+func (e *Engine) identifyKey(key string, sub Subject) (Call, *policy.APIKey, rawIDs) {
+	k := e.policy.Keys[identity.KeyDigest(key)]
+	if k == nil {
+		sub.Kind, sub.ID = "ip", sub.Client
+		return Call{Subject: sub, Key: KeyUnknown}, nil, rawIDs{}
+	}
+	sub.Kind, sub.Plan = "key", k.Plan
+	sub.ID, sub.Tenant = e.KeySubject(k)
+	return Call{Subject: sub, Key: KeyValid}, k, rawIDs{key: k.ID, user: k.User, tenant: k.Tenant}
 }
 
 // basicKey returns c with the configured API key its Basic credential
