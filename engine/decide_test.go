@@ -11,7 +11,6 @@ import (
 	"github.com/tollgate/tollgate/internal/decidetest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
-	"github.com/tollgate/tollgate/store/memory"
 	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
@@ -19,15 +18,9 @@ import (
 // Decide, over the memory store and a real Redis: a request in, its
 // answer out, the same on both.
 func TestDecide(t *testing.T) {
-	now := time.UnixMilli(1_800_000_010_000)
-	clock := func() time.Time { return now }
 	srv := redistest.Start(t)
 	stores := map[string]func(t *testing.T) tollgate.Store{
-		"memory": func(t *testing.T) tollgate.Store {
-			s := memory.New(memory.Options{Now: clock})
-			t.Cleanup(func() { s.Close() })
-			return s
-		},
+		"memory": decidetest.MemoryStore,
 		"redis": func(t *testing.T) tollgate.Store {
 			// Global budgets are keyed by route, not by the secret: each
 			// case starts on an empty Redis.
@@ -44,8 +37,8 @@ func TestDecide(t *testing.T) {
 	}
 	for name, newStore := range stores {
 		t.Run(name, func(t *testing.T) {
-			decidetest.Run(t, decidetest.Cases, func(t *testing.T, p *policy.Policy) (func(decidetest.Call) decidetest.Answer, func()) {
-				e, err := engine.New(engine.Options{Policy: p, Store: newStore(t), Now: clock})
+			decidetest.Run(t, decidetest.Cases, newStore, func(t *testing.T, p *policy.Policy, s tollgate.Store) (func(decidetest.Call) decidetest.Answer, func()) {
+				e, err := engine.New(engine.Options{Policy: p, Store: s, Now: func() time.Time { return decidetest.Now }})
 				if err != nil {
 					t.Fatal(err)
 				}

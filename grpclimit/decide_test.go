@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/internal/decidetest"
 	"github.com/tollgate/tollgate/policy"
-	"github.com/tollgate/tollgate/store/memory"
 )
 
 // TestDecideTable runs the engine's table (internal/decidetest) through
@@ -32,11 +32,8 @@ func TestDecideTable(t *testing.T) {
 			cases = append(cases, c)
 		}
 	}
-	decidetest.Run(t, cases, func(t *testing.T, p *policy.Policy) (func(decidetest.Call) decidetest.Answer, func()) {
-		clock := func() time.Time { return time.UnixMilli(1_800_000_010_000) }
-		s := memory.New(memory.Options{Now: clock})
-		t.Cleanup(func() { s.Close() })
-		l, err := grpclimit.New(grpclimit.Options{Policy: p, Store: s, Now: clock})
+	decidetest.Run(t, cases, decidetest.MemoryStore, func(t *testing.T, p *policy.Policy, s tollgate.Store) (func(decidetest.Call) decidetest.Answer, func()) {
+		l, err := grpclimit.New(grpclimit.Options{Policy: p, Store: s, Now: func() time.Time { return decidetest.Now }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,6 +109,8 @@ func grpcAnswer(err error, st *transportStream, kind string) decidetest.Answer {
 		a.Refusal = decidetest.InvalidKey
 	case s.Code() == codes.InvalidArgument:
 		a.Refusal = decidetest.BadRequest
+	case s.Code() == codes.Unavailable:
+		a.Refusal = decidetest.Unavailable
 	default:
 		a.Refusal = decidetest.Other
 	}

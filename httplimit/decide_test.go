@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/decidetest"
 	"github.com/tollgate/tollgate/policy"
-	"github.com/tollgate/tollgate/store/memory"
 )
 
 // TestDecideTable runs the engine's table (internal/decidetest) through
@@ -21,8 +21,8 @@ import (
 // each answer read back from the response, the same as the engine's.
 func TestDecideTable(t *testing.T) {
 	t.Run("middleware", func(t *testing.T) {
-		decidetest.Run(t, decidetest.Cases, func(t *testing.T, p *policy.Policy) (func(decidetest.Call) decidetest.Answer, func()) {
-			return httpFront(t, newFront(t, p), false)
+		decidetest.Run(t, decidetest.Cases, decidetest.MemoryStore, func(t *testing.T, p *policy.Policy, s tollgate.Store) (func(decidetest.Call) decidetest.Answer, func()) {
+			return httpFront(t, newFront(t, p, s), false)
 		})
 	})
 	t.Run("forward-auth", func(t *testing.T) {
@@ -32,18 +32,14 @@ func TestDecideTable(t *testing.T) {
 				cases = append(cases, c)
 			}
 		}
-		decidetest.Run(t, cases, func(t *testing.T, p *policy.Policy) (func(decidetest.Call) decidetest.Answer, func()) {
-			return httpFront(t, newFront(t, p), true)
+		decidetest.Run(t, cases, decidetest.MemoryStore, func(t *testing.T, p *policy.Policy, s tollgate.Store) (func(decidetest.Call) decidetest.Answer, func()) {
+			return httpFront(t, newFront(t, p, s), true)
 		})
 	})
 }
 
-func newFront(t *testing.T, p *policy.Policy) *httplimit.Front {
-	now := time.UnixMilli(1_800_000_010_000)
-	clock := func() time.Time { return now }
-	s := memory.New(memory.Options{Now: clock})
-	t.Cleanup(func() { s.Close() })
-	f, err := httplimit.New(httplimit.Options{Policy: p, Store: s, Now: clock})
+func newFront(t *testing.T, p *policy.Policy, s tollgate.Store) *httplimit.Front {
+	f, err := httplimit.New(httplimit.Options{Policy: p, Store: s, Now: func() time.Time { return decidetest.Now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +155,8 @@ func httpAnswer(rec *httptest.ResponseRecorder, kind string) decidetest.Answer {
 		a.Refusal = decidetest.LoginElsewhere
 	case p.Type == httplimit.ProblemBadLogin:
 		a.Refusal = decidetest.BadLogin
+	case p.Type == httplimit.ProblemUnavailable && p.Status == http.StatusServiceUnavailable:
+		a.Refusal = decidetest.Unavailable
 	default:
 		a.Refusal = decidetest.Other
 	}

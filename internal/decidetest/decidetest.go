@@ -13,22 +13,37 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/resilience"
+	"github.com/tollgate/tollgate/store/memory"
+	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
-// Key is the one configured API key of the policy (plan pro).
-const Key = "decide-test-key-1"
+// The policy's API keys: Key has plan pro; TenantKey and OtherTenantKey
+// have plan team, and tenant acme.
+const (
+	Key            = "decide-test-key-1"
+	TenantKey      = "decide-test-key-2"
+	OtherTenantKey = "decide-test-key-3"
+)
 
 // policyText is the table's policy; SECRET is replaced by a fresh secret
 // per case, so cases sharing a Redis server never share a budget.
 const policyText = `version: d1
 identity: {secret: SECRET, anonymous_plan: free, user_plan: users, user_header: X-User-ID, trusted_proxies: [10.0.0.0/8]}
+allowlist: {addresses: [192.0.2.99/32]}
 plans:
   free: {algorithm: fixed_window, rate: 3, period: 1m}
   users: {algorithm: fixed_window, rate: 5, period: 1m}
+  team:
+    limits: [{name: key, algorithm: fixed_window, rate: 10, period: 1m}]
+    tenant: {algorithm: fixed_window, rate: 3, period: 1m}
   pro:
     limits:
       - {name: pro, algorithm: fixed_window, rate: 100, period: 1m}
@@ -36,10 +51,14 @@ plans:
 invalid_key_limit: {algorithm: fixed_window, rate: 2, period: 1m}
 api_keys:
   - {id: k1, digest: "DIGEST", plan: pro}
+  - {id: k2, digest: "DIGEST2", plan: team, tenant: acme}
+  - {id: k3, digest: "DIGEST3", plan: team, tenant: acme}
 routes:
   - {name: search, path: /t.V/Search, global: {algorithm: fixed_window, rate: 2, period: 1m}}
   - {name: slow, path: /t.V/Slow, concurrency: {limit: 1, per: route}, limit: {algorithm: fixed_window, rate: 1000, period: 1m}}
   - {name: export, path: /t.V/Export, cost: 2}
+  - {name: pay, path: /t.V/Pay, on_store_failure: fail_closed}
+  - {name: try, path: /t.V/Try, shadow_limit: {algorithm: fixed_window, rate: 1, period: 1m}}
   - {name: item, path: "/t.V/Item/{id}", limit: {algorithm: fixed_window, rate: 1, period: 1m}, limit_key: [path:id]}
   - name: login
     method: POST
@@ -55,7 +74,8 @@ func Policy(tb testing.TB) *policy.Policy {
 	tb.Helper()
 	b := make([]byte, 16)
 	rand.Read(b)
-	text := strings.NewReplacer("SECRET", hex.EncodeToString(b), "DIGEST", identity.KeyDigest(Key)).Replace(policyText)
+	text := strings.NewReplacer("SECRET", hex.EncodeToString(b), "DIGEST2", identity.KeyDigest(TenantKey),
+		"DIGEST3", identity.KeyDigest(OtherTenantKey), "DIGEST", identity.KeyDigest(Key)).Replace(policyText)
 	p, err := policy.Parse([]byte(text), "decide.yaml")
 	if err != nil {
 		tb.Fatal(err)
@@ -77,6 +97,7 @@ const (
 	BadRequest     Refusal = "bad_request"     // engine.ReasonBadRequest
 	LoginElsewhere Refusal = "login_elsewhere" // engine.ReasonLoginElsewhere
 	BadLogin       Refusal = "bad_login"       // engine.ReasonBadLogin
+	Unavailable    Refusal = "unavailable"     // engine.ReasonUnavailable
 	Other          Refusal = "other"
 )
 
@@ -101,6 +122,8 @@ func Of(r engine.Reason) Refusal {
 		return LoginElsewhere
 	case engine.ReasonBadLogin:
 		return BadLogin
+	case engine.ReasonUnavailable:
+		return Unavailable
 	}
 	return Other
 }
@@ -146,7 +169,10 @@ type Case struct {
 	// caller: forward-auth, whose peer is always its proxy, does not run
 	// it.
 	Direct bool
-	Calls  []Call
+	// StoreDown says the store is down throughout the case: Run gives
+	// the front a store whose Redis is gone (DownStore).
+	StoreDown bool
+	Calls     []Call
 }
 
 func ip(n string) string { return "192.0.2." + n + ":1234" }
@@ -227,6 +253,41 @@ var Cases = []Case{
 			{Path: "/t.V/Item/a", RemoteAddr: ip("12"), Want: refused(Rate, "item", 0)},
 			{Path: "/t.V/Item/b", RemoteAddr: ip("12"), Want: ok("item", 0, "ip")},
 		}},
+	{Name: "tenant", Why: "the keys of one tenant share its plan's tenant budget, reported when it is the most restrictive, beside each key's own limit",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: ip("30"), Header: bearer(TenantKey), Want: ok("team.tenant", 2, "key")},
+			{Path: "/t.V/Read", RemoteAddr: ip("31"), Header: bearer(OtherTenantKey), Want: ok("team.tenant", 1, "key")},
+			{Path: "/t.V/Read", RemoteAddr: ip("30"), Header: bearer(TenantKey), Want: ok("team.tenant", 0, "key")},
+			{Path: "/t.V/Read", RemoteAddr: ip("31"), Header: bearer(OtherTenantKey), Want: refused(Rate, "team.tenant", 0)},
+		}},
+	{Name: "allowlist", Direct: true, Why: "an allowlisted address is charged no rate limit and never refused by one, but an invalid key from it is still refused",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: ip("99"), Want: ok("", 0, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("99"), Want: ok("", 0, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("99"), Want: ok("", 0, "ip")},
+			{Path: "/t.V/Search", RemoteAddr: ip("99"), Want: ok("", 0, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("99"), Want: ok("", 0, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("99"), Header: bearer("no-such-key-099"), Want: refused(InvalidKey, "", 0)},
+		}},
+	{Name: "shadow limit", Why: "a route's shadow_limit (a candidate) is charged beside the enforced limits but never refuses and is never reported",
+		Calls: []Call{
+			{Path: "/t.V/Try", RemoteAddr: ip("32"), Want: ok("free", 2, "ip")},
+			{Path: "/t.V/Try", RemoteAddr: ip("32"), Want: ok("free", 1, "ip")},
+			{Path: "/t.V/Try", RemoteAddr: ip("32"), Want: ok("free", 0, "ip")},
+		}},
+	{Name: "fail open", StoreDown: true, Why: "while the store is down, an ordinary route is decided by the local fallback, which enforces the limit (this instance's share of it)",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: ip("33"), Want: ok("free", 2, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("33"), Want: ok("free", 1, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("33"), Want: ok("free", 0, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("33"), Want: refused(Rate, "free", 0)},
+		}},
+	{Name: "fail closed", StoreDown: true, Why: "while the store is down, a route set to fail closed refuses every call as unavailable, and the others still pass",
+		Calls: []Call{
+			{Path: "/t.V/Pay", RemoteAddr: ip("34"), Want: refused(Unavailable, "", 0)},
+			{Path: "/t.V/Pay", RemoteAddr: ip("34"), Header: bearer(Key), Want: refused(Unavailable, "", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("34"), Want: ok("free", 2, "ip")},
+		}},
 	{Name: "ambiguous path", HTTP: true, Why: "a path servers read as different routes is refused before anything is charged",
 		Calls: []Call{
 			{Path: "/t.V/Read/../Search", RemoteAddr: ip("13"), Want: refused(BadRequest, "", 0)},
@@ -247,12 +308,22 @@ var Cases = []Case{
 		}},
 }
 
+// A NewFront makes the front a case is run through: an engine under p
+// over store, behind the front's transport. call answers a call, and end
+// ends the calls it holds.
+type NewFront func(t *testing.T, p *policy.Policy, store tollgate.Store) (call func(Call) Answer, end func())
+
 // Run runs every case on fronts made by newFront, one per case on fresh
-// budgets: call answers a call, and end ends the calls it holds.
-func Run(t *testing.T, cases []Case, newFront func(t *testing.T, p *policy.Policy) (call func(Call) Answer, end func())) {
+// budgets: over a store made by newStore, or for a case with StoreDown,
+// over DownStore.
+func Run(t *testing.T, cases []Case, newStore func(t *testing.T) tollgate.Store, newFront NewFront) {
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
-			call, end := newFront(t, Policy(t))
+			s := newStore
+			if c.StoreDown {
+				s = DownStore
+			}
+			call, end := newFront(t, Policy(t), s(t))
 			defer end()
 			for i, cl := range c.Calls {
 				if got := call(cl); got != cl.Want {
@@ -261,6 +332,40 @@ func Run(t *testing.T, cases []Case, newFront func(t *testing.T, p *policy.Polic
 			}
 		})
 	}
+}
+
+// Now is the time the table is decided at: its stores' clock.
+var Now = time.UnixMilli(1_800_000_010_000)
+
+func clock() time.Time { return Now }
+
+// MemoryStore returns a memory store on the table's clock.
+func MemoryStore(t *testing.T) tollgate.Store {
+	s := memory.New(memory.Options{Now: clock})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// DownStore returns the store a gateway has while its Redis is down: the
+// resilience store over a real redis-server that stops answering before
+// the first call (stopped, so that its port stays its own), with a local
+// fallback on the table's clock.
+func DownStore(t *testing.T) tollgate.Store {
+	srv := redistest.Start(t)
+	primary, err := rstore.New(srv.NewClient(t), rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	local := memory.New(memory.Options{Now: clock})
+	s := resilience.New(primary, local, resilience.Options{Now: clock})
+	t.Cleanup(func() {
+		s.Close()
+		local.Close()
+	})
+	return s
 }
 
 // Request is the engine.Request c is on the HTTP front, its body read as
