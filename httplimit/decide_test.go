@@ -143,7 +143,7 @@ func httpAnswer(rec *httptest.ResponseRecorder, kind string) decidetest.Answer {
 		a.Refusal = decidetest.Rate
 	case p.Type == httplimit.ProblemTooManyInFlight:
 		a.Refusal = decidetest.Concurrency
-	case p.Type == httplimit.ProblemInvalidKey:
+	case p.Type == httplimit.ProblemInvalidKey, p.Type == httplimit.ProblemInvalidToken:
 		a.Refusal = decidetest.InvalidKey
 	case p.Type == httplimit.ProblemTooManyFailed && strings.Contains(p.Detail, "invalid API keys"):
 		a.Refusal = decidetest.InvalidKeys

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/internal/jwttest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
 	"github.com/tollgate/tollgate/resilience"
@@ -36,7 +37,9 @@ const (
 // policyText is the table's policy; SECRET is replaced by a fresh secret
 // per case, so cases sharing a Redis server never share a budget.
 const policyText = `version: d1
-identity: {secret: SECRET, anonymous_plan: free, user_plan: users, user_header: X-User-ID, trusted_proxies: [10.0.0.0/8]}
+identity:
+  {secret: SECRET, anonymous_plan: free, user_plan: users, user_header: X-User-ID, trusted_proxies: [10.0.0.0/8],
+   jwt: {jwks_url: JWKS, algorithms: [ES256], plan_claim: plan, tenant_claim: org}}
 allowlist: {addresses: [192.0.2.99/32]}
 plans:
   free: {algorithm: fixed_window, rate: 3, period: 1m}
@@ -69,12 +72,13 @@ routes:
   - {name: api, path: /}
 `
 
-// Policy returns the table's policy under a fresh secret.
-func Policy(tb testing.TB) *policy.Policy {
+// Policy returns the table's policy under a fresh secret, trusting the
+// JWTs the IdP at jwksURL signs.
+func Policy(tb testing.TB, jwksURL string) *policy.Policy {
 	tb.Helper()
 	b := make([]byte, 16)
 	rand.Read(b)
-	text := strings.NewReplacer("SECRET", hex.EncodeToString(b), "DIGEST2", identity.KeyDigest(TenantKey),
+	text := strings.NewReplacer("SECRET", hex.EncodeToString(b), "JWKS", jwksURL, "DIGEST2", identity.KeyDigest(TenantKey),
 		"DIGEST3", identity.KeyDigest(OtherTenantKey), "DIGEST", identity.KeyDigest(Key)).Replace(policyText)
 	p, err := policy.Parse([]byte(text), "decide.yaml")
 	if err != nil {
@@ -147,11 +151,20 @@ type Call struct {
 	Header       map[string]string
 	RemoteAddr   string // host:port
 	Body         string // a JSON body (Content-Type application/json)
+	// Token, if set, is presented as a bearer JWT (Authorization).
+	Token *Token
 	// Hold keeps the call in flight until the case ends (Done is not
 	// called before); Status is the service's answer (zero: 200).
 	Hold   bool
 	Status int
 	Want   Answer
+}
+
+// A Token is a bearer JWT, issued at Now for an hour and signed by the
+// table's identity provider, or, if Forged, by a key it never published.
+type Token struct {
+	Subject, Plan, Tenant string
+	Forged                bool
 }
 
 // A Case is a sequence of calls on fresh budgets, and why each answer is
@@ -253,6 +266,20 @@ var Cases = []Case{
 			{Path: "/t.V/Item/a", RemoteAddr: ip("12"), Want: refused(Rate, "item", 0)},
 			{Path: "/t.V/Item/b", RemoteAddr: ip("12"), Want: ok("item", 0, "ip")},
 		}},
+	{Name: "jwt", Why: "a verified bearer JWT is charged to its subject, from any address, under the plan its claim names or else the user plan; one that does not verify is refused as an invalid key",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: ip("40"), Token: &Token{Subject: "carol", Plan: "pro"}, Want: ok("pro.pro", 99, "jwt")},
+			{Path: "/t.V/Read", RemoteAddr: ip("41"), Token: &Token{Subject: "carol", Plan: "pro"}, Want: ok("pro.pro", 98, "jwt")},
+			{Path: "/t.V/Read", RemoteAddr: ip("40"), Token: &Token{Subject: "dave"}, Want: ok("users", 4, "jwt")},
+			{Path: "/t.V/Read", RemoteAddr: ip("40"), Token: &Token{Subject: "carol", Plan: "pro", Forged: true}, Want: refused(InvalidKey, "", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("40"), Want: ok("free", 2, "ip")},
+		}},
+	{Name: "jwt tenant", Why: "the tokens of one tenant share its plan's tenant budget, as its API keys do",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: ip("42"), Token: &Token{Subject: "erin", Plan: "team", Tenant: "globex"}, Want: ok("team.tenant", 2, "jwt")},
+			{Path: "/t.V/Read", RemoteAddr: ip("43"), Token: &Token{Subject: "frank", Plan: "team", Tenant: "globex"}, Want: ok("team.tenant", 1, "jwt")},
+			{Path: "/t.V/Read", RemoteAddr: ip("43"), Token: &Token{Subject: "grace", Plan: "team", Tenant: "initech"}, Want: ok("team.tenant", 2, "jwt")},
+		}},
 	{Name: "tenant", Why: "the keys of one tenant share its plan's tenant budget, reported when it is the most restrictive, beside each key's own limit",
 		Calls: []Call{
 			{Path: "/t.V/Read", RemoteAddr: ip("30"), Header: bearer(TenantKey), Want: ok("team.tenant", 2, "key")},
@@ -317,21 +344,42 @@ type NewFront func(t *testing.T, p *policy.Policy, store tollgate.Store) (call f
 // budgets: over a store made by newStore, or for a case with StoreDown,
 // over DownStore.
 func Run(t *testing.T, cases []Case, newStore func(t *testing.T) tollgate.Store, newFront NewFront) {
+	keys := [...]*jwttest.Key{jwttest.NewKey(t, "ES256", "idp"), jwttest.NewKey(t, "ES256", "forger")}
+	idp := jwttest.NewIdP(t, keys[0])
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			s := newStore
 			if c.StoreDown {
 				s = DownStore
 			}
-			call, end := newFront(t, Policy(t), s(t))
+			call, end := newFront(t, Policy(t, idp.JWKSURL()), s(t))
 			defer end()
 			for i, cl := range c.Calls {
+				if tk := cl.Token; tk != nil {
+					cl.Header = map[string]string{"Authorization": "Bearer " + tk.sign(t, keys)}
+				}
 				if got := call(cl); got != cl.Want {
 					t.Errorf("call %d (%s %s): got %+v, want %+v\n(%s)", i, cl.Method, cl.Path, got, cl.Want, c.Why)
 				}
 			}
 		})
 	}
+}
+
+// sign returns tk signed with keys[0], the IdP's, or if forged with
+// keys[1].
+func (tk *Token) sign(t *testing.T, keys [2]*jwttest.Key) string {
+	c := jwttest.Valid(tk.Subject, Now)
+	if tk.Plan != "" {
+		c = c.With("plan", tk.Plan)
+	}
+	if tk.Tenant != "" {
+		c = c.With("org", tk.Tenant)
+	}
+	if tk.Forged {
+		return jwttest.Sign(t, keys[1], c)
+	}
+	return jwttest.Sign(t, keys[0], c)
 }
 
 // Now is the time the table is decided at: its stores' clock.
