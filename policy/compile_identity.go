@@ -20,6 +20,19 @@ const DefaultMaxCredentialBody = 1 << 20
 // identity compiles the identity secret, the user header, the body limit
 // and the trusted proxies.
 func (c *compiler) identity(p *Policy, id IdentitySpec, env Env) {
+	c.identitySecret(p, id, env)
+	if id.UserHeader != "" && !headerPattern.MatchString(id.UserHeader) {
+		c.addf("identity.user_header", "not a header name: %q", id.UserHeader)
+	}
+	p.UserHeader = id.UserHeader
+	p.MaxCredentialBody = c.credentialBody(id.MaxBody)
+	p.CredentialFields = c.credentialFields(id.CredentialFields)
+	c.trustedProxies(p, id.TrustedProxies)
+}
+
+// identitySecret compiles the secret that keys the identity HMAC: the
+// file's, its environment variable's, or else the Env's generated one.
+func (c *compiler) identitySecret(p *Policy, id IdentitySpec, env Env) {
 	switch {
 	case id.Secret != "" && id.SecretEnv != "":
 		c.addf("identity.secret_env", "set secret or secret_env, not both")
@@ -35,37 +48,49 @@ func (c *compiler) identity(p *Policy, id IdentitySpec, env Env) {
 	if p.Secret != nil && len(p.Secret) < 16 {
 		c.addf("identity", "the secret must be at least 16 bytes")
 	}
-	if p.Secret == nil {
-		if p.Store.Type == "redis" {
-			c.addf("identity", "a shared store needs identity.secret or identity.secret_env, so every instance hashes subjects alike")
-		}
-		if len(env.Secret) < 16 {
-			c.addf("identity", "set identity.secret or identity.secret_env: no secret was generated for this policy")
-		}
-		p.Secret = bytes.Clone(env.Secret)
-		p.SecretGenerated = true
+	if p.Secret != nil {
+		return
 	}
-	if id.UserHeader != "" && !headerPattern.MatchString(id.UserHeader) {
-		c.addf("identity.user_header", "not a header name: %q", id.UserHeader)
+	if p.Store.Type == "redis" {
+		c.addf("identity", "a shared store needs identity.secret or identity.secret_env, so every instance hashes subjects alike")
 	}
-	p.UserHeader = id.UserHeader
-	p.MaxCredentialBody = int64(id.MaxBody)
+	if len(env.Secret) < 16 {
+		c.addf("identity", "set identity.secret or identity.secret_env: no secret was generated for this policy")
+	}
+	p.Secret = bytes.Clone(env.Secret)
+	p.SecretGenerated = true
+}
+
+// credentialBody compiles identity.max_body: the largest body read for a
+// credential.
+func (c *compiler) credentialBody(size ByteSize) int64 {
 	switch {
-	case id.MaxBody == 0:
-		p.MaxCredentialBody = DefaultMaxCredentialBody
-	case id.MaxBody < 1<<10 || id.MaxBody > 64<<20:
-		c.addf("identity.max_body", "want 1KiB to 64MiB, got %v", id.MaxBody)
+	case size == 0:
+		return DefaultMaxCredentialBody
+	case size < 1<<10 || size > 64<<20:
+		c.addf("identity.max_body", "want 1KiB to 64MiB, got %v", size)
 	}
-	p.CredentialFields = identity.DefaultFields
-	if id.CredentialFields != nil {
-		p.CredentialFields = identity.Fields(id.CredentialFields)
-	}
-	for i, f := range id.CredentialFields {
+	return int64(size)
+}
+
+// credentialFields compiles identity.credential_fields: the fields read
+// for a credential (the defaults when the file lists none).
+func (c *compiler) credentialFields(fields []string) identity.Fields {
+	for i, f := range fields {
 		if !fieldPattern.MatchString(f) {
 			c.addf(fmt.Sprintf("identity.credential_fields[%d]", i), "want a field name of 1-64 letters, digits, '_', '-' and '.', got %q", f)
 		}
 	}
-	for i, s := range id.TrustedProxies {
+	if fields == nil {
+		return identity.DefaultFields
+	}
+	return identity.Fields(fields)
+}
+
+// trustedProxies compiles identity.trusted_proxies, and warns of a list
+// that trusts far more than proxies.
+func (c *compiler) trustedProxies(p *Policy, list []string) {
+	for i, s := range list {
 		pre, err := parsePrefix(s)
 		if err != nil {
 			c.addf(fmt.Sprintf("identity.trusted_proxies[%d]", i), "%v", err)
@@ -73,18 +98,19 @@ func (c *compiler) identity(p *Policy, id IdentitySpec, env Env) {
 		}
 		p.TrustedProxies = append(p.TrustedProxies, pre)
 	}
-	if len(p.TrustedProxies) == len(id.TrustedProxies) {
-		cidrs := make([]string, len(p.TrustedProxies))
-		for i, pre := range p.TrustedProxies {
-			cidrs[i] = pre.String()
-		}
-		var err error
-		if p.Trusted, err = identity.ParseTrustedProxies(cidrs); err != nil {
-			c.addf("identity.trusted_proxies", "%v", err)
-		}
-		for _, w := range TrustWarnings(p.Trusted.Prefixes()) {
-			c.warnf("identity.trusted_proxies", "%s", w)
-		}
+	if len(p.TrustedProxies) != len(list) {
+		return
+	}
+	cidrs := make([]string, len(p.TrustedProxies))
+	for i, pre := range p.TrustedProxies {
+		cidrs[i] = pre.String()
+	}
+	var err error
+	if p.Trusted, err = identity.ParseTrustedProxies(cidrs); err != nil {
+		c.addf("identity.trusted_proxies", "%v", err)
+	}
+	for _, w := range TrustWarnings(p.Trusted.Prefixes()) {
+		c.warnf("identity.trusted_proxies", "%s", w)
 	}
 }
 
