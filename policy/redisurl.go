@@ -25,49 +25,71 @@ func CheckRedisURL(u string) error {
 	return nil
 }
 
+// checkRedisURL is CheckRedisURL, its error unwrapped.
 func checkRedisURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
 		return err
 	}
-	tls := false
-	switch u.Scheme {
-	case "redis", "valkey":
-	case "rediss", "valkeys":
-		tls = true
-	case "unix":
-		if strings.TrimSpace(u.Path) == "" {
-			return fmt.Errorf("want unix:// and the socket's path, got %q", s)
-		}
-	default:
-		return fmt.Errorf("unknown scheme %q (want redis://host:port/db, rediss:// or unix://)", u.Scheme)
+	tls, err := redisScheme(u, s)
+	if err != nil {
+		return err
 	}
 	if u.Scheme != "unix" {
 		if err := checkRedisAddr(u.Host); err != nil {
 			return err
 		}
-		// The path is empty, or one database number: /0, never / or /0/1.
-		if u.Path != "" {
-			db, more := strings.CutPrefix(u.Path, "/")
-			if !more || strings.Contains(db, "/") {
-				return fmt.Errorf("the path %q is not /<database number>", u.Path)
-			}
-			if err := checkDB(db); err != nil {
-				return err
-			}
+		if err := checkRedisPath(u.Path); err != nil {
+			return err
 		}
 	}
-	q := u.Query()
+	return checkRedisQuery(u.Query(), tls)
+}
+
+// redisScheme checks the URL's scheme (and a unix URL's socket path), and
+// reports whether it asks for TLS.
+func redisScheme(u *url.URL, s string) (tls bool, err error) {
+	switch u.Scheme {
+	case "redis", "valkey":
+		return false, nil
+	case "rediss", "valkeys":
+		return true, nil
+	case "unix":
+		if strings.TrimSpace(u.Path) == "" {
+			return false, fmt.Errorf("want unix:// and the socket's path, got %q", s)
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("unknown scheme %q (want redis://host:port/db, rediss:// or unix://)", u.Scheme)
+}
+
+// checkRedisPath checks the path of a host URL: empty, or one database
+// number: /0, never / or /0/1.
+func checkRedisPath(p string) error {
+	if p == "" {
+		return nil
+	}
+	db, more := strings.CutPrefix(p, "/")
+	if !more || strings.Contains(db, "/") {
+		return fmt.Errorf("the path %q is not /<database number>", p)
+	}
+	return checkDB(db)
+}
+
+// checkRedisQuery checks the URL's options: db, the timeouts, skip_verify
+// (read only with TLS) and every addr.
+func checkRedisQuery(q url.Values, tls bool) error {
 	if q.Has("db") {
 		if err := checkDB(q.Get("db")); err != nil {
 			return err
 		}
 	}
 	for _, name := range []string{"dial_timeout", "write_timeout"} {
-		if q.Has(name) {
-			if _, err := time.ParseDuration(q.Get(name)); err != nil {
-				return fmt.Errorf("%s=%q is not a duration (e.g. 500ms)", name, q.Get(name))
-			}
+		if !q.Has(name) {
+			continue
+		}
+		if _, err := time.ParseDuration(q.Get(name)); err != nil {
+			return fmt.Errorf("%s=%q is not a duration (e.g. 500ms)", name, q.Get(name))
 		}
 	}
 	if v := q.Get("skip_verify"); tls && v != "" {
