@@ -13,49 +13,70 @@ func (c *compiler) tracing(p *Policy, s TracingSpec, env Env) {
 	if endpoint == "" {
 		field, endpoint = "OTEL_EXPORTER_OTLP_ENDPOINT (the environment variable, as tracing.endpoint is unset)", env.lookup("OTEL_EXPORTER_OTLP_ENDPOINT")
 	}
-	t := TracingSettings{Sample: 1, ServiceName: "tollgate"}
-	if s.Sample != nil {
-		if v := *s.Sample; v < 0 || v > 1 || v != v {
-			c.addf("tracing.sample", "want a share from 0 to 1, got %v", v)
-		} else {
-			t.Sample = v
-		}
-	}
-	switch name := s.ServiceName; {
-	case name != "":
-		t.ServiceName = name
-	case env.lookup("OTEL_SERVICE_NAME") != "":
-		t.ServiceName = env.lookup("OTEL_SERVICE_NAME")
-	}
-	if len(t.ServiceName) > 255 || strings.ContainsFunc(t.ServiceName, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-		c.addf("tracing.service_name", "want at most 255 printable characters, got %q", t.ServiceName)
-	}
+	t := TracingSettings{Sample: c.traceSample(s.Sample), ServiceName: c.serviceName(s.ServiceName, env)}
 	if endpoint == "" {
 		if s.Sample != nil || s.ServiceName != "" {
 			c.warnf("tracing", "tracing is off: sample and service_name take effect only with an endpoint (tracing.endpoint or OTEL_EXPORTER_OTLP_ENDPOINT)")
 		}
 		return
 	}
+	if t.URL = c.tracesURL(field, endpoint); t.URL != "" {
+		p.Tracing = t
+	}
+}
+
+// traceSample compiles tracing.sample: the share of new traces recorded
+// (1 when unset).
+func (c *compiler) traceSample(sample *float64) float64 {
+	if sample == nil {
+		return 1
+	}
+	if v := *sample; v < 0 || v > 1 || v != v {
+		c.addf("tracing.sample", "want a share from 0 to 1, got %v", v)
+		return 1
+	}
+	return *sample
+}
+
+// serviceName compiles the name the gateway has in traces: the file's,
+// else OTEL_SERVICE_NAME's, else "tollgate".
+func (c *compiler) serviceName(name string, env Env) string {
+	switch {
+	case name != "":
+	case env.lookup("OTEL_SERVICE_NAME") != "":
+		name = env.lookup("OTEL_SERVICE_NAME")
+	default:
+		name = "tollgate"
+	}
+	if len(name) > 255 || strings.ContainsFunc(name, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		c.addf("tracing.service_name", "want at most 255 printable characters, got %q", name)
+	}
+	return name
+}
+
+// tracesURL returns where spans are posted for the collector's base URL
+// endpoint (read from field): its /v1/traces; or "" when endpoint is not
+// such a URL, a problem reported.
+func (c *compiler) tracesURL(field, endpoint string) string {
 	u, err := url.Parse(endpoint)
 	switch {
 	case err != nil:
 		c.addf(field, "want the collector's OTLP/HTTP base URL, e.g. http://collector:4318: %v", err)
-		return
+		return ""
 	case u.Scheme != "http" && u.Scheme != "https":
 		c.addf(field, "want an http or https URL, e.g. http://collector:4318, got %q", endpoint)
-		return
+		return ""
 	case u.Host == "" || u.Hostname() == "":
 		c.addf(field, "want a URL with a host, e.g. http://collector:4318, got %q", endpoint)
-		return
+		return ""
 	case u.User != nil:
 		c.addf(field, "credentials in the URL would be logged; use OTEL_EXPORTER_OTLP_HEADERS")
-		return
+		return ""
 	case u.RawQuery != "" || u.Fragment != "":
 		c.addf(field, "want a base URL without query or fragment, got %q", endpoint)
-		return
+		return ""
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
 	u.RawPath = ""
-	t.URL = u.String()
-	p.Tracing = t
+	return u.String()
 }
