@@ -63,64 +63,96 @@ func (r BudgetRole) Guard() bool {
 //     (BudgetRole.Guard), which stay enforced.
 func (p *Policy) Budgets() iter.Seq2[BudgetRole, *Budget] {
 	return func(yield func(BudgetRole, *Budget) bool) {
-		seen := map[*Budget]bool{}
-		emit := func(r BudgetRole, b *Budget) bool {
-			if b == nil || seen[b] {
-				return true
-			}
-			seen[b] = true
-			return yield(r, b)
-		}
-		seenPlan := map[*Plan]bool{}
-		plan := func(pl *Plan) bool {
-			if pl == nil || seenPlan[pl] {
-				return true
-			}
-			seenPlan[pl] = true
-			for _, b := range pl.Limits {
-				if !emit(RolePlan, b) {
-					return false
-				}
-			}
-			return emit(RoleTenant, pl.Tenant)
-		}
-		for _, n := range slices.Sorted(maps.Keys(p.Plans)) {
-			if !plan(p.Plans[n]) {
-				return
-			}
-		}
-		// Any plan named elsewhere is one of p.Plans, unless a policy was
-		// put together by hand: walk them anyway, in the order of their
-		// names.
-		others := []*Plan{p.AnonymousPlan, p.UserPlan}
-		for _, pl := range p.TenantPlans {
-			others = append(others, pl)
-		}
-		for _, k := range p.Keys {
-			others = append(others, k.Plan, k.OwnPlan)
-		}
-		others = slices.DeleteFunc(others, func(pl *Plan) bool { return pl == nil || seenPlan[pl] })
-		slices.SortStableFunc(others, func(a, b *Plan) int { return strings.Compare(a.Name, b.Name) })
-		for _, pl := range others {
-			if !plan(pl) {
-				return
-			}
+		w := &budgetWalk{yield: yield, seen: map[*Budget]bool{}, seenPlan: map[*Plan]bool{}}
+		if !w.plans(p) {
+			return
 		}
 		for _, r := range p.Routes {
-			if r.Limit != nil {
-				for _, b := range r.Limit.Limits {
-					if !emit(RoleRoute, b) {
-						return
-					}
-				}
-			}
-			if !emit(RoleGlobal, r.Global) || !emit(RoleCandidate, r.Candidate) {
-				return
-			}
-			if r.Login != nil && !emit(RoleLoginIP, r.Login.IPFailures) {
+			if !w.route(r) {
 				return
 			}
 		}
-		emit(RoleInvalidKey, p.InvalidKey)
+		w.budget(RoleInvalidKey, p.InvalidKey)
 	}
+}
+
+// budgetWalk is one walk of Policy.Budgets: where it yields, and the
+// budgets and plans it has visited, each visited once however many refer
+// to it. Its methods return false when the walk stops.
+type budgetWalk struct {
+	yield    func(BudgetRole, *Budget) bool
+	seen     map[*Budget]bool
+	seenPlan map[*Plan]bool
+}
+
+// budget yields b with its role, unless b is nil or yielded already.
+func (w *budgetWalk) budget(r BudgetRole, b *Budget) bool {
+	if b == nil || w.seen[b] {
+		return true
+	}
+	w.seen[b] = true
+	return w.yield(r, b)
+}
+
+// plan yields a plan's limits and its tenant budget, unless pl is nil or
+// walked already.
+func (w *budgetWalk) plan(pl *Plan) bool {
+	if pl == nil || w.seenPlan[pl] {
+		return true
+	}
+	w.seenPlan[pl] = true
+	for _, b := range pl.Limits {
+		if !w.budget(RolePlan, b) {
+			return false
+		}
+	}
+	return w.budget(RoleTenant, pl.Tenant)
+}
+
+// plans walks the policy's plans in the order of their names, then any
+// plan named elsewhere that is not one of them.
+func (w *budgetWalk) plans(p *Policy) bool {
+	for _, n := range slices.Sorted(maps.Keys(p.Plans)) {
+		if !w.plan(p.Plans[n]) {
+			return false
+		}
+	}
+	for _, pl := range w.otherPlans(p) {
+		if !w.plan(pl) {
+			return false
+		}
+	}
+	return true
+}
+
+// otherPlans returns the plans that identity, tenants and keys name and
+// the walk has not visited, in the order of their names. Any plan named
+// elsewhere is one of p.Plans, unless a policy was put together by hand.
+func (w *budgetWalk) otherPlans(p *Policy) []*Plan {
+	others := []*Plan{p.AnonymousPlan, p.UserPlan}
+	for _, pl := range p.TenantPlans {
+		others = append(others, pl)
+	}
+	for _, k := range p.Keys {
+		others = append(others, k.Plan, k.OwnPlan)
+	}
+	others = slices.DeleteFunc(others, func(pl *Plan) bool { return pl == nil || w.seenPlan[pl] })
+	slices.SortStableFunc(others, func(a, b *Plan) int { return strings.Compare(a.Name, b.Name) })
+	return others
+}
+
+// route yields a route's limit, global budget, candidate and login
+// failures per address.
+func (w *budgetWalk) route(r *Route) bool {
+	if r.Limit != nil {
+		for _, b := range r.Limit.Limits {
+			if !w.budget(RoleRoute, b) {
+				return false
+			}
+		}
+	}
+	if !w.budget(RoleGlobal, r.Global) || !w.budget(RoleCandidate, r.Candidate) {
+		return false
+	}
+	return r.Login == nil || w.budget(RoleLoginIP, r.Login.IPFailures)
 }
