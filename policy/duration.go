@@ -64,58 +64,93 @@ type edit struct {
 // withDays returns data with every duration written in days, in a field
 // of v's type, rewritten in hours (root is data parsed).
 func withDays(data []byte, root *yaml.Node, v any) []byte {
-	var edits []edit
+	w := &dayWalk{data: data, starts: lineStarts(data)}
+	w.walk(root, reflect.TypeOf(v))
+	if len(w.edits) == 0 {
+		return data
+	}
+	return applyEdits(data, w.edits)
+}
+
+// lineStarts returns the offset in data of every line's first byte.
+func lineStarts(data []byte) []int {
 	starts := []int{0}
 	for i, b := range data {
 		if b == '\n' {
 			starts = append(starts, i+1)
 		}
 	}
-	var walk func(n *yaml.Node, t reflect.Type)
-	walk = func(n *yaml.Node, t reflect.Type) {
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		if n.Kind == yaml.DocumentNode {
-			for _, c := range n.Content {
-				walk(c, t)
-			}
-			return
-		}
-		switch {
-		case t == durationType:
-			if n.Kind == yaml.ScalarNode {
-				if e, ok := dayEdit(data, starts, n); ok {
-					edits = append(edits, e)
-				}
-			}
-		case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
-			fields := yamlFields(t)
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				if ft, ok := fields[n.Content[i].Value]; ok {
-					walk(n.Content[i+1], ft)
-				}
-			}
-		case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				walk(n.Content[i+1], t.Elem())
-			}
-		case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
-			for _, c := range n.Content {
-				walk(c, t.Elem())
-			}
-		}
-	}
-	walk(root, reflect.TypeOf(v))
-	if len(edits) == 0 {
-		return data
-	}
+	return starts
+}
+
+// applyEdits returns a copy of data with the edits made; they do not
+// overlap.
+func applyEdits(data []byte, edits []edit) []byte {
 	sort.Slice(edits, func(i, j int) bool { return edits[i].at > edits[j].at })
 	out := append([]byte(nil), data...)
 	for _, e := range edits {
 		out = append(out[:e.at], append([]byte(e.text), out[e.at+e.n:]...)...)
 	}
 	return out
+}
+
+// dayWalk collects the edits that rewrite a file's durations in days:
+// data is the file, starts its lines' offsets (lineStarts).
+type dayWalk struct {
+	data   []byte
+	starts []int
+	edits  []edit
+}
+
+// walk visits the node n, decoded into a value of type t, and every node
+// under it that a duration field is decoded from.
+func (w *dayWalk) walk(n *yaml.Node, t reflect.Type) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case n.Kind == yaml.DocumentNode:
+		for _, c := range n.Content {
+			w.walk(c, t)
+		}
+	case t == durationType:
+		w.duration(n)
+	case n.Kind == yaml.MappingNode:
+		w.mapping(n, t)
+	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
+		for _, c := range n.Content {
+			w.walk(c, t.Elem())
+		}
+	}
+}
+
+// duration records the edit that rewrites the node of a duration field,
+// if it is a scalar written in days.
+func (w *dayWalk) duration(n *yaml.Node) {
+	if n.Kind != yaml.ScalarNode {
+		return
+	}
+	if e, ok := dayEdit(w.data, w.starts, n); ok {
+		w.edits = append(w.edits, e)
+	}
+}
+
+// mapping visits the values of a mapping decoded into a struct (those of
+// its fields) or a map.
+func (w *dayWalk) mapping(n *yaml.Node, t reflect.Type) {
+	switch t.Kind() {
+	case reflect.Struct:
+		fields := yamlFields(t)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if ft, ok := fields[n.Content[i].Value]; ok {
+				w.walk(n.Content[i+1], ft)
+			}
+		}
+	case reflect.Map:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			w.walk(n.Content[i+1], t.Elem())
+		}
+	}
 }
 
 // dayEdit returns the edit that writes the scalar n, a duration in days,
@@ -130,33 +165,39 @@ func dayEdit(data []byte, starts []int, n *yaml.Node) (edit, bool) {
 	if i := strings.IndexByte(string(line), '\n'); i >= 0 {
 		line = line[:i]
 	}
-	// Columns count characters.
-	at := -1
-	col := 1
-	for i := range string(line) {
-		if col == n.Column {
-			at = i
-			break
-		}
-		col++
-	}
-	if at < 0 {
-		return edit{}, false
-	}
-	raw := n.Value
-	switch n.Style {
-	case yaml.DoubleQuotedStyle:
-		raw = `"` + raw + `"`
-	case yaml.SingleQuotedStyle:
-		raw = `'` + raw + `'`
-	case 0:
-	default:
-		return edit{}, false
-	}
-	if !strings.HasPrefix(string(line[at:]), raw) {
+	at := columnOffset(string(line), n.Column)
+	raw, ok := asWritten(n)
+	if at < 0 || !ok || !strings.HasPrefix(string(line[at:]), raw) {
 		return edit{}, false
 	}
 	return edit{at: starts[n.Line-1] + at, n: len(raw), text: d.String()}, true
+}
+
+// columnOffset returns the byte offset in line of the column col
+// (columns count characters, from 1), or -1 past its end.
+func columnOffset(line string, col int) int {
+	c := 1
+	for i := range line {
+		if c == col {
+			return i
+		}
+		c++
+	}
+	return -1
+}
+
+// asWritten returns the scalar n as its text spells it: plain, or in
+// quotes; ok is false for the other styles (block, folded).
+func asWritten(n *yaml.Node) (string, bool) {
+	switch n.Style {
+	case 0:
+		return n.Value, true
+	case yaml.DoubleQuotedStyle:
+		return `"` + n.Value + `"`, true
+	case yaml.SingleQuotedStyle:
+		return `'` + n.Value + `'`, true
+	}
+	return "", false
 }
 
 // yamlFields maps the YAML names of a struct's fields, those of inline
