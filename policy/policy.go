@@ -3,6 +3,7 @@ package policy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -486,62 +487,95 @@ func (o Overrides) Fitting(p *Policy) (Overrides, []error) {
 // o does not fit p (an unknown plan, a malformed digest). p is unchanged.
 func (p *Policy) Override(o Overrides) (*Policy, error) {
 	q := *p
-	q.TenantPlans = make(map[string]*Plan, len(p.TenantPlans)+len(o.Tenants))
-	for t, pl := range p.TenantPlans {
-		q.TenantPlans[t] = pl
+	var err error
+	if q.TenantPlans, err = p.overrideTenants(o.Tenants); err != nil {
+		return nil, err
 	}
-	for t, name := range o.Tenants {
+	if q.Keys, err = p.overrideKeys(o.Keys); err != nil {
+		return nil, err
+	}
+	keysInForce(q.Keys, q.TenantPlans)
+	return &q, nil
+}
+
+// overrideTenants returns p's tenant plans with the overrides laid over
+// them ("" removes one).
+func (p *Policy) overrideTenants(tenants map[string]string) (map[string]*Plan, error) {
+	out := make(map[string]*Plan, len(p.TenantPlans)+len(tenants))
+	maps.Copy(out, p.TenantPlans)
+	for t, name := range tenants {
 		if err := CheckName("tenant", t); err != nil {
 			return nil, fmt.Errorf("overriding tenant %.64q: %w", t, err)
 		}
 		if name == "" {
-			delete(q.TenantPlans, t)
+			delete(out, t)
 			continue
 		}
 		pl, ok := p.Plans[name]
 		if !ok {
 			return nil, fmt.Errorf("overriding tenant %q: no plan named %q", t, name)
 		}
-		q.TenantPlans[t] = pl
+		out[t] = pl
 	}
-	q.Keys = make(map[string]*APIKey, len(p.Keys)+len(o.Keys))
+	return out, nil
+}
+
+// overrideKeys returns p's keys (by digest) with the keys overridden by
+// id replaced or, for a nil spec, removed. Each key has its own plan.
+func (p *Policy) overrideKeys(keys map[string]*KeySpec) (map[string]*APIKey, error) {
+	out := make(map[string]*APIKey, len(p.Keys)+len(keys))
 	for d, k := range p.Keys {
-		if _, replaced := o.Keys[k.ID]; replaced {
-			continue
+		if _, replaced := keys[k.ID]; !replaced {
+			out[d] = k
 		}
-		q.Keys[d] = k
 	}
-	for id, ks := range o.Keys {
+	for id, ks := range keys {
 		if ks == nil {
 			continue
 		}
-		if !namePattern.MatchString(id) || !digestPattern.MatchString(ks.Digest) {
-			return nil, fmt.Errorf("overriding key %q: want an id of letters, digits, '.', '_' or '-' and a sha256:<hex> digest", id)
-		}
-		if err := checkKeyNames(*ks); err != nil {
+		k, err := p.overrideKey(id, ks)
+		if err != nil {
 			return nil, fmt.Errorf("overriding key %q: %w", id, err)
 		}
-		pl, ok := p.Plans[ks.Plan]
-		if !ok {
-			return nil, fmt.Errorf("overriding key %q: no plan named %q", id, ks.Plan)
-		}
-		if _, dup := q.Keys[ks.Digest]; dup {
+		if _, dup := out[ks.Digest]; dup {
 			return nil, fmt.Errorf("overriding key %q: that key is already listed", id)
 		}
-		q.Keys[ks.Digest] = &APIKey{ID: id, Tenant: ks.Tenant, User: ks.User, Plan: pl, OwnPlan: pl}
+		out[ks.Digest] = k
 	}
-	for d, k := range q.Keys {
+	return out, nil
+}
+
+// overrideKey returns the key id that ks describes, or what is wrong
+// with it.
+func (p *Policy) overrideKey(id string, ks *KeySpec) (*APIKey, error) {
+	if !namePattern.MatchString(id) || !digestPattern.MatchString(ks.Digest) {
+		return nil, errors.New("want an id of letters, digits, '.', '_' or '-' and a sha256:<hex> digest")
+	}
+	if err := checkKeyNames(*ks); err != nil {
+		return nil, err
+	}
+	pl, ok := p.Plans[ks.Plan]
+	if !ok {
+		return nil, fmt.Errorf("no plan named %q", ks.Plan)
+	}
+	return &APIKey{ID: id, Tenant: ks.Tenant, User: ks.User, Plan: pl, OwnPlan: pl}, nil
+}
+
+// keysInForce gives every key of keys the plan in force: its tenant's
+// override, else its own. A key whose plan changes is copied, never
+// changed in place (the policy it came from may be running).
+func keysInForce(keys map[string]*APIKey, tenantPlans map[string]*Plan) {
+	for d, k := range keys {
 		want := k.OwnPlan
-		if tp := q.TenantPlans[k.Tenant]; tp != nil && k.Tenant != "" {
+		if tp := tenantPlans[k.Tenant]; tp != nil && k.Tenant != "" {
 			want = tp
 		}
 		if k.Plan != want {
 			c := *k
 			c.Plan = want
-			q.Keys[d] = &c
+			keys[d] = &c
 		}
 	}
-	return &q, nil
 }
 
 // Match returns the route for a request, or nil. path should be cleaned
