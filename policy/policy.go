@@ -378,57 +378,87 @@ func ParseEnv(data []byte, name string, env Env) (*Policy, error) {
 	if len(c.problems) > 0 {
 		return nil, c.err()
 	}
-	keys := f.APIKeys
-	keyLines, keyFile := c.lines, name
-	if f.KeysFile != "" && env.NoFiles {
-		c.warnf("keys_file", "not read: this policy comes from a request, and such a policy opens no file; it has only the keys listed in api_keys")
-	}
-	if f.KeysFile != "" && !env.NoFiles {
-		kp := f.KeysFile
-		if !filepath.IsAbs(kp) {
-			kp = filepath.Join(filepath.Dir(name), kp)
-		}
-		data, err := os.ReadFile(kp)
-		if err != nil {
-			c.add(c.lines, name, "keys_file", "reading keys file: %v", err)
-			return nil, c.err()
-		}
-		var kf struct {
-			APIKeys []KeySpec `yaml:"api_keys"`
-		}
-		kl := c.decode(data, kp, &kf)
-		if len(c.problems) > 0 {
-			return nil, c.err()
-		}
-		if len(f.APIKeys) > 0 && len(kf.APIKeys) > 0 {
-			c.add(c.lines, name, "keys_file", "API keys are listed both here and in %s; keep them in one place", f.KeysFile)
-		}
-		if len(kf.APIKeys) > 0 {
-			keys, keyLines, keyFile = kf.APIKeys, kl, kp
-		}
+	keys, ok := c.keys(&f, name, env)
+	if !ok {
+		return nil, c.err()
 	}
 	p := c.compile(&f, env)
-	c.compileKeys(p, keys, keyLines, keyFile)
+	c.compileKeys(p, keys.list, keys.lines, keys.file)
 	c.allowlist(p, f.Allowlist)
 	if len(c.problems) > 0 {
 		return nil, c.err()
 	}
 	p.Source = name
 	p.Warnings = c.warnings
+	if f.KeysFile != "" && !env.NoFiles {
+		p.KeysPath = keysPath(name, f.KeysFile)
+	}
+	p.Hash = policyHash(data, p.KeysPath)
+	return p, nil
+}
+
+// keyList is where the API keys of a policy are listed: the file's own
+// list, or its keys file's, with the line map of the file they are in.
+type keyList struct {
+	list  []KeySpec
+	lines map[string]int
+	file  string
+}
+
+// keys returns the API keys of the file f (named name): its own, or
+// those of its keys file, which it reads unless env opens no files. ok
+// is false when the keys file cannot be read or decoded.
+func (c *compiler) keys(f *File, name string, env Env) (keys keyList, ok bool) {
+	keys = keyList{list: f.APIKeys, lines: c.lines, file: name}
+	if f.KeysFile == "" {
+		return keys, true
+	}
+	if env.NoFiles {
+		c.warnf("keys_file", "not read: this policy comes from a request, and such a policy opens no file; it has only the keys listed in api_keys")
+		return keys, true
+	}
+	kp := keysPath(name, f.KeysFile)
+	data, err := os.ReadFile(kp)
+	if err != nil {
+		c.add(c.lines, name, "keys_file", "reading keys file: %v", err)
+		return keys, false
+	}
+	var kf struct {
+		APIKeys []KeySpec `yaml:"api_keys"`
+	}
+	kl := c.decode(data, kp, &kf)
+	if len(c.problems) > 0 {
+		return keys, false
+	}
+	if len(f.APIKeys) > 0 && len(kf.APIKeys) > 0 {
+		c.add(c.lines, name, "keys_file", "API keys are listed both here and in %s; keep them in one place", f.KeysFile)
+	}
+	if len(kf.APIKeys) > 0 {
+		keys = keyList{list: kf.APIKeys, lines: kl, file: kp}
+	}
+	return keys, true
+}
+
+// keysPath returns the path of the keys file keysFile that the policy
+// file name names: relative to name's directory unless absolute.
+func keysPath(name, keysFile string) string {
+	if filepath.IsAbs(keysFile) {
+		return keysFile
+	}
+	return filepath.Join(filepath.Dir(name), keysFile)
+}
+
+// policyHash returns the hex SHA-256 of a policy file's data and of its
+// keys file at keysPath, if any and readable.
+func policyHash(data []byte, keysPath string) string {
 	h := sha256.New()
 	h.Write(data)
-	if f.KeysFile != "" && !env.NoFiles {
-		kp := f.KeysFile
-		if !filepath.IsAbs(kp) {
-			kp = filepath.Join(filepath.Dir(name), kp)
-		}
-		if kd, err := os.ReadFile(kp); err == nil {
+	if keysPath != "" {
+		if kd, err := os.ReadFile(keysPath); err == nil {
 			h.Write(kd)
 		}
-		p.KeysPath = kp
 	}
-	p.Hash = hex.EncodeToString(h.Sum(nil))
-	return p, nil
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Overrides are runtime changes laid over a policy file: API keys added or
