@@ -37,31 +37,8 @@ func checkRoutePath(p string) error {
 	if !strings.HasPrefix(p, "/") {
 		return fmt.Errorf("want an absolute path such as /api/ (prefix) or /login (exact), got %q", p)
 	}
-	for i := 0; i < len(p); {
-		r, size := utf8.DecodeRuneInString(p[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			return fmt.Errorf("%q is not valid UTF-8", p)
-		case r == '%':
-			return fmt.Errorf("%q contains a percent-encoding: routes match the decoded request path (a request for /a%%2Fb is matched as /a/b), so write the characters themselves", p)
-		case r == '\\':
-			return fmt.Errorf("%q contains a backslash: the gateway does not treat it as a separator but some upstreams do, so the route would not cover the requests it names", p)
-		case r == '?':
-			return fmt.Errorf("%q contains '?': the query is not part of the path", p)
-		case r == '#':
-			return fmt.Errorf("%q contains '#': the fragment is not part of the path", p)
-		case r == ' ':
-			return fmt.Errorf("%q contains a space", p)
-		case r == ';':
-			return fmt.Errorf("%q contains ';': requests are matched without path parameters (/a;x=1 is matched as /a, as Servlet containers read it)", p)
-		case r < 0x20 || r == 0x7f:
-			return fmt.Errorf("%q contains a control character (byte %#02x)", p, r)
-		case !unicode.IsPrint(r):
-			return fmt.Errorf("%q contains an invisible or non-printing character (%U)", p, r)
-		case strings.ContainsRune("*<>", r):
-			return fmt.Errorf("%q: route paths are literal but for whole-segment parameters ({id}), %q is not a wildcard; a path ending in / matches everything under it", p, r)
-		}
-		i += size
+	if err := checkPathChars(p); err != nil {
+		return err
 	}
 	if strings.Contains(p, "/:") {
 		return fmt.Errorf("%q: route paths are literal, a segment starting with ':' is not a parameter (write {id}); a path ending in / matches everything under it", p)
@@ -74,6 +51,49 @@ func checkRoutePath(p string) error {
 	}
 	if strings.HasPrefix(MatchKey(p)+"/", ReservedPrefix) {
 		return fmt.Errorf("%q is under %s, which is reserved for Tollgate's own endpoints (forward-auth)", p, ReservedPrefix)
+	}
+	return nil
+}
+
+// pathCharProblems says, for each printable character a route path may
+// not hold, why (its %q is the path).
+var pathCharProblems = map[rune]string{
+	'%':  "%q contains a percent-encoding: routes match the decoded request path (a request for /a%%2Fb is matched as /a/b), so write the characters themselves",
+	'\\': "%q contains a backslash: the gateway does not treat it as a separator but some upstreams do, so the route would not cover the requests it names",
+	'?':  "%q contains '?': the query is not part of the path",
+	'#':  "%q contains '#': the fragment is not part of the path",
+	' ':  "%q contains a space",
+	';':  "%q contains ';': requests are matched without path parameters (/a;x=1 is matched as /a, as Servlet containers read it)",
+}
+
+// checkPathChars reports the first character of the route path p that
+// no route path may hold, or invalid UTF-8.
+func checkPathChars(p string) error {
+	for i := 0; i < len(p); {
+		r, size := utf8.DecodeRuneInString(p[i:])
+		if r == utf8.RuneError && size == 1 {
+			return fmt.Errorf("%q is not valid UTF-8", p)
+		}
+		if err := checkPathChar(p, r); err != nil {
+			return err
+		}
+		i += size
+	}
+	return nil
+}
+
+// checkPathChar reports why the route path p may not hold r, or nil.
+func checkPathChar(p string, r rune) error {
+	if msg, ok := pathCharProblems[r]; ok {
+		return fmt.Errorf(msg, p)
+	}
+	switch {
+	case r < 0x20 || r == 0x7f:
+		return fmt.Errorf("%q contains a control character (byte %#02x)", p, r)
+	case !unicode.IsPrint(r):
+		return fmt.Errorf("%q contains an invisible or non-printing character (%U)", p, r)
+	case strings.ContainsRune("*<>", r):
+		return fmt.Errorf("%q: route paths are literal but for whole-segment parameters ({id}), %q is not a wildcard; a path ending in / matches everything under it", p, r)
 	}
 	return nil
 }
