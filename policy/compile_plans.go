@@ -2,7 +2,8 @@ package policy
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 )
 
@@ -11,12 +12,7 @@ func (c *compiler) plans(p *Policy, f *File) {
 	if len(f.Plans) == 0 {
 		c.addf("plans", "define at least one plan")
 	}
-	names := make([]string, 0, len(f.Plans))
-	for n := range f.Plans {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(f.Plans)) {
 		path := "plans." + n
 		if !namePattern.MatchString(n) {
 			c.addf(path, "plan names are 1-64 letters, digits, '.', '_' or '-'")
@@ -53,16 +49,11 @@ func (c *compiler) planRef(p *Policy, f *File, path, name string) *Plan {
 
 // plan compiles one plan.
 func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
+	if spec.Unlimited {
+		return c.unlimitedPlan(path, name, spec)
+	}
 	pl := &Plan{Name: name}
 	inline := spec.LimitSpec != (LimitSpec{})
-	if spec.Unlimited {
-		if inline || len(spec.Limits) > 0 || spec.Tenant != nil {
-			c.addf(path+".unlimited", "an unlimited plan takes no limits (no rate, limits or tenant)")
-			return nil
-		}
-		pl.Unlimited = true
-		return pl
-	}
 	switch {
 	case inline && len(spec.Limits) > 0:
 		c.addf(path, "write the plan's limit inline or under limits, not both")
@@ -72,24 +63,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
 			pl.Limits = []*Budget{newBudget(name, planID(name), l, spec.Shadow)}
 		}
 	case len(spec.Limits) > 0:
-		if len(spec.Limits) > 8 {
-			c.addf(path+".limits", "at most 8 limits per plan")
-		}
-		seen := map[string]bool{}
-		for i, ls := range spec.Limits {
-			lp := fmt.Sprintf("%s.limits[%d]", path, i)
-			ln := ls.Name
-			if ln == "" {
-				ln = strconv.Itoa(i)
-			}
-			if !namePattern.MatchString(ln) || seen[ln] {
-				c.addf(lp+".name", "limit names are unique in a plan, 1-64 letters, digits, '.', '_' or '-' (got %q)", ls.Name)
-			}
-			seen[ln] = true
-			if l, ok := c.limit(lp, ls.LimitSpec); ok {
-				pl.Limits = append(pl.Limits, newBudget(name+"."+ln, planLimitID(name, ln), l, ls.Shadow))
-			}
-		}
+		pl.Limits = c.planLimits(path, name, spec.Limits)
 	default:
 		c.addf(path, "a plan needs a limit (rate and period), limits, or unlimited: true")
 		return nil
@@ -103,4 +77,37 @@ func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
 		return nil
 	}
 	return pl
+}
+
+// unlimitedPlan compiles a plan of unlimited: true, which takes no limits.
+func (c *compiler) unlimitedPlan(path, name string, spec PlanSpec) *Plan {
+	if spec.LimitSpec != (LimitSpec{}) || len(spec.Limits) > 0 || spec.Tenant != nil {
+		c.addf(path+".unlimited", "an unlimited plan takes no limits (no rate, limits or tenant)")
+		return nil
+	}
+	return &Plan{Name: name, Unlimited: true}
+}
+
+// planLimits compiles the limits listed under a plan's limits.
+func (c *compiler) planLimits(path, plan string, limits []NamedLimitSpec) []*Budget {
+	if len(limits) > 8 {
+		c.addf(path+".limits", "at most 8 limits per plan")
+	}
+	var out []*Budget
+	seen := map[string]bool{}
+	for i, ls := range limits {
+		lp := fmt.Sprintf("%s.limits[%d]", path, i)
+		ln := ls.Name
+		if ln == "" {
+			ln = strconv.Itoa(i)
+		}
+		if !namePattern.MatchString(ln) || seen[ln] {
+			c.addf(lp+".name", "limit names are unique in a plan, 1-64 letters, digits, '.', '_' or '-' (got %q)", ls.Name)
+		}
+		seen[ln] = true
+		if l, ok := c.limit(lp, ls.LimitSpec); ok {
+			out = append(out, newBudget(plan+"."+ln, planLimitID(plan, ln), l, ls.Shadow))
+		}
+	}
+	return out
 }
