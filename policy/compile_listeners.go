@@ -51,21 +51,7 @@ func (c *compiler) connLimits(s ListenerSpec) ConnLimits {
 		MaxConns:          s.MaxConns,
 		AdminMaxConns:     orDefault(s.AdminMaxConns, DefaultAdminMaxConns),
 	}
-	// A timeout too long to bound anything is as wrong as none.
-	for _, d := range []struct {
-		path     string
-		v, most  time.Duration
-		mostText string
-	}{
-		{"listeners.header_timeout", l.HeaderTimeout, time.Minute, "1m"},
-		{"listeners.body_timeout", l.BodyTimeout, time.Hour, "1h"},
-		{"listeners.idle_timeout", l.IdleTimeout, time.Hour, "1h"},
-		{"listeners.send_timeout", l.SendTimeout, 10 * time.Minute, "10m"},
-	} {
-		if d.v < 100*time.Millisecond || d.v > d.most {
-			c.addf(d.path, "want 100ms to %s, got %v", d.mostText, d.v)
-		}
-	}
+	c.connTimeouts(l)
 	if l.MaxConnsPerClient < 1 {
 		c.addf("listeners.max_conns_per_client", "want at least 1 connection, got %d", l.MaxConnsPerClient)
 	}
@@ -84,20 +70,39 @@ func (c *compiler) connLimits(s ListenerSpec) ConnLimits {
 	return l
 }
 
+// connTimeouts checks the listeners' timeouts: at least 100ms, and none
+// too long to bound anything, which is as wrong as none.
+func (c *compiler) connTimeouts(l ConnLimits) {
+	for _, d := range []struct {
+		path     string
+		v, most  time.Duration
+		mostText string
+	}{
+		{"listeners.header_timeout", l.HeaderTimeout, time.Minute, "1m"},
+		{"listeners.body_timeout", l.BodyTimeout, time.Hour, "1h"},
+		{"listeners.idle_timeout", l.IdleTimeout, time.Hour, "1h"},
+		{"listeners.send_timeout", l.SendTimeout, 10 * time.Minute, "10m"},
+	} {
+		if d.v < 100*time.Millisecond || d.v > d.most {
+			c.addf(d.path, "want 100ms to %s, got %v", d.mostText, d.v)
+		}
+	}
+}
+
 // listeners compiles the listen addresses, the admin token and the
 // connection bounds.
 func (c *compiler) listeners(p *Policy, s ListenerSpec, env Env) {
-	p.Public, p.Admin = s.Public, s.Admin
-	if env.Public != "" {
-		p.Public = env.Public
-	}
-	if env.Admin != "" {
-		p.Admin = env.Admin
-	}
-	if p.Admin == "" {
-		p.Admin = "127.0.0.1:9090"
-	}
-	if name := s.AdminTokenEnv; name != "" {
+	p.Public = orDefault(env.Public, s.Public)
+	p.Admin = orDefault(orDefault(env.Admin, s.Admin), "127.0.0.1:9090")
+	c.adminToken(p, s.AdminTokenEnv, env)
+	c.listenAddrs(p)
+	p.Conns = c.connLimits(s)
+}
+
+// adminToken compiles the admin listener's token, from the environment
+// variable name, which an admin listener off loopback needs.
+func (c *compiler) adminToken(p *Policy, name string, env Env) {
+	if name != "" {
 		if p.AdminToken = env.lookup(name); len(p.AdminToken) < 16 {
 			c.addf("listeners.admin_token_env", "environment variable %s must hold a token of at least 16 bytes", name)
 		}
@@ -105,8 +110,12 @@ func (c *compiler) listeners(p *Policy, s ListenerSpec, env Env) {
 	if host, _, err := net.SplitHostPort(p.Admin); err == nil && !identity.LoopbackHost(host) && p.AdminToken == "" {
 		c.addf("listeners.admin", "the admin listener on %s is not loopback: set admin_token_env so it requires a token", p.Admin)
 	}
-	// No public listener is a policy for the middleware alone; the
-	// gateway needs one (tollgate serve --listen, or the file's).
+}
+
+// listenAddrs checks that the listen addresses are host:port, and
+// differ. No public listener is a policy for the middleware alone; the
+// gateway needs one (tollgate serve --listen, or the file's).
+func (c *compiler) listenAddrs(p *Policy) {
 	for _, l := range []struct{ path, addr string }{{"listeners.public", p.Public}, {"listeners.admin", p.Admin}} {
 		if l.addr == "" && l.path == "listeners.public" {
 			continue
@@ -118,5 +127,4 @@ func (c *compiler) listeners(p *Policy, s ListenerSpec, env Env) {
 	if p.Public != "" && p.Public == p.Admin {
 		c.addf("listeners.admin", "the admin listener must not share the public address %s", p.Public)
 	}
-	p.Conns = c.connLimits(s)
 }
