@@ -318,14 +318,42 @@ func (r *Route) KeyValues(req RouteRequest, params Params, subject string, claim
 // limit_key.
 func (c *compiler) compileMatch(p *Policy, path string, r *Route, rs *RouteSpec, claims map[string]bool) {
 	if rs.Host != "" {
-		h := strings.ToLower(rs.Host)
-		if !hostPattern.MatchString(h) {
-			c.addf(path+".host", "want a host name such as api.example.com or *.example.com (no port, no scheme), got %q", rs.Host)
-		}
-		r.Host = h
+		r.Host = c.routeHost(path, rs.Host)
 		p.hostRoutes = true
 	}
-	switch rs.Match {
+	c.matchMode(path, r, rs.Match)
+	r.key = MatchKey(r.Path)
+	r.segs, r.params = pattern(r.key)
+	for _, n := range r.params {
+		if n != "" {
+			r.Params = append(r.Params, n)
+		}
+	}
+	r.Headers = c.conds(path+".headers", rs.Headers, true, p.UserHeader)
+	r.Query = c.conds(path+".query", rs.Query, false, "")
+	for _, cd := range r.Headers {
+		p.readHeader(cd.Name)
+	}
+	for _, cd := range r.Query {
+		p.readQuery(cd.Name)
+	}
+	c.limitKey(p, path, r, rs, claims)
+}
+
+// routeHost compiles a route's host: a host name, or *. and one for any
+// host under it, in lower case.
+func (c *compiler) routeHost(path, host string) string {
+	h := strings.ToLower(host)
+	if !hostPattern.MatchString(h) {
+		c.addf(path+".host", "want a host name such as api.example.com or *.example.com (no port, no scheme), got %q", host)
+	}
+	return h
+}
+
+// matchMode compiles a route's match: whether its path is a prefix
+// (default: when it ends in '/').
+func (c *compiler) matchMode(path string, r *Route, match string) {
+	switch match {
 	case "":
 	case "prefix":
 		if !strings.HasSuffix(r.Path, "/") {
@@ -338,30 +366,24 @@ func (c *compiler) compileMatch(p *Policy, path string, r *Route, rs *RouteSpec,
 		}
 		r.Prefix = false
 	default:
-		c.addf(path+".match", "want exact or prefix, got %q", rs.Match)
+		c.addf(path+".match", "want exact or prefix, got %q", match)
 	}
-	r.key = MatchKey(r.Path)
-	r.segs, r.params = pattern(r.key)
-	if r.segs != nil {
-		for _, n := range r.params {
-			if n != "" {
-				r.Params = append(r.Params, n)
-			}
-		}
+}
+
+// readHeader records that some route matches or keys on the header name
+// (canonical).
+func (p *Policy) readHeader(name string) {
+	if !slices.Contains(p.condHeaders, name) {
+		p.condHeaders = append(p.condHeaders, name)
 	}
-	r.Headers = c.conds(path+".headers", rs.Headers, true, p.UserHeader)
-	r.Query = c.conds(path+".query", rs.Query, false, "")
-	for _, cd := range r.Headers {
-		if !slices.Contains(p.condHeaders, cd.Name) {
-			p.condHeaders = append(p.condHeaders, cd.Name)
-		}
+}
+
+// readQuery records that some route matches or keys on the query
+// parameter name.
+func (p *Policy) readQuery(name string) {
+	if !slices.Contains(p.condQuery, name) {
+		p.condQuery = append(p.condQuery, name)
 	}
-	for _, cd := range r.Query {
-		if !slices.Contains(p.condQuery, cd.Name) {
-			p.condQuery = append(p.condQuery, cd.Name)
-		}
-	}
-	c.limitKey(p, path, r, rs, claims)
 }
 
 // limitKey compiles a route's limit_key: what its own limit is counted
@@ -397,16 +419,12 @@ func (c *compiler) keyPart(p *Policy, kp, s string, r *Route, claims map[string]
 			c.addf(kp, "header:<Name>, not a credential, forwarding or framing header (got %q)", name)
 		}
 		k.Name = http.CanonicalHeaderKey(name)
-		if !slices.Contains(p.condHeaders, k.Name) {
-			p.condHeaders = append(p.condHeaders, k.Name)
-		}
+		p.readHeader(k.Name)
 	case "query":
 		if name == "" || len(name) > 64 {
 			c.addf(kp, "query:<name>, got %q", s)
 		}
-		if !slices.Contains(p.condQuery, name) {
-			p.condQuery = append(p.condQuery, name)
-		}
+		p.readQuery(name)
 	case "path":
 		k.Name = strings.ToLower(name) // as MatchKey writes the path
 		if !slices.Contains(r.Params, k.Name) {
