@@ -56,7 +56,30 @@ func mustPrefixes(s ...string) []netip.Prefix {
 // IPv4 address as NAT64 presents it, or more public space than a /8
 // (IPv4) or /24 (IPv6). It returns nil for a sensible list.
 func TrustWarnings(trusted []netip.Prefix) []string {
-	var v4, v6, via64 []netip.Prefix
+	v4, v6, via64 := byFamily(trusted)
+	const nat = " as NAT64 presents it (64:ff9b::/96)"
+	whole6 := covers(append(slices.Clip(v6), mappedIPv4), allIPv6)
+	var viaNAT64 string
+	if !whole6 { // else said already
+		viaNAT64 = trustWarning(via64, false, nonPublic4, PublicTrustBits4, "IPv4", nat)
+	}
+	var w []string
+	for _, msg := range []string{
+		trustWarning(v4, false, nonPublic4, PublicTrustBits4, "IPv4", ""),
+		trustWarning(v6, whole6, nonPublic6, PublicTrustBits6, "IPv6", ""),
+		viaNAT64,
+	} {
+		if msg != "" {
+			w = append(w, msg)
+		}
+	}
+	return w
+}
+
+// byFamily splits the valid prefixes of trusted into IPv4 and IPv6 ones,
+// and returns as via64 the IPv4 addresses that the IPv6 ones trust as
+// NAT64 presents them.
+func byFamily(trusted []netip.Prefix) (v4, v6, via64 []netip.Prefix) {
 	for _, p := range trusted {
 		if !p.IsValid() {
 			continue
@@ -74,31 +97,28 @@ func TrustWarnings(trusted []netip.Prefix) []string {
 			via64 = append(via64, netip.PrefixFrom(netip.AddrFrom4([4]byte(b[12:])), p.Bits()-96))
 		}
 	}
-	const nat = " as NAT64 presents it (64:ff9b::/96)"
-	whole6 := covers(append(slices.Clip(v6), mappedIPv4), allIPv6)
-	var w []string
-	warn := func(set []netip.Prefix, whole bool, nonPublic []netip.Prefix, bits int, family, how string) {
-		if len(set) == 0 {
-			return
-		}
-		all := allIPv4
-		if family == "IPv6" {
-			all = allIPv6
-		}
-		if whole || covers(set, all) {
-			w = append(w, fmt.Sprintf("trusts every %s address%s: any client can set X-Forwarded-For (and identity.user_header) and so choose whom it is limited as; list only your proxies' addresses", family, how))
-			return
-		}
-		if public := size(set) - overlap(set, nonPublic); public > math.Ldexp(1, all.Addr().BitLen()-bits) {
-			w = append(w, fmt.Sprintf("trusts more public %s space than a /%d (%.3g addresses)%s: every address in it can set X-Forwarded-For (and identity.user_header) and so choose whom it is limited as; CDN edge ranges are far smaller, so list only your proxies' addresses", family, bits, public, how))
-		}
+	return v4, v6, via64
+}
+
+// trustWarning returns the warning for a trusted set of one family
+// ("IPv4" or "IPv6"), or "": when it covers the whole family (or whole
+// says it does), or more public space than a /bits (nonPublic is the
+// family's space that is not public). how says how the set is reached.
+func trustWarning(set []netip.Prefix, whole bool, nonPublic []netip.Prefix, bits int, family, how string) string {
+	if len(set) == 0 {
+		return ""
 	}
-	warn(v4, false, nonPublic4, PublicTrustBits4, "IPv4", "")
-	warn(v6, whole6, nonPublic6, PublicTrustBits6, "IPv6", "")
-	if !whole6 { // else said already
-		warn(via64, false, nonPublic4, PublicTrustBits4, "IPv4", nat)
+	all := allIPv4
+	if family == "IPv6" {
+		all = allIPv6
 	}
-	return w
+	if whole || covers(set, all) {
+		return fmt.Sprintf("trusts every %s address%s: any client can set X-Forwarded-For (and identity.user_header) and so choose whom it is limited as; list only your proxies' addresses", family, how)
+	}
+	if public := size(set) - overlap(set, nonPublic); public > math.Ldexp(1, all.Addr().BitLen()-bits) {
+		return fmt.Sprintf("trusts more public %s space than a /%d (%.3g addresses)%s: every address in it can set X-Forwarded-For (and identity.user_header) and so choose whom it is limited as; CDN edge ranges are far smaller, so list only your proxies' addresses", family, bits, public, how)
+	}
+	return ""
 }
 
 // covers reports whether the union of set covers all of p. Two prefixes
