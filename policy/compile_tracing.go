@@ -13,7 +13,7 @@ func (c *compiler) tracing(p *Policy, s TracingSpec, env Env) {
 	if endpoint == "" {
 		field, endpoint = "OTEL_EXPORTER_OTLP_ENDPOINT (the environment variable, as tracing.endpoint is unset)", env.lookup("OTEL_EXPORTER_OTLP_ENDPOINT")
 	}
-	t := TracingSettings{Sample: c.traceSample(s.Sample), ServiceName: c.serviceName(s.ServiceName, env)}
+	t := TracingSettings{Sample: c.share("tracing.sample", s.Sample), ServiceName: c.serviceName(s.ServiceName, env)}
 	if endpoint == "" {
 		if s.Sample != nil || s.ServiceName != "" {
 			c.warnf("tracing", "tracing is off: sample and service_name take effect only with an endpoint (tracing.endpoint or OTEL_EXPORTER_OTLP_ENDPOINT)")
@@ -23,19 +23,6 @@ func (c *compiler) tracing(p *Policy, s TracingSpec, env Env) {
 	if t.URL = c.tracesURL(field, endpoint); t.URL != "" {
 		p.Tracing = t
 	}
-}
-
-// traceSample compiles tracing.sample: the share of new traces recorded
-// (1 when unset).
-func (c *compiler) traceSample(sample *float64) float64 {
-	if sample == nil {
-		return 1
-	}
-	if v := *sample; v < 0 || v > 1 || v != v {
-		c.addf("tracing.sample", "want a share from 0 to 1, got %v", v)
-		return 1
-	}
-	return *sample
 }
 
 // serviceName compiles the name the gateway has in traces: the file's,

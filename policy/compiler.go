@@ -218,3 +218,16 @@ func orDefault[T comparable](v, d T) T {
 	}
 	return v
 }
+
+// share reads the share at path, from 0 to 1: 1 when unset, or when it
+// is out of range (a problem).
+func (c *compiler) share(path string, v *float64) float64 {
+	if v == nil {
+		return 1
+	}
+	if *v < 0 || *v > 1 || *v != *v {
+		c.addf(path, "want a share from 0 to 1, got %v", *v)
+		return 1
+	}
+	return *v
+}
