@@ -37,7 +37,8 @@ func (c *compiler) jwt(p *Policy, f *File, env Env) {
 		MinRefreshInterval: orDefault(s.MinRefreshInterval, 30*time.Second),
 	}
 	symmetric, asymmetric := c.jwtAlgorithms(j, s, path)
-	c.jwtKeys(j, s, path, env, symmetric, asymmetric)
+	c.jwtHMACSecret(j, s, path, env, symmetric)
+	c.jwtJWKS(s, path, asymmetric)
 	c.jwtTimes(j, s, path)
 	c.jwtClaims(j, s, path)
 	j.DefaultPlan = c.planRef(p, f, path+".default_plan", s.DefaultPlan)
@@ -77,9 +78,9 @@ func (c *compiler) jwtAlgorithms(j *JWT, s *JWTSpec, path string) (symmetric, as
 	return symmetric, asymmetric
 }
 
-// jwtKeys compiles where the verifying keys come from: the HMAC secret's
-// environment variable for HS*, the JWKS URL for the others.
-func (c *compiler) jwtKeys(j *JWT, s *JWTSpec, path string, env Env, symmetric, asymmetric bool) {
+// jwtHMACSecret compiles the secret of the HS* algorithms, read from
+// the environment variable hmac_secret_env, which only they take.
+func (c *compiler) jwtHMACSecret(j *JWT, s *JWTSpec, path string, env Env, symmetric bool) {
 	switch {
 	case symmetric && s.HMACSecretEnv == "":
 		c.addf(path+".hmac_secret_env", "an HS* algorithm needs hmac_secret_env, the environment variable holding its secret")
@@ -92,6 +93,11 @@ func (c *compiler) jwtKeys(j *JWT, s *JWTSpec, path string, env Env, symmetric, 
 			j.HMACSecret = []byte(v)
 		}
 	}
+}
+
+// jwtJWKS checks the JWKS URL, which the asymmetric algorithms need and
+// only they take.
+func (c *compiler) jwtJWKS(s *JWTSpec, path string, asymmetric bool) {
 	switch {
 	case asymmetric && s.JWKSURL == "":
 		c.addf(path+".jwks_url", "name the JWKS URL the signing keys are published at")
