@@ -33,17 +33,23 @@ func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
 		c.addf(path, "%v", err)
 		return l, false
 	}
+	return l, c.shapingBounds(path, l)
+}
+
+// shapingBounds reports whether a valid limit l holds requests no longer,
+// and no more of them at once, than the shaping bounds allow.
+func (c *compiler) shapingBounds(path string, l tollgate.Limit) bool {
 	if l.MaxDelay > MaxShapingDelay {
 		c.addf(path+".max_delay", "max_delay %v is longer than %v: each delayed request holds its connection while it waits", l.MaxDelay, MaxShapingDelay)
-		return l, false
+		return false
 	}
 	// Each waiting request holds at least one unit of the delay × rate that
 	// the bucket may run ahead.
 	if q := l.MaxDelay.Milliseconds() * l.Rate / l.Period.Milliseconds(); q > MaxShapingQueue {
 		c.addf(path+".max_delay", "max_delay %v at %d per %v lets %d requests wait at once under one budget (at most %d): shorten max_delay or lower the rate", l.MaxDelay, l.Rate, l.Period, q, MaxShapingQueue)
-		return l, false
+		return false
 	}
-	return l, true
+	return true
 }
 
 // Shaping bounds. A shaping limit (leaky_bucket with max_delay) admits a
@@ -64,16 +70,40 @@ const (
 // months.
 func (c *compiler) calendar(path string, s LimitSpec) (tollgate.Limit, bool) {
 	l := tollgate.Limit{Algorithm: algo.FixedWindow, Rate: s.Rate}
-	ok := true
-	switch s.Calendar {
+	periodOK := c.calendarPeriod(path, s.Calendar, &l)
+	fieldsOK := c.calendarFields(path, s)
+	zone, zoneOK := c.calendarZone(path, s.TimeZone)
+	l.Zone = zone
+	if !periodOK || !fieldsOK || !zoneOK {
+		return l, false
+	}
+	if err := l.Validate(); err != nil {
+		c.addf(path, "%v", err)
+		return l, false
+	}
+	return l, true
+}
+
+// calendarPeriod sets l's calendar and period from calendar: "day" or
+// "month".
+func (c *compiler) calendarPeriod(path, calendar string, l *tollgate.Limit) bool {
+	switch calendar {
 	case "day":
 		l.Calendar, l.Period = algo.Daily, algo.Day
 	case "month":
 		l.Calendar, l.Period = algo.Monthly, algo.Month
 	default:
-		c.addf(path+".calendar", "want day or month, got %q", s.Calendar)
-		ok = false
+		c.addf(path+".calendar", "want day or month, got %q", calendar)
+		return false
 	}
+	return true
+}
+
+// calendarFields reports whether a calendar quota leaves out what only
+// other limits take: an algorithm but fixed_window, a period, a burst, a
+// max_delay.
+func (c *compiler) calendarFields(path string, s LimitSpec) bool {
+	ok := true
 	if s.Algorithm != "" && s.Algorithm != "fixed_window" {
 		c.addf(path+".algorithm", "a calendar quota counts fixed windows; leave the algorithm out")
 		ok = false
@@ -82,24 +112,20 @@ func (c *compiler) calendar(path string, s LimitSpec) (tollgate.Limit, bool) {
 		c.addf(path, "a calendar quota takes rate (and time_zone), not period, burst or max_delay")
 		ok = false
 	}
-	zone := s.TimeZone
+	return ok
+}
+
+// calendarZone returns the time zone of a calendar quota: its own, else
+// the file's (nil for UTC); ok is false for a zone unknown.
+func (c *compiler) calendarZone(path, zone string) (z *time.Location, ok bool) {
+	zone = orDefault(zone, c.zone)
 	if zone == "" {
-		zone = c.zone
+		return nil, true
 	}
-	if zone != "" {
-		z, err := time.LoadLocation(zone)
-		if err != nil {
-			c.addf(path+".time_zone", "unknown time zone %q", zone)
-			ok = false
-		}
-		l.Zone = z
+	z, err := time.LoadLocation(zone)
+	if err != nil {
+		c.addf(path+".time_zone", "unknown time zone %q", zone)
+		return z, false
 	}
-	if !ok {
-		return l, false
-	}
-	if err := l.Validate(); err != nil {
-		c.addf(path, "%v", err)
-		return l, false
-	}
-	return l, true
+	return z, true
 }
