@@ -33,22 +33,10 @@ func (c *compiler) identity(p *Policy, id IdentitySpec, env Env) {
 // identitySecret compiles the secret that keys the identity HMAC: the
 // file's, its environment variable's, or else the Env's generated one.
 func (c *compiler) identitySecret(p *Policy, id IdentitySpec, env Env) {
-	switch {
-	case id.Secret != "" && id.SecretEnv != "":
-		c.addf("identity.secret_env", "set secret or secret_env, not both")
-	case id.SecretEnv != "":
-		if v := env.lookup(id.SecretEnv); v == "" {
-			c.addf("identity.secret_env", "environment variable %s is empty or unset", id.SecretEnv)
-		} else {
-			p.Secret = []byte(v)
+	if p.Secret = c.fileSecret(id, env); p.Secret != nil {
+		if len(p.Secret) < 16 {
+			c.addf("identity", "the secret must be at least 16 bytes")
 		}
-	case id.Secret != "":
-		p.Secret = []byte(id.Secret)
-	}
-	if p.Secret != nil && len(p.Secret) < 16 {
-		c.addf("identity", "the secret must be at least 16 bytes")
-	}
-	if p.Secret != nil {
 		return
 	}
 	if p.Store.Type == "redis" {
@@ -59,6 +47,23 @@ func (c *compiler) identitySecret(p *Policy, id IdentitySpec, env Env) {
 	}
 	p.Secret = bytes.Clone(env.Secret)
 	p.SecretGenerated = true
+}
+
+// fileSecret returns the secret the file sets, in identity.secret or
+// the environment variable identity.secret_env names, or nil.
+func (c *compiler) fileSecret(id IdentitySpec, env Env) []byte {
+	switch {
+	case id.Secret != "" && id.SecretEnv != "":
+		c.addf("identity.secret_env", "set secret or secret_env, not both")
+	case id.SecretEnv != "":
+		if v := env.lookup(id.SecretEnv); v != "" {
+			return []byte(v)
+		}
+		c.addf("identity.secret_env", "environment variable %s is empty or unset", id.SecretEnv)
+	case id.Secret != "":
+		return []byte(id.Secret)
+	}
+	return nil
 }
 
 // credentialBody compiles identity.max_body: the largest body read for a
@@ -90,14 +95,7 @@ func (c *compiler) credentialFields(fields []string) identity.Fields {
 // trustedProxies compiles identity.trusted_proxies, and warns of a list
 // that trusts far more than proxies.
 func (c *compiler) trustedProxies(p *Policy, list []string) {
-	for i, s := range list {
-		pre, err := parsePrefix(s)
-		if err != nil {
-			c.addf(fmt.Sprintf("identity.trusted_proxies[%d]", i), "%v", err)
-			continue
-		}
-		p.TrustedProxies = append(p.TrustedProxies, pre)
-	}
+	p.TrustedProxies = c.prefixes("identity.trusted_proxies", list)
 	if len(p.TrustedProxies) != len(list) {
 		return
 	}
@@ -112,6 +110,21 @@ func (c *compiler) trustedProxies(p *Policy, list []string) {
 	for _, w := range TrustWarnings(p.Trusted.Prefixes()) {
 		c.warnf("identity.trusted_proxies", "%s", w)
 	}
+}
+
+// prefixes compiles the list of addresses and CIDRs at path; those that
+// do not parse are reported and left out.
+func (c *compiler) prefixes(path string, list []string) []netip.Prefix {
+	var out []netip.Prefix
+	for i, s := range list {
+		pre, err := parsePrefix(s)
+		if err != nil {
+			c.addf(fmt.Sprintf("%s[%d]", path, i), "%v", err)
+			continue
+		}
+		out = append(out, pre)
+	}
+	return out
 }
 
 // parsePrefix parses a CIDR, or an address as the prefix of itself alone.

@@ -135,13 +135,6 @@ func (c *compiler) allowlist(p *Policy, s *AllowlistSpec) {
 			f.set[id] = true
 		}
 	}
-	for i, a := range s.Addresses {
-		pre, err := parsePrefix(a)
-		if err != nil {
-			c.addf(fmt.Sprintf("allowlist.addresses[%d]", i), "%v", err)
-			continue
-		}
-		l.Addresses = append(l.Addresses, pre)
-	}
+	l.Addresses = c.prefixes("allowlist.addresses", s.Addresses)
 	p.Allowlist = l
 }
