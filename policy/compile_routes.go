@@ -146,6 +146,13 @@ func (c *compiler) refusal(path string, s *RefusalSpec) *Refusal {
 	if len(r.Body) > maxRefusalBody {
 		c.addf(path+".body", "at most %d bytes, got %d", maxRefusalBody, len(r.Body))
 	}
+	r.ContentType = c.refusalType(path, s)
+	return r
+}
+
+// refusalType compiles the media type of a refusal's body: the one given,
+// else text/plain; "" without a body.
+func (c *compiler) refusalType(path string, s *RefusalSpec) string {
 	switch {
 	case s.ContentType != "" && s.Body == "":
 		c.addf(path+".content_type", "content_type is the body's: set body too")
@@ -154,18 +161,17 @@ func (c *compiler) refusal(path string, s *RefusalSpec) *Refusal {
 			c.addf(path+".content_type", "not a media type: %q", s.ContentType)
 		}
 	case s.Body != "":
-		r.ContentType = "text/plain; charset=utf-8"
+		return "text/plain; charset=utf-8"
 	}
-	return r
+	return s.ContentType
 }
 
 // login compiles the login guard of a route group.
 func (c *compiler) login(path string, s *LoginSpec, group string) *Login {
 	l := &Login{
-		AccountField:    orDefault(s.AccountField, "username"),
-		MaxBody:         orDefault(s.MaxBody, 64<<10),
-		FailureStatuses: map[int]bool{},
-		StoreName:       loginStoreName(group),
+		AccountField: orDefault(s.AccountField, "username"),
+		MaxBody:      orDefault(s.MaxBody, 64<<10),
+		StoreName:    loginStoreName(group),
 		Rule: algo.LockoutRule{
 			Threshold: orDefault(s.MaxFailures, 5),
 			Lock:      orDefault(s.Lock, time.Minute),
@@ -180,27 +186,42 @@ func (c *compiler) login(path string, s *LoginSpec, group string) *Login {
 	if l.MaxBody < 1 || l.MaxBody > 1<<20 {
 		c.addf(path+".max_body", "want 1 byte to 1 MiB, got %d", l.MaxBody)
 	}
-	statuses := s.FailureStatuses
-	if len(statuses) == 0 {
-		statuses = []int{401, 403}
-	}
-	for _, st := range statuses {
-		if st < 300 || st > 599 {
-			c.addf(path+".failure_statuses", "a failure status is 3xx to 5xx, got %d", st)
-		}
-		l.FailureStatuses[st] = true
-	}
-	ip := LimitSpec{Algorithm: "fixed_window", Rate: 20, Period: 10 * time.Minute}
-	if s.IPFailures != nil {
-		ip = *s.IPFailures
-		if ip.Shadow {
-			c.addf(path+".ip_failures.shadow", "the failed logins per address are a guard, always enforced: they cannot be in shadow")
-		}
-	}
-	if lim, ok := c.limit(path+".ip_failures", ip); ok {
-		l.IPFailures = newBudget("login_ip_failures", loginIPID(group), lim, false)
-	}
+	l.FailureStatuses = c.failureStatuses(path+".failure_statuses", s.FailureStatuses)
+	l.IPFailures = c.loginIPFailures(path+".ip_failures", s.IPFailures, group)
 	return l
+}
+
+// failureStatuses compiles the upstream statuses that count as a failed
+// login (default 401 and 403).
+func (c *compiler) failureStatuses(path string, list []int) map[int]bool {
+	if len(list) == 0 {
+		list = []int{401, 403}
+	}
+	statuses := map[int]bool{}
+	for _, st := range list {
+		if st < 300 || st > 599 {
+			c.addf(path, "a failure status is 3xx to 5xx, got %d", st)
+		}
+		statuses[st] = true
+	}
+	return statuses
+}
+
+// loginIPFailures compiles the limit on a login route group's failures
+// per client address (default fixed_window 20 per 10m): a guard, never in
+// shadow.
+func (c *compiler) loginIPFailures(path string, s *LimitSpec, group string) *Budget {
+	ip := LimitSpec{Algorithm: "fixed_window", Rate: 20, Period: 10 * time.Minute}
+	if s != nil {
+		ip = *s
+		if ip.Shadow {
+			c.addf(path+".shadow", "the failed logins per address are a guard, always enforced: they cannot be in shadow")
+		}
+	}
+	if lim, ok := c.limit(path, ip); ok {
+		return newBudget("login_ip_failures", loginIPID(group), lim, false)
+	}
+	return nil
 }
 
 // MaxLeaseTTL bounds a concurrency slot's lease: how long a slot whose
