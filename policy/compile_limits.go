@@ -52,6 +52,20 @@ func (c *compiler) shapingBounds(path string, l tollgate.Limit) bool {
 	return true
 }
 
+// budgetOf compiles the limit s at path, when set, into the budget whose
+// header name is name and whose state is stored under id; nil when s is
+// nil or not a valid limit.
+func (c *compiler) budgetOf(path string, s *LimitSpec, name, id string) *Budget {
+	if s == nil {
+		return nil
+	}
+	l, ok := c.limit(path, *s)
+	if !ok {
+		return nil
+	}
+	return newBudget(name, id, l, s.Shadow)
+}
+
 // Shaping bounds. A shaping limit (leaky_bucket with max_delay) admits a
 // request on condition that the gateway holds it up to max_delay, and lets
 // up to max_delay × rate / period requests of one budget wait at once; each

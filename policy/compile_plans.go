@@ -68,11 +68,7 @@ func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
 		c.addf(path, "a plan needs a limit (rate and period), limits, or unlimited: true")
 		return nil
 	}
-	if spec.Tenant != nil {
-		if l, ok := c.limit(path+".tenant", *spec.Tenant); ok {
-			pl.Tenant = newBudget(name+".tenant", tenantID(name), l, spec.Tenant.Shadow)
-		}
-	}
+	pl.Tenant = c.budgetOf(path+".tenant", spec.Tenant, name+".tenant", tenantID(name))
 	if len(pl.Limits) == 0 {
 		return nil
 	}

@@ -82,10 +82,8 @@ func (c *compiler) routeBasics(path string, r *Route, rs *RouteSpec) {
 // routeLimits compiles a route's own limit and how it meets the plan's,
 // its refusal, its global budget and its candidate (shadow) limit.
 func (c *compiler) routeLimits(path string, r *Route, rs *RouteSpec) {
-	if rs.Limit != nil {
-		if l, ok := c.limit(path+".limit", *rs.Limit); ok {
-			r.Limit = &Plan{Name: r.Group, Limits: []*Budget{newBudget(r.Group, routeID(r.Group), l, rs.Limit.Shadow)}}
-		}
+	if b := c.budgetOf(path+".limit", rs.Limit, r.Group, routeID(r.Group)); b != nil {
+		r.Limit = &Plan{Name: r.Group, Limits: []*Budget{b}}
 	}
 	r.LimitAdds = c.either(path+".limit_mode", rs.LimitMode, "replace", "add", "replace (the route's limit instead of the plan's) or add (both)")
 	if rs.LimitMode != "" && rs.Limit == nil {
@@ -94,15 +92,9 @@ func (c *compiler) routeLimits(path string, r *Route, rs *RouteSpec) {
 	if rs.Refusal != nil {
 		r.Refusal = c.refusal(path+".refusal", rs.Refusal)
 	}
-	if rs.Global != nil {
-		if l, ok := c.limit(path+".global", *rs.Global); ok {
-			r.Global = newBudget("global."+r.Group, globalID(r.Group), l, rs.Global.Shadow)
-		}
-	}
-	if rs.ShadowLimit != nil {
-		if l, ok := c.limit(path+".shadow_limit", *rs.ShadowLimit); ok {
-			r.Candidate = newBudget("candidate."+r.Group, candidateID(r.Group), l, true)
-		}
+	r.Global = c.budgetOf(path+".global", rs.Global, "global."+r.Group, globalID(r.Group))
+	if r.Candidate = c.budgetOf(path+".shadow_limit", rs.ShadowLimit, "candidate."+r.Group, candidateID(r.Group)); r.Candidate != nil {
+		r.Candidate.Shadow = true // a candidate is never enforced
 	}
 }
 
