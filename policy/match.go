@@ -117,26 +117,43 @@ func (r *Route) matchPattern(req []string) (Params, int, bool) {
 	if !r.Prefix && len(req) != len(segs) || r.Prefix && len(req) < len(segs) {
 		return nil, 0, false
 	}
-	score := 1
-	for i, s := range segs {
-		switch {
-		case s == "" && req[i] == "":
-			return nil, 0, false
-		case s != "" && s != req[i]:
-			return nil, 0, false
-		}
-		score += len(s) + 1
+	score, ok := segmentsScore(segs, req)
+	if !ok {
+		return nil, 0, false
 	}
 	if exactish {
 		score++ // as a literal exact route's own path
 	}
+	return r.paramValues(req[:len(segs)]), score, true
+}
+
+// segmentsScore matches a pattern's segments (segs, "" for a parameter)
+// against as many of a request path's, req: a literal one must be equal,
+// a parameter any but an empty one. score counts the literal bytes.
+func segmentsScore(segs, req []string) (score int, ok bool) {
+	score = 1
+	for i, s := range segs {
+		switch {
+		case s == "" && req[i] == "":
+			return 0, false
+		case s != "" && s != req[i]:
+			return 0, false
+		}
+		score += len(s) + 1
+	}
+	return score, true
+}
+
+// paramValues returns the route's parameters as the matched segments
+// req give them.
+func (r *Route) paramValues(req []string) Params {
 	ps := Params{}
-	for i, name := range r.params[:len(segs)] {
+	for i, name := range r.params[:len(req)] {
 		if name != "" {
 			ps[name] = req[i]
 		}
 	}
-	return ps, score, true
+	return ps
 }
 
 // normalHost returns a request host in lower case without its port or
@@ -226,40 +243,67 @@ func (p *Policy) MatchRequest(req RouteRequest) (*Route, Params) {
 	if p.hostRoutes {
 		host = normalHost(req.Host)
 	}
-	var best *Route
-	var bestParams Params
-	bestScore, bestConds := 0, 0
+	var best candidate
 	var segs []string // path's segments, split once for the routes with parameters
 	for _, r := range p.Routes {
 		if r.Method != "" && r.Method != req.Method {
 			continue
 		}
-		var score int
-		var ps Params
-		if r.segs != nil {
-			var ok bool
-			if segs == nil {
-				segs = strings.Split(strings.TrimPrefix(path, "/"), "/")
-			}
-			if ps, score, ok = r.matchPattern(segs); !ok {
-				continue
-			}
-		} else if score = literalScore(r, path); score == 0 {
+		ps, score, ok := r.matchPath(path, &segs)
+		if !ok || !r.conditionsMet(host, req.Header, req.Query) {
 			continue
 		}
-		if !r.hostMatches(host) || !condsMatch(r.Headers, req.Header) || !condsMatch(r.Query, req.Query) {
-			continue
-		}
-		conds := len(r.Headers) + len(r.Query)
-		if r.Host != "" {
-			conds++
-		}
-		if best == nil || score > bestScore || score == bestScore && (conds > bestConds ||
-			conds == bestConds && r.Method != "" && best.Method == "") {
-			best, bestParams, bestScore, bestConds = r, ps, score, conds
+		if c := (candidate{r, ps, score, r.conditions()}); c.beats(best) {
+			best = c
 		}
 	}
-	return best, bestParams
+	return best.route, best.params
+}
+
+// candidate is a route that matches a request, and how specifically:
+// score is how much of the path it pins down, conds how many conditions
+// it names besides method and path.
+type candidate struct {
+	route        *Route
+	params       Params
+	score, conds int
+}
+
+// beats reports whether c is more specific than best (which may be no
+// route): its path first, then its conditions, then its method.
+func (c candidate) beats(best candidate) bool {
+	return best.route == nil || c.score > best.score || c.score == best.score && (c.conds > best.conds ||
+		c.conds == best.conds && c.route.Method != "" && best.route.Method == "")
+}
+
+// matchPath matches the route's path against path, a request's
+// MatchKey; segs holds path's segments, split by the first route with
+// parameters that needs them. score is as literalScore's.
+func (r *Route) matchPath(path string, segs *[]string) (ps Params, score int, ok bool) {
+	if r.segs == nil {
+		score = literalScore(r, path)
+		return nil, score, score != 0
+	}
+	if *segs == nil {
+		*segs = strings.Split(strings.TrimPrefix(path, "/"), "/")
+	}
+	return r.matchPattern(*segs)
+}
+
+// conditionsMet reports whether a request for host (normalHost) with the
+// header h and the query q carries the route's host, headers and query.
+func (r *Route) conditionsMet(host string, h http.Header, q url.Values) bool {
+	return r.hostMatches(host) && condsMatch(r.Headers, h) && condsMatch(r.Query, q)
+}
+
+// conditions is how many conditions the route names besides its method
+// and path: its host, headers and query parameters.
+func (r *Route) conditions() int {
+	n := len(r.Headers) + len(r.Query)
+	if r.Host != "" {
+		n++
+	}
+	return n
 }
 
 // literalScore is how much of path the literal route r pins down, 0 if
