@@ -276,38 +276,47 @@ func PathReadings(escaped string) []string {
 	var out []string
 	for _, splitSlash := range []bool{true, false} {
 		for _, literalDots := range []bool{true, false} {
-			var segs []string
-			for i, d := range decoded {
-				literal := raw[i] == "." || raw[i] == ".."
-				var parts []string
-				if splitSlash {
-					parts = strings.Split(d, "/")
-				} else {
-					parts = []string{strings.ReplaceAll(d, "/", "%2f")}
-				}
-				for _, s := range parts {
-					switch {
-					case s == "":
-					case literalDots && literal && s == ".":
-					case literalDots && literal && s == "..":
-						if len(segs) > 0 {
-							segs = segs[:len(segs)-1]
-						}
-					default:
-						segs = append(segs, s)
-					}
-				}
-			}
-			p := "/" + strings.Join(segs, "/")
-			if trailing && p != "/" {
-				p += "/"
-			}
-			if !slices.Contains(out, p) {
+			if p := pathReading(raw, decoded, splitSlash, literalDots, trailing); !slices.Contains(out, p) {
 				out = append(out, p)
 			}
 		}
 	}
 	return out
+}
+
+// pathReading returns the path whose escaped segments are raw (decoded,
+// decoded) as one server reads it: one that splits segments at an encoded
+// slash (splitSlash; else it is written "%2f" within its segment), and
+// resolves the dot segments written literally (literalDots) or none.
+// Empty segments are merged, and a trailing slash kept if trailing.
+func pathReading(raw, decoded []string, splitSlash, literalDots, trailing bool) string {
+	var segs []string
+	for i, d := range decoded {
+		dots := literalDots && (raw[i] == "." || raw[i] == "..")
+		var parts []string
+		if splitSlash {
+			parts = strings.Split(d, "/")
+		} else {
+			parts = []string{strings.ReplaceAll(d, "/", "%2f")}
+		}
+		for _, s := range parts {
+			switch {
+			case s == "":
+			case dots && s == ".":
+			case dots && s == "..":
+				if len(segs) > 0 {
+					segs = segs[:len(segs)-1]
+				}
+			default:
+				segs = append(segs, s)
+			}
+		}
+	}
+	p := "/" + strings.Join(segs, "/")
+	if trailing && p != "/" {
+		p += "/"
+	}
+	return p
 }
 
 // QueryPaths returns the paths that PHP front controllers serve a request
