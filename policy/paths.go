@@ -226,20 +226,33 @@ func withoutFormat(s string) string {
 // ("/a/.. /b" is "/b" to IIS, which reads trailing dots and spaces
 // away). No route could say which resource such a request names.
 func AmbiguousPath(p string) string {
-	if strings.IndexFunc(p, func(c rune) bool { return c == '\\' || c < 0x20 || c == 0x7f }) >= 0 {
+	if strings.IndexFunc(p, backslashOrControl) >= 0 {
 		return "the request path holds a backslash or a control character (perhaps escaped, as %5C or %00)"
 	}
 	if !strings.Contains(p, "/.") && !strings.Contains(p, "/ ") {
 		return "" // the usual case
 	}
 	for seg := range strings.SplitSeq(p, "/") {
-		name, _, params := strings.Cut(seg, ";")
-		switch {
-		case params && (name == "." || name == ".."):
-			return "the request path holds a dot segment with parameters (such as ..;), which servers read differently"
-		case name != "" && name != "." && name != ".." && strings.Trim(name, ". ") == "":
-			return "the request path holds a segment of only dots and spaces (such as '.. ' or '...'), which IIS reads as a dot segment or away"
+		if why := ambiguousSegment(seg); why != "" {
+			return why
 		}
+	}
+	return ""
+}
+
+// backslashOrControl reports whether c is a backslash or a control
+// character, where servers' readings of a path part.
+func backslashOrControl(c rune) bool { return c == '\\' || c < 0x20 || c == 0x7f }
+
+// ambiguousSegment returns why servers may read the path segment seg
+// differently (see AmbiguousPath), or "".
+func ambiguousSegment(seg string) string {
+	name, _, params := strings.Cut(seg, ";")
+	switch {
+	case params && (name == "." || name == ".."):
+		return "the request path holds a dot segment with parameters (such as ..;), which servers read differently"
+	case name != "" && name != "." && name != ".." && strings.Trim(name, ". ") == "":
+		return "the request path holds a segment of only dots and spaces (such as '.. ' or '...'), which IIS reads as a dot segment or away"
 	}
 	return ""
 }
