@@ -25,34 +25,50 @@ const methodParam = "_method"
 // say. (A _method form field in a body is not read.)
 func MethodReadings(method string, h http.Header, rawQuery string) []string {
 	var out []string
-	add := func(v string) {
-		for m := range strings.SplitSeq(v, ",") {
-			if m = strings.ToUpper(strings.TrimSpace(m)); m != "" && m != method && !slices.Contains(out, m) {
-				out = append(out, m)
-			}
-		}
-	}
 	for _, name := range methodOverrideHeaders {
 		for _, v := range h[name] {
-			add(v)
+			out = appendMethods(out, method, v)
 		}
 	}
 	if rawQuery == "" {
 		return out
 	}
-	for pair := range strings.FieldsFuncSeq(rawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
-		name, value, _ := strings.Cut(pair, "=")
-		if len(name) < len(methodParam) {
-			continue
-		}
-		if n, err := url.QueryUnescape(name); err != nil || !strings.EqualFold(n, methodParam) {
-			continue
-		}
-		if v, err := url.QueryUnescape(value); err == nil {
-			add(v)
-		} else {
-			add(value)
+	for pair := range strings.FieldsFuncSeq(rawQuery, querySeparator) {
+		if v, ok := methodParamValue(pair); ok {
+			out = appendMethods(out, method, v)
 		}
 	}
 	return out
 }
+
+// appendMethods appends to out the methods the comma-separated list v
+// names, in upper case, but method and those out holds already.
+func appendMethods(out []string, method, v string) []string {
+	for m := range strings.SplitSeq(v, ",") {
+		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" && m != method && !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// methodParamValue returns the value of the query pair name=value when
+// name is methodParam in any case, perhaps escaped: unescaped, or as it
+// is when it does not unescape.
+func methodParamValue(pair string) (string, bool) {
+	name, value, _ := strings.Cut(pair, "=")
+	if len(name) < len(methodParam) {
+		return "", false
+	}
+	if n, err := url.QueryUnescape(name); err != nil || !strings.EqualFold(n, methodParam) {
+		return "", false
+	}
+	if v, err := url.QueryUnescape(value); err == nil {
+		return v, true
+	}
+	return value, true
+}
+
+// querySeparator reports whether r separates the pairs of a query, as
+// servers differ on: '&', or ';'.
+func querySeparator(r rune) bool { return r == '&' || r == ';' }

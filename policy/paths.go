@@ -348,17 +348,11 @@ func QueryPaths(path, rawQuery string) []string {
 		return nil
 	}
 	var out []string
-	add := func(prefix, p string) {
-		if d, err := url.PathUnescape(p); err == nil {
-			p = d
-		}
-		out = append(out, CleanPath(prefix+"/"+strings.TrimPrefix(p, "/")))
-	}
 	if strings.HasPrefix(rawQuery, "/") {
 		q, _, _ := strings.Cut(rawQuery, "?")
-		add("", q)
+		out = appendQueryPath(out, "", q)
 	}
-	for pair := range strings.FieldsFuncSeq(rawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
+	for pair := range strings.FieldsFuncSeq(rawQuery, querySeparator) {
 		name, value, _ := strings.Cut(pair, "=")
 		v, err := url.QueryUnescape(value)
 		if err != nil {
@@ -366,12 +360,21 @@ func QueryPaths(path, rawQuery string) []string {
 		}
 		switch name {
 		case "q", "r":
-			add("", v)
+			out = appendQueryPath(out, "", v)
 		case "rest_route":
-			add("/wp-json", v)
+			out = appendQueryPath(out, "/wp-json", v)
 		}
 	}
 	return out
+}
+
+// appendQueryPath appends to out the path p that a query names, under
+// prefix: decoded (if it decodes) and cleaned.
+func appendQueryPath(out []string, prefix, p string) []string {
+	if d, err := url.PathUnescape(p); err == nil {
+		p = d
+	}
+	return append(out, CleanPath(prefix+"/"+strings.TrimPrefix(p, "/")))
 }
 
 // pathHeaders are the headers that Symfony (before 2018: CVE-2018-14773)
