@@ -63,11 +63,7 @@ func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, 
 			c.add(lines, file, path+".plan", "no plan named %q", k.Plan)
 			continue
 		}
-		inForce := pl
-		if tp := p.TenantPlans[k.Tenant]; tp != nil && k.Tenant != "" {
-			inForce = tp
-		}
-		p.Keys[k.Digest] = &APIKey{ID: k.ID, Tenant: k.Tenant, User: k.User, Plan: inForce, OwnPlan: pl}
+		p.Keys[k.Digest] = &APIKey{ID: k.ID, Tenant: k.Tenant, User: k.User, Plan: planInForce(pl, k.Tenant, p.TenantPlans), OwnPlan: pl}
 	}
 }
 

@@ -596,16 +596,21 @@ func (p *Policy) overrideKey(id string, ks *KeySpec) (*APIKey, error) {
 // changed in place (the policy it came from may be running).
 func keysInForce(keys map[string]*APIKey, tenantPlans map[string]*Plan) {
 	for d, k := range keys {
-		want := k.OwnPlan
-		if tp := tenantPlans[k.Tenant]; tp != nil && k.Tenant != "" {
-			want = tp
-		}
-		if k.Plan != want {
+		if want := planInForce(k.OwnPlan, k.Tenant, tenantPlans); k.Plan != want {
 			c := *k
 			c.Plan = want
 			keys[d] = &c
 		}
 	}
+}
+
+// planInForce returns the plan in force for a key whose own plan is own:
+// its tenant's override, else own.
+func planInForce(own *Plan, tenant string, tenantPlans map[string]*Plan) *Plan {
+	if tp := tenantPlans[tenant]; tp != nil && tenant != "" {
+		return tp
+	}
+	return own
 }
 
 // Match returns the route for a request, or nil. path should be cleaned
