@@ -122,8 +122,13 @@ func loginHeaders(h http.Header, rawQuery, field string) (string, error) {
 	if err := CheckLoginQuery(rawQuery, field); err != nil {
 		return "", err
 	}
-	ct := h.Values("Content-Type")
-	if len(ct) > 1 {
+	return loginMediaType(h)
+}
+
+// loginMediaType returns the media type of a login request's body: JSON
+// or a form, in UTF-8, named by one Content-Type line.
+func loginMediaType(h http.Header) (string, error) {
+	if len(h.Values("Content-Type")) > 1 {
 		return "", badLogin("more than one Content-Type: servers read one or the other")
 	}
 	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
@@ -188,6 +193,40 @@ func isAccountField(name, field string) bool {
 // readJSONLogin reads a JSON login body: one object, its account field a
 // string given once, nothing after it.
 func readJSONLogin(raw []byte, field string) (*Login, error) {
+	dec, err := openJSONLogin(raw)
+	if err != nil {
+		return nil, err
+	}
+	w := &jsonWriter{dec: dec, field: field}
+	w.out.WriteByte('{')
+	lb := &Login{}
+	found := false
+	for i := 0; dec.More(); i++ {
+		if i > 0 {
+			w.out.WriteByte(',')
+		}
+		acct, isAccount, err := w.topMember(found)
+		if err != nil {
+			return nil, err
+		}
+		if isAccount {
+			lb.Account, found = acct, true
+		}
+	}
+	if err := closeJSONLogin(dec); err != nil {
+		return nil, err
+	}
+	w.out.WriteByte('}')
+	if !found {
+		return nil, badLogin("the body must name the account in %q", field)
+	}
+	lb.Body = w.out.Bytes()
+	return lb, nil
+}
+
+// openJSONLogin returns a decoder of raw that has read the '{' the body
+// must open with, refusing a body that is not valid UTF-8.
+func openJSONLogin(raw []byte) (*json.Decoder, error) {
 	if !utf8.Valid(raw) {
 		return nil, badLogin("the body is not valid UTF-8")
 	}
@@ -196,57 +235,34 @@ func readJSONLogin(raw []byte, field string) (*Login, error) {
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, badLogin("the body must be a JSON object")
 	}
-	w := &jsonWriter{dec: dec, field: field}
-	w.out.WriteByte('{')
-	lb := &Login{}
-	found := false
-	for i := 0; dec.More(); i++ {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, badLogin("the body is not valid JSON")
-		}
-		k, _ := tok.(string)
-		switch {
-		case k == field:
-			if found {
-				return nil, badLogin("the account field %q is given twice", field)
-			}
-			found = true
-		case isAccountField(k, field):
-			return nil, badLogin("a field other than %q names the account", field)
-		}
-		if i > 0 {
-			w.out.WriteByte(',')
-		}
-		w.str(k)
-		w.out.WriteByte(':')
-		v, err := dec.Token()
-		if err != nil {
-			return nil, badLogin("the body is not valid JSON")
-		}
-		if k == field {
-			acct, ok := v.(string)
-			if !ok {
-				return nil, badLogin("the account must be a JSON string")
-			}
-			lb.Account = acct
-		}
-		if err := w.value(v); err != nil {
-			return nil, err
-		}
-	}
+	return dec, nil
+}
+
+// closeJSONLogin reads the '}' that ends a login body's object, and
+// refuses anything after it.
+func closeJSONLogin(dec *json.Decoder) error {
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return nil, badLogin("the body is not valid JSON")
+		return badLogin("the body is not valid JSON")
 	}
-	w.out.WriteByte('}')
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, badLogin("the body holds more than one JSON value")
+		return badLogin("the body holds more than one JSON value")
 	}
-	if !found {
-		return nil, badLogin("the body must name the account in %q", field)
+	return nil
+}
+
+// accountKey reports whether name, a top-level field of a login body, is
+// the account field, which found says was already given; it refuses the
+// account field given twice and any other name a parser reads as it.
+func accountKey(name, field string, found bool) (bool, error) {
+	switch {
+	case name == field && found:
+		return false, badLogin("the account field %q is given twice", field)
+	case name == field:
+		return true, nil
+	case isAccountField(name, field):
+		return false, badLogin("a field other than %q names the account", field)
 	}
-	lb.Body = w.out.Bytes()
-	return lb, nil
+	return false, nil
 }
 
 // A jsonWriter re-encodes the values a decoder reads: no spaces, numbers
@@ -259,42 +275,39 @@ type jsonWriter struct {
 	out   bytes.Buffer
 }
 
+// topMember reads and writes one member of a login body's object, and
+// returns its value as the account if its name is the account field
+// (found: given already).
+func (w *jsonWriter) topMember(found bool) (acct string, isAccount bool, err error) {
+	tok, err := w.dec.Token()
+	if err != nil {
+		return "", false, badLogin("the body is not valid JSON")
+	}
+	k, _ := tok.(string)
+	if isAccount, err = accountKey(k, w.field, found); err != nil {
+		return "", false, err
+	}
+	w.str(k)
+	w.out.WriteByte(':')
+	v, err := w.dec.Token()
+	if err != nil {
+		return "", false, badLogin("the body is not valid JSON")
+	}
+	if isAccount {
+		var ok bool
+		if acct, ok = v.(string); !ok {
+			return "", false, badLogin("the account must be a JSON string")
+		}
+	}
+	return acct, isAccount, w.value(v)
+}
+
 // value writes the value that starts with tok, reading the rest of it.
 // The decoder bounds the nesting.
 func (w *jsonWriter) value(tok json.Token) error {
 	switch t := tok.(type) {
 	case json.Delim:
-		end := json.Delim('}')
-		if t == '[' {
-			end = ']'
-		}
-		w.out.WriteByte(byte(t))
-		for i := 0; w.dec.More(); i++ {
-			if i > 0 {
-				w.out.WriteByte(',')
-			}
-			tok, err := w.dec.Token()
-			if err != nil {
-				return badLogin("the body is not valid JSON")
-			}
-			if t == '{' {
-				if isAccountField(tok.(string), w.field) {
-					return badLogin("the account field %q is nested in the body", w.field)
-				}
-				w.str(tok.(string))
-				w.out.WriteByte(':')
-				if tok, err = w.dec.Token(); err != nil {
-					return badLogin("the body is not valid JSON")
-				}
-			}
-			if err := w.value(tok); err != nil {
-				return err
-			}
-		}
-		if tok, err := w.dec.Token(); err != nil || tok != end {
-			return badLogin("the body is not valid JSON")
-		}
-		w.out.WriteByte(byte(end))
+		return w.container(t)
 	case string:
 		w.str(t)
 	case json.Number:
@@ -305,6 +318,53 @@ func (w *jsonWriter) value(tok json.Token) error {
 		w.out.WriteString("null")
 	}
 	return nil
+}
+
+// container writes the object or array that open starts, reading its
+// members or elements and its end.
+func (w *jsonWriter) container(open json.Delim) error {
+	end := json.Delim('}')
+	if open == '[' {
+		end = ']'
+	}
+	w.out.WriteByte(byte(open))
+	for i := 0; w.dec.More(); i++ {
+		if i > 0 {
+			w.out.WriteByte(',')
+		}
+		tok, err := w.dec.Token()
+		if err != nil {
+			return badLogin("the body is not valid JSON")
+		}
+		if open == '{' {
+			if tok, err = w.nestedKey(tok.(string)); err != nil {
+				return err
+			}
+		}
+		if err := w.value(tok); err != nil {
+			return err
+		}
+	}
+	if tok, err := w.dec.Token(); err != nil || tok != end {
+		return badLogin("the body is not valid JSON")
+	}
+	w.out.WriteByte(byte(end))
+	return nil
+}
+
+// nestedKey writes the name of a member of a nested object, refusing the
+// account field, and returns the first token of the member's value.
+func (w *jsonWriter) nestedKey(name string) (json.Token, error) {
+	if isAccountField(name, w.field) {
+		return nil, badLogin("the account field %q is nested in the body", w.field)
+	}
+	w.str(name)
+	w.out.WriteByte(':')
+	tok, err := w.dec.Token()
+	if err != nil {
+		return nil, badLogin("the body is not valid JSON")
+	}
+	return tok, nil
 }
 
 // str writes s as a JSON string.
@@ -332,15 +392,12 @@ func readFormLogin(raw []byte, field string) (*Login, error) {
 		if err1 != nil || err2 != nil {
 			return nil, badLogin("the form body has a malformed escape")
 		}
-		switch {
-		case name == field:
-			if found {
-				return nil, badLogin("the account field %q is given twice", field)
-			}
-			found = true
-			lb.Account = value
-		case isAccountField(name, field):
-			return nil, badLogin("a field other than %q names the account", field)
+		isAccount, err := accountKey(name, field, found)
+		if err != nil {
+			return nil, err
+		}
+		if isAccount {
+			lb.Account, found = value, true
 		}
 		if out.Len() > 0 {
 			out.WriteByte('&')
