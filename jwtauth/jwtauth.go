@@ -189,11 +189,8 @@ const fetchWait = 3 * time.Second
 // Verify checks token and returns the claims it names. Every error wraps
 // ErrInvalid.
 func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
-	if len(token) > identity.MaxTokenLength || !identity.LooksLikeJWT(token) {
-		return Claims{}, fmt.Errorf("%w: not a JWT", ErrInvalid)
-	}
-	if err := checkSegments(token); err != nil {
-		return Claims{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	if err := screen(token); err != nil {
+		return Claims{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, fetchWait)
 	defer cancel()
@@ -210,15 +207,7 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 		opts = append(opts, jwt.WithIssuer(v.s.Issuer))
 	}
 	if len(v.s.Audience) > 0 {
-		opts = append(opts, jwt.WithValidator(jwt.ValidatorFunc(func(_ context.Context, t jwt.Token) error {
-			aud, _ := t.Audience()
-			for _, a := range aud {
-				if slices.Contains(v.s.Audience, a) {
-					return nil
-				}
-			}
-			return errAudience
-		})))
+		opts = append(opts, jwt.WithValidator(jwt.ValidatorFunc(v.checkAudience)))
 	}
 	tok, err := jwt.ParseString(token, opts...)
 	if err != nil && v.src != nil && errors.Is(err, errUnknownKID) && v.refresh(ctx) {
@@ -227,7 +216,39 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: %v", ErrInvalid, reason(err))
 	}
+	return v.claims(tok)
+}
+
+// screen refuses, wrapping ErrInvalid, a token that is not a JWT or
+// that checkSegments refuses, before any key is fetched for it.
+func screen(token string) error {
+	if len(token) > identity.MaxTokenLength || !identity.LooksLikeJWT(token) {
+		return fmt.Errorf("%w: not a JWT", ErrInvalid)
+	}
+	if err := checkSegments(token); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// checkAudience refuses a token none of whose audiences the policy
+// accepts.
+func (v *Verifier) checkAudience(_ context.Context, t jwt.Token) error {
+	aud, _ := t.Audience()
+	for _, a := range aud {
+		if slices.Contains(v.s.Audience, a) {
+			return nil
+		}
+	}
+	return errAudience
+}
+
+// claims reads the subject, tenant, plan and key claims of a verified
+// token, refusing one without a subject or whose tenant or plan claim
+// is not a string.
+func (v *Verifier) claims(tok jwt.Token) (Claims, error) {
 	var c Claims
+	var err error
 	if c.Subject, err = stringClaim(tok, v.s.SubjectClaim); err != nil || c.Subject == "" {
 		return Claims{}, fmt.Errorf("%w: no subject in claim %q", ErrInvalid, v.s.SubjectClaim)
 	}
@@ -241,15 +262,23 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 			return Claims{}, fmt.Errorf("%w: claim %q: %v", ErrInvalid, v.s.PlanClaim, err)
 		}
 	}
-	for _, name := range v.s.KeyClaims {
+	c.Extra = extraClaims(tok, v.s.KeyClaims)
+	return c, nil
+}
+
+// extraClaims returns the claims names that tok has as scalars
+// (scalarClaim), nil for none.
+func extraClaims(tok jwt.Token, names []string) map[string]string {
+	var extra map[string]string
+	for _, name := range names {
 		if x, ok := scalarClaim(tok, name); ok {
-			if c.Extra == nil {
-				c.Extra = map[string]string{}
+			if extra == nil {
+				extra = map[string]string{}
 			}
-			c.Extra[name] = x
+			extra[name] = x
 		}
 	}
-	return c, nil
+	return extra
 }
 
 // checkSegments refuses a token that parsers could read differently, or
@@ -300,27 +329,9 @@ func members(seg string) (map[string]any, error) {
 	}
 	m := map[string]any{}
 	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, errors.New("not valid JSON")
+		if err := readMember(dec, m); err != nil {
+			return nil, err
 		}
-		name, _ := tok.(string)
-		if _, dup := m[name]; dup {
-			return nil, fmt.Errorf("member %q given twice", name)
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, errors.New("not valid JSON")
-		}
-		var v any = true
-		if len(raw) > 0 && raw[0] != '{' && raw[0] != '[' {
-			d := json.NewDecoder(bytes.NewReader(raw))
-			d.UseNumber()
-			if err := d.Decode(&v); err != nil {
-				return nil, errors.New("not valid JSON")
-			}
-		}
-		m[name] = v
 	}
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
 		return nil, errors.New("not valid JSON")
@@ -329,6 +340,33 @@ func members(seg string) (map[string]any, error) {
 		return nil, errors.New("more than one JSON value")
 	}
 	return m, nil
+}
+
+// readMember reads the next member of the object dec is in into m, as
+// members describes; a name m holds already is an error.
+func readMember(dec *json.Decoder, m map[string]any) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return errors.New("not valid JSON")
+	}
+	name, _ := tok.(string)
+	if _, dup := m[name]; dup {
+		return fmt.Errorf("member %q given twice", name)
+	}
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return errors.New("not valid JSON")
+	}
+	var v any = true
+	if len(raw) > 0 && raw[0] != '{' && raw[0] != '[' {
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		if err := d.Decode(&v); err != nil {
+			return errors.New("not valid JSON")
+		}
+	}
+	m[name] = v
+	return nil
 }
 
 // scalarClaim returns the claim name as text if it is a string (of at
@@ -381,13 +419,9 @@ var (
 // A key of the JWKS is never used as an HMAC secret.
 func (v *Verifier) fetchKeys(ctx context.Context, sink jws.KeySink, sig *jws.Signature, _ *jws.Message) error {
 	h := sig.ProtectedHeaders()
-	alg, ok := h.Algorithm()
-	if !ok {
-		return errAlgorithm
-	}
-	allowed, ok := v.algs[alg.String()]
-	if !ok || allowed != alg {
-		return errAlgorithm
+	alg, err := v.allowedAlgorithm(h)
+	if err != nil {
+		return err
 	}
 	if policy.Symmetric(alg.String()) {
 		if v.s.HMACSecret == nil {
@@ -399,11 +433,31 @@ func (v *Verifier) fetchKeys(ctx context.Context, sink jws.KeySink, sig *jws.Sig
 	if v.src == nil {
 		return errNoKeyForAlg
 	}
+	kid, hasKID := h.KeyID()
+	return v.offerJWKS(ctx, sink, alg, kid, hasKID)
+}
+
+// allowedAlgorithm returns the algorithm a token's header h names, if
+// the policy allows it.
+func (v *Verifier) allowedAlgorithm(h jws.Headers) (jwa.SignatureAlgorithm, error) {
+	alg, ok := h.Algorithm()
+	if !ok {
+		return alg, errAlgorithm
+	}
+	allowed, ok := v.algs[alg.String()]
+	if !ok || allowed != alg {
+		return alg, errAlgorithm
+	}
+	return alg, nil
+}
+
+// offerJWKS offers sink the JWKS keys that fit alg, only those of kid if
+// the token names one (hasKID).
+func (v *Verifier) offerJWKS(ctx context.Context, sink jws.KeySink, alg jwa.SignatureAlgorithm, kid string, hasKID bool) error {
 	set, err := v.keys.set(ctx, v.s.JWKSURL)
 	if err != nil {
 		return err
 	}
-	kid, hasKID := h.KeyID()
 	found := 0
 	for i := 0; i < set.Len(); i++ {
 		k, _ := set.Key(i)
