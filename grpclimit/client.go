@@ -46,6 +46,24 @@ type RetryOptions struct {
 // without a retry hint (a connection that cannot be made, a refusal of
 // another service) are returned as they are.
 func UnaryClientInterceptor(o RetryOptions) grpc.UnaryClientInterceptor {
+	o = o.withDefaults()
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		for n := 0; ; n++ {
+			var trailer metadata.MD
+			err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Trailer(&trailer))...)
+			if err == nil || n >= o.MaxRetries {
+				return err
+			}
+			wait, ok := o.retryWait(ctx, err, trailer, n)
+			if !ok || !sleep(ctx, wait) {
+				return err
+			}
+		}
+	}
+}
+
+// withDefaults returns o with every zero field set to its default.
+func (o RetryOptions) withDefaults() RetryOptions {
 	if o.MaxRetries == 0 {
 		o.MaxRetries = 3
 	}
@@ -58,34 +76,40 @@ func UnaryClientInterceptor(o RetryOptions) grpc.UnaryClientInterceptor {
 	if o.MaxWait <= 0 {
 		o.MaxWait = time.Minute
 	}
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		for n := 0; ; n++ {
-			var trailer metadata.MD
-			err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Trailer(&trailer))...)
-			if err == nil || n >= o.MaxRetries {
-				return err
-			}
-			hint, ok := RetryDelay(err, trailer)
-			if !ok || hint > o.MaxWait {
-				return err
-			}
-			// Both terms are capped (MaxWait, MaxDelay), so the sum is a
-			// real wait; one that overflowed would fire at once.
-			wait := hint + jitter(o.BaseDelay, o.MaxDelay, n)
-			if wait < hint {
-				return err
-			}
-			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-				return err
-			}
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return err
-			case <-t.C:
-			}
-		}
+	return o
+}
+
+// retryWait returns how long to wait before the n-th retry of a call
+// refused with err and trailer: the server's delay plus the backoff. ok
+// is false when the call is not to be tried again: the refusal has no
+// retry hint, the hint is over MaxWait, or the wait would end after the
+// call's deadline.
+func (o RetryOptions) retryWait(ctx context.Context, err error, trailer metadata.MD, n int) (time.Duration, bool) {
+	hint, ok := RetryDelay(err, trailer)
+	if !ok || hint > o.MaxWait {
+		return 0, false
+	}
+	// Both terms are capped (MaxWait, MaxDelay), so the sum is a
+	// real wait; one that overflowed would fire at once.
+	wait := hint + jitter(o.BaseDelay, o.MaxDelay, n)
+	if wait < hint {
+		return 0, false
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		return 0, false
+	}
+	return wait, true
+}
+
+// sleep waits for d, and reports whether it did before ctx was done.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -109,6 +133,15 @@ func RetryDelay(err error, trailer metadata.MD) (time.Duration, bool) {
 	if !ok || (st.Code() != codes.ResourceExhausted && st.Code() != codes.Unavailable) {
 		return 0, false
 	}
+	if d, ok := retryInfoDelay(st); ok {
+		return d, true
+	}
+	return pushbackDelay(trailer)
+}
+
+// retryInfoDelay returns the delay of st's first RetryInfo detail that
+// holds a delay that is not negative.
+func retryInfoDelay(st *status.Status) (time.Duration, bool) {
 	for _, d := range st.Details() {
 		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
 			if dur := ri.GetRetryDelay().AsDuration(); dur >= 0 {
@@ -116,15 +149,23 @@ func RetryDelay(err error, trailer metadata.MD) (time.Duration, bool) {
 			}
 		}
 	}
-	if vs := trailer.Get(PushbackKey); len(vs) == 1 {
-		ms, err := strconv.ParseUint(vs[0], 10, 64)
-		if err != nil && !errors.Is(err, strconv.ErrRange) {
-			return 0, false
-		}
-		if err != nil || ms > math.MaxInt64/uint64(time.Millisecond) {
-			return math.MaxInt64, true
-		}
-		return time.Duration(ms) * time.Millisecond, true
-	}
 	return 0, false
+}
+
+// pushbackDelay returns the delay of the one grpc-retry-pushback-ms value
+// in trailer, the longest time.Duration for one past it; ok is false for
+// none, several, or one that is not a number of milliseconds.
+func pushbackDelay(trailer metadata.MD) (time.Duration, bool) {
+	vs := trailer.Get(PushbackKey)
+	if len(vs) != 1 {
+		return 0, false
+	}
+	ms, err := strconv.ParseUint(vs[0], 10, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
+	}
+	if err != nil || ms > math.MaxInt64/uint64(time.Millisecond) {
+		return math.MaxInt64, true
+	}
+	return time.Duration(ms) * time.Millisecond, true
 }
