@@ -283,22 +283,30 @@ func invalid(v *engine.Verdict) error {
 // refusal returns the status of a call the engine did not admit, adding
 // the pushback to md (its trailer) where a retry may succeed.
 func refusal(ctx context.Context, call engine.Call, v *engine.Verdict, md metadata.MD) error {
+	if err := finalRefusal(ctx, call, v); err != nil {
+		return err
+	}
 	retry := v.RetryAfter
 	if retry <= 0 {
 		retry = time.Second
 	}
-	var code codes.Code
-	var msg string
+	code, msg := retryableRefusal(call, v)
+	ms := int64((retry + time.Millisecond - 1) / time.Millisecond)
+	md.Set(PushbackKey, strconv.FormatInt(ms, 10))
+	st, err := status.New(code, msg).WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(ms) * time.Millisecond)})
+	if err != nil {
+		return status.Error(code, msg)
+	}
+	return st.Err()
+}
+
+// finalRefusal returns the status of a refusal that trying again cannot
+// cure (an invalid key, a cost no limit admits, a misconfigured route, a
+// canceled call), nil for one a retry may.
+func finalRefusal(ctx context.Context, call engine.Call, v *engine.Verdict) error {
 	switch v.Reason {
-	case engine.ReasonRate:
-		c, _ := v.Reported()
-		code, msg = codes.ResourceExhausted, fmt.Sprintf("the %q limit of %d per %v is used up", c.Budget.Name, c.Budget.Limit.Rate, c.Budget.Limit.Period)
-	case engine.ReasonConcurrency:
-		code, msg = codes.ResourceExhausted, fmt.Sprintf("at most %d calls may be in flight here at once", call.Route.Concurrency.Limit)
-	case engine.ReasonInvalidKeys:
-		code, msg = codes.ResourceExhausted, "too many calls with invalid API keys from this address"
 	case engine.ReasonInvalidKey:
-		msg = "the API key is not valid"
+		msg := "the API key is not valid"
 		if call.Key == engine.KeyMalformed {
 			msg = "the API key is malformed"
 		}
@@ -307,23 +315,31 @@ func refusal(ctx context.Context, call engine.Call, v *engine.Verdict, md metada
 		return status.Error(codes.InvalidArgument, "the call costs more than its rate limit could ever admit")
 	case engine.ReasonMisconfigured:
 		return status.Error(codes.Internal, "the rate limit for this method is misconfigured")
-	case engine.ReasonUnavailable:
-		code, msg = codes.Unavailable, "the rate limiter is unavailable and this method does not proceed without it"
 	case engine.ReasonCanceled:
 		if err := ctx.Err(); err != nil {
 			return status.FromContextError(err).Err()
 		}
 		return status.Error(codes.Canceled, "the call was canceled")
-	default: // login reasons: login routes are refused before the engine
-		code, msg = codes.ResourceExhausted, "refused"
 	}
-	ms := int64((retry + time.Millisecond - 1) / time.Millisecond)
-	md.Set(PushbackKey, strconv.FormatInt(ms, 10))
-	st, err := status.New(code, msg).WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(ms) * time.Millisecond)})
-	if err != nil {
-		return status.Error(code, msg)
+	return nil
+}
+
+// retryableRefusal returns the code and message of a refusal a retry may
+// get past, which is sent with a pushback.
+func retryableRefusal(call engine.Call, v *engine.Verdict) (codes.Code, string) {
+	switch v.Reason {
+	case engine.ReasonRate:
+		c, _ := v.Reported()
+		return codes.ResourceExhausted, fmt.Sprintf("the %q limit of %d per %v is used up", c.Budget.Name, c.Budget.Limit.Rate, c.Budget.Limit.Period)
+	case engine.ReasonConcurrency:
+		return codes.ResourceExhausted, fmt.Sprintf("at most %d calls may be in flight here at once", call.Route.Concurrency.Limit)
+	case engine.ReasonInvalidKeys:
+		return codes.ResourceExhausted, "too many calls with invalid API keys from this address"
+	case engine.ReasonUnavailable:
+		return codes.Unavailable, "the rate limiter is unavailable and this method does not proceed without it"
 	}
-	return st.Err()
+	// login reasons: login routes are refused before the engine
+	return codes.ResourceExhausted, "refused"
 }
 
 // header returns the call's incoming metadata as HTTP headers, so that
