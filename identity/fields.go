@@ -41,10 +41,10 @@ func (f Fields) Is(escaped string) bool {
 }
 
 // plainName reports whether a field name is read alike by every parser:
-// ASCII letters, digits, '_' and '-' only.
+// ASCII letters, digits, '_' and '-' only (the base64url alphabet).
 func plainName(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+		if !isBase64URL(s[i]) {
 			return false
 		}
 	}

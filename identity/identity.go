@@ -93,8 +93,6 @@ func RequestCredential(h http.Header, tokens []string, jwt bool) (cred string, i
 		return cred, isJWT, ok, err
 	}
 	switch {
-	case len(tokens) == 0:
-		return cred, isJWT, ok, nil
 	case len(tokens) > 1:
 		return "", false, false, fmt.Errorf("parsing credential fields: %w: more than one value in the query, the body and the cookies", ErrMalformedKey)
 	case ok && tokens[0] != cred:
@@ -102,12 +100,17 @@ func RequestCredential(h http.Header, tokens []string, jwt bool) (cred string, i
 	case ok:
 		return cred, isJWT, ok, nil
 	}
-	// Alone: read as the Bearer token it stands for, but untrimmed.
-	cred, isJWT, ok, err = Credential(http.Header{headerAuthorization: {"Bearer " + tokens[0]}}, jwt)
+	return fieldCredential(tokens[0], jwt)
+}
+
+// fieldCredential reads the token of a credential field, the request's
+// only credential, as the Bearer token it stands for, but untrimmed.
+func fieldCredential(token string, jwt bool) (cred string, isJWT, ok bool, err error) {
+	cred, isJWT, ok, err = Credential(http.Header{headerAuthorization: {"Bearer " + token}}, jwt)
 	switch {
 	case err != nil:
 		return "", false, false, err
-	case !ok || cred != tokens[0]:
+	case !ok || cred != token:
 		return "", false, false, fmt.Errorf("parsing a credential field: %w: empty or with spaces", ErrMalformedKey)
 	}
 	return cred, isJWT, ok, nil
@@ -157,33 +160,21 @@ func LooksLikeJWT(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+		if c := s[i]; !isBase64URL(c) && c != '.' {
 			return false
 		}
 	}
 	return strings.Split(s, ".")[1] != ""
 }
 
+// isBase64URL reports whether c is in the base64url alphabet.
+func isBase64URL(c byte) bool { return isAlnum(c) || c == '-' || c == '_' }
+
 // credential is APIKey with keys of up to max bytes.
 func credential(h http.Header, max int) (key string, ok bool, err error) {
-	auth := h[headerAuthorization]
-	if len(auth) > 1 {
-		return "", false, fmt.Errorf("parsing %s header: %w: more than one Authorization header", headerAuthorization, ErrMalformedKey)
-	}
-	bearer, hasBearer := "", false
-	if len(auth) == 1 {
-		bearer, hasBearer = bearerToken(auth[0])
-		if hasBearer {
-			if err := checkKey(bearer, max); err != nil {
-				return "", false, fmt.Errorf("parsing %s header: %w", headerAuthorization, err)
-			}
-		}
-		if bearerElsewhere(auth[0]) {
-			// Laravel's bearerToken() takes the last "Bearer " anywhere
-			// in the header ("Basic x, Bearer KEY", "xBearer KEY").
-			return "", false, fmt.Errorf("parsing %s header: %w: \"Bearer\" past its scheme", headerAuthorization, ErrMalformedKey)
-		}
+	bearer, hasBearer, err := authorizationToken(h[headerAuthorization], max)
+	if err != nil {
+		return "", false, err
 	}
 	vals := h[headerAPIKey]
 	switch {
@@ -202,6 +193,32 @@ func credential(h http.Header, max int) (key string, ok bool, err error) {
 		return bearer, true, nil
 	}
 	return "", false, nil
+}
+
+// authorizationToken returns the Bearer (or Token) credential of the
+// Authorization lines auth, a key of up to max bytes, and whether there
+// is one. More than one line, a malformed key, or "Bearer" past the
+// scheme is an error.
+func authorizationToken(auth []string, max int) (string, bool, error) {
+	switch len(auth) {
+	case 0:
+		return "", false, nil
+	case 1:
+	default:
+		return "", false, fmt.Errorf("parsing %s header: %w: more than one Authorization header", headerAuthorization, ErrMalformedKey)
+	}
+	bearer, ok := bearerToken(auth[0])
+	if ok {
+		if err := checkKey(bearer, max); err != nil {
+			return "", false, fmt.Errorf("parsing %s header: %w", headerAuthorization, err)
+		}
+	}
+	if bearerElsewhere(auth[0]) {
+		// Laravel's bearerToken() takes the last "Bearer " anywhere
+		// in the header ("Basic x, Bearer KEY", "xBearer KEY").
+		return "", false, fmt.Errorf("parsing %s header: %w: \"Bearer\" past its scheme", headerAuthorization, ErrMalformedKey)
+	}
+	return bearer, ok, nil
 }
 
 // bearerToken returns the token of an Authorization value "Bearer <token>"
