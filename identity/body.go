@@ -9,6 +9,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"strings"
 )
 
@@ -138,16 +139,11 @@ func (f Fields) multipartTokens(boundary string, body []byte) ([]string, error) 
 		case i >= maxParts:
 			return nil, fmt.Errorf("reading the body: %w: more than %d parts", ErrUnreadableBody, maxParts)
 		}
-		if cd := p.Header.Values("Content-Disposition"); len(cd) > 1 {
-			return nil, fmt.Errorf("reading the body: %w: a part with two Content-Disposition headers", ErrUnreadableBody)
-		} else if len(cd) == 1 && strings.ContainsAny(cd[0], `\'`) {
-			return nil, fmt.Errorf("reading the body: %w: a backslash or a single quote in a part's Content-Disposition (PHP reads them otherwise)", ErrUnreadableBody)
+		name, err := partName(p.Header)
+		if err != nil {
+			return nil, err
 		}
-		_, dp, err := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
-		if err != nil && p.Header.Get("Content-Disposition") != "" {
-			return nil, fmt.Errorf("reading the body: %w: a part's Content-Disposition does not parse", ErrUnreadableBody)
-		}
-		if !f.isName(dp["name"]) {
+		if !f.isName(name) {
 			continue
 		}
 		v, err := io.ReadAll(p)
@@ -156,6 +152,25 @@ func (f Fields) multipartTokens(boundary string, body []byte) ([]string, error) 
 		}
 		tokens = append(tokens, string(v))
 	}
+}
+
+// partName returns the name in a multipart part's header h (its
+// Content-Disposition's name parameter, "" for none), refusing a
+// disposition that parsers could read differently: given twice, with a
+// backslash or a single quote, or not parsing.
+func partName(h textproto.MIMEHeader) (string, error) {
+	cd := h.Values("Content-Disposition")
+	switch {
+	case len(cd) > 1:
+		return "", fmt.Errorf("reading the body: %w: a part with two Content-Disposition headers", ErrUnreadableBody)
+	case len(cd) == 1 && strings.ContainsAny(cd[0], `\'`):
+		return "", fmt.Errorf("reading the body: %w: a backslash or a single quote in a part's Content-Disposition (PHP reads them otherwise)", ErrUnreadableBody)
+	}
+	_, dp, err := mime.ParseMediaType(h.Get("Content-Disposition"))
+	if err != nil && h.Get("Content-Disposition") != "" {
+		return "", fmt.Errorf("reading the body: %w: a part's Content-Disposition does not parse", ErrUnreadableBody)
+	}
+	return dp["name"], nil
 }
 
 // jsonTokens reads the members of a JSON body's top-level object named
