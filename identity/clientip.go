@@ -213,12 +213,11 @@ func walkBoth(peer netip.Addr, trusted TrustedProxies, xff, fwd []string, seen *
 // stopping at an untrusted client, an entry it could not vouch for, or a
 // bound.
 func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded bool, seen *[]netip.Addr) (client netip.Addr, open bool) {
-	client = peer
+	w := chainWalk{trusted: trusted, forwarded: forwarded, client: peer}
 	budget := maxForwardedBytes + 1 // the first line has no separator
-	hops := 0
 	for i := len(lines) - 1; i >= 0; i-- {
 		if budget <= 0 {
-			return client, false
+			return w.client, false
 		}
 		budget-- // the separator between lines; bounds runs of empty lines
 		line := lines[i]
@@ -227,46 +226,82 @@ func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded boo
 			line, cut = line[len(line)-budget:], true
 		}
 		budget -= len(line)
-		for {
-			j := lastXFFSeparator(line)
-			if forwarded {
-				j = lastForwardedSeparator(line)
-			}
-			if j == malformedList || (j < 0 && cut) {
-				// An unterminated quoted string, or an entry
-				// whose left end lies beyond the byte budget.
-				return client, false
-			}
-			if entry := trimOWS(line[j+1:]); entry != "" {
-				if hops == MaxForwardedHops {
-					return client, false
-				}
-				hops++
-				var a netip.Addr
-				var ok bool
-				if forwarded {
-					a, ok = parseForwardedElement(entry)
-				} else {
-					a, ok = parseNode(entry, false)
-				}
-				if !ok {
-					return client, false
-				}
-				client = a
-				if seen != nil {
-					*seen = append(*seen, a)
-				}
-				if !trusted.Contains(a) {
-					return a, false
-				}
-			}
-			if j < 0 {
-				break
-			}
-			line = line[:j]
+		if !w.line(line, cut, seen) {
+			return w.client, false
 		}
 	}
-	return client, true
+	return w.client, true
+}
+
+// A chainWalk is the state of walk: the client so far (the last hop
+// taken) and the number of hops taken. The addresses seen are kept
+// apart, passed to each step: in the struct, escape analysis would take
+// them for part of the client returned and move them to the heap.
+type chainWalk struct {
+	trusted   TrustedProxies
+	forwarded bool
+	client    netip.Addr
+	hops      int
+}
+
+// line walks the entries of one header line from right to left,
+// appending each address taken to seen if it is not nil; cut says the
+// line's left end lies beyond the byte budget. It reports whether the
+// walk goes on to the line before.
+func (w *chainWalk) line(line string, cut bool, seen *[]netip.Addr) bool {
+	for {
+		j := lastSeparator(line, w.forwarded)
+		if j == malformedList || (j < 0 && cut) {
+			// An unterminated quoted string, or an entry
+			// whose left end lies beyond the byte budget.
+			return false
+		}
+		if entry := trimOWS(line[j+1:]); entry != "" && !w.hop(entry, seen) {
+			return false
+		}
+		if j < 0 {
+			return true
+		}
+		line = line[:j]
+	}
+}
+
+// hop takes one non-empty entry as the client, and reports whether the
+// walk goes on past it: false at the hop bound, for an entry that is not
+// an address, and for an untrusted address, the client.
+func (w *chainWalk) hop(entry string, seen *[]netip.Addr) bool {
+	if w.hops == MaxForwardedHops {
+		return false
+	}
+	w.hops++
+	a, ok := parseEntry(entry, w.forwarded)
+	if !ok {
+		return false
+	}
+	w.client = a
+	if seen != nil {
+		*seen = append(*seen, a)
+	}
+	return w.trusted.Contains(a)
+}
+
+// lastSeparator returns the index of the last list separator in s, in
+// the Forwarded syntax or X-Forwarded-For's, as lastForwardedSeparator
+// and lastXFFSeparator do.
+func lastSeparator(s string, forwarded bool) int {
+	if forwarded {
+		return lastForwardedSeparator(s)
+	}
+	return lastXFFSeparator(s)
+}
+
+// parseEntry returns the address of one list entry: a Forwarded element
+// (parseForwardedElement) or an X-Forwarded-For node.
+func parseEntry(entry string, forwarded bool) (netip.Addr, bool) {
+	if forwarded {
+		return parseForwardedElement(entry)
+	}
+	return parseNode(entry, false)
 }
 
 // malformedList is returned by the separator scanners for a list that
@@ -323,41 +358,13 @@ func lastForwardedSeparator(s string) int {
 func parseForwardedElement(el string) (netip.Addr, bool) {
 	var node string
 	found := false
-	i := 0
-	for {
-		for i < len(el) && isOWS(el[i]) {
-			i++
-		}
-		if i == len(el) {
-			break
-		}
+	for i := skipOWS(el, 0); i < len(el); i = skipOWS(el, i) {
 		if el[i] == ';' { // empty pair
 			i++
 			continue
 		}
-		start := i
-		for i < len(el) && isTchar(el[i]) {
-			i++
-		}
-		name := el[start:i]
-		if name == "" || i == len(el) || el[i] != '=' {
-			return netip.Addr{}, false
-		}
-		i++
-		var value string
-		if i < len(el) && el[i] == '"' {
-			var ok bool
-			if value, i, ok = parseQuoted(el, i); !ok {
-				return netip.Addr{}, false
-			}
-		} else {
-			start := i
-			for i < len(el) && isNodeChar(el[i]) {
-				i++
-			}
-			value = el[start:i]
-		}
-		if value == "" {
+		name, value, next, ok := parseForwardedPair(el, i)
+		if !ok {
 			return netip.Addr{}, false
 		}
 		if strings.EqualFold(name, "for") {
@@ -366,10 +373,7 @@ func parseForwardedElement(el string) (netip.Addr, bool) {
 			}
 			node, found = value, true
 		}
-		for i < len(el) && isOWS(el[i]) {
-			i++
-		}
-		if i < len(el) {
+		if i = skipOWS(el, next); i < len(el) {
 			if el[i] != ';' {
 				return netip.Addr{}, false
 			}
@@ -380,6 +384,48 @@ func parseForwardedElement(el string) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return parseNode(node, true)
+}
+
+// parseForwardedPair parses the name=value pair of a Forwarded element
+// that starts at el[i], and returns the index after it. ok is false if
+// the name is not a token or the value is empty or malformed.
+func parseForwardedPair(el string, i int) (name, value string, next int, ok bool) {
+	start := i
+	for i < len(el) && isTchar(el[i]) {
+		i++
+	}
+	name = el[start:i]
+	if name == "" || i == len(el) || el[i] != '=' {
+		return "", "", 0, false
+	}
+	if value, next, ok = parseForwardedValue(el, i+1); !ok || value == "" {
+		return "", "", 0, false
+	}
+	return name, value, next, true
+}
+
+// parseForwardedValue parses the value of a Forwarded pair that starts
+// at el[i]: a quoted string, returned unescaped, or the run of
+// isNodeChar characters there (possibly empty). It returns the index
+// after it.
+func parseForwardedValue(el string, i int) (value string, next int, ok bool) {
+	if i < len(el) && el[i] == '"' {
+		return parseQuoted(el, i)
+	}
+	start := i
+	for i < len(el) && isNodeChar(el[i]) {
+		i++
+	}
+	return el[start:i], i, true
+}
+
+// skipOWS returns the index of the first byte of s from i on that is
+// not optional whitespace, or len(s).
+func skipOWS(s string, i int) int {
+	for i < len(s) && isOWS(s[i]) {
+		i++
+	}
+	return i
 }
 
 // parseQuoted parses the quoted string that starts at s[i] == '"' and
@@ -427,14 +473,8 @@ func parseNode(s string, obfPort bool) (netip.Addr, bool) {
 	var a netip.Addr
 	var err error
 	if strings.HasPrefix(s, "[") {
-		end := strings.IndexByte(s, ']')
-		if end < 0 {
-			return netip.Addr{}, false
-		}
-		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:], obfPort)) {
-			return netip.Addr{}, false
-		}
-		if a, err = netip.ParseAddr(s[1:end]); err != nil || !a.Is6() {
+		var ok bool
+		if a, ok = parseBracketedNode(s, obfPort); !ok {
 			return netip.Addr{}, false
 		}
 	} else if i := strings.IndexByte(s, ':'); i >= 0 && strings.IndexByte(s[i+1:], ':') < 0 {
@@ -452,17 +492,47 @@ func parseNode(s string, obfPort bool) (netip.Addr, bool) {
 	return normalize(a), true
 }
 
+// parseBracketedNode parses an IPv6 node in brackets, optionally with a
+// port: "[2001:db8::1]", "[2001:db8::1]:4711". The result is not
+// normalized.
+func parseBracketedNode(s string, obfPort bool) (netip.Addr, bool) {
+	end := strings.IndexByte(s, ']')
+	if end < 0 {
+		return netip.Addr{}, false
+	}
+	if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:], obfPort)) {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s[1:end])
+	if err != nil || !a.Is6() {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
 // validPort reports whether s is a decimal port, or, if obf, an obfuscated
 // port ("_" followed by ALPHA / DIGIT / "." / "_" / "-", RFC 7239).
 func validPort(s string, obf bool) bool {
 	if obf && len(s) > 1 && s[0] == '_' {
-		for i := 1; i < len(s); i++ {
-			if c := s[i]; !isAlnum(c) && c != '.' && c != '_' && c != '-' {
-				return false
-			}
-		}
-		return true
+		return validObfuscated(s[1:])
 	}
+	return validDecimalPort(s)
+}
+
+// validObfuscated reports whether s is made of the characters of an
+// obfuscated identifier after its '_' (ALPHA / DIGIT / "." / "_" / "-").
+func validObfuscated(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// validDecimalPort reports whether s is a port number, 0 to 65535, in
+// at most five decimal digits.
+func validDecimalPort(s string) bool {
 	if s == "" || len(s) > 5 {
 		return false
 	}
