@@ -294,65 +294,98 @@ func (m *middleware) writeRefusal(w http.ResponseWriter, v *engine.Verdict) {
 		writeInvalid(w, v)
 		return
 	}
-	call := v.Call
 	retry := int64(1)
 	if v.RetryAfter > 0 {
 		retry = max(1, ceilSeconds(v.RetryAfter))
 	}
 	pr := Problem{Status: http.StatusTooManyRequests, RetryAfter: retry}
-	if rf := refusalOf(call); rf != nil && (v.Reason == engine.ReasonRate || v.Reason == engine.ReasonConcurrency) {
+	if rf := refusalOf(v); rf != nil {
 		if len(rf.Body) > 0 {
-			h := w.Header()
-			h.Set("Content-Type", rf.ContentType)
-			h.Set("Cache-Control", "no-store")
-			h.Set("Retry-After", strconv.FormatInt(retry, 10))
-			w.WriteHeader(rf.Status)
-			w.Write(rf.Body)
+			writeRouteRefusal(w, rf, retry)
 			return
 		}
 		pr.Status = rf.Status
 	}
+	if pr, ok := refusalProblem(w.Header(), v, pr); ok {
+		WriteProblem(w, pr)
+	}
+}
+
+// writeRouteRefusal answers a refusal with the route's own body, retry
+// seconds its Retry-After.
+func writeRouteRefusal(w http.ResponseWriter, rf *policy.Refusal, retry int64) {
+	h := w.Header()
+	h.Set("Content-Type", rf.ContentType)
+	h.Set("Cache-Control", "no-store")
+	h.Set("Retry-After", strconv.FormatInt(retry, 10))
+	w.WriteHeader(rf.Status)
+	w.Write(rf.Body)
+}
+
+// refusalProblem returns the problem that answers v, made from pr (the
+// 429, or the route's own status, with its Retry-After), setting on h
+// the headers it asks for. false: the client went away (ReasonCanceled)
+// and there is nobody to answer.
+func refusalProblem(h http.Header, v *engine.Verdict, pr Problem) (Problem, bool) {
+	switch v.Reason {
+	case engine.ReasonInvalidKey:
+		return invalidKeyProblem(h, v.Call), true
+	case engine.ReasonCostExceedsBurst:
+		return Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request costs more than its rate limit could ever admit"}, true
+	case engine.ReasonMisconfigured:
+		return Problem{Type: ProblemUnavailable, Status: http.StatusInternalServerError, Detail: "the rate limit for this route is misconfigured"}, true
+	case engine.ReasonUnavailable:
+		pr.Type, pr.Status, pr.Detail = ProblemUnavailable, http.StatusServiceUnavailable, "the rate limiter is unavailable and this route does not proceed without it"
+		if route := v.Call.Route; route != nil && route.Login != nil {
+			pr.Detail = "login is unavailable while the rate limiter is"
+		}
+		return pr, true
+	}
+	var ok bool
+	pr.Type, pr.Detail, ok = tooManyProblem(v, pr.RetryAfter)
+	return pr, ok
+}
+
+// tooManyProblem returns the type and detail of a refusal for too many
+// requests (a budget used up, too many in flight, too many failed logins
+// or invalid keys), retry seconds its Retry-After; false for another
+// reason.
+func tooManyProblem(v *engine.Verdict, retry int64) (typ, detail string, ok bool) {
 	switch v.Reason {
 	case engine.ReasonRate:
 		c, _ := v.Reported()
 		b := c.Budget
-		pr.Type, pr.Detail = ProblemRateLimited, fmt.Sprintf("The %q limit of %d per %v is used up; retry after %d s.", b.Name, b.Limit.Rate, b.Limit.Period, retry)
+		return ProblemRateLimited, fmt.Sprintf("The %q limit of %d per %v is used up; retry after %d s.", b.Name, b.Limit.Rate, b.Limit.Period, retry), true
 	case engine.ReasonConcurrency:
-		pr.Type, pr.Detail = ProblemTooManyInFlight, fmt.Sprintf("At most %d requests may be in flight here at once; retry shortly.", call.Route.Concurrency.Limit)
+		return ProblemTooManyInFlight, fmt.Sprintf("At most %d requests may be in flight here at once; retry shortly.", v.Call.Route.Concurrency.Limit), true
 	case engine.ReasonLoginAddress:
-		pr.Type, pr.Detail = ProblemTooManyFailed, fmt.Sprintf("Too many failed logins from this address; retry after %d s.", retry)
+		return ProblemTooManyFailed, fmt.Sprintf("Too many failed logins from this address; retry after %d s.", retry), true
 	case engine.ReasonLoginLocked:
-		pr.Type, pr.Detail = ProblemLoginLocked, fmt.Sprintf("This account is locked after repeated failed logins; retry after %d s.", retry)
+		return ProblemLoginLocked, fmt.Sprintf("This account is locked after repeated failed logins; retry after %d s.", retry), true
 	case engine.ReasonLoginBusy:
-		pr.Type, pr.Detail = ProblemLoginBusy, "Too many login attempts for this account are in progress; retry after 1 s."
+		return ProblemLoginBusy, "Too many login attempts for this account are in progress; retry after 1 s.", true
 	case engine.ReasonInvalidKeys:
-		pr.Type, pr.Detail = ProblemTooManyFailed, fmt.Sprintf("Too many requests with invalid API keys from this address; retry after %d s.", retry)
-	case engine.ReasonInvalidKey:
-		pr = Problem{Type: ProblemInvalidKey, Status: http.StatusUnauthorized, Detail: "The API key is not valid."}
-		if call.Key == engine.KeyMalformed {
-			pr.Detail = "The API key is malformed."
-		}
-		if call.JWT {
-			// Why a token failed (expired, another issuer, an unknown
-			// key) is not told: the client learns it from its issuer.
-			pr.Type, pr.Detail = ProblemInvalidToken, "The bearer token is not valid."
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate", error="invalid_token"`)
-		} else {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
-		}
-	case engine.ReasonCostExceedsBurst:
-		pr = Problem{Type: ProblemBadRequest, Status: http.StatusBadRequest, Detail: "the request costs more than its rate limit could ever admit"}
-	case engine.ReasonMisconfigured:
-		pr = Problem{Type: ProblemUnavailable, Status: http.StatusInternalServerError, Detail: "the rate limit for this route is misconfigured"}
-	case engine.ReasonUnavailable:
-		pr.Type, pr.Status, pr.Detail = ProblemUnavailable, http.StatusServiceUnavailable, "the rate limiter is unavailable and this route does not proceed without it"
-		if call.Route != nil && call.Route.Login != nil {
-			pr.Detail = "login is unavailable while the rate limiter is"
-		}
-	default: // ReasonCanceled: the client went away; nobody to answer.
-		return
+		return ProblemTooManyFailed, fmt.Sprintf("Too many requests with invalid API keys from this address; retry after %d s.", retry), true
 	}
-	WriteProblem(w, pr)
+	return "", "", false
+}
+
+// invalidKeyProblem returns the 401 that answers a call with an invalid
+// API key or bearer token, setting WWW-Authenticate on h.
+func invalidKeyProblem(h http.Header, call engine.Call) Problem {
+	pr := Problem{Type: ProblemInvalidKey, Status: http.StatusUnauthorized, Detail: "The API key is not valid."}
+	if call.Key == engine.KeyMalformed {
+		pr.Detail = "The API key is malformed."
+	}
+	if call.JWT {
+		// Why a token failed (expired, another issuer, an unknown
+		// key) is not told: the client learns it from its issuer.
+		pr.Type, pr.Detail = ProblemInvalidToken, "The bearer token is not valid."
+		h.Set("WWW-Authenticate", `Bearer realm="tollgate", error="invalid_token"`)
+	} else {
+		h.Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+	}
+	return pr
 }
 
 // writeInvalid answers a request the engine refused as presented
@@ -382,12 +415,13 @@ func writeInvalid(w http.ResponseWriter, v *engine.Verdict) {
 	WriteProblem(w, pr)
 }
 
-// refusalOf returns the route's own answer to refusals, nil for none.
-func refusalOf(call engine.Call) *policy.Refusal {
-	if call.Route == nil {
+// refusalOf returns the route's own answer to v, nil for none: a route
+// may answer the refusals of its rate and concurrency limits.
+func refusalOf(v *engine.Verdict) *policy.Refusal {
+	if v.Call.Route == nil || v.Reason != engine.ReasonRate && v.Reason != engine.ReasonConcurrency {
 		return nil
 	}
-	return call.Route.Refusal
+	return v.Call.Route.Refusal
 }
 
 // pass hands the request on, with the headers forwardHeaders allows. A
