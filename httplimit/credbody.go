@@ -111,47 +111,13 @@ func badBody(status int, detail string) error {
 // prefix (503); the error is a *problemError, or the body's reader's.
 func (m *middleware) readCredentialBody(r *http.Request, client netip.Addr) (bodyRead, error) {
 	none := bodyRead{release: func() {}}
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
-		return none, nil
-	}
-	kind, err := identity.BodyKindOf(r.Method, r.Header.Values("Content-Type"))
-	if err != nil {
-		return none, badBody(http.StatusBadRequest, "the request has more than one Content-Type: servers read one or the other")
-	}
-	if kind == identity.BodyOpaque {
-		return none, nil
-	}
-	if ce := r.Header.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity")) {
-		return none, badBody(http.StatusUnsupportedMediaType,
-			"a compressed form, JSON or multipart body is not accepted: the credentials it could hold are read first; send it uncompressed")
-	}
-	limit := m.opts.Policy.MaxCredentialBody
-	if limit <= 0 {
-		limit = policy.DefaultMaxCredentialBody
-	}
-	tooLarge := badBody(http.StatusRequestEntityTooLarge,
-		fmt.Sprintf("a form, JSON or multipart body is read for credentials up to %d bytes (identity.max_body)", limit))
-	if r.ContentLength > limit {
-		return none, tooLarge
-	}
-	hold := limit
-	if r.ContentLength > 0 {
-		hold = r.ContentLength
-	}
-	prefix := identity.ClientPrefix(client)
-	if !m.held.take(prefix, hold, limit) {
-		return none, &problemError{Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
-			Detail: "too many large bodies are being read at once; retry shortly"}}
-	}
-	release := func() { m.held.give(prefix, hold) }
-	raw, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	switch {
-	case err != nil:
-		release()
+	kind, err := credentialBodyKind(r)
+	if err != nil || kind == identity.BodyOpaque {
 		return none, err
-	case int64(len(raw)) > limit:
-		release()
-		return none, tooLarge
+	}
+	raw, release, err := m.holdBody(r, client)
+	if err != nil {
+		return none, err
 	}
 	putBody(r, raw)
 	fields := m.opts.Policy.CredentialFields
@@ -167,6 +133,63 @@ func (m *middleware) readCredentialBody(r *http.Request, client netip.Addr) (bod
 		return none, badBody(http.StatusBadRequest, "the body does not parse as its Content-Type says, so the credentials it may hold cannot be read")
 	}
 	return bodyRead{tokens: tokens, release: release}, nil
+}
+
+// credentialBodyKind returns the kind of r's body (identity.BodyKindOf),
+// BodyOpaque for none, refusing two Content-Types and a compressed body
+// of a kind that is read.
+func credentialBodyKind(r *http.Request) (identity.BodyKind, error) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
+		return identity.BodyOpaque, nil
+	}
+	kind, err := identity.BodyKindOf(r.Method, r.Header.Values("Content-Type"))
+	if err != nil {
+		return 0, badBody(http.StatusBadRequest, "the request has more than one Content-Type: servers read one or the other")
+	}
+	if kind == identity.BodyOpaque {
+		return kind, nil
+	}
+	if ce := r.Header.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity")) {
+		return 0, badBody(http.StatusUnsupportedMediaType,
+			"a compressed form, JSON or multipart body is not accepted: the credentials it could hold are read first; send it uncompressed")
+	}
+	return kind, nil
+}
+
+// holdBody reads r's body whole, up to the policy's MaxCredentialBody,
+// holding its bytes in the budget of bodies held for client's prefix
+// until release is called. Too large a body (413) or too many held (503)
+// is a *problemError; an error reading it is the body's reader's.
+func (m *middleware) holdBody(r *http.Request, client netip.Addr) (raw []byte, release func(), err error) {
+	limit := m.opts.Policy.MaxCredentialBody
+	if limit <= 0 {
+		limit = policy.DefaultMaxCredentialBody
+	}
+	tooLarge := badBody(http.StatusRequestEntityTooLarge,
+		fmt.Sprintf("a form, JSON or multipart body is read for credentials up to %d bytes (identity.max_body)", limit))
+	if r.ContentLength > limit {
+		return nil, nil, tooLarge
+	}
+	hold := limit
+	if r.ContentLength > 0 {
+		hold = r.ContentLength
+	}
+	prefix := identity.ClientPrefix(client)
+	if !m.held.take(prefix, hold, limit) {
+		return nil, nil, &problemError{Problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable, RetryAfter: 1,
+			Detail: "too many large bodies are being read at once; retry shortly"}}
+	}
+	release = func() { m.held.give(prefix, hold) }
+	raw, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+	switch {
+	case err != nil:
+		release()
+		return nil, nil, err
+	case int64(len(raw)) > limit:
+		release()
+		return nil, nil, tooLarge
+	}
+	return raw, release, nil
 }
 
 // putBody gives r the body raw in place of the one read, framed by its
