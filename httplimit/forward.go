@@ -93,33 +93,14 @@ func (m *middleware) forwardHeaders(h http.Header, sub Subject, trustedPeer bool
 		delete(out, name)
 	}
 	if !trustedPeer {
-		for _, name := range proxyHeaders {
-			delete(out, name)
-		}
-		if m.opts.Policy.UserHeader != "" {
-			delete(out, textproto.CanonicalMIMEHeaderKey(m.opts.Policy.UserHeader))
-		}
+		m.removeProxyHeaders(out)
 	}
 	for name := range out {
 		if strings.IndexByte(name, '_') >= 0 && m.protected[headerKey(name)] {
 			delete(out, name)
 		}
 	}
-	if conn := out["Connection"]; len(conn) > 0 {
-		var keep []string
-		for _, line := range conn {
-			for _, tok := range strings.Split(line, ",") {
-				if tok = strings.TrimSpace(tok); tok != "" && !m.protected[headerKey(tok)] {
-					keep = append(keep, tok)
-				}
-			}
-		}
-		if len(keep) > 0 {
-			out["Connection"] = []string{strings.Join(keep, ", ")}
-		} else {
-			delete(out, "Connection")
-		}
-	}
+	m.pruneConnection(out)
 	if sub.Addr.IsValid() {
 		out.Set("X-Real-Ip", sub.Addr.String())
 	}
@@ -127,6 +108,39 @@ func (m *middleware) forwardHeaders(h http.Header, sub Subject, trustedPeer bool
 		out.Set("X-Forwarded-For", sub.ForwardedFor())
 	}
 	return out
+}
+
+// removeProxyHeaders removes from h the headers believed only from a
+// trusted proxy: X-Forwarded-Host and the like, and the user header.
+func (m *middleware) removeProxyHeaders(h http.Header) {
+	for _, name := range proxyHeaders {
+		delete(h, name)
+	}
+	if m.opts.Policy.UserHeader != "" {
+		delete(h, textproto.CanonicalMIMEHeaderKey(m.opts.Policy.UserHeader))
+	}
+}
+
+// pruneConnection removes from h's Connection header every token that
+// names a protected header, and the header itself if none is left.
+func (m *middleware) pruneConnection(h http.Header) {
+	conn := h["Connection"]
+	if len(conn) == 0 {
+		return
+	}
+	var keep []string
+	for _, line := range conn {
+		for _, tok := range strings.Split(line, ",") {
+			if tok = strings.TrimSpace(tok); tok != "" && !m.protected[headerKey(tok)] {
+				keep = append(keep, tok)
+			}
+		}
+	}
+	if len(keep) > 0 {
+		h["Connection"] = []string{strings.Join(keep, ", ")}
+	} else {
+		delete(h, "Connection")
+	}
 }
 
 // touches reports whether forwardHeaders has anything to change in h: a
