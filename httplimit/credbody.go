@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/tollgate/tollgate/identity"
@@ -149,7 +148,7 @@ func credentialBodyKind(r *http.Request) (identity.BodyKind, error) {
 	if kind == identity.BodyOpaque {
 		return kind, nil
 	}
-	if ce := r.Header.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity")) {
+	if identity.BodyEncoded(r.Header) {
 		return 0, badBody(http.StatusUnsupportedMediaType,
 			"a compressed form, JSON or multipart body is not accepted: the credentials it could hold are read first; send it uncompressed")
 	}

@@ -55,6 +55,14 @@ func BodyKindOf(method string, ctype []string) (BodyKind, error) {
 	return kind, nil
 }
 
+// BodyEncoded reports whether a request's headers h give its body a
+// content coding (Content-Encoding) other than identity: any
+// Content-Encoding but one line naming identity alone, in any case.
+func BodyEncoded(h http.Header) bool {
+	ce := h.Values("Content-Encoding")
+	return len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity"))
+}
+
 func kindOf(ctype string) BodyKind {
 	t, _, _ := strings.Cut(ctype, ";")
 	t = strings.ToLower(strings.TrimSpace(t))

@@ -113,7 +113,7 @@ func ReadLogin(r LoginRequest, field string, maxBody int64) (*Login, error) {
 // refuses a request whose headers or query let another parser read
 // another account (see ReadLogin).
 func loginHeaders(h http.Header, rawQuery, field string) (string, error) {
-	if ce := h.Values("Content-Encoding"); len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(strings.TrimSpace(ce[0]), "identity")) {
+	if BodyEncoded(h) {
 		return "", badLogin("a compressed login body is not accepted")
 	}
 	if v := h.Get("Authorization"); len(v) >= 6 && strings.EqualFold(v[:6], "basic ") {
