@@ -499,29 +499,33 @@ func fits(k jwk.Key, alg jwa.SignatureAlgorithm) bool {
 	return false
 }
 
-// reason words a verification failure without the token.
+// reason words a verification failure without the token: the text of
+// the first of reasons it is, else "not verified".
 func reason(err error) string {
-	switch {
-	case errors.Is(err, errUnknownKID):
-		return errUnknownKID.Error()
-	case errors.Is(err, errAlgorithm):
-		return errAlgorithm.Error()
-	case errors.Is(err, errNoKeyForAlg):
-		return errNoKeyForAlg.Error()
-	case errors.Is(err, jwt.TokenExpiredError()):
-		return "expired"
-	case errors.Is(err, jwt.TokenNotYetValidError()):
-		return "not yet valid"
-	case errors.Is(err, jwt.InvalidIssuerError()):
-		return "another issuer"
-	case errors.Is(err, errAudience), errors.Is(err, jwt.InvalidAudienceError()):
-		return "another audience"
-	case errors.Is(err, jwt.InvalidIssuedAtError()):
-		return "issued in the future"
-	case errors.Is(err, jwt.MissingRequiredClaimError()):
-		return "a required claim is missing"
+	for _, r := range reasons {
+		if errors.Is(err, r.err) {
+			return r.text
+		}
 	}
 	return "not verified"
+}
+
+// reasons are the verification failures reason tells apart, in the
+// order it tries them.
+var reasons = []struct {
+	err  error
+	text string
+}{
+	{errUnknownKID, errUnknownKID.Error()},
+	{errAlgorithm, errAlgorithm.Error()},
+	{errNoKeyForAlg, errNoKeyForAlg.Error()},
+	{jwt.TokenExpiredError(), "expired"},
+	{jwt.TokenNotYetValidError(), "not yet valid"},
+	{jwt.InvalidIssuerError(), "another issuer"},
+	{errAudience, "another audience"},
+	{jwt.InvalidAudienceError(), "another audience"},
+	{jwt.InvalidIssuedAtError(), "issued in the future"},
+	{jwt.MissingRequiredClaimError(), "a required claim is missing"},
 }
 
 // stringClaim returns the claim name as a string ("" when absent); a
