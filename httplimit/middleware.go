@@ -215,11 +215,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	v := d.v
 	route := v.Call.Route
 	if !v.Outcome.Admitted() {
-		if m.opts.Refused != nil && v.Reason != engine.ReasonCanceled && !v.Reason.OfRequest() {
-			m.opts.Refused(w, r, v)
-			return
-		}
-		m.writeRefusal(w, v)
+		m.refuse(w, r, v)
 		return
 	}
 	defer v.Done(r.Context())
@@ -286,6 +282,17 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, front engine
 		}
 	}
 	return d
+}
+
+// refuse answers a request the engine did not admit: with the Refused
+// hook if there is one, unless the request was refused as presented or
+// the client went away; otherwise with writeRefusal.
+func (m *middleware) refuse(w http.ResponseWriter, r *http.Request, v *engine.Verdict) {
+	if m.opts.Refused != nil && v.Reason != engine.ReasonCanceled && !v.Reason.OfRequest() {
+		m.opts.Refused(w, r, v)
+		return
+	}
+	m.writeRefusal(w, v)
 }
 
 // writeRefusal answers a call the engine did not admit.
