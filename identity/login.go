@@ -81,18 +81,9 @@ func ReadLogin(r LoginRequest, field string, maxBody int64) (*Login, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.Length > maxBody {
-		return nil, badLogin("the body is larger than %d bytes", maxBody)
-	}
-	if r.Body == nil {
-		return nil, badLogin("the body must name the account in %q", field)
-	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	raw, err := readLoginBody(r, field, maxBody)
 	if err != nil {
-		return nil, fmt.Errorf("reading the login body: %w", err)
-	}
-	if int64(len(raw)) > maxBody {
-		return nil, badLogin("the body is larger than %d bytes", maxBody)
+		return nil, err
 	}
 	var lb *Login
 	if mt == "application/json" {
@@ -107,6 +98,26 @@ func ReadLogin(r LoginRequest, field string, maxBody int64) (*Login, error) {
 		return nil, err
 	}
 	return lb, nil
+}
+
+// readLoginBody reads a login request's body whole, refusing one over
+// maxBody bytes, by its declared length or as read, and a request
+// without one, which cannot name the account in field.
+func readLoginBody(r LoginRequest, field string, maxBody int64) ([]byte, error) {
+	if r.Length > maxBody {
+		return nil, badLogin("the body is larger than %d bytes", maxBody)
+	}
+	if r.Body == nil {
+		return nil, badLogin("the body must name the account in %q", field)
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the login body: %w", err)
+	}
+	if int64(len(raw)) > maxBody {
+		return nil, badLogin("the body is larger than %d bytes", maxBody)
+	}
+	return raw, nil
 }
 
 // loginHeaders returns the media type of a login request's body, or
