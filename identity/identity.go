@@ -128,19 +128,10 @@ func BasicParts(h http.Header) []string {
 	if len(auth) != 1 {
 		return nil
 	}
-	v := trimOWS(auth[0])
-	const scheme = "Basic"
-	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) || !isOWS(v[len(scheme)]) {
+	user, pass, ok := basicCredential(auth[0])
+	if !ok {
 		return nil
 	}
-	enc := trimOWS(v[len(scheme):])
-	b, err := base64.StdEncoding.DecodeString(enc)
-	if err != nil {
-		if b, err = base64.RawStdEncoding.DecodeString(enc); err != nil {
-			return nil
-		}
-	}
-	user, pass, _ := strings.Cut(string(b), ":")
 	var parts []string
 	for _, p := range []string{user, pass} {
 		if checkKey(p, MaxKeyLength) == nil {
@@ -148,6 +139,26 @@ func BasicParts(h http.Header) []string {
 		}
 	}
 	return parts
+}
+
+// basicCredential returns the user name and password of an
+// Authorization value "Basic base64(user:password)" (the scheme in any
+// case, the base64 padded or not), and whether it is one.
+func basicCredential(v string) (user, pass string, ok bool) {
+	v = trimOWS(v)
+	const scheme = "Basic"
+	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) || !isOWS(v[len(scheme)]) {
+		return "", "", false
+	}
+	enc := trimOWS(v[len(scheme):])
+	b, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		if b, err = base64.RawStdEncoding.DecodeString(enc); err != nil {
+			return "", "", false
+		}
+	}
+	user, pass, _ = strings.Cut(string(b), ":")
+	return user, pass, true
 }
 
 // LooksLikeJWT reports whether s has the shape of a JWS in compact form
