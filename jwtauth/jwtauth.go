@@ -163,14 +163,11 @@ func NewVerifier(s *policy.JWT, keys *Keys, now func() time.Time) (*Verifier, er
 	if now == nil {
 		now = time.Now
 	}
-	v := &Verifier{s: s, keys: keys, now: now, algs: map[string]jwa.SignatureAlgorithm{}}
-	for _, a := range s.Algorithms {
-		alg, ok := jwa.LookupSignatureAlgorithm(a)
-		if !ok || alg == jwa.NoSignature() {
-			return nil, fmt.Errorf("creating the JWT verifier: unknown algorithm %q", a)
-		}
-		v.algs[a] = alg
+	algs, err := signatureAlgorithms(s.Algorithms)
+	if err != nil {
+		return nil, fmt.Errorf("creating the JWT verifier: %w", err)
 	}
+	v := &Verifier{s: s, keys: keys, now: now, algs: algs}
 	if s.JWKSURL != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -181,6 +178,20 @@ func NewVerifier(s *policy.JWT, keys *Keys, now func() time.Time) (*Verifier, er
 		v.src = src
 	}
 	return v, nil
+}
+
+// signatureAlgorithms returns the signature algorithms names names,
+// by name; "none" or a name jwx does not know is an error.
+func signatureAlgorithms(names []string) (map[string]jwa.SignatureAlgorithm, error) {
+	algs := map[string]jwa.SignatureAlgorithm{}
+	for _, a := range names {
+		alg, ok := jwa.LookupSignatureAlgorithm(a)
+		if !ok || alg == jwa.NoSignature() {
+			return nil, fmt.Errorf("unknown algorithm %q", a)
+		}
+		algs[a] = alg
+	}
+	return algs, nil
 }
 
 // fetchWait bounds how long a request waits for the JWKS.
