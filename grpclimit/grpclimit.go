@@ -238,12 +238,8 @@ type decision struct {
 // (engine.Engine.Decide: its route is the method, its metadata are its
 // headers). A non-nil error is the status the call ends with.
 func (l *Limiter) decide(ctx context.Context, fullMethod string) (decision, error) {
-	req := engine.Request{Front: engine.FrontGRPC, Method: "POST", Path: fullMethod, Header: header(ctx), RequireRoute: l.opts.RequireRoute}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		if _, isTCP := p.Addr.(*net.TCPAddr); isTCP {
-			req.RemoteAddr = p.Addr.String()
-		}
-	}
+	req := engine.Request{Front: engine.FrontGRPC, Method: "POST", Path: fullMethod, Header: header(ctx),
+		RemoteAddr: remoteAddr(ctx), RequireRoute: l.opts.RequireRoute}
 	v := l.engine.Decide(ctx, req)
 	if v.Reason.OfRequest() {
 		return decision{}, invalid(v)
@@ -264,6 +260,17 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string) (decision, erro
 		md = metadata.MD{}
 	}
 	return decision{trailer: md}, refusal(ctx, v.Call, v, md)
+}
+
+// remoteAddr returns the call's peer as host:port, "" unless it is a
+// TCP peer.
+func remoteAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		if _, isTCP := p.Addr.(*net.TCPAddr); isTCP {
+			return p.Addr.String()
+		}
+	}
+	return ""
 }
 
 // invalid returns the status of a call the engine refused as presented
