@@ -64,6 +64,12 @@ func headerKey(name string) string {
 	return strings.ToLower(strings.ReplaceAll(name, "_", "-"))
 }
 
+// shadows reports whether the header name is spelt with '_' and so read
+// by CGI-style servers as a protected header (see protected).
+func (m *middleware) shadows(name string) bool {
+	return strings.IndexByte(name, '_') >= 0 && m.protected[headerKey(name)]
+}
+
 // forwardHeaders returns the headers to pass on for a request from sub,
 // whose peer is or is not a trusted proxy, so that the handler behind (a
 // proxied service) sees the identity the middleware charged and no other:
@@ -96,7 +102,7 @@ func (m *middleware) forwardHeaders(h http.Header, sub Subject, trustedPeer bool
 		m.removeProxyHeaders(out)
 	}
 	for name := range out {
-		if strings.IndexByte(name, '_') >= 0 && m.protected[headerKey(name)] {
+		if m.shadows(name) {
 			delete(out, name)
 		}
 	}
@@ -150,7 +156,7 @@ func (m *middleware) touches(h http.Header, trustedPeer bool) bool {
 		switch {
 		case m.replaced[name], name == "Connection", !trustedPeer && m.trustedOnly[name]:
 			return true
-		case strings.IndexByte(name, '_') >= 0 && m.protected[headerKey(name)]:
+		case m.shadows(name):
 			return true
 		}
 	}

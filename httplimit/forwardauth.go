@@ -144,7 +144,7 @@ func (fa *forwardAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // as '-' would see what the decision did not.
 func (m *middleware) underscored(h http.Header) error {
 	for name := range h {
-		if strings.IndexByte(name, '_') >= 0 && m.protected[headerKey(name)] {
+		if m.shadows(name) {
 			return fmt.Errorf("the header %s is spelt with '_', which services read differently; send it with '-'", name)
 		}
 	}
@@ -161,22 +161,9 @@ func describedRequest(r *http.Request) (*http.Request, error) {
 	if !isToken(method) {
 		return nil, fmt.Errorf("the described method %q is not an HTTP method", method)
 	}
-	uri, err := described(r.Header, uriHeaders, "URI")
+	uri, u, err := describedURI(r.Header)
 	if err != nil {
 		return nil, err
-	}
-	// Origin-form only, as a proxy received it; parsed as net/http
-	// parses a request line, so the path is the one the gateway would
-	// match.
-	switch {
-	case !strings.HasPrefix(uri, "/"):
-		return nil, fmt.Errorf("the described URI must be a path (origin-form, such as /api/items?x=1), got %q", uri)
-	case strings.IndexByte(uri, '#') >= 0:
-		return nil, fmt.Errorf("the described URI holds '#', which servers read differently (a fragment, or part of the path)")
-	}
-	u, err := url.ParseRequestURI(uri)
-	if err != nil {
-		return nil, fmt.Errorf("the described URI cannot be parsed: %v", err)
 	}
 	d := new(http.Request)
 	*d = *r
@@ -187,6 +174,28 @@ func describedRequest(r *http.Request) (*http.Request, error) {
 		return nil, fmt.Errorf("the described host is given %d times in X-Forwarded-Host", len(hs))
 	}
 	return d, nil
+}
+
+// describedURI returns the URI the headers h describe, as given and
+// parsed: origin-form only, as a proxy received it, and parsed as
+// net/http parses a request line, so the path is the one the gateway
+// would match.
+func describedURI(h http.Header) (string, *url.URL, error) {
+	uri, err := described(h, uriHeaders, "URI")
+	if err != nil {
+		return "", nil, err
+	}
+	switch {
+	case !strings.HasPrefix(uri, "/"):
+		return "", nil, fmt.Errorf("the described URI must be a path (origin-form, such as /api/items?x=1), got %q", uri)
+	case strings.IndexByte(uri, '#') >= 0:
+		return "", nil, fmt.Errorf("the described URI holds '#', which servers read differently (a fragment, or part of the path)")
+	}
+	u, err := url.ParseRequestURI(uri)
+	if err != nil {
+		return "", nil, fmt.Errorf("the described URI cannot be parsed: %v", err)
+	}
+	return uri, u, nil
 }
 
 // described returns the one value that the headers names give (each at
