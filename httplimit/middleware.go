@@ -272,14 +272,7 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, front engine
 		setHeaders(w.Header(), f, m.opts.Policy.LegacyHeaders)
 	}
 	if rec, ok := RecordFrom(r.Context()); ok {
-		rec.Decision = time.Since(start)
-		rec.Group, rec.SubjectKind, rec.Subject, rec.Outcome = v.Call.Group(), v.Identity.Kind, v.Identity.ID, v.Outcome.String()
-		if v.Call.Route != nil {
-			rec.Route = v.Call.Route.Name
-		}
-		if c, ok := v.Reported(); ok {
-			rec.Budget = c.Budget.Name
-		}
+		rec.fill(v, time.Since(start))
 	}
 	return d
 }

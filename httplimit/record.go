@@ -3,6 +3,8 @@ package httplimit
 import (
 	"context"
 	"time"
+
+	"github.com/tollgate/tollgate/engine"
 )
 
 // Record is what the middleware learned of a request, for an access log
@@ -32,4 +34,17 @@ func WithRecord(ctx context.Context, rec *Record) context.Context {
 func RecordFrom(ctx context.Context) (*Record, bool) {
 	rec, ok := ctx.Value(recordKey{}).(*Record)
 	return rec, ok
+}
+
+// fill sets what the verdict v, reached in decision, says of the
+// request.
+func (rec *Record) fill(v *engine.Verdict, decision time.Duration) {
+	rec.Decision = decision
+	rec.Group, rec.SubjectKind, rec.Subject, rec.Outcome = v.Call.Group(), v.Identity.Kind, v.Identity.ID, v.Outcome.String()
+	if v.Call.Route != nil {
+		rec.Route = v.Call.Route.Name
+	}
+	if c, ok := v.Reported(); ok {
+		rec.Budget = c.Budget.Name
+	}
 }
