@@ -315,8 +315,14 @@ func checkSegments(token string) error {
 	if err != nil {
 		return fmt.Errorf("the claims: %w", err)
 	}
+	return checkNumericDates(c)
+}
+
+// checkNumericDates refuses claims (as members returns them) whose exp,
+// nbf or iat is not a JSON number.
+func checkNumericDates(claims map[string]any) error {
 	for _, name := range []string{jwt.ExpirationKey, jwt.NotBeforeKey, jwt.IssuedAtKey} {
-		if v, ok := c[name]; ok {
+		if v, ok := claims[name]; ok {
 			if _, isNum := v.(json.Number); !isNum {
 				return fmt.Errorf("claim %q is not a number", name)
 			}
