@@ -61,136 +61,165 @@ var ignoredVars = map[string]string{
 	"GRPC_SERVER_USE_TLS":           "not supported: terminate TLS in front",
 }
 
-// SettingsFromEnv reads the settings through getenv (os.Getenv).
-func SettingsFromEnv(getenv func(string) string) (Settings, error) {
-	get := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
+// envReader reads variables through getenv and gathers, in order, what
+// is wrong with their values.
+type envReader struct {
+	getenv func(string) string
+	errs   []string
+}
+
+// get is the variable name, or def when it is unset or empty.
+func (e *envReader) get(name, def string) string {
+	if v := e.getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// boolean is the variable name as a boolean, or def when it is unset or
+// empty; a value that is not one is reported.
+func (e *envReader) boolean(name string, def bool) bool {
+	v := e.getenv(name)
+	if v == "" {
 		return def
 	}
-	var errs []string
-	boolean := func(name string, def bool) bool {
-		v := getenv(name)
-		if v == "" {
-			return def
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("%s: want true or false, got %q", name, v))
-		}
-		return b
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.failf("%s: want true or false, got %q", name, v)
 	}
+	return b
+}
+
+// failf reports a problem with a variable.
+func (e *envReader) failf(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
+
+// SettingsFromEnv reads the settings through getenv (os.Getenv).
+func SettingsFromEnv(getenv func(string) string) (Settings, error) {
+	e := &envReader{getenv: getenv}
 	s := Settings{
-		GRPCAddr:    net.JoinHostPort(get("GRPC_HOST", "0.0.0.0"), get("GRPC_PORT", "8081")),
-		HTTPAddr:    net.JoinHostPort(get("HOST", "0.0.0.0"), get("PORT", "8080")),
-		MetricsPath: get("PROMETHEUS_PATH", "/metrics"),
+		GRPCAddr:    net.JoinHostPort(e.get("GRPC_HOST", "0.0.0.0"), e.get("GRPC_PORT", "8081")),
+		HTTPAddr:    net.JoinHostPort(e.get("HOST", "0.0.0.0"), e.get("PORT", "8080")),
+		MetricsPath: e.get("PROMETHEUS_PATH", "/metrics"),
 	}
-	root := get("RUNTIME_ROOT", "/srv/runtime_data/current")
-	s.ConfigDir = filepath.Join(root, getenv("RUNTIME_SUBDIRECTORY"), get("RUNTIME_APPDIRECTORY", "config"))
-	s.WatchDir = s.ConfigDir
-	if boolean("RUNTIME_WATCH_ROOT", true) {
-		s.WatchDir = root
+	s.readConfig(e)
+	if e.boolean("USE_PROMETHEUS", false) {
+		s.MetricsAddr = e.get("PROMETHEUS_ADDR", ":9090")
 	}
-	s.Load.IgnoreDotFiles = boolean("RUNTIME_IGNOREDOTFILES", false)
-	s.Load.MergeDomains = boolean("MERGE_DOMAIN_CONFIG", false)
-	switch f := get("TOLLGATE_RLS_ON_STORE_FAILURE", "fail_open"); f {
-	case "fail_open":
-	case "fail_closed":
-		s.Load.FailClosed = true
-	default:
-		errs = append(errs, fmt.Sprintf("TOLLGATE_RLS_ON_STORE_FAILURE: want fail_open or fail_closed, got %q", f))
-	}
-	if boolean("USE_PROMETHEUS", false) {
-		s.MetricsAddr = get("PROMETHEUS_ADDR", ":9090")
-	}
-	if v := getenv("NEAR_LIMIT_RATIO"); v != "" {
-		// A float32, as envoyproxy/ratelimit reads it: the near_limit
-		// threshold is computed in its precision (see Options).
-		r, err := strconv.ParseFloat(v, 32)
-		if err != nil || r <= 0 || r > 1 {
-			errs = append(errs, fmt.Sprintf("NEAR_LIMIT_RATIO: want a number in (0, 1], got %q", v))
-		}
-		s.Server.NearLimitRatio = r
-	}
-	s.Server.ShadowMode = boolean("SHADOW_MODE", false)
-	s.Server.Headers = boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false)
-	s.Server.LimitHeader = getenv("LIMIT_LIMIT_HEADER")
-	s.Server.RemainingHeader = getenv("LIMIT_REMAINING_HEADER")
-	s.Server.ResetHeader = getenv("LIMIT_RESET_HEADER")
-	s.Server.IETFHeaders = boolean("TOLLGATE_RLS_RATELIMIT_HEADERS", false)
+	s.readServer(e)
 	if v := getenv("TOLLGATE_STORE_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			errs = append(errs, fmt.Sprintf("TOLLGATE_STORE_TIMEOUT: want a duration such as 20ms, got %q", v))
+			e.failf("TOLLGATE_STORE_TIMEOUT: want a duration such as 20ms, got %q", v)
 		}
 		s.RedisTimeout = d
 	}
-	if !boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true) {
+	if !e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true) {
 		s.Ignored = append(s.Ignored, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false: a request over any limit charges none, always")
 	}
-	switch b := strings.ToLower(get("BACKEND_TYPE", "redis")); b {
-	case "redis":
-		s.Backend = "redis"
-		if err := s.redis(getenv, get); err != nil {
-			errs = append(errs, err.Error())
-		}
-	case "memory":
-		s.Backend = "memory"
-	default:
-		errs = append(errs, fmt.Sprintf("BACKEND_TYPE: want redis or memory, got %q (memcache is not supported)", b))
-	}
+	s.readBackend(e)
 	for name, why := range ignoredVars {
 		if getenv(name) != "" {
 			s.Ignored = append(s.Ignored, name+": "+why)
 		}
 	}
-	if len(errs) > 0 {
-		return s, fmt.Errorf("reading the environment: %s", strings.Join(errs, "; "))
+	if len(e.errs) > 0 {
+		return s, fmt.Errorf("reading the environment: %s", strings.Join(e.errs, "; "))
 	}
 	return s, nil
 }
 
+// readConfig reads where the configuration is, what is watched, and how
+// it is loaded (RUNTIME_*, MERGE_DOMAIN_CONFIG,
+// TOLLGATE_RLS_ON_STORE_FAILURE).
+func (s *Settings) readConfig(e *envReader) {
+	root := e.get("RUNTIME_ROOT", "/srv/runtime_data/current")
+	s.ConfigDir = filepath.Join(root, e.getenv("RUNTIME_SUBDIRECTORY"), e.get("RUNTIME_APPDIRECTORY", "config"))
+	s.WatchDir = s.ConfigDir
+	if e.boolean("RUNTIME_WATCH_ROOT", true) {
+		s.WatchDir = root
+	}
+	s.Load.IgnoreDotFiles = e.boolean("RUNTIME_IGNOREDOTFILES", false)
+	s.Load.MergeDomains = e.boolean("MERGE_DOMAIN_CONFIG", false)
+	switch f := e.get("TOLLGATE_RLS_ON_STORE_FAILURE", "fail_open"); f {
+	case "fail_open":
+	case "fail_closed":
+		s.Load.FailClosed = true
+	default:
+		e.failf("TOLLGATE_RLS_ON_STORE_FAILURE: want fail_open or fail_closed, got %q", f)
+	}
+}
+
+// readServer reads the server's options: NEAR_LIMIT_RATIO, SHADOW_MODE
+// and the response headers.
+func (s *Settings) readServer(e *envReader) {
+	if v := e.getenv("NEAR_LIMIT_RATIO"); v != "" {
+		// A float32, as envoyproxy/ratelimit reads it: the near_limit
+		// threshold is computed in its precision (see Options).
+		r, err := strconv.ParseFloat(v, 32)
+		if err != nil || r <= 0 || r > 1 {
+			e.failf("NEAR_LIMIT_RATIO: want a number in (0, 1], got %q", v)
+		}
+		s.Server.NearLimitRatio = r
+	}
+	s.Server.ShadowMode = e.boolean("SHADOW_MODE", false)
+	s.Server.Headers = e.boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false)
+	s.Server.LimitHeader = e.getenv("LIMIT_LIMIT_HEADER")
+	s.Server.RemainingHeader = e.getenv("LIMIT_REMAINING_HEADER")
+	s.Server.ResetHeader = e.getenv("LIMIT_RESET_HEADER")
+	s.Server.IETFHeaders = e.boolean("TOLLGATE_RLS_RATELIMIT_HEADERS", false)
+}
+
+// readBackend reads BACKEND_TYPE and, for Redis, the store's URL.
+func (s *Settings) readBackend(e *envReader) {
+	switch b := strings.ToLower(e.get("BACKEND_TYPE", "redis")); b {
+	case "redis":
+		s.Backend = "redis"
+		if err := s.redis(e); err != nil {
+			e.errs = append(e.errs, err.Error())
+		}
+	case "memory":
+		s.Backend = "memory"
+	default:
+		e.failf("BACKEND_TYPE: want redis or memory, got %q (memcache is not supported)", b)
+	}
+}
+
+// redisModes are REDIS_TYPE's values and the store modes they name.
+var redisModes = map[string]string{"SINGLE": "standalone", "CLUSTER": "cluster", "SENTINEL": "sentinel"}
+
 // redis reads the Redis settings into a Tollgate store URL.
-func (s *Settings) redis(getenv func(string) string, get func(string, string) string) error {
-	if u := getenv("TOLLGATE_REDIS_URL"); u != "" {
+func (s *Settings) redis(e *envReader) error {
+	if u := e.getenv("TOLLGATE_REDIS_URL"); u != "" {
 		s.RedisURL = u
 		return nil
 	}
 	scheme := "redis"
-	if b, _ := strconv.ParseBool(getenv("REDIS_TLS")); b {
+	if b, _ := strconv.ParseBool(e.getenv("REDIS_TLS")); b {
 		scheme = "rediss"
 	}
-	var user *url.Userinfo
-	if auth := getenv("REDIS_AUTH"); auth != "" {
-		if u, p, ok := strings.Cut(auth, ":"); ok {
-			user = url.UserPassword(u, p)
-		} else {
-			user = url.UserPassword("", auth)
-		}
-	}
-	addrs := strings.Split(get("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"), ",")
+	user := redisUser(e.getenv("REDIS_AUTH"))
+	addrs := strings.Split(e.get("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"), ",")
 	for i := range addrs {
 		addrs[i] = strings.TrimSpace(addrs[i])
 	}
+	t := strings.ToUpper(e.get("REDIS_TYPE", "SINGLE"))
+	mode, ok := redisModes[t]
+	if !ok {
+		return fmt.Errorf("REDIS_TYPE: want SINGLE, CLUSTER or SENTINEL, got %q", t)
+	}
+	s.RedisMode = mode
 	q := url.Values{}
-	switch t := strings.ToUpper(get("REDIS_TYPE", "SINGLE")); t {
-	case "SINGLE":
-		s.RedisMode = "standalone"
-	case "CLUSTER":
-		s.RedisMode = "cluster"
-	case "SENTINEL":
+	if mode == "sentinel" {
 		// "<master set>,<sentinel>,<sentinel>…"
-		s.RedisMode = "sentinel"
 		if len(addrs) < 2 {
-			return fmt.Errorf("REDIS_URL: a sentinel setting is <master set>,<host:port>[,<host:port>…], got %q", getenv("REDIS_URL"))
+			return fmt.Errorf("REDIS_URL: a sentinel setting is <master set>,<host:port>[,<host:port>…], got %q", e.getenv("REDIS_URL"))
 		}
 		q.Set("master_set", addrs[0])
 		addrs = addrs[1:]
-	default:
-		return fmt.Errorf("REDIS_TYPE: want SINGLE, CLUSTER or SENTINEL, got %q", t)
 	}
-	if strings.ToLower(get("REDIS_SOCKET_TYPE", "unix")) == "unix" {
+	if strings.ToLower(e.get("REDIS_SOCKET_TYPE", "unix")) == "unix" {
 		if s.RedisMode != "standalone" {
 			return fmt.Errorf("REDIS_SOCKET_TYPE unix takes REDIS_TYPE SINGLE")
 		}
@@ -204,4 +233,16 @@ func (s *Settings) redis(getenv func(string) string, get func(string, string) st
 	u := url.URL{Scheme: scheme, Host: addrs[0], User: user, RawQuery: q.Encode()}
 	s.RedisURL = u.String()
 	return nil
+}
+
+// redisUser is REDIS_AUTH, "password" or "user:password", as a URL's
+// user; nil when it is empty.
+func redisUser(auth string) *url.Userinfo {
+	if auth == "" {
+		return nil
+	}
+	if u, p, ok := strings.Cut(auth, ":"); ok {
+		return url.UserPassword(u, p)
+	}
+	return url.UserPassword("", auth)
 }
