@@ -4,7 +4,6 @@ import (
 	"context"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -47,71 +46,88 @@ func (s *Server) Watch(ctx context.Context, dirs []string, load func() (*Config,
 	if err != nil {
 		return err
 	}
-	watched := map[string]bool{}
-	rewatch := func() {
-		for d := range watched {
-			_ = w.Remove(d)
+	c := &configWatcher{w: w, dirs: dirs, watched: map[string]bool{}}
+	c.rewatch()
+	go s.reloadOnChange(ctx, c, load)
+	return nil
+}
+
+// configWatcher is what Watch watches: dirs, through w.
+type configWatcher struct {
+	w       *fsnotify.Watcher
+	dirs    []string
+	watched map[string]bool
+}
+
+// rewatch watches the directories afresh: each one's parent, and every
+// directory under where it points now.
+func (c *configWatcher) rewatch() {
+	for d := range c.watched {
+		_ = c.w.Remove(d)
+	}
+	clear(c.watched)
+	for _, dir := range c.dirs {
+		c.add(filepath.Dir(dir))
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			continue
 		}
-		clear(watched)
-		for _, dir := range dirs {
-			add := func(p string) {
-				if !watched[p] && w.Add(p) == nil {
-					watched[p] = true
-				}
+		_ = filepath.WalkDir(real, c.visit)
+	}
+}
+
+// visit is rewatch's walk: it watches each directory, and each symlink
+// to one; what cannot be read is skipped.
+func (c *configWatcher) visit(p string, d fs.DirEntry, err error) error {
+	if err != nil {
+		return nil
+	}
+	if d.IsDir() || d.Type()&fs.ModeSymlink != 0 && isDir(p) {
+		c.add(p)
+	}
+	return nil
+}
+
+// add watches p, if it is not watched yet.
+func (c *configWatcher) add(p string) {
+	if !c.watched[p] && c.w.Add(p) == nil {
+		c.watched[p] = true
+	}
+}
+
+// reloadOnChange rewatches and reloads reloadDelay after the last of a
+// run of events, until ctx ends or the watcher fails; it closes the
+// watcher.
+func (s *Server) reloadOnChange(ctx context.Context, c *configWatcher, load func() (*Config, error)) {
+	defer c.w.Close()
+	var timer *time.Timer
+	var fire <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
 			}
-			add(filepath.Dir(dir))
-			real, err := filepath.EvalSymlinks(dir)
-			if err != nil {
-				continue
+			return
+		case _, ok := <-c.w.Events:
+			if !ok {
+				return
 			}
-			_ = filepath.WalkDir(real, func(p string, d fs.DirEntry, err error) error {
-				if err != nil {
-					return nil
-				}
-				if d.IsDir() {
-					add(p)
-				} else if d.Type()&fs.ModeSymlink != 0 {
-					if st, err := os.Stat(p); err == nil && st.IsDir() {
-						add(p)
-					}
-				}
-				return nil
-			})
+			if timer == nil {
+				timer = time.NewTimer(reloadDelay)
+			} else {
+				timer.Reset(reloadDelay)
+			}
+			fire = timer.C
+		case err, ok := <-c.w.Errors:
+			if !ok {
+				return
+			}
+			s.log.Warn("watching the rate-limit configuration", slog.String("error", err.Error()))
+		case <-fire:
+			fire = nil
+			c.rewatch()
+			s.Reload(load)
 		}
 	}
-	rewatch()
-	go func() {
-		defer w.Close()
-		var timer *time.Timer
-		var fire <-chan time.Time
-		for {
-			select {
-			case <-ctx.Done():
-				if timer != nil {
-					timer.Stop()
-				}
-				return
-			case _, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if timer == nil {
-					timer = time.NewTimer(reloadDelay)
-				} else {
-					timer.Reset(reloadDelay)
-				}
-				fire = timer.C
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				s.log.Warn("watching the rate-limit configuration", slog.String("error", err.Error()))
-			case <-fire:
-				fire = nil
-				rewatch()
-				s.Reload(load)
-			}
-		}
-	}()
-	return nil
 }
