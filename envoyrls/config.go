@@ -187,13 +187,31 @@ var validKeys = map[string]bool{
 // one domain's configuration. Every problem is reported, each with its
 // file and line; a configuration with any is refused whole.
 func Load(dir string, opts LoadOptions) (*Config, error) {
-	var files []string
+	files, err := configFiles(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("loading rate-limit configuration: %w", err)
+	}
+	srcs := make([]Source, 0, len(files))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("loading rate-limit configuration: %w", err)
+		}
+		srcs = append(srcs, Source{Name: f, Data: b})
+	}
+	return Parse(srcs, opts)
+}
+
+// configFiles lists the files under dir, recursively and in lexical
+// order, skipping dot files when opts says so.
+func configFiles(dir string, opts LoadOptions) ([]string, error) {
 	// The directory may be a symlink (RUNTIME_ROOT's "current"): read
 	// where it points now.
 	dir, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return nil, fmt.Errorf("loading rate-limit configuration: %w", err)
+		return nil, err
 	}
+	var files []string
 	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -209,20 +227,10 @@ func Load(dir string, opts LoadOptions) (*Config, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("loading rate-limit configuration: %w", err)
-	}
-	srcs := make([]Source, 0, len(files))
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("loading rate-limit configuration: %w", err)
-		}
-		srcs = append(srcs, Source{Name: f, Data: b})
-	}
-	return Parse(srcs, opts)
+	return files, err
 }
 
+// isDir reports whether path is a directory, or a symlink to one.
 func isDir(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && st.IsDir()
@@ -261,91 +269,134 @@ func (p *parser) addf(line int, format string, args ...any) {
 	p.errs = append(p.errs, fmt.Errorf("%s: %s", at, fmt.Sprintf(format, args...)))
 }
 
+// file reads one file, a domain's descriptors, into its Domain.
 func (p *parser) file(f Source) {
 	p.name = f.Name
 	p.cfg.Files = append(p.cfg.Files, f.Name)
-	var doc yaml.Node
-	if err := yaml.Unmarshal(f.Data, &doc); err != nil {
-		p.addf(0, "reading YAML: %v", err)
+	y, line, ok := p.decode(f.Data)
+	if !ok {
 		return
+	}
+	failClosed, ok := p.failureMode(line, y.OnStoreFailure)
+	if !ok {
+		return
+	}
+	d := p.domain(line, y, failClosed)
+	if d == nil {
+		return
+	}
+	p.descriptors(d, &d.root, nil, y.Descriptors)
+}
+
+// decode reads a file's YAML, once its keys are checked; line is its
+// document's. It reports whether the file is a domain's.
+func (p *parser) decode(data []byte) (y fileYAML, line int, ok bool) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		p.addf(0, "reading YAML: %v", err)
+		return y, 0, false
 	}
 	if len(doc.Content) == 0 {
 		p.addf(0, "config file cannot have empty domain")
-		return
+		return y, 0, false
 	}
-	if !p.keys(doc.Content[0]) {
-		return
+	top := doc.Content[0]
+	if !p.keys(top) {
+		return y, 0, false
 	}
-	var y fileYAML
-	if err := doc.Content[0].Decode(&y); err != nil {
+	if err := top.Decode(&y); err != nil {
 		p.addf(0, "reading YAML: %v", err)
-		return
+		return y, 0, false
 	}
 	if y.Domain == "" {
-		p.addf(doc.Content[0].Line, "config file cannot have empty domain")
-		return
+		p.addf(top.Line, "config file cannot have empty domain")
+		return y, 0, false
 	}
-	failClosed := p.opts.FailClosed
-	switch y.OnStoreFailure {
+	return y, top.Line, true
+}
+
+// failureMode is a file's on_store_failure as a domain's FailClosed: the
+// load options' when it is unset. It reports whether the value is known.
+func (p *parser) failureMode(line int, v string) (failClosed, ok bool) {
+	switch v {
 	case "":
+		return p.opts.FailClosed, true
 	case "fail_open":
-		failClosed = false
+		return false, true
 	case "fail_closed":
-		failClosed = true
-	default:
-		p.addf(doc.Content[0].Line, "on_store_failure: want fail_open or fail_closed, got %q", y.OnStoreFailure)
-		return
+		return true, true
 	}
+	p.addf(line, "on_store_failure: want fail_open or fail_closed, got %q", v)
+	return false, false
+}
+
+// domain is the Domain a file configures: a new one or, with
+// MergeDomains, the one an earlier file configured, if the file does not
+// set another failure mode for it. Nil: the file is refused.
+func (p *parser) domain(line int, y fileYAML, failClosed bool) *Domain {
 	d, ok := p.cfg.domains[y.Domain]
 	switch {
-	case ok && !p.opts.MergeDomains:
-		p.addf(doc.Content[0].Line, "duplicate domain '%s' in config file (MERGE_DOMAIN_CONFIG merges them)", y.Domain)
-		return
-	case ok && y.OnStoreFailure != "" && failClosed != d.FailClosed:
-		p.addf(doc.Content[0].Line, "domain '%s' is configured with another on_store_failure in another file", y.Domain)
-		return
 	case !ok:
 		d = &Domain{Name: y.Domain, FailClosed: failClosed}
 		p.cfg.domains[y.Domain] = d
+	case !p.opts.MergeDomains:
+		p.addf(line, "duplicate domain '%s' in config file (MERGE_DOMAIN_CONFIG merges them)", y.Domain)
+		return nil
+	case y.OnStoreFailure != "" && failClosed != d.FailClosed:
+		p.addf(line, "domain '%s' is configured with another on_store_failure in another file", y.Domain)
+		return nil
 	}
-	if y.OnStoreFailure != "" {
-		d.FailClosed = failClosed
-	}
-	p.descriptors(d, &d.root, nil, y.Descriptors)
+	return d
 }
 
 // keys checks every mapping key in n against validKeys, as
 // envoyproxy/ratelimit does (metadata's contents are free).
 func (p *parser) keys(n *yaml.Node) bool {
-	ok := true
 	switch n.Kind {
 	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode || !validKeys[k.Value] {
-				p.addf(k.Line, "config error, unknown key '%s'", k.Value)
-				ok = false
-				continue
-			}
-			if k.Value != "metadata" && !p.keys(v) {
-				ok = false
-			}
-		}
+		return p.mappingKeys(n)
 	case yaml.SequenceNode:
-		for _, e := range n.Content {
-			if e.Kind != yaml.MappingNode && e.Kind != yaml.ScalarNode {
-				p.addf(e.Line, "config error, yaml file contains list of type other than map")
-				ok = false
-				continue
-			}
-			if !p.keys(e) {
-				ok = false
-			}
+		return p.sequenceKeys(n)
+	}
+	return true
+}
+
+// mappingKeys checks a mapping's keys, and what each holds.
+func (p *parser) mappingKeys(n *yaml.Node) bool {
+	ok := true
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || !validKeys[k.Value] {
+			p.addf(k.Line, "config error, unknown key '%s'", k.Value)
+			ok = false
+			continue
+		}
+		if k.Value != "metadata" && !p.keys(v) {
+			ok = false
 		}
 	}
 	return ok
 }
 
+// sequenceKeys checks that a list holds maps and scalars, and each map's
+// keys.
+func (p *parser) sequenceKeys(n *yaml.Node) bool {
+	ok := true
+	for _, e := range n.Content {
+		if e.Kind != yaml.MappingNode && e.Kind != yaml.ScalarNode {
+			p.addf(e.Line, "config error, yaml file contains list of type other than map")
+			ok = false
+			continue
+		}
+		if !p.keys(e) {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// descriptors reads the descriptors ds under parent, at path, and
+// theirs.
 func (p *parser) descriptors(d *Domain, parent *node, path []policy.RLSEntry, ds []descYAML) {
 	for _, y := range ds {
 		if y.Key == "" {
@@ -361,25 +412,11 @@ func (p *parser) descriptors(d *Domain, parent *node, path []policy.RLSEntry, ds
 			p.addf(y.line, "duplicate descriptor composite key '%s'", d.Name+"."+statPath(full))
 			continue
 		}
-		n := &node{entry: ek, valueToMetric: y.ValueToMetric, shareThreshold: y.ShareThreshold}
-		wild := strings.Contains(y.Value, "*")
-		if y.ShareThreshold && !wild {
-			p.addf(y.line, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", statPath(full[len(full)-1:]))
+		n, ok := p.descriptor(d, full, y)
+		if !ok {
 			continue
 		}
-		if y.QuotaMode {
-			p.addf(y.line, "quota_mode is not supported by Tollgate")
-			continue
-		}
-		if y.RateLimit != nil {
-			l, ok := p.limit(d, full, y)
-			if !ok {
-				continue
-			}
-			n.limit = l
-		}
-		if wild {
-			n.parts = strings.Split(y.Value, "*")
+		if n.parts != nil {
 			parent.wildcards = append(parent.wildcards, n)
 		}
 		parent.children[ek] = n
@@ -387,35 +424,45 @@ func (p *parser) descriptors(d *Domain, parent *node, path []policy.RLSEntry, ds
 	}
 }
 
+// descriptor is the node of the descriptor y at path, its options and
+// its rate limit checked; its children are not read.
+func (p *parser) descriptor(d *Domain, path []policy.RLSEntry, y descYAML) (*node, bool) {
+	n := &node{entry: entryKey{y.Key, y.Value}, valueToMetric: y.ValueToMetric, shareThreshold: y.ShareThreshold}
+	wild := strings.Contains(y.Value, "*")
+	if y.ShareThreshold && !wild {
+		p.addf(y.line, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", statPath(path[len(path)-1:]))
+		return nil, false
+	}
+	if y.QuotaMode {
+		p.addf(y.line, "quota_mode is not supported by Tollgate")
+		return nil, false
+	}
+	if y.RateLimit != nil {
+		l, ok := p.limit(d, path, y)
+		if !ok {
+			return nil, false
+		}
+		n.limit = l
+	}
+	if wild {
+		n.parts = strings.Split(y.Value, "*")
+	}
+	return n, true
+}
+
+// limit is the rate limit of the descriptor y at path.
 func (p *parser) limit(d *Domain, path []policy.RLSEntry, y descYAML) (*Limit, bool) {
 	r := y.RateLimit
-	unit, known := rlspb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(r.Unit)]
-	valid := known && unit != int32(rlspb.RateLimitResponse_RateLimit_UNKNOWN)
-	switch {
-	case r.Unlimited && valid:
-		p.addf(y.line, "should not specify rate limit unit when unlimited")
-		return nil, false
-	case !r.Unlimited && !valid:
-		p.addf(y.line, "invalid rate limit unit '%s'", r.Unit)
-		return nil, false
-	case r.Unlimited && r.Algorithm != "":
-		p.addf(y.line, "an unlimited descriptor takes no algorithm")
+	unit, ok := p.unit(y)
+	if !ok {
 		return nil, false
 	}
 	l := &Limit{
-		RequestsPerUnit: r.RequestsPerUnit, Unit: rlspb.RateLimitResponse_RateLimit_Unit(unit), Unlimited: r.Unlimited,
+		RequestsPerUnit: r.RequestsPerUnit, Unit: unit, Unlimited: r.Unlimited,
 		Shadow: y.ShadowMode, Name: r.Name, DetailedMetric: y.DetailedMetric, StatKey: d.Name + "." + statPath(path),
 	}
-	for _, rep := range r.Replaces {
-		switch {
-		case rep.Name == "":
-			p.addf(y.line, "should not have an empty replaces entry")
-			return nil, false
-		case rep.Name == r.Name:
-			p.addf(y.line, "replaces should not contain name of same descriptor")
-			return nil, false
-		}
-		l.Replaces = append(l.Replaces, rep.Name)
+	if l.Replaces, ok = p.replaces(y); !ok {
+		return nil, false
 	}
 	if r.Unlimited {
 		return l, true
@@ -425,6 +472,53 @@ func (p *parser) limit(d *Domain, path []policy.RLSEntry, y descYAML) (*Limit, b
 	if r.RequestsPerUnit == 0 {
 		return l, true
 	}
+	if l.Budget, ok = p.budget(d, path, y, l); !ok {
+		return nil, false
+	}
+	return l, true
+}
+
+// unit is a rate limit's unit, checked against unlimited (a limit has
+// one or the other) and its algorithm (an unlimited one takes none).
+func (p *parser) unit(y descYAML) (rlspb.RateLimitResponse_RateLimit_Unit, bool) {
+	r := y.RateLimit
+	unit, known := rlspb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(r.Unit)]
+	valid := known && unit != int32(rlspb.RateLimitResponse_RateLimit_UNKNOWN)
+	switch {
+	case r.Unlimited && valid:
+		p.addf(y.line, "should not specify rate limit unit when unlimited")
+		return 0, false
+	case !r.Unlimited && !valid:
+		p.addf(y.line, "invalid rate limit unit '%s'", r.Unit)
+		return 0, false
+	case r.Unlimited && r.Algorithm != "":
+		p.addf(y.line, "an unlimited descriptor takes no algorithm")
+		return 0, false
+	}
+	return rlspb.RateLimitResponse_RateLimit_Unit(unit), true
+}
+
+// replaces is the names a rate limit replaces, none empty nor its own.
+func (p *parser) replaces(y descYAML) ([]string, bool) {
+	var names []string
+	for _, rep := range y.RateLimit.Replaces {
+		switch {
+		case rep.Name == "":
+			p.addf(y.line, "should not have an empty replaces entry")
+			return nil, false
+		case rep.Name == y.RateLimit.Name:
+			p.addf(y.line, "replaces should not contain name of same descriptor")
+			return nil, false
+		}
+		names = append(names, rep.Name)
+	}
+	return names, true
+}
+
+// budget is what Tollgate counts for the limit l of the descriptor y at
+// path: a fixed window of its unit, or the algorithm it names.
+func (p *parser) budget(d *Domain, path []policy.RLSEntry, y descYAML, l *Limit) (*policy.Budget, bool) {
+	r := y.RateLimit
 	lim := tollgate.Limit{Algorithm: algo.FixedWindow, Rate: int64(r.RequestsPerUnit), Period: l.Period}
 	if r.Algorithm != "" {
 		a, err := algo.ParseAlgorithm(r.Algorithm)
@@ -443,8 +537,7 @@ func (p *parser) limit(d *Domain, path []policy.RLSEntry, y descYAML) (*Limit, b
 		p.addf(y.line, "%v", err)
 		return nil, false
 	}
-	l.Budget = b
-	return l, true
+	return b, true
 }
 
 // statPath is a descriptor path as envoyproxy/ratelimit's stat keys spell
