@@ -17,18 +17,7 @@ func (d *Domain) lookup(entries []*rlv3.RateLimitDescriptor_Entry, buf []*node) 
 	n := &d.root
 	var lim *Limit
 	for i, e := range entries {
-		next := n.children[entryKey{e.Key, e.Value}]
-		if next == nil {
-			for _, w := range n.wildcards {
-				if w.entry.key == e.Key && match(w.parts, e.Value) {
-					next = w
-					break
-				}
-			}
-		}
-		if next == nil {
-			next = n.children[entryKey{e.Key, ""}]
-		}
+		next := n.child(e)
 		if next == nil {
 			break
 		}
@@ -42,6 +31,21 @@ func (d *Domain) lookup(entries []*rlv3.RateLimitDescriptor_Entry, buf []*node) 
 		n = next
 	}
 	return lim, buf
+}
+
+// child is n's child that the entry e matches: the one of its key and
+// value, else the first wildcard of its key that matches the value, else
+// the one of its key alone; nil if none does.
+func (n *node) child(e *rlv3.RateLimitDescriptor_Entry) *node {
+	if c := n.children[entryKey{e.Key, e.Value}]; c != nil {
+		return c
+	}
+	for _, w := range n.wildcards {
+		if w.entry.key == e.Key && match(w.parts, e.Value) {
+			return w
+		}
+	}
+	return n.children[entryKey{e.Key, ""}]
 }
 
 // subjectEscaper writes the bytes that join a subject's values as %XX.
