@@ -32,14 +32,9 @@ func simulateCmd(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	pa, err := policy.Load(*active)
+	pa, pc, err := loadPolicies(*active, *cand)
 	if err != nil {
-		fmt.Fprintf(stderr, "active policy: %v\n", err)
-		return 1
-	}
-	pc, err := policy.Load(*cand)
-	if err != nil {
-		fmt.Fprintf(stderr, "candidate policy: %v\n", err)
+		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	recs, err := readRecording(*from)
@@ -52,20 +47,42 @@ func simulateCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if *svg != "" {
-		if err := os.WriteFile(*svg, []byte(rep.SVG()), 0o644); err != nil {
-			fmt.Fprintf(stderr, "writing the chart: %v\n", err)
-			return 1
+	if err := writeReport(stdout, rep, pa.Version, pc.Version, *svg, *asJSON); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// loadPolicies loads the active policy file and the candidate.
+func loadPolicies(active, cand string) (pa, pc *policy.Policy, err error) {
+	pa, err = policy.Load(active)
+	if err != nil {
+		return nil, nil, fmt.Errorf("active policy: %w", err)
+	}
+	pc, err = policy.Load(cand)
+	if err != nil {
+		return nil, nil, fmt.Errorf("candidate policy: %w", err)
+	}
+	return pa, pc, nil
+}
+
+// writeReport writes the chart of the report to the file svg, if named,
+// then the report to w, as JSON or as text.
+func writeReport(w io.Writer, rep *simulate.Report, active, cand, svg string, asJSON bool) error {
+	if svg != "" {
+		if err := os.WriteFile(svg, []byte(rep.SVG()), 0o644); err != nil {
+			return fmt.Errorf("writing the chart: %w", err)
 		}
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
+	if asJSON {
+		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		enc.Encode(rep)
-		return 0
+		return nil
 	}
-	printReport(stdout, rep, pa.Version, pc.Version)
-	return 0
+	printReport(w, rep, active, cand)
+	return nil
 }
 
 // readRecording reads a recording from a file or the admin listener.
@@ -97,6 +114,8 @@ func readRecording(from string) ([]engine.Record, error) {
 	return simulate.ReadRecords(resp.Body)
 }
 
+// printReport prints the report as text: the window, then each group's
+// and the most affected subjects' changes.
 func printReport(w io.Writer, r *simulate.Report, active, cand string) {
 	fmt.Fprintf(w, "%d calls recorded from %s to %s, replayed under %s (active) and %s (candidate)\n", r.Calls,
 		time.UnixMilli(r.From).UTC().Format(time.RFC3339), time.UnixMilli(r.To).UTC().Format(time.RFC3339), active, cand)
