@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"go.opentelemetry.io/otel"
 
@@ -201,16 +202,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	if *simBudget <= 0 {
-		fmt.Fprintln(stderr, "serve: --simulate-budget must be positive")
-		return 2
-	}
-	if *config == "" {
-		fmt.Fprintln(stderr, "serve: --config (or TOLLGATE_CONFIG) is required")
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "serve: unexpected arguments %q\n", fs.Args())
+	if err := checkServeArgs(*config, *simBudget, fs.Args()); err != nil {
+		fmt.Fprintln(stderr, "serve:", err)
 		return 2
 	}
 	env := policy.ProcessEnv()
@@ -246,6 +239,20 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// checkServeArgs checks serve's arguments: a policy file, a positive
+// simulate budget, and nothing past the flags.
+func checkServeArgs(config string, simBudget time.Duration, rest []string) error {
+	switch {
+	case simBudget <= 0:
+		return errors.New("--simulate-budget must be positive")
+	case config == "":
+		return errors.New("--config (or TOLLGATE_CONFIG) is required")
+	case len(rest) > 0:
+		return fmt.Errorf("unexpected arguments %q", rest)
+	}
+	return nil
 }
 
 // errStopped is runGateway's error when the gateway stopped on an error
@@ -319,19 +326,25 @@ func runGateway(g *gateway.Gateway, p *policy.Policy, config string, log *slog.L
 	if err := g.Watch(ctx, config); err != nil {
 		log.Warn("not watching the policy file; SIGHUP still reloads", slog.String("error", err.Error()))
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for range hup {
-			g.ReloadFile(config)
-		}
-	}()
+	defer onHUP(func() { g.ReloadFile(config) })()
 	if err := g.Serve(ctx, pub, adm); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("gateway stopped", slog.String("error", err.Error()))
 		return errStopped
 	}
 	return nil
+}
+
+// onHUP calls reload on every SIGHUP, until the function it returns is
+// called.
+func onHUP(reload func()) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			reload()
+		}
+	}()
+	return func() { signal.Stop(hup) }
 }
 
 // describe prints what a policy enforces.
@@ -384,27 +397,38 @@ func describePlans(w io.Writer, p *policy.Policy) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		var who []string
-		if p.AnonymousPlan != nil && p.AnonymousPlan.Name == n {
-			who = append(who, "clients by IP")
-		}
-		if p.UserPlan != nil && p.UserPlan.Name == n && p.UserHeader != "" {
-			who = append(who, "users from "+p.UserHeader)
-		}
-		keys := 0
-		for _, k := range p.Keys {
-			if k.Plan.Name == n {
-				keys++
-			}
-		}
-		if keys > 0 {
-			who = append(who, fmt.Sprintf("%d API key(s)", keys))
-		}
-		if p.JWT != nil && p.JWT.DefaultPlan != nil && p.JWT.DefaultPlan.Name == n {
-			who = append(who, "JWTs naming no plan")
-		}
-		fmt.Fprintf(w, "  %-12s %-22s %s\n", n, describePlan(p.Plans[n]), strings.Join(who, ", "))
+		fmt.Fprintf(w, "  %-12s %-22s %s\n", n, describePlan(p.Plans[n]), strings.Join(planMembers(p, n), ", "))
 	}
+}
+
+// planMembers says who is on the plan named n: clients by IP, users, API
+// keys, JWTs naming no plan.
+func planMembers(p *policy.Policy, n string) []string {
+	var who []string
+	if p.AnonymousPlan != nil && p.AnonymousPlan.Name == n {
+		who = append(who, "clients by IP")
+	}
+	if p.UserPlan != nil && p.UserPlan.Name == n && p.UserHeader != "" {
+		who = append(who, "users from "+p.UserHeader)
+	}
+	if keys := keysOnPlan(p, n); keys > 0 {
+		who = append(who, fmt.Sprintf("%d API key(s)", keys))
+	}
+	if p.JWT != nil && p.JWT.DefaultPlan != nil && p.JWT.DefaultPlan.Name == n {
+		who = append(who, "JWTs naming no plan")
+	}
+	return who
+}
+
+// keysOnPlan counts the API keys on the plan named n.
+func keysOnPlan(p *policy.Policy, n string) int {
+	keys := 0
+	for _, k := range p.Keys {
+		if k.Plan.Name == n {
+			keys++
+		}
+	}
+	return keys
 }
 
 // describeRoutes lists the routes.

@@ -121,39 +121,33 @@ func rls(args []string, stdout, stderr io.Writer) int {
 	}
 	defer closeStore()
 	m.ConfigLoads.WithLabelValues("success").Inc()
+	if err := runRLS(set, srv, cfg, reg, load, log); err != nil {
+		if !errors.Is(err, errStopped) {
+			fmt.Fprintln(stderr, "rls:", err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// runRLS serves srv on the settings' addresses until SIGTERM or SIGINT,
+// reloading the configuration with load when it changes and on SIGHUP,
+// then stops it gracefully. An error serving is logged (errStopped).
+func runRLS(set envoyrls.Settings, srv *envoyrls.Server, cfg *envoyrls.Config, reg *prometheus.Registry, load func() (*envoyrls.Config, error), log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := srv.Watch(ctx, []string{set.WatchDir}, load); err != nil {
 		log.Warn("not watching the rate-limit configuration; SIGHUP still reloads", slog.String("error", err.Error()))
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for range hup {
-			srv.Reload(load)
-		}
-	}()
+	defer onHUP(func() { srv.Reload(load) })()
 
 	g := grpc.NewServer()
 	srv.Register(g)
-	gl, err := net.Listen("tcp", set.GRPCAddr)
-	if err != nil {
-		fmt.Fprintln(stderr, "rls:", err)
-		return 1
-	}
 	servers := rlsHTTPServers(set, srv, reg)
-	errc := make(chan error, 1+len(servers))
-	for _, hs := range servers {
-		ln, err := net.Listen("tcp", hs.Addr)
-		if err != nil {
-			gl.Close()
-			fmt.Fprintln(stderr, "rls:", err)
-			return 1
-		}
-		go func() { errc <- hs.Serve(ln) }()
+	errc, err := startRLS(g, set.GRPCAddr, servers)
+	if err != nil {
+		return err
 	}
-	go func() { errc <- g.Serve(gl) }()
 	log.Info("rate-limit service started", slog.String("grpc", set.GRPCAddr), slog.String("http", set.HTTPAddr),
 		slog.String("config", set.ConfigDir), slog.Any("domains", cfg.Domains()), slog.String("backend", set.Backend))
 	var runErr error
@@ -161,6 +155,38 @@ func rls(args []string, stdout, stderr io.Writer) int {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
+	stopRLS(srv, g, servers)
+	if runErr != nil && !errors.Is(runErr, http.ErrServerClosed) && !errors.Is(runErr, grpc.ErrServerStopped) {
+		log.Error("rate-limit service stopped", slog.String("error", runErr.Error()))
+		return errStopped
+	}
+	return nil
+}
+
+// startRLS listens on grpcAddr for g and on each HTTP server's address,
+// and serves them; the channel receives each one's end. It returns the
+// first error listening, once the gRPC listener is closed.
+func startRLS(g *grpc.Server, grpcAddr string, servers []*http.Server) (<-chan error, error) {
+	gl, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		return nil, err
+	}
+	errc := make(chan error, 1+len(servers))
+	for _, hs := range servers {
+		ln, err := net.Listen("tcp", hs.Addr)
+		if err != nil {
+			gl.Close()
+			return nil, err
+		}
+		go func() { errc <- hs.Serve(ln) }()
+	}
+	go func() { errc <- g.Serve(gl) }()
+	return errc, nil
+}
+
+// stopRLS stops the rate-limit service: srv first, then the gRPC server
+// gracefully (for 30s at most), then the HTTP servers (5s each).
+func stopRLS(srv *envoyrls.Server, g *grpc.Server, servers []*http.Server) {
 	srv.Shutdown()
 	done := make(chan struct{})
 	go func() { g.GracefulStop(); close(done) }()
@@ -174,11 +200,6 @@ func rls(args []string, stdout, stderr io.Writer) int {
 		hs.Shutdown(sctx)
 		cancel()
 	}
-	if runErr != nil && !errors.Is(runErr, http.ErrServerClosed) && !errors.Is(runErr, grpc.ErrServerStopped) {
-		log.Error("rate-limit service stopped", slog.String("error", runErr.Error()))
-		return 1
-	}
-	return 0
 }
 
 // openRLSStore opens the store the settings name: Redis behind the
