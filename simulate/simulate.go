@@ -136,83 +136,144 @@ func Compare(ctx context.Context, active, candidate *policy.Policy, recs []engin
 	}
 	r.From, r.To = recs[0].T, recs[len(recs)-1].T
 	r.Step = step(r.To - r.From)
-	groups := map[[2]string]*GroupDiff{}
-	subjects := map[string]*SubjectDiff{}
-	points := map[int64]*Point{}
-	admitted := func(o string) bool { return o == "allowed" || o == "fail_open" }
+	t := tally{groups: map[[2]string]*GroupDiff{}, subjects: map[string]*SubjectDiff{}, points: map[int64]*Point{}}
 	for i, rec := range recs {
 		if a[i] != rec.Outcome {
 			r.Mismatches++
 		}
-		gk := [2]string{group(candidate, rec.Route), rec.Plan}
-		g := groups[gk]
-		if g == nil {
-			g = &GroupDiff{Group: gk[0], Plan: gk[1]}
-			groups[gk] = g
-		}
-		s := subjects[rec.Subject]
-		if s == nil {
-			s = &SubjectDiff{Subject: rec.Subject}
-			subjects[rec.Subject] = s
-		}
-		t := r.From + (rec.T-r.From)/r.Step*r.Step
-		pt := points[t]
-		if pt == nil {
-			pt = &Point{T: t}
-			points[t] = pt
-		}
-		g.Calls++
-		s.Calls++
-		okA, okB := admitted(a[i]), admitted(b[i])
-		if !okA {
-			g.RefusedActive++
-			pt.Active++
-		}
-		if !okB {
-			g.RefusedCandidate++
-			pt.Candidate++
-		}
-		switch {
-		case okA && !okB:
-			g.NewlyRefused++
-			s.NewlyRefused++
-		case !okA && okB:
-			g.NewlyAdmitted++
-			s.NewlyAdmitted++
-		}
+		at := r.From + (rec.T-r.From)/r.Step*r.Step
+		t.add([2]string{group(candidate, rec.Route), rec.Plan}, rec.Subject, at, admitted(a[i]), admitted(b[i]))
 	}
-	for _, g := range groups {
-		r.Groups = append(r.Groups, *g)
+	r.Groups = t.sortedGroups()
+	r.Subjects = t.topSubjects()
+	r.Series = t.series(r.From, r.To, r.Step)
+	return r, nil
+}
+
+// admitted reports whether an outcome (engine.Outcome's name) admits the
+// call.
+func admitted(outcome string) bool { return outcome == "allowed" || outcome == "fail_open" }
+
+// tally gathers a Report's counts, call by call: by route group and
+// plan, by subject, and by step of the window (keyed by its start).
+type tally struct {
+	groups   map[[2]string]*GroupDiff
+	subjects map[string]*SubjectDiff
+	points   map[int64]*Point
+}
+
+// add counts a call of the route group and plan gk and of subject, in
+// the step starting at at, admitted by the active policy or not (okA) and
+// by the candidate (okB).
+func (t *tally) add(gk [2]string, subject string, at int64, okA, okB bool) {
+	g := t.groups[gk]
+	if g == nil {
+		g = &GroupDiff{Group: gk[0], Plan: gk[1]}
+		t.groups[gk] = g
 	}
-	sort.Slice(r.Groups, func(i, j int) bool {
-		if r.Groups[i].Group != r.Groups[j].Group {
-			return r.Groups[i].Group < r.Groups[j].Group
+	s := t.subjects[subject]
+	if s == nil {
+		s = &SubjectDiff{Subject: subject}
+		t.subjects[subject] = s
+	}
+	pt := t.points[at]
+	if pt == nil {
+		pt = &Point{T: at}
+		t.points[at] = pt
+	}
+	g.count(okA, okB)
+	s.count(okA, okB)
+	pt.count(okA, okB)
+}
+
+// count adds a call to g, admitted by the active policy or not (okA) and
+// by the candidate (okB).
+func (g *GroupDiff) count(okA, okB bool) {
+	g.Calls++
+	if !okA {
+		g.RefusedActive++
+	}
+	if !okB {
+		g.RefusedCandidate++
+	}
+	switch {
+	case okA && !okB:
+		g.NewlyRefused++
+	case !okA && okB:
+		g.NewlyAdmitted++
+	}
+}
+
+// count adds a call to s, as (*GroupDiff).count does.
+func (s *SubjectDiff) count(okA, okB bool) {
+	s.Calls++
+	switch {
+	case okA && !okB:
+		s.NewlyRefused++
+	case !okA && okB:
+		s.NewlyAdmitted++
+	}
+}
+
+// count adds a call's refusals to p, as (*GroupDiff).count does.
+func (p *Point) count(okA, okB bool) {
+	if !okA {
+		p.Active++
+	}
+	if !okB {
+		p.Candidate++
+	}
+}
+
+// sortedGroups are the groups counted, by route group, then plan.
+func (t *tally) sortedGroups() []GroupDiff {
+	var groups []GroupDiff
+	for _, g := range t.groups {
+		groups = append(groups, *g)
+	}
+	sort.Slice(groups, func(i, j int) bool {
+		if groups[i].Group != groups[j].Group {
+			return groups[i].Group < groups[j].Group
 		}
-		return r.Groups[i].Plan < r.Groups[j].Plan
+		return groups[i].Plan < groups[j].Plan
 	})
-	for _, s := range subjects {
+	return groups
+}
+
+// topSubjects are the TopSubjects subjects whose calls the candidate
+// decides differently most often, most first (then by name).
+func (t *tally) topSubjects() []SubjectDiff {
+	var subjects []SubjectDiff
+	for _, s := range t.subjects {
 		if s.NewlyRefused+s.NewlyAdmitted > 0 {
-			r.Subjects = append(r.Subjects, *s)
+			subjects = append(subjects, *s)
 		}
 	}
-	sort.Slice(r.Subjects, func(i, j int) bool {
-		di, dj := r.Subjects[i].NewlyRefused+r.Subjects[i].NewlyAdmitted, r.Subjects[j].NewlyRefused+r.Subjects[j].NewlyAdmitted
+	sort.Slice(subjects, func(i, j int) bool {
+		di, dj := subjects[i].NewlyRefused+subjects[i].NewlyAdmitted, subjects[j].NewlyRefused+subjects[j].NewlyAdmitted
 		if di != dj {
 			return di > dj
 		}
-		return r.Subjects[i].Subject < r.Subjects[j].Subject
+		return subjects[i].Subject < subjects[j].Subject
 	})
-	if len(r.Subjects) > TopSubjects {
-		r.Subjects = r.Subjects[:TopSubjects]
+	if len(subjects) > TopSubjects {
+		subjects = subjects[:TopSubjects]
 	}
-	for t := r.From; t <= r.To; t += r.Step {
-		if p := points[t]; p != nil {
-			r.Series = append(r.Series, *p)
+	return subjects
+}
+
+// series is every step of the window from from to to, each stepMS long,
+// with the refusals counted in it (none if no call fell in it).
+func (t *tally) series(from, to, stepMS int64) []Point {
+	var series []Point
+	for at := from; at <= to; at += stepMS {
+		if p := t.points[at]; p != nil {
+			series = append(series, *p)
 		} else {
-			r.Series = append(r.Series, Point{T: t})
+			series = append(series, Point{T: at})
 		}
 	}
-	return r, nil
+	return series
 }
 
 // group returns the route group the candidate gives route, as the engine
