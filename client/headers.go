@@ -84,14 +84,37 @@ func ParseResponse(h http.Header, now time.Time) Info {
 	if v := h.Get("Retry-After"); v != "" {
 		info.RetryAfter, info.HasRetryAfter = ParseRetryAfter(v, h.Get("Date"), now)
 	}
+	info.Policies = policies(h, now)
+	info.Limit, info.HasLimit = mostRestrictive(reported(h, now))
+	if info.HasLimit {
+		for _, p := range info.Policies {
+			if p.Name == info.Limit.Name {
+				info.Limit.Quota, info.Limit.Window = p.Quota, p.Window
+				break
+			}
+		}
+	}
+	return info
+}
+
+// policies reads the RateLimit-Policy items that name a policy or give a
+// quota.
+func policies(h http.Header, now time.Time) []Limit {
+	var out []Limit
 	for _, v := range h.Values("RateLimit-Policy") {
 		for _, it := range items(v) {
 			l := it.limit(now)
 			if l.Quota >= 0 || l.Name != "" {
-				info.Policies = append(info.Policies, l)
+				out = append(out, l)
 			}
 		}
 	}
+	return out
+}
+
+// reported reads the limits the RateLimit fields report, in either
+// draft's form, or else the first legacy spelling present.
+func reported(h http.Header, now time.Time) []Limit {
 	var found []Limit
 	for _, v := range h.Values("RateLimit") {
 		if l, ok := draft07(v, now); ok {
@@ -105,27 +128,37 @@ func ParseResponse(h http.Header, now time.Time) Info {
 		}
 	}
 	if len(found) == 0 {
-		for _, prefix := range []string{"RateLimit-", "X-RateLimit-", "X-Rate-Limit-"} {
-			if l, ok := legacy(h, prefix, now); ok {
-				found = append(found, l)
-				break
-			}
+		if l, ok := anyLegacy(h, now); ok {
+			found = append(found, l)
 		}
 	}
-	for _, l := range found {
-		if !info.HasLimit || restrictive(l, info.Limit) {
-			info.Limit, info.HasLimit = l, true
+	return found
+}
+
+// anyLegacy reads the first of RateLimit-*, X-RateLimit-* and
+// X-Rate-Limit-* that reports a limit.
+func anyLegacy(h http.Header, now time.Time) (Limit, bool) {
+	for _, prefix := range []string{"RateLimit-", "X-RateLimit-", "X-Rate-Limit-"} {
+		if l, ok := legacy(h, prefix, now); ok {
+			return l, true
 		}
 	}
-	if info.HasLimit {
-		for _, p := range info.Policies {
-			if p.Name == info.Limit.Name {
-				info.Limit.Quota, info.Limit.Window = p.Quota, p.Window
-				break
-			}
+	return Limit{}, false
+}
+
+// mostRestrictive is the limit of found that leaves the least (see
+// restrictive), the first of equals; false when found is empty.
+func mostRestrictive(found []Limit) (Limit, bool) {
+	if len(found) == 0 {
+		return Limit{}, false
+	}
+	most := found[0]
+	for _, l := range found[1:] {
+		if restrictive(l, most) {
+			most = l
 		}
 	}
-	return info
+	return most, true
 }
 
 // restrictive reports whether a says less is left than b (or, as much,
@@ -138,6 +171,7 @@ func restrictive(a, b Limit) bool {
 	return a.Reset > b.Reset
 }
 
+// unknownLast orders an unknown count (-1) after every known one.
 func unknownLast(n int64) int64 {
 	if n < 0 {
 		return math.MaxInt64
