@@ -84,46 +84,60 @@ func New(base http.RoundTripper, opts Options) *Transport {
 	return &Transport{Base: base, Options: opts}
 }
 
+// init sets the defaults of the options left zero, once, and makes the
+// retry budget and the pacer.
 func (t *Transport) init() {
 	t.once.Do(func() {
-		o := &t.Options
-		if o.MaxRetries == 0 {
-			o.MaxRetries = 3
-		}
-		if o.BaseDelay <= 0 {
-			o.BaseDelay = 100 * time.Millisecond
-		}
-		if o.MaxDelay <= 0 {
-			o.MaxDelay = 30 * time.Second
-		}
-		if o.RetryRatio == 0 {
-			o.RetryRatio = 0.2
-		}
-		if o.RetryPerSecond == 0 {
-			o.RetryPerSecond = 5
-		}
-		if o.RetryBurst == 0 {
-			o.RetryBurst = 10
-		}
-		if o.NotProcessed == nil {
-			o.NotProcessed = DefaultNotProcessed
-		}
-		if o.Now == nil {
-			o.Now = time.Now
-		}
-		if o.Sleep == nil {
-			o.Sleep = sleep
-		}
-		if o.Rand == nil {
-			o.Rand = rand.Float64
-		}
-		if o.RetryRatio > 0 {
-			t.budget = newRetryBudget(o.RetryRatio, o.RetryPerSecond, o.RetryBurst)
+		t.Options.retryDefaults()
+		t.Options.hookDefaults()
+		if t.RetryRatio > 0 {
+			t.budget = newRetryBudget(t.RetryRatio, t.RetryPerSecond, t.RetryBurst)
 		}
 		t.pace = newPacer()
 	})
 }
 
+// retryDefaults sets the retries, delays and retry budget left zero (or,
+// for the delays, negative) to their defaults.
+func (o *Options) retryDefaults() {
+	if o.MaxRetries == 0 {
+		o.MaxRetries = 3
+	}
+	if o.BaseDelay <= 0 {
+		o.BaseDelay = 100 * time.Millisecond
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = 30 * time.Second
+	}
+	if o.RetryRatio == 0 {
+		o.RetryRatio = 0.2
+	}
+	if o.RetryPerSecond == 0 {
+		o.RetryPerSecond = 5
+	}
+	if o.RetryBurst == 0 {
+		o.RetryBurst = 10
+	}
+}
+
+// hookDefaults sets the functions left nil (NotProcessed and the test
+// seams) to their defaults.
+func (o *Options) hookDefaults() {
+	if o.NotProcessed == nil {
+		o.NotProcessed = DefaultNotProcessed
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Sleep == nil {
+		o.Sleep = sleep
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+}
+
+// base is what sends each attempt: Base, or http.DefaultTransport.
 func (t *Transport) base() http.RoundTripper {
 	if t.Base != nil {
 		return t.Base
@@ -177,19 +191,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var prev *http.Response // the refusal being retried
 	for attempt := 0; ; attempt++ {
-		tk := ticket{}
-		if !t.NoPacing {
-			var err error
-			tk, err = t.pace.acquire(ctx, host, path, t.Now, t.FailFast, t.MaxDelay, t.Sleep)
-			if err != nil {
-				if prev != nil {
-					return prev, nil // the retry cannot go: the refusal is the answer
-				}
-				if req.Body != nil {
-					req.Body.Close() // a RoundTripper closes the body, even on errors
-				}
-				return nil, err
-			}
+		tk, err := t.waitTurn(ctx, host, path)
+		if err != nil {
+			return giveUp(req, prev, err)
 		}
 		if prev != nil {
 			drain(prev.Body)
@@ -209,6 +213,28 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		prev = resp
 	}
+}
+
+// waitTurn waits while the policy of host and path has nothing left (see
+// pacer.acquire); with NoPacing it returns at once, with no ticket.
+func (t *Transport) waitTurn(ctx context.Context, host, path string) (ticket, error) {
+	if t.NoPacing {
+		return ticket{}, nil
+	}
+	return t.pace.acquire(ctx, host, path, t.Now, t.FailFast, t.MaxDelay, t.Sleep)
+}
+
+// giveUp ends a RoundTrip of req whose next attempt cannot go (err): the
+// refusal being retried, prev, is the answer; with none, err is, and
+// req's body is closed, as a RoundTripper closes it even on errors.
+func giveUp(req *http.Request, prev *http.Response, err error) (*http.Response, error) {
+	if prev != nil {
+		return prev, nil
+	}
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	return nil, err
 }
 
 // send sends attempt of req (a clone with its body again after the
@@ -245,25 +271,13 @@ func (t *Transport) send(req *http.Request, attempt int, tk ticket) (resp *http.
 // have been processed, the server asks for longer than MaxDelay, the
 // wait would pass the deadline, or the retry budget is spent.
 func (t *Transport) retryAfter(req *http.Request, resp *http.Response, info Info, now time.Time, attempt int, canRetry bool) (time.Duration, bool) {
-	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+	if !refusal(resp.StatusCode) || !canRetry || attempt >= t.MaxRetries {
 		return 0, false
 	}
-	if !canRetry || attempt >= t.MaxRetries {
+	if !t.safeToRetry(req, resp) {
 		return 0, false
 	}
-	if !idempotent(req) {
-		notProcessed := false
-		resp.Body, notProcessed = peek(resp, t.NotProcessed)
-		if !notProcessed {
-			return 0, false
-		}
-	}
-	asked := time.Duration(0)
-	if info.HasRetryAfter {
-		asked = info.RetryAfter
-	} else if info.HasLimit && info.Limit.Remaining == 0 && info.Limit.Reset > 0 {
-		asked = info.Limit.Reset
-	}
+	asked := askedWait(info)
 	if asked > t.MaxDelay {
 		return 0, false
 	}
@@ -275,6 +289,36 @@ func (t *Transport) retryAfter(req *http.Request, resp *http.Response, info Info
 		return 0, false
 	}
 	return d, true
+}
+
+// safeToRetry reports whether req may be sent again after the refusal
+// resp: it is idempotent, or NotProcessed takes resp as proof that it
+// never reached the service (resp's body is restored after).
+func (t *Transport) safeToRetry(req *http.Request, resp *http.Response) bool {
+	if idempotent(req) {
+		return true
+	}
+	notProcessed := false
+	resp.Body, notProcessed = peek(resp, t.NotProcessed)
+	return notProcessed
+}
+
+// refusal reports whether a status is one a request is retried on: 429
+// or 503.
+func refusal(status int) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
+}
+
+// askedWait is how long a response asks to wait: its Retry-After, else,
+// when its limit has nothing left, until the limit resets; else zero.
+func askedWait(info Info) time.Duration {
+	if info.HasRetryAfter {
+		return info.RetryAfter
+	}
+	if info.HasLimit && info.Limit.Remaining == 0 && info.Limit.Reset > 0 {
+		return info.Limit.Reset
+	}
+	return 0
 }
 
 // drain reads a little of a body no one will read, so its connection can
@@ -301,6 +345,7 @@ func peek(resp *http.Response, f func(*http.Response) bool) (io.ReadCloser, bool
 	return restored, ok
 }
 
+// readCloser reads from one source and closes another.
 type readCloser struct {
 	io.Reader
 	io.Closer
@@ -320,7 +365,7 @@ func Never(*http.Response) bool { return false }
 // done. (A service behind the gateway could forge such a body; the
 // gateway's own answers are what it is meant for.)
 func DefaultNotProcessed(resp *http.Response) bool {
-	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+	if !refusal(resp.StatusCode) {
 		return false
 	}
 	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
