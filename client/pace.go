@@ -72,8 +72,11 @@ const (
 // for long).
 const probeTimeout = time.Second
 
+// paceKey names a policy: the host's, by the name it gives.
 type paceKey struct{ host, policy string }
 
+// paceState is what the pacer knows of one policy. It is guarded by
+// the pacer's mu.
 type paceState struct {
 	remaining int64 // the estimate of what is left; -1: unknown (probe)
 	batchMin  int64 // the smallest r answered in this batch; -1: none yet
@@ -84,6 +87,7 @@ type paceState struct {
 	changed   chan struct{}
 }
 
+// newPacer returns a pacer that knows no policy yet.
 func newPacer() *pacer {
 	return &pacer{policies: map[paceKey]*paceState{}, byPath: map[string]string{}, byHost: map[string]string{}}
 }
@@ -104,72 +108,113 @@ type ticket struct {
 func (p *pacer) acquire(ctx context.Context, host, path string, now func() time.Time, failFast bool, maxWait time.Duration, sleep func(context.Context, time.Duration) error) (ticket, error) {
 	for {
 		p.mu.Lock()
-		name, ok := p.byPath[host+" "+path]
-		if !ok {
-			name, ok = p.byHost[host]
-		}
-		if !ok {
-			p.mu.Unlock()
-			return ticket{}, nil
-		}
-		k := paceKey{host, name}
-		s := p.policies[k]
-		if s == nil { // forgotten (see maxPolicies): nothing known
+		k, s := p.stateFor(host, path)
+		if s == nil {
 			p.mu.Unlock()
 			return ticket{}, nil
 		}
 		t := now()
-		if s.remaining == 0 && !t.Before(s.resetAt) {
-			s.remaining = -1 // the quota is back by now, but how much of it?
+		if probe, ok := s.grant(t); ok {
+			p.mu.Unlock()
+			return ticket{key: k, paced: true, probe: probe}, nil
 		}
-		switch {
-		case s.remaining < 0 && !s.probing:
-			s.probing, s.probeAt = true, t
-			s.inflight++
-			p.mu.Unlock()
-			return ticket{key: k, paced: true, probe: true}, nil
-		case s.remaining > 0 && s.inflight < s.remaining:
-			s.inflight++
-			p.mu.Unlock()
-			return ticket{key: k, paced: true}, nil
-		case s.remaining == 0:
+		if s.remaining == 0 {
 			wait := s.resetAt.Sub(t)
 			p.mu.Unlock()
-			if failFast || wait > maxWait {
-				return ticket{}, &PacedError{Host: host, Policy: name, Wait: wait}
-			}
-			if dl, ok := ctx.Deadline(); ok && t.Add(wait).After(dl) {
-				return ticket{}, &PacedError{Host: host, Policy: name, Wait: wait}
+			if failsPaced(ctx, t, wait, failFast, maxWait) {
+				return ticket{}, &PacedError{Host: host, Policy: k.policy, Wait: wait}
 			}
 			if err := sleep(ctx, wait); err != nil {
 				return ticket{}, err
 			}
-		default:
-			// What the estimate allows is in flight (or the probe is):
-			// wait for an answer, or for the reset the server reported
-			// (a probe: probeTimeout).
-			ch := s.changed
-			until := s.resetAt
-			if s.remaining < 0 {
-				until = s.probeAt.Add(probeTimeout)
-			}
-			p.mu.Unlock()
-			timer := time.NewTimer(max(until.Sub(t), time.Millisecond))
-			select {
-			case <-ch:
-			case <-timer.C:
-				p.mu.Lock()
-				if s.changed == ch && !now().Before(until) {
-					s.remaining, s.batchMin, s.probing = -1, -1, false
-				}
-				p.mu.Unlock()
-			case <-ctx.Done():
-				timer.Stop()
-				return ticket{}, ctx.Err()
-			}
-			timer.Stop()
+			continue
+		}
+		// What the estimate allows is in flight (or the probe is): wait
+		// for an answer, or for the reset the server reported (a probe:
+		// probeTimeout).
+		ch, until := s.changed, s.answerDeadline()
+		p.mu.Unlock()
+		if err := p.awaitAnswer(ctx, s, ch, until, t, now); err != nil {
+			return ticket{}, err
 		}
 	}
+}
+
+// stateFor is the policy a request to host and path goes under, and its
+// state: the one the path last answered with, else the host's; nil when
+// none is known, or it was forgotten (see maxPolicies). The caller holds
+// p.mu.
+func (p *pacer) stateFor(host, path string) (paceKey, *paceState) {
+	name, ok := p.byPath[host+" "+path]
+	if !ok {
+		name, ok = p.byHost[host]
+	}
+	if !ok {
+		return paceKey{}, nil
+	}
+	k := paceKey{host, name}
+	return k, p.policies[k]
+}
+
+// grant lets a request go under s at t if the estimate allows it: as the
+// probe when nothing is known and no probe is out, or as one of what is
+// left less what is in flight. The caller holds p.mu.
+func (s *paceState) grant(t time.Time) (probe, ok bool) {
+	if s.remaining == 0 && !t.Before(s.resetAt) {
+		s.remaining = -1 // the quota is back by now, but how much of it?
+	}
+	switch {
+	case s.remaining < 0 && !s.probing:
+		s.probing, s.probeAt = true, t
+		s.inflight++
+		return true, true
+	case s.remaining > 0 && s.inflight < s.remaining:
+		s.inflight++
+		return false, true
+	}
+	return false, false
+}
+
+// answerDeadline is how long requests wait for an answer under s before
+// its estimate is dropped: until the reset the server reported or, while
+// a probe is out, probeTimeout after it went. The caller holds p.mu.
+func (s *paceState) answerDeadline() time.Time {
+	if s.remaining < 0 {
+		return s.probeAt.Add(probeTimeout)
+	}
+	return s.resetAt
+}
+
+// failsPaced reports whether a request must fail rather than wait from t
+// for a reset wait away: failFast is set, or the wait is longer than
+// maxWait or would outlast ctx's deadline.
+func failsPaced(ctx context.Context, t time.Time, wait time.Duration, failFast bool, maxWait time.Duration) bool {
+	if failFast || wait > maxWait {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && t.Add(wait).After(dl)
+}
+
+// awaitAnswer waits, from t, for s to change (see notify) from ch, or
+// until until: then, if s has not changed meanwhile, its estimate is
+// dropped (nothing is known: the next request probes). It returns ctx's
+// error if ctx ends first. The caller does not hold p.mu.
+func (p *pacer) awaitAnswer(ctx context.Context, s *paceState, ch chan struct{}, until, t time.Time, now func() time.Time) error {
+	timer := time.NewTimer(max(until.Sub(t), time.Millisecond))
+	defer timer.Stop()
+	select {
+	case <-ch:
+	case <-timer.C:
+		p.mu.Lock()
+		if s.changed == ch && !now().Before(until) {
+			s.remaining, s.batchMin, s.probing = -1, -1, false
+		}
+		p.mu.Unlock()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // record takes into account what the response to a request sent with tk
@@ -184,32 +229,41 @@ func (p *pacer) record(tk ticket, host, path string, info *Info, now time.Time) 
 		}
 		defer s.notify()
 	}
-	if info == nil {
-		return
-	}
-	l := info.Limit
-	if !info.HasLimit {
-		if !info.HasRetryAfter {
-			return
-		}
-		// A refusal with Retry-After only: the host as a whole.
-		l = Limit{Remaining: 0, Reset: info.RetryAfter}
-	}
-	if l.Remaining < 0 {
+	l, ok := paceLimit(info)
+	if !ok {
 		return
 	}
 	k := paceKey{host, l.Name}
 	setBounded(p.byPath, host+" "+path, l.Name, maxPaths)
 	setBounded(p.byHost, host, l.Name, maxHosts)
-	s := p.policies[k]
-	if s == nil {
-		if len(p.policies) >= maxPolicies {
-			p.forgetPolicy()
-		}
-		s = &paceState{batchMin: -1, changed: make(chan struct{})}
-		p.policies[k] = s
+	s := p.state(k)
+	s.answered(l.Remaining, resetAt(l, info, now))
+	if !tk.paced || tk.key != k {
+		s.notify()
 	}
-	reset := now.Add(time.Second) // r=0 without t: a second, then a probe
+}
+
+// paceLimit is the limit a response paces by: the one its info reports,
+// or, for a refusal with Retry-After only, the host's as a whole, with
+// nothing left until then. It is false when the response says nothing of
+// what is left.
+func paceLimit(info *Info) (Limit, bool) {
+	switch {
+	case info == nil:
+		return Limit{}, false
+	case info.HasLimit:
+		return info.Limit, info.Limit.Remaining >= 0
+	case info.HasRetryAfter:
+		return Limit{Remaining: 0, Reset: info.RetryAfter}, true
+	}
+	return Limit{}, false
+}
+
+// resetAt is when an answer at now says l is back: at l's reset (without
+// one, r=0 means a second, then a probe), or at its Retry-After when
+// that is later and nothing is left.
+func resetAt(l Limit, info *Info, now time.Time) time.Time {
+	reset := now.Add(time.Second)
 	if l.Reset >= 0 {
 		reset = now.Add(l.Reset)
 	}
@@ -218,18 +272,36 @@ func (p *pacer) record(tk ticket, host, path string, info *Info, now time.Time) 
 			reset = at
 		}
 	}
+	return reset
+}
+
+// state is the state of the policy k, made if there is none (first
+// forgetting one when the pacer holds maxPolicies). The caller holds p.mu.
+func (p *pacer) state(k paceKey) *paceState {
+	s := p.policies[k]
+	if s == nil {
+		if len(p.policies) >= maxPolicies {
+			p.forgetPolicy()
+		}
+		s = &paceState{batchMin: -1, changed: make(chan struct{})}
+		p.policies[k] = s
+	}
+	return s
+}
+
+// answered takes into account an answer that left remaining until reset:
+// of a batch's answers the smallest is the one the server counted last,
+// and the latest reset of those is kept. The caller holds p.mu.
+func (s *paceState) answered(remaining int64, reset time.Time) {
 	switch {
-	case s.batchMin < 0 || l.Remaining < s.batchMin:
-		s.batchMin, s.resetAt = l.Remaining, reset
-	case l.Remaining == s.batchMin && reset.After(s.resetAt):
+	case s.batchMin < 0 || remaining < s.batchMin:
+		s.batchMin, s.resetAt = remaining, reset
+	case remaining == s.batchMin && reset.After(s.resetAt):
 		s.resetAt = reset
 	}
 	s.remaining = s.batchMin
 	if s.inflight == 0 {
 		s.batchMin = -1 // every request is answered: the next answer is newer than all
-	}
-	if !tk.paced || tk.key != k {
-		s.notify()
 	}
 }
 
