@@ -111,6 +111,7 @@ func (e *ShapeError) Error() string {
 // error, or the store's.
 func (e *ShapeError) Unwrap() error { return e.Err }
 
+// classKey is the context key of a request's class.
 type classKey struct{}
 
 // WithClass returns ctx carrying a request class for [Shaper] (e.g.
@@ -134,39 +135,54 @@ func NewShaper(base http.RoundTripper, lim *tollgate.Limiter, opts ShaperOptions
 		return nil, errors.New("creating shaper: nil limiter")
 	}
 	l := lim.Limit()
-	if l.Algorithm != tollgate.LeakyBucket || l.MaxDelay <= 0 {
-		return nil, fmt.Errorf("creating shaper: %w: limit %v does not shape (want leaky_bucket with max_delay)", tollgate.ErrInvalidLimit, l)
-	}
-	for c, d := range opts.Classes {
-		if d < 0 || d > l.MaxDelay || d%time.Millisecond != 0 {
-			return nil, fmt.Errorf("creating shaper: class %q: threshold %v must be whole milliseconds between 0 and max_delay %v", c, d, l.MaxDelay)
-		}
-	}
-	if opts.MaxWait < 0 {
-		return nil, fmt.Errorf("creating shaper: negative max wait %v", opts.MaxWait)
+	if err := checkShaping(l, opts); err != nil {
+		return nil, fmt.Errorf("creating shaper: %w", err)
 	}
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	if opts.Key == nil {
-		opts.Key = func(r *http.Request) string { return r.URL.Host }
-	}
-	if opts.Cost == nil {
-		opts.Cost = func(*http.Request) int64 { return 1 }
-	}
-	if opts.Class == nil {
-		opts.Class = func(r *http.Request) string { return ClassOf(r.Context()) }
-	}
-	if opts.PushBack == 0 {
-		opts.PushBack = time.Second
-	}
-	if opts.Tolerance == 0 {
-		opts.Tolerance = max(l.Period/time.Duration(l.Rate), 5*time.Millisecond)
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts.setDefaults(l)
 	return &Shaper{base: base, limiter: lim, opts: opts}, nil
+}
+
+// checkShaping checks that l shapes (a LeakyBucket with MaxDelay) and
+// that opts' class thresholds and max wait fit it.
+func checkShaping(l tollgate.Limit, opts ShaperOptions) error {
+	if l.Algorithm != tollgate.LeakyBucket || l.MaxDelay <= 0 {
+		return fmt.Errorf("%w: limit %v does not shape (want leaky_bucket with max_delay)", tollgate.ErrInvalidLimit, l)
+	}
+	for c, d := range opts.Classes {
+		if d < 0 || d > l.MaxDelay || d%time.Millisecond != 0 {
+			return fmt.Errorf("class %q: threshold %v must be whole milliseconds between 0 and max_delay %v", c, d, l.MaxDelay)
+		}
+	}
+	if opts.MaxWait < 0 {
+		return fmt.Errorf("negative max wait %v", opts.MaxWait)
+	}
+	return nil
+}
+
+// setDefaults sets the options left zero to their defaults for a Shaper
+// of the limit l.
+func (o *ShaperOptions) setDefaults(l tollgate.Limit) {
+	if o.Key == nil {
+		o.Key = func(r *http.Request) string { return r.URL.Host }
+	}
+	if o.Cost == nil {
+		o.Cost = func(*http.Request) int64 { return 1 }
+	}
+	if o.Class == nil {
+		o.Class = func(r *http.Request) string { return ClassOf(r.Context()) }
+	}
+	if o.PushBack == 0 {
+		o.PushBack = time.Second
+	}
+	if o.Tolerance == 0 {
+		o.Tolerance = max(l.Period/time.Duration(l.Rate), 5*time.Millisecond)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 }
 
 // RoundTrip waits for req's turn in its schedule, sends it, and pushes
@@ -212,7 +228,7 @@ const defaultMaxPushBack = 10 * time.Minute
 // pushBack returns how long resp asks the schedule to be pushed back, at
 // most MaxPushBack.
 func (s *Shaper) pushBack(resp *http.Response) (time.Duration, bool) {
-	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+	if !refusal(resp.StatusCode) {
 		return 0, false
 	}
 	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), resp.Header.Get("Date"), s.opts.Now()); ok {
