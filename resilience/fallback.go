@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
@@ -18,38 +19,19 @@ import (
 // decided: the error wraps [ErrUnavailable].
 func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.Decision, error) {
 	s.fallbacks.Add(1)
-	for _, r := range reqs {
-		if r.Limit.Calendar != algo.NoCalendar && (s.opts.CalendarFallback != CalendarShare || s.memo == nil) {
-			return nil, fmt.Errorf("deciding locally: %w: %s is a calendar quota, which fails closed", ErrUnavailable, r.Name)
-		}
+	if err := s.checkCalendars(reqs); err != nil {
+		return nil, err
 	}
 	now := s.now(reqs[0].Now)
 	local := make([]algo.Request, len(reqs))
-	for i, r := range reqs {
-		share := Share(r.Limit, s.opts.Instances)
-		if r.Cost > share.Capacity() {
-			ds := make([]algo.Decision, len(reqs))
-			for j := range ds {
-				ds[j] = algo.Decision{Allowed: j != i, Quota: Share(reqs[j].Limit, s.opts.Instances).Capacity()}
-			}
-			ds[i].RetryAfter, ds[i].ResetAfter = share.Period, share.Period
-			return ds, nil
-		}
-		if s.memo == nil {
-			r.Limit = share
-			local[i] = r
-			continue
+	for i := range reqs {
+		share := Share(reqs[i].Limit, s.opts.Instances)
+		if reqs[i].Cost > share.Capacity() {
+			return s.overShare(reqs, i, share.Period), nil
 		}
 		var err error
-		local[i], err = s.memo.local(&reqs[i], &share, now.UnixMilli(), r.Limit.Calendar != algo.NoCalendar, func(seed algo.Request) error {
-			_, err := s.local.Allow(ctx, seed)
-			return err
-		})
-		if errors.Is(err, errUnknown) {
-			return nil, fmt.Errorf("deciding locally: %w: %s is a calendar quota this instance knows nothing of yet, which fails closed", ErrUnavailable, r.Name)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("deciding locally: starting from the last decision: %w", err)
+		if local[i], err = s.fallbackRequest(ctx, &reqs[i], share, now); err != nil {
+			return nil, err
 		}
 	}
 	for i := range local {
@@ -63,6 +45,52 @@ func (s *Store) FallbackAll(ctx context.Context, reqs []algo.Request) ([]algo.De
 		}
 	}
 	return ds, err
+}
+
+// checkCalendars refuses a group holding a calendar quota that fails
+// closed: with CalendarFallback other than CalendarShare, or without the
+// memo of the store's decisions to start it from.
+func (s *Store) checkCalendars(reqs []algo.Request) error {
+	for _, r := range reqs {
+		if r.Limit.Calendar != algo.NoCalendar && (s.opts.CalendarFallback != CalendarShare || s.memo == nil) {
+			return fmt.Errorf("deciding locally: %w: %s is a calendar quota, which fails closed", ErrUnavailable, r.Name)
+		}
+	}
+	return nil
+}
+
+// overShare is the group's decisions when the cost of reqs[i] is more
+// than its share holds: it is refused for its share's period, and the
+// others are not charged.
+func (s *Store) overShare(reqs []algo.Request, i int, period time.Duration) []algo.Decision {
+	ds := make([]algo.Decision, len(reqs))
+	for j := range ds {
+		ds[j] = algo.Decision{Allowed: j != i, Quota: Share(reqs[j].Limit, s.opts.Instances).Capacity()}
+	}
+	ds[i].RetryAfter, ds[i].ResetAfter = period, period
+	return ds
+}
+
+// fallbackRequest is req as the fallback decides it at now: under this
+// instance's share of its limit and, with the memo, from the store's last
+// decision for its key (the local state seeded with it when fresh).
+func (s *Store) fallbackRequest(ctx context.Context, req *algo.Request, share algo.Limit, now time.Time) (algo.Request, error) {
+	if s.memo == nil {
+		r := *req
+		r.Limit = share
+		return r, nil
+	}
+	r, err := s.memo.local(req, &share, now.UnixMilli(), req.Limit.Calendar != algo.NoCalendar, func(seed algo.Request) error {
+		_, err := s.local.Allow(ctx, seed)
+		return err
+	})
+	if errors.Is(err, errUnknown) {
+		return algo.Request{}, fmt.Errorf("deciding locally: %w: %s is a calendar quota this instance knows nothing of yet, which fails closed", ErrUnavailable, req.Name)
+	}
+	if err != nil {
+		return algo.Request{}, fmt.Errorf("deciding locally: starting from the last decision: %w", err)
+	}
+	return r, nil
 }
 
 // Fallback decides req in memory with this instance's share of its limit,
