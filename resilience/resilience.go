@@ -196,24 +196,7 @@ type Store struct {
 // its own clock (Options.Now), whatever local's; Close closes local.
 // primary stays its caller's to close.
 func New(primary, local tollgate.Store, opts Options) *Store {
-	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
-	}
-	if opts.FailuresToOpen == 0 {
-		opts.FailuresToOpen = DefaultFailuresToOpen
-	}
-	if opts.OpenFor <= 0 {
-		opts.OpenFor = DefaultOpenFor
-	}
-	if opts.Instances < 1 {
-		opts.Instances = 1
-	}
-	if opts.RememberSize == 0 {
-		opts.RememberSize = DefaultRememberSize
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts = opts.withDefaults()
 	s := &Store{
 		primary: primary,
 		opts:    opts,
@@ -241,21 +224,49 @@ func New(primary, local tollgate.Store, opts Options) *Store {
 			// nothing about the store's health.
 			return errors.Is(err, context.Canceled) || algo.IsInvalid(err)
 		},
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			level := slog.LevelWarn
-			if to == gobreaker.StateClosed {
-				level = slog.LevelInfo
-			}
-			attrs := []slog.Attr{slog.String("from", from.String()), slog.String("to", to.String())}
-			if to == gobreaker.StateOpen {
-				if cause, _ := s.lastErr.Load().(string); cause != "" {
-					attrs = append(attrs, slog.String("cause", cause))
-				}
-			}
-			s.log.LogAttrs(context.Background(), level, "store circuit breaker "+to.String(), attrs...)
-		},
+		OnStateChange: s.logStateChange,
 	})
 	return s
+}
+
+// withDefaults is o with the options left zero (or, for the durations
+// and Instances, below their least) set to their defaults.
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.FailuresToOpen == 0 {
+		o.FailuresToOpen = DefaultFailuresToOpen
+	}
+	if o.OpenFor <= 0 {
+		o.OpenFor = DefaultOpenFor
+	}
+	if o.Instances < 1 {
+		o.Instances = 1
+	}
+	if o.RememberSize == 0 {
+		o.RememberSize = DefaultRememberSize
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// logStateChange logs the breaker's change of state from from to to: a
+// warning, with the failure that opened it, or, closing, an info.
+func (s *Store) logStateChange(_ string, from, to gobreaker.State) {
+	level := slog.LevelWarn
+	if to == gobreaker.StateClosed {
+		level = slog.LevelInfo
+	}
+	attrs := []slog.Attr{slog.String("from", from.String()), slog.String("to", to.String())}
+	if to == gobreaker.StateOpen {
+		if cause, _ := s.lastErr.Load().(string); cause != "" {
+			attrs = append(attrs, slog.String("cause", cause))
+		}
+	}
+	s.log.LogAttrs(context.Background(), level, "store circuit breaker "+to.String(), attrs...)
 }
 
 // Close stops retrying releases (what is still pending is tried once more,
@@ -361,21 +372,7 @@ func (s *Store) debts(ctx context.Context, reqs []algo.Request, now int64) ([]de
 		return nil, nil
 	}
 	for {
-		var debts []debt
-		var wait <-chan struct{}
-		for i := range reqs {
-			dt, w := s.memo.take(&reqs[i], now)
-			if w != nil {
-				wait = w
-				break
-			}
-			if dt.paying != nil {
-				if debts == nil {
-					debts = make([]debt, len(reqs))
-				}
-				debts[i] = dt
-			}
-		}
+		debts, wait := s.takeDebts(reqs, now)
 		if wait == nil {
 			return debts, nil
 		}
@@ -388,6 +385,26 @@ func (s *Store) debts(ctx context.Context, reqs []algo.Request, now int64) ([]de
 			return nil, fmt.Errorf("deciding together: waiting for what the fallback admitted to be charged: %w", ctx.Err())
 		}
 	}
+}
+
+// takeDebts takes what each key of a group owes, in order, until one's
+// debt is being carried by another request: then wait is what to wait
+// for, and the debts taken must be settled unpaid. debts is nil when no
+// key owes anything.
+func (s *Store) takeDebts(reqs []algo.Request, now int64) (debts []debt, wait <-chan struct{}) {
+	for i := range reqs {
+		dt, w := s.memo.take(&reqs[i], now)
+		if w != nil {
+			return debts, w
+		}
+		if dt.paying != nil {
+			if debts == nil {
+				debts = make([]debt, len(reqs))
+			}
+			debts[i] = dt
+		}
+	}
+	return debts, nil
 }
 
 // Lockout passes a login-guard operation to the store behind the breaker
