@@ -222,12 +222,18 @@ func configFiles(dir string, opts LoadOptions) ([]string, error) {
 			}
 			return nil
 		}
-		if d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0 && !isDir(path) {
+		if isFile(path, d) {
 			files = append(files, path)
 		}
 		return nil
 	})
 	return files, err
+}
+
+// isFile reports whether the entry d at path is a regular file, or a
+// symlink to anything but a directory.
+func isFile(path string, d fs.DirEntry) bool {
+	return d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0 && !isDir(path)
 }
 
 // isDir reports whether path is a directory, or a symlink to one.
