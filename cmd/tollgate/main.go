@@ -349,14 +349,7 @@ func onHUP(reload func()) (stop func()) {
 
 // describe prints what a policy enforces.
 func describe(w io.Writer, p *policy.Policy) {
-	switch n := len(p.Warnings); n {
-	case 0:
-		fmt.Fprintf(w, "policy %s (%s): OK\n", p.Version, p.Source)
-	case 1:
-		fmt.Fprintf(w, "policy %s (%s): OK, 1 warning\n", p.Version, p.Source)
-	default:
-		fmt.Fprintf(w, "policy %s (%s): OK, %d warnings\n", p.Version, p.Source, n)
-	}
+	fmt.Fprintf(w, "policy %s (%s): %s\n", p.Version, p.Source, describeWarnings(len(p.Warnings)))
 	fmt.Fprintf(w, "listeners: public %s, admin %s\n", p.Public, p.Admin)
 	store := p.Store.Type
 	if p.Store.Type == "redis" {
@@ -386,6 +379,18 @@ func describe(w io.Writer, p *policy.Policy) {
 	if len(p.TrustedProxies) > 0 {
 		fmt.Fprintf(w, "trusted proxies: %v\n", p.TrustedProxies)
 	}
+}
+
+// describeWarnings says that a policy with n warnings is valid, and how
+// many warnings it has.
+func describeWarnings(n int) string {
+	switch n {
+	case 0:
+		return "OK"
+	case 1:
+		return "OK, 1 warning"
+	}
+	return fmt.Sprintf("OK, %d warnings", n)
 }
 
 // describePlans lists the plans and who is on each.
