@@ -213,25 +213,28 @@ func (it item) limit(now time.Time) Limit {
 	if n, err := strconv.ParseInt(it.bare, 10, 64); err == nil {
 		l.Name, l.Quota = "", n
 	}
-	get := func(keys ...string) string {
-		for _, k := range keys {
-			if v, ok := it.params[k]; ok {
-				return v
-			}
-		}
-		return ""
-	}
-	l.Remaining = count(get("r", "remaining"))
-	if d, ok := seconds(get("t", "reset"), now); ok {
+	l.Remaining = count(it.param("r", "remaining"))
+	if d, ok := seconds(it.param("t", "reset"), now); ok {
 		l.Reset = d
 	}
-	if q := count(get("q", "limit", "quota")); q >= 0 {
+	if q := count(it.param("q", "limit", "quota")); q >= 0 {
 		l.Quota = q
 	}
-	if d, ok := seconds(get("w", "window"), now); ok {
+	if d, ok := seconds(it.param("w", "window"), now); ok {
 		l.Window = d
 	}
 	return l
+}
+
+// param is the value of the first of keys the item has as a parameter,
+// or "".
+func (it item) param(keys ...string) string {
+	for _, k := range keys {
+		if v, ok := it.params[k]; ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // draft07 reads the draft-07 dictionary form, limit=100, remaining=50,
