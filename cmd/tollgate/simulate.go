@@ -95,7 +95,13 @@ func readRecording(from string) ([]engine.Record, error) {
 		defer f.Close()
 		return simulate.ReadRecords(f)
 	}
-	req, err := http.NewRequest(http.MethodGet, from, nil)
+	return fetchRecording(from)
+}
+
+// fetchRecording reads a recording from the admin listener's /recording
+// at url, with the admin token from TOLLGATE_ADMIN_TOKEN if set.
+func fetchRecording(url string) ([]engine.Record, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("reading the recording: %w", err)
 	}
