@@ -37,6 +37,15 @@ func testWithin(t *testing.T, s tollgate.Store) {
 	if d, err := s.Allow(ctx, req(1, 400*time.Millisecond)); err != nil || !d.Allowed || d.Delay != 400*time.Millisecond {
 		t.Errorf("a turn 400 ms away under a threshold of 400 ms: %+v, %v", d, err)
 	}
+	checkInvalidWithin(t, s, p, req)
+}
+
+// checkInvalidWithin checks that a queue threshold on a limit that does
+// not shape, longer than the max delay, or negative is an error, alone and
+// in a group, and charges nothing; req makes requests, under policy p, on
+// the shaping limit of testWithin.
+func checkInvalidWithin(t *testing.T, s tollgate.Store, p string, req func(cost int64, within time.Duration) algo.Request) {
+	ctx := context.Background()
 	before, err := s.Allow(ctx, req(0, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +103,15 @@ func testPushBack(t *testing.T, s tollgate.Store) {
 			t.Errorf("request %d: query after: %+v, %v", i, d, err)
 		}
 	}
+	checkInvalidPushBacks(t, s, p, shaper)
+}
+
+// checkInvalidPushBacks checks that a push back on a limit that does not
+// shape, or of a duration that is not positive or beyond algo.MaxHorizon,
+// is an error that leaves the schedule of shaper, under policy p, as it
+// was.
+func checkInvalidPushBacks(t *testing.T, s tollgate.Store, p string, shaper algo.Limit) {
+	ctx := context.Background()
 	gcra := algo.Limit{Rate: 10, Period: time.Second}
 	meter := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second}
 	for _, bad := range []struct {
@@ -110,60 +128,86 @@ func testPushBack(t *testing.T, s tollgate.Store) {
 	}
 }
 
+// placeQueue takes and gives back places in the queue of one shaped
+// request, failing the test on an error.
+type placeQueue struct {
+	t   *testing.T
+	s   tollgate.Store
+	req algo.Request
+}
+
+// take takes a place in the queue at now, which must be allowed and
+// reported.
+func (q placeQueue) take(now time.Time) (algo.Decision, algo.Place) {
+	q.t.Helper()
+	r := q.req
+	r.Now = now
+	d, at, err := q.s.TakePlace(context.Background(), r)
+	if err != nil || !d.Allowed {
+		q.t.Fatalf("TakePlace: %+v, %v", d, err)
+	}
+	if at == (algo.Place{}) {
+		q.t.Fatalf("TakePlace of a charge reported no place: %+v", d)
+	}
+	return d, at
+}
+
+// give gives back the place at, at now, and reports whether it was.
+func (q placeQueue) give(at algo.Place, now time.Time) bool {
+	q.t.Helper()
+	r := q.req
+	r.Now = now
+	ok, err := q.s.GiveBack(context.Background(), r, at)
+	if err != nil {
+		q.t.Fatalf("GiveBack: %v", err)
+	}
+	return ok
+}
+
 // testGiveBack: a place taken with TakePlace is given back while it is
 // the last in the queue, and the queue is then as if it had never been
 // taken; a place others queued behind, a place given back already, and a
 // place of an expired queue are not; a limit that does not shape is an
 // error.
 func testGiveBack(t *testing.T, s tollgate.Store) {
-	ctx := context.Background()
 	p := policy(t)
 	shaper := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 10, Period: time.Second, Burst: 1, MaxDelay: time.Second}
 	req := algo.Request{Name: p, Subject: "g", Limit: shaper, Cost: 1, Now: base}
-	take := func(now time.Time) (algo.Decision, algo.Place) {
-		t.Helper()
-		r := req
-		r.Now = now
-		d, at, err := s.TakePlace(ctx, r)
-		if err != nil || !d.Allowed {
-			t.Fatalf("TakePlace: %+v, %v", d, err)
-		}
-		if at == (algo.Place{}) {
-			t.Fatalf("TakePlace of a charge reported no place: %+v", d)
-		}
-		return d, at
-	}
-	give := func(at algo.Place, now time.Time) bool {
-		t.Helper()
-		r := req
-		r.Now = now
-		ok, err := s.GiveBack(ctx, r, at)
-		if err != nil {
-			t.Fatalf("GiveBack: %v", err)
-		}
-		return ok
-	}
-	_, p0 := take(base)
-	d1, p1 := take(base)
-	d2, p2 := take(base.Add(10 * time.Millisecond))
+	q := placeQueue{t, s, req}
+	_, p0 := q.take(base)
+	d1, p1 := q.take(base)
+	d2, p2 := q.take(base.Add(10 * time.Millisecond))
 	if d1.Delay != 100*time.Millisecond || d2.Delay != 190*time.Millisecond {
 		t.Fatalf("places at %v and %v, want 100ms and 190ms", d1.Delay, d2.Delay)
 	}
-	if give(p1, base.Add(20*time.Millisecond)) {
+	if q.give(p1, base.Add(20*time.Millisecond)) {
 		t.Error("a place with another behind it was given back")
 	}
-	if !give(p2, base.Add(20*time.Millisecond)) {
+	if !q.give(p2, base.Add(20*time.Millisecond)) {
 		t.Fatal("the last place was not given back")
 	}
-	if give(p2, base.Add(20*time.Millisecond)) {
+	if q.give(p2, base.Add(20*time.Millisecond)) {
 		t.Error("a place was given back twice")
 	}
 	// The queue is as before the place: the next one takes its turn.
-	if d, _ := take(base.Add(10 * time.Millisecond)); d.Delay != 190*time.Millisecond {
+	if d, _ := q.take(base.Add(10 * time.Millisecond)); d.Delay != 190*time.Millisecond {
 		t.Errorf("after the give back, the next place is %v away, want 190ms", d.Delay)
 	}
-	// A place whose turn has come was used (or could have been): it is
-	// not given back, even while it is the last.
+	checkNoGiveBackAfterTurn(t, s, req)
+	// Long after, the queue has drained and its state expired (or is
+	// drained): an old place is nothing to give back.
+	if q.give(p0, base.Add(time.Minute)) {
+		t.Error("a place of a drained queue was given back")
+	}
+	checkGiveBackLive(t, s, p)
+	checkInvalidGiveBack(t, s, req, p0)
+}
+
+// checkNoGiveBackAfterTurn checks that a place whose turn has come was
+// used (or could have been): it is not given back, even while it is the
+// last. The places are taken on req's limit under another subject.
+func checkNoGiveBackAfterTurn(t *testing.T, s tollgate.Store, req algo.Request) {
+	ctx := context.Background()
 	late := req
 	late.Subject = "g-late"
 	takeLate := func() algo.Place {
@@ -180,14 +224,13 @@ func testGiveBack(t *testing.T, s tollgate.Store) {
 	if ok, err := s.GiveBack(ctx, late, lp); err != nil || ok {
 		t.Errorf("a place given back after its turn: %v, %v", ok, err)
 	}
-	// Long after, the queue has drained and its state expired (or is
-	// drained): an old place is nothing to give back.
-	if give(p0, base.Add(time.Minute)) {
-		t.Error("a place of a drained queue was given back")
-	}
-	// With the store's clock: take the last place and give it back. Its
-	// turn is 10 s away, so the give back comes before it however slow
-	// the machine.
+}
+
+// checkGiveBackLive takes the last place on the store's clock, under
+// policy p, and gives it back. Its turn is 10 s away, so the give back
+// comes before it however slow the machine.
+func checkGiveBackLive(t *testing.T, s tollgate.Store, p string) {
+	ctx := context.Background()
 	slow := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 1, Period: 10 * time.Second, Burst: 1, MaxDelay: time.Minute}
 	live := algo.Request{Name: p, Subject: "g-live", Limit: slow, Cost: 1}
 	if _, _, err := s.TakePlace(ctx, live); err != nil {
@@ -203,7 +246,14 @@ func testGiveBack(t *testing.T, s tollgate.Store) {
 	if d2, _, err := s.TakePlace(ctx, live); err != nil || d2.Delay > d.Delay {
 		t.Errorf("after the live give back: %+v, %v; want a place no later than %v", d2, err, d.Delay)
 	}
-	gcra := algo.Request{Name: p, Subject: "g", Limit: algo.Limit{Rate: 10, Period: time.Second}, Cost: 1, Now: base}
+}
+
+// checkInvalidGiveBack checks that taking or giving back a place (p0, of
+// req's queue) on a limit that does not shape, and giving back no place,
+// are errors.
+func checkInvalidGiveBack(t *testing.T, s tollgate.Store, req algo.Request, p0 algo.Place) {
+	ctx := context.Background()
+	gcra := algo.Request{Name: req.Name, Subject: "g", Limit: algo.Limit{Rate: 10, Period: time.Second}, Cost: 1, Now: base}
 	if _, _, err := s.TakePlace(ctx, gcra); !errors.Is(err, algo.ErrInvalidRequest) {
 		t.Errorf("TakePlace on gcra: err = %v, want ErrInvalidRequest", err)
 	}
