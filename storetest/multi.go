@@ -35,27 +35,32 @@ func allowAll(t *testing.T, s tollgate.Store, reqs ...algo.Request) []algo.Decis
 
 func testAllOrNothing(t *testing.T, s tollgate.Store) {
 	for _, a := range algo.Algorithms() {
-		t.Run(a.String(), func(t *testing.T) {
-			p1, p2 := policy(t), policy(t)
-			short := algo.Request{Name: p1, Subject: "x", Limit: limitFor(a, 3, time.Minute), Cost: 1, Now: base}
-			long := algo.Request{Name: p2, Subject: "x", Limit: limitFor(algo.FixedWindow, 5, time.Hour), Cost: 1, Now: base}
-			for i := 0; i < 3; i++ {
-				if ds := allowAll(t, s, short, long); !tollgate.Admitted(ds) {
-					t.Fatalf("request %d refused: %+v", i, ds)
-				}
-			}
-			ds := allowAll(t, s, short, long)
-			if tollgate.Admitted(ds) || ds[0].Allowed || !ds[1].Allowed || ds[0].RetryAfter <= 0 {
-				t.Fatalf("4th: %+v, want the short limit to refuse", ds)
-			}
-			if ds[1].Remaining != 2 || ds[1].RetryAfter != 0 {
-				t.Errorf("the long limit was charged for a refused request: %+v", ds[1])
-			}
-			// The long limit really kept its 2.
-			if d := allow(t, s, p2, "x", long.Limit, 2, base); !d.Allowed || d.Remaining != 0 {
-				t.Errorf("long limit after the refusal: %+v", d)
-			}
-		})
+		t.Run(a.String(), func(t *testing.T) { checkAllOrNothing(t, s, a) })
+	}
+}
+
+// checkAllOrNothing checks that a group of a short limit under algorithm
+// a and a long fixed window is refused whole when the short limit
+// refuses: the long one is not charged.
+func checkAllOrNothing(t *testing.T, s tollgate.Store, a algo.Algorithm) {
+	p1, p2 := policy(t), policy(t)
+	short := algo.Request{Name: p1, Subject: "x", Limit: limitFor(a, 3, time.Minute), Cost: 1, Now: base}
+	long := algo.Request{Name: p2, Subject: "x", Limit: limitFor(algo.FixedWindow, 5, time.Hour), Cost: 1, Now: base}
+	for i := 0; i < 3; i++ {
+		if ds := allowAll(t, s, short, long); !tollgate.Admitted(ds) {
+			t.Fatalf("request %d refused: %+v", i, ds)
+		}
+	}
+	ds := allowAll(t, s, short, long)
+	if tollgate.Admitted(ds) || ds[0].Allowed || !ds[1].Allowed || ds[0].RetryAfter <= 0 {
+		t.Fatalf("4th: %+v, want the short limit to refuse", ds)
+	}
+	if ds[1].Remaining != 2 || ds[1].RetryAfter != 0 {
+		t.Errorf("the long limit was charged for a refused request: %+v", ds[1])
+	}
+	// The long limit really kept its 2.
+	if d := allow(t, s, p2, "x", long.Limit, 2, base); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("long limit after the refusal: %+v", d)
 	}
 }
 
@@ -76,33 +81,15 @@ func testMultiModel(t *testing.T, s tollgate.Store) {
 		now := base.Add(time.Duration(next(1000)) * time.Millisecond)
 		for step := 0; step < 40; step++ {
 			now = now.Add(time.Duration(next(120)) * time.Millisecond)
-			want := make([]algo.Decision, k)
-			next2 := make([]algo.State, k)
-			all := true
 			for i := range reqs {
 				reqs[i].Now = now
 				reqs[i].Cost = next(int(reqs[i].Limit.Capacity()) + 1)
-				next2[i] = states[i]
-				next2[i].Log = states[i].Log.Clone()
-				r, _, err := algo.Decide(reqs[i].Limit, &next2[i], now.UnixMilli(), reqs[i].Cost)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want[i] = r.Decision()
-				all = all && r.Allowed
 			}
-			if all {
-				states = next2
-			} else {
-				for i := range reqs {
-					if want[i].Allowed {
-						st := states[i]
-						st.Log = states[i].Log.Clone()
-						r, _, _ := algo.Decide(reqs[i].Limit, &st, now.UnixMilli(), 0)
-						want[i] = r.Decision()
-					}
-				}
+			want, after, err := allOrNothing(reqs, states)
+			if err != nil {
+				t.Fatal(err)
 			}
+			states = after
 			got := allowAll(t, s, reqs...)
 			for i := range got {
 				if got[i] != want[i] {
@@ -111,6 +98,38 @@ func testMultiModel(t *testing.T, s tollgate.Store) {
 			}
 		}
 	}
+}
+
+// allOrNothing returns the decisions the pure algorithms make on reqs,
+// from states (one per request), applied all or nothing, and the states
+// after them: when one request is refused none is charged, and those that
+// would have been allowed report their state as it is.
+func allOrNothing(reqs []algo.Request, states []algo.State) ([]algo.Decision, []algo.State, error) {
+	want := make([]algo.Decision, len(reqs))
+	charged := make([]algo.State, len(reqs))
+	all := true
+	for i, req := range reqs {
+		charged[i] = states[i]
+		charged[i].Log = states[i].Log.Clone()
+		r, _, err := algo.Decide(req.Limit, &charged[i], req.Now.UnixMilli(), req.Cost)
+		if err != nil {
+			return nil, nil, err
+		}
+		want[i] = r.Decision()
+		all = all && r.Allowed
+	}
+	if all {
+		return want, charged, nil
+	}
+	for i, req := range reqs {
+		if want[i].Allowed {
+			st := states[i]
+			st.Log = states[i].Log.Clone()
+			r, _, _ := algo.Decide(req.Limit, &st, req.Now.UnixMilli(), 0)
+			want[i] = r.Decision()
+		}
+	}
+	return want, states, nil
 }
 
 func testInvalidGroups(t *testing.T, s tollgate.Store) {
@@ -152,68 +171,87 @@ func testInvalidGroups(t *testing.T, s tollgate.Store) {
 //   - a hierarchy: three users limited to 10 each within a tenant limited
 //     to 25 admit exactly 25, no user more than 10.
 func RunMultiConcurrency(t *testing.T, stores []tollgate.Store) {
-	const goroutines, perG = 200, 25
 	for _, clock := range []string{"fixed", "store"} {
 		var now time.Time
 		if clock == "fixed" {
 			now = base
 		}
-		slow := 30 * 24 * time.Hour
-		t.Run("SeveralLimits/"+clock, func(t *testing.T) {
-			p1, p2 := policy(t), policy(t)
-			reqs := []algo.Request{
-				{Name: p1, Subject: "s", Limit: limitFor(algo.GCRA, 30, slow), Cost: 1, Now: now},
-				{Name: p2, Subject: "s", Limit: limitFor(algo.SlidingWindowLog, 50, slow), Cost: 1, Now: now},
-			}
-			var admitted atomic.Int64
-			hammer(t, goroutines, perG, stores, func(s tollgate.Store, _ int) {
-				ds, err := s.AllowAll(context.Background(), reqs)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if tollgate.Admitted(ds) {
-					admitted.Add(1)
-				}
-			})
-			if admitted.Load() != 30 {
-				t.Fatalf("admitted %d, want exactly 30", admitted.Load())
-			}
-			if d := allow(t, stores[0], p2, "s", reqs[1].Limit, 0, now); d.Remaining != 20 {
-				t.Fatalf("the 50 budget has %d left, want 20 (charged only with the 30)", d.Remaining)
-			}
-		})
-		t.Run("Hierarchy/"+clock, func(t *testing.T) {
-			pu, pt := policy(t), policy(t)
-			users := []string{"u1", "u2", "u3"}
-			var perUser [3]atomic.Int64
-			hammer(t, goroutines, perG, stores, func(s tollgate.Store, g int) {
-				u := g % 3
-				ds, err := s.AllowAll(context.Background(), []algo.Request{
-					{Name: pu, Subject: users[u], Tag: "tenant-a", Limit: limitFor(algo.TokenBucket, 10, slow), Cost: 1, Now: now},
-					{Name: pt, Subject: "tenant-a", Tag: "tenant-a", Limit: limitFor(algo.FixedWindow, 25, slow), Cost: 1, Now: now},
-				})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if tollgate.Admitted(ds) {
-					perUser[u].Add(1)
-				}
-			})
-			total := perUser[0].Load() + perUser[1].Load() + perUser[2].Load()
-			if total != 25 {
-				t.Fatalf("tenant admitted %d, want exactly 25", total)
-			}
-			for i := range perUser {
-				if perUser[i].Load() > 10 {
-					t.Fatalf("user %d admitted %d, more than 10", i, perUser[i].Load())
-				}
-			}
-		})
+		t.Run("SeveralLimits/"+clock, func(t *testing.T) { testSeveralLimitsConcurrently(t, stores, now) })
+		t.Run("Hierarchy/"+clock, func(t *testing.T) { testHierarchyConcurrently(t, stores, now) })
 	}
 }
 
+// The load RunMultiConcurrency's checks put on the stores: so many
+// goroutines, each making so many calls, and the period of their limits,
+// slow enough that refill cannot blur the counts.
+const (
+	multiGoroutines = 200
+	multiPerG       = 25
+	multiPeriod     = 30 * 24 * time.Hour
+)
+
+// testSeveralLimitsConcurrently checks that budgets of 30 and 50 on one
+// subject, at now (zero: the store's clock), admit exactly 30, and that the
+// 50 is charged exactly 30.
+func testSeveralLimitsConcurrently(t *testing.T, stores []tollgate.Store, now time.Time) {
+	p1, p2 := policy(t), policy(t)
+	reqs := []algo.Request{
+		{Name: p1, Subject: "s", Limit: limitFor(algo.GCRA, 30, multiPeriod), Cost: 1, Now: now},
+		{Name: p2, Subject: "s", Limit: limitFor(algo.SlidingWindowLog, 50, multiPeriod), Cost: 1, Now: now},
+	}
+	var admitted atomic.Int64
+	hammer(t, multiGoroutines, multiPerG, stores, func(s tollgate.Store, _ int) {
+		ds, err := s.AllowAll(context.Background(), reqs)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if tollgate.Admitted(ds) {
+			admitted.Add(1)
+		}
+	})
+	if admitted.Load() != 30 {
+		t.Fatalf("admitted %d, want exactly 30", admitted.Load())
+	}
+	if d := allow(t, stores[0], p2, "s", reqs[1].Limit, 0, now); d.Remaining != 20 {
+		t.Fatalf("the 50 budget has %d left, want 20 (charged only with the 30)", d.Remaining)
+	}
+}
+
+// testHierarchyConcurrently checks that three users limited to 10 each
+// within a tenant limited to 25, at now (zero: the store's clock), admit
+// exactly 25, no user more than 10.
+func testHierarchyConcurrently(t *testing.T, stores []tollgate.Store, now time.Time) {
+	pu, pt := policy(t), policy(t)
+	users := []string{"u1", "u2", "u3"}
+	var perUser [3]atomic.Int64
+	hammer(t, multiGoroutines, multiPerG, stores, func(s tollgate.Store, g int) {
+		u := g % 3
+		ds, err := s.AllowAll(context.Background(), []algo.Request{
+			{Name: pu, Subject: users[u], Tag: "tenant-a", Limit: limitFor(algo.TokenBucket, 10, multiPeriod), Cost: 1, Now: now},
+			{Name: pt, Subject: "tenant-a", Tag: "tenant-a", Limit: limitFor(algo.FixedWindow, 25, multiPeriod), Cost: 1, Now: now},
+		})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if tollgate.Admitted(ds) {
+			perUser[u].Add(1)
+		}
+	})
+	total := perUser[0].Load() + perUser[1].Load() + perUser[2].Load()
+	if total != 25 {
+		t.Fatalf("tenant admitted %d, want exactly 25", total)
+	}
+	for i := range perUser {
+		if perUser[i].Load() > 10 {
+			t.Fatalf("user %d admitted %d, more than 10", i, perUser[i].Load())
+		}
+	}
+}
+
+// hammer runs f from the given number of goroutines, perG times each,
+// spreading them over stores; f is told its goroutine's number.
 func hammer(t *testing.T, goroutines, perG int, stores []tollgate.Store, f func(s tollgate.Store, g int)) {
 	t.Helper()
 	var wg sync.WaitGroup
