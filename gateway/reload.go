@@ -98,9 +98,7 @@ func (g *Gateway) Policy() *policy.Policy { return g.active.Load().pol }
 func (g *Gateway) Reload(p *policy.Policy) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	cur := g.pol
-	if p.Public != cur.Public || p.Admin != cur.Admin || p.AdminToken != cur.AdminToken || p.Conns != cur.Conns ||
-		p.Store.Type != cur.Store.Type || p.Store.URL != cur.Store.URL || p.Store.Mode != cur.Store.Mode || p.Tracing != cur.Tracing {
+	if needsRestart(g.pol, p) {
 		g.reloads.WithLabelValues("refused").Inc()
 		err := errors.New("reloading policy: listeners (and their timeouts and caps), store, admin token and tracing need a restart to change")
 		g.log.Error("policy reload refused", slog.String("version", p.Version), slog.String("error", err.Error()))
@@ -120,24 +118,38 @@ func (g *Gateway) Reload(p *policy.Policy) error {
 	// hash, and is always a new version.)
 	active := g.active.Load().base
 	g.swap(sv, p.Hash == "" || p.Hash != active.Hash || p.Version != active.Version)
-	if g.state.Pinned != "" || len(g.state.RolledBack) > 0 {
-		// A new file: the rollbacks are behind it, for the whole fleet.
-		st := g.state
-		st.Serial++
-		st.Pinned, st.RolledBack = "", nil
-		if err := g.saveState(st); err != nil {
-			// This gateway follows its file; the fleet's state says so
-			// once it can be saved again.
-			g.state.Pinned, g.state.RolledBack = "", nil
-			g.log.Warn("recording that the new policy file ends a rollback", slog.String("error", err.Error()))
-		}
-	}
+	g.endRollback()
 	g.reloads.WithLabelValues("ok").Inc()
 	for _, w := range p.Warnings {
 		g.log.Warn("policy warning", slog.String("warning", w.Msg), slog.String("file", w.File), slog.Int("line", w.Line), slog.String("path", w.Path))
 	}
 	g.log.Info("policy reloaded", slog.String("version", p.Version), slog.String("hash", p.Hash))
 	return nil
+}
+
+// needsRestart reports whether next changes a setting of cur that only a
+// restart changes: the listeners (and their timeouts and caps), the
+// store, the admin token or tracing.
+func needsRestart(cur, next *policy.Policy) bool {
+	return next.Public != cur.Public || next.Admin != cur.Admin || next.AdminToken != cur.AdminToken || next.Conns != cur.Conns ||
+		next.Store.Type != cur.Store.Type || next.Store.URL != cur.Store.URL || next.Store.Mode != cur.Store.Mode || next.Tracing != cur.Tracing
+}
+
+// endRollback records, when a rollback is in force, that a new policy
+// file puts it behind, for the whole fleet. When the state cannot be
+// saved this gateway follows its file all the same, and the fleet's state
+// says so once it can be. The caller holds g.mu.
+func (g *Gateway) endRollback() {
+	if g.state.Pinned == "" && len(g.state.RolledBack) == 0 {
+		return
+	}
+	st := g.state
+	st.Serial++
+	st.Pinned, st.RolledBack = "", nil
+	if err := g.saveState(st); err != nil {
+		g.state.Pinned, g.state.RolledBack = "", nil
+		g.log.Warn("recording that the new policy file ends a rollback", slog.String("error", err.Error()))
+	}
 }
 
 // ReloadFile loads the policy file at path and reloads it. An invalid file
