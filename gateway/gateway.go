@@ -146,14 +146,8 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Policy == nil {
 		return nil, errors.New("creating gateway: no policy")
 	}
-	g := &Gateway{opts: opts, pol: opts.Policy, log: opts.Logger, access: opts.Logger, registry: prometheus.NewRegistry()}
-	if opts.RecordSize >= 0 {
-		size := opts.RecordSize
-		if size == 0 {
-			size = engine.DefaultRecordSize
-		}
-		g.recording = engine.NewRecording(size, opts.RecordSample)
-	}
+	g := &Gateway{opts: opts, pol: opts.Policy, log: opts.Logger, access: opts.Logger, registry: prometheus.NewRegistry(),
+		recording: newRecording(opts)}
 	// Every line is sampled per message: a failure repeated on every
 	// request writes a few lines a second, with a count of the rest.
 	g.log = logsample.Logger(g.log)
@@ -170,10 +164,49 @@ func New(opts Options) (*Gateway, error) {
 		g.Close()
 		return nil, err
 	}
-	metrics, err := httplimit.NewMetrics(g.registry)
-	if err != nil {
+	if err := g.registerMetrics(); err != nil {
 		g.Close()
 		return nil, fmt.Errorf("creating gateway: %w", err)
+	}
+	sv, err := g.build(g.pol)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	g.activate(sv)
+	if err := g.loadState(); err != nil {
+		g.Close()
+		return nil, fmt.Errorf("creating gateway: %w", err)
+	}
+	g.public = g.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A request runs to the end under the policy it started with.
+		g.active.Load().handler.ServeHTTP(w, r)
+	}))
+	g.admin = g.adminHandler()
+	return g, nil
+}
+
+// newRecording returns the recording of recent calls opts asks for: of
+// opts.RecordSize calls (engine.DefaultRecordSize when 0), nil when that
+// is negative.
+func newRecording(opts Options) *engine.Recording {
+	if opts.RecordSize < 0 {
+		return nil
+	}
+	size := opts.RecordSize
+	if size == 0 {
+		size = engine.DefaultRecordSize
+	}
+	return engine.NewRecording(size, opts.RecordSample)
+}
+
+// registerMetrics makes the gateway's metrics (the middleware's, the
+// policy's reloads and version, the build, connections and requests) and
+// registers them.
+func (g *Gateway) registerMetrics() error {
+	metrics, err := httplimit.NewMetrics(g.registry)
+	if err != nil {
+		return err
 	}
 	g.metrics = metrics
 	g.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -196,33 +229,26 @@ func New(opts Options) (*Gateway, error) {
 	g.registry.MustRegister(g.reloads, g.info, build)
 	g.conns = newConnMetrics(g.registry)
 	g.requests = newRequestMetrics(g.registry)
-	sv, err := g.build(g.pol)
-	if err != nil {
-		g.Close()
-		return nil, err
-	}
-	g.activate(sv)
+	return nil
+}
+
+// loadState applies the changes admins made before this run (or on other
+// gateways), from the state file when there is one and no store keeps
+// the state. Only a state file that cannot be read is an error: with
+// Redis not there yet, Serve's watch applies them once it is.
+func (g *Gateway) loadState() error {
 	if g.backend == nil && g.opts.StateFile != "" {
 		g.backend = &fileState{path: g.opts.StateFile}
 	}
-	// The changes admins made before this run (or on other gateways). With
-	// Redis not there yet, Serve's watch applies them once it is.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	if err := g.syncState(ctx); err != nil {
 		g.log.Warn("reading the runtime state (retried while serving)", slog.String("error", err.Error()))
 		if _, ok := g.backend.(*fileState); ok {
-			cancel()
-			g.Close()
-			return nil, fmt.Errorf("creating gateway: %w", err)
+			return err
 		}
 	}
-	cancel()
-	g.public = g.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A request runs to the end under the policy it started with.
-		g.active.Load().handler.ServeHTTP(w, r)
-	}))
-	g.admin = g.adminHandler()
-	return g, nil
+	return nil
 }
 
 // build makes the handler that serves base with the runtime overrides
@@ -259,6 +285,9 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 	return &served{base: base, pol: p, front: front, handler: withForwardAuth(front, front.Middleware(up)), loaded: time.Now()}, nil
 }
 
+// openStore opens the store the gateway decides on: Options.Store when
+// set, else the policy's (Redis at Options.RedisURL when that is set),
+// else a memory store.
 func (g *Gateway) openStore() error {
 	if g.opts.Store != nil {
 		g.store = g.opts.Store
@@ -268,51 +297,57 @@ func (g *Gateway) openStore() error {
 	if g.opts.RedisURL != "" {
 		spec.Type, spec.URL = "redis", g.opts.RedisURL
 	}
-	switch spec.Type {
-	case "redis":
-		opt, err := rueidis.ParseURL(spec.URL)
-		if err != nil {
-			return fmt.Errorf("opening redis store: %w", err)
-		}
-		opt.DisableCache = true
-		switch spec.Mode {
-		case "standalone":
-			opt.ForceSingleClient = true
-		case "sentinel":
-			if opt.Sentinel.MasterSet == "" {
-				return errors.New("opening redis store: sentinel mode needs ?master_set=<name> in the url")
-			}
-		}
-		// Open does not wait for Redis: the gateway serves (degraded, by
-		// each route's failure policy) until Redis appears.
-		rs, err := rstore.Open(opt, rstore.Options{Logger: g.log})
-		if err != nil {
-			return fmt.Errorf("opening redis store: %w", err)
-		}
-		g.closers = append(g.closers, func() { rs.Close() })
-		calendar, err := resilience.ParseCalendarFallback(spec.CalendarFallback)
-		if err != nil {
-			return fmt.Errorf("opening redis store: %w", err)
-		}
-		res := resilience.New(rs, memory.New(memory.Options{Now: g.opts.Clock}), resilience.Options{
-			Timeout:          spec.Timeout,
-			FailuresToOpen:   spec.Breaker.Failures,
-			OpenFor:          spec.Breaker.OpenFor,
-			Instances:        spec.Instances,
-			CalendarFallback: calendar,
-			Logger:           g.log,
-			Now:              g.opts.Clock,
-		})
-		g.closers = append(g.closers, func() { res.Close() })
-		g.registry.MustRegister(res)
-		g.store, g.denyCache = res, engine.DefaultDenyCacheSize
-		g.backend = &redisState{client: rs.Client, key: StateKey}
-	default:
-		s := memory.New(memory.Options{MaxBytes: int64(spec.MaxBytes), MaxKeys: spec.MaxKeys, Now: g.opts.Clock})
-		g.closers = append(g.closers, func() { s.Close() })
-		g.registry.MustRegister(s)
-		g.store = s
+	if spec.Type == "redis" {
+		return g.openRedis(spec)
 	}
+	s := memory.New(memory.Options{MaxBytes: int64(spec.MaxBytes), MaxKeys: spec.MaxKeys, Now: g.opts.Clock})
+	g.closers = append(g.closers, func() { s.Close() })
+	g.registry.MustRegister(s)
+	g.store = s
+	return nil
+}
+
+// openRedis opens the Redis store spec describes, behind the resilience
+// wrapper that falls back to a memory store while Redis fails, and keeps
+// the fleet's runtime state in it.
+func (g *Gateway) openRedis(spec policy.StoreSpec) error {
+	opt, err := rueidis.ParseURL(spec.URL)
+	if err != nil {
+		return fmt.Errorf("opening redis store: %w", err)
+	}
+	opt.DisableCache = true
+	switch spec.Mode {
+	case "standalone":
+		opt.ForceSingleClient = true
+	case "sentinel":
+		if opt.Sentinel.MasterSet == "" {
+			return errors.New("opening redis store: sentinel mode needs ?master_set=<name> in the url")
+		}
+	}
+	// Open does not wait for Redis: the gateway serves (degraded, by
+	// each route's failure policy) until Redis appears.
+	rs, err := rstore.Open(opt, rstore.Options{Logger: g.log})
+	if err != nil {
+		return fmt.Errorf("opening redis store: %w", err)
+	}
+	g.closers = append(g.closers, func() { rs.Close() })
+	calendar, err := resilience.ParseCalendarFallback(spec.CalendarFallback)
+	if err != nil {
+		return fmt.Errorf("opening redis store: %w", err)
+	}
+	res := resilience.New(rs, memory.New(memory.Options{Now: g.opts.Clock}), resilience.Options{
+		Timeout:          spec.Timeout,
+		FailuresToOpen:   spec.Breaker.Failures,
+		OpenFor:          spec.Breaker.OpenFor,
+		Instances:        spec.Instances,
+		CalendarFallback: calendar,
+		Logger:           g.log,
+		Now:              g.opts.Clock,
+	})
+	g.closers = append(g.closers, func() { res.Close() })
+	g.registry.MustRegister(res)
+	g.store, g.denyCache = res, engine.DefaultDenyCacheSize
+	g.backend = &redisState{client: rs.Client, key: StateKey}
 	return nil
 }
 
@@ -340,13 +375,7 @@ func (g *Gateway) Registry() *prometheus.Registry { return g.registry }
 // in all, and a separate cap on the admin connections.
 func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 	cl := g.pol.Conns
-	maxConns, derived := cl.MaxConns, cl.MaxConns == 0
-	if derived {
-		maxConns = defaultMaxConns(cl.AdminMaxConns)
-	} else if fit := defaultMaxConns(cl.AdminMaxConns); maxConns > fit {
-		g.log.Warn("listeners.max_conns is more than the file limit can hold; raise the limit (ulimit -n) or lower max_conns",
-			slog.Int("max_conns", maxConns), slog.Int("fits", fit))
-	}
+	maxConns, derived := g.maxConns(cl)
 	trusted := func(a netip.Addr) bool { return g.Policy().Trusted.Contains(a) }
 	pub = newConnLimiter(pub, "public", maxConns, cl.MaxConnsPerClient, trusted, g.conns, g.log)
 	adm = newConnLimiter(adm, "admin", cl.AdminMaxConns, 0, nil, g.conns, g.log)
@@ -395,6 +424,21 @@ func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 	}
 	wg.Wait()
 	return err
+}
+
+// maxConns returns the cap on public connections: cl's, or when it sets
+// none what the file limit can hold beside the admin connections (derived
+// true). A cap above that is kept, and warned of.
+func (g *Gateway) maxConns(cl policy.ConnLimits) (n int, derived bool) {
+	fit := defaultMaxConns(cl.AdminMaxConns)
+	if cl.MaxConns == 0 {
+		return fit, true
+	}
+	if cl.MaxConns > fit {
+		g.log.Warn("listeners.max_conns is more than the file limit can hold; raise the limit (ulimit -n) or lower max_conns",
+			slog.Int("max_conns", cl.MaxConns), slog.Int("fits", fit))
+	}
+	return cl.MaxConns, false
 }
 
 // buildInfo returns the release (version, or the main module's version)
