@@ -44,48 +44,11 @@ func (g *Gateway) transport(timeout time.Duration) *http.Transport {
 // upstreams returns the handler that sends an admitted request to its
 // route's upstream.
 func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
-	transport := g.transport(p.UpstreamTimeout)
-	echo := Echo()
-	proxies := map[string]http.Handler{}
-	for _, r := range p.Routes {
-		if r.Upstream == "" {
-			return nil, fmt.Errorf("creating gateway: route %s has no upstream (only the middleware serves routes without one)", r.Name)
-		}
-		if r.Upstream == policy.BuiltinEcho || proxies[r.Upstream] != nil {
-			continue
-		}
-		target, err := url.Parse(r.Upstream)
-		if err != nil {
-			return nil, fmt.Errorf("creating gateway: route %s: %w", r.Name, err)
-		}
-		proxy := &httputil.ReverseProxy{
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				if info, ok := httplimit.FromContext(pr.In.Context()); ok {
-					pr.Out.URL.Path, pr.Out.URL.RawPath = info.Path, ""
-					// The client charged, and the chain vouched for; the
-					// peer is appended below.
-					if ff := info.Subject.ForwardedFor(); ff != "" {
-						pr.Out.Header.Set("X-Forwarded-For", ff)
-					}
-					if a := info.Subject.Addr; a.IsValid() {
-						pr.Out.Header.Set("X-Real-Ip", a.String())
-					}
-				}
-				pr.SetURL(target)
-				pr.SetXForwarded()
-				if g.tracer != nil {
-					injectTraceContext(pr.In.Context(), pr.Out.Header)
-				}
-			},
-			Transport:    replayCanceled{transport},
-			ErrorHandler: g.upstreamError,
-			ErrorLog:     g.proxyLog,
-		}
-		if g.tracer != nil {
-			proxy.ModifyResponse = upstreamStatus
-		}
-		proxies[r.Upstream] = proxy
+	proxies, err := g.proxies(p)
+	if err != nil {
+		return nil, err
 	}
+	echo := Echo()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		info, ok := httplimit.FromContext(r.Context())
 		if !ok || info.Route == nil {
@@ -109,6 +72,62 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 			rec.Upstream = time.Since(start)
 		}
 	}), nil
+}
+
+// proxies returns the reverse proxy of each upstream p's routes name
+// (builtin:echo aside), one per upstream however many routes share it. A
+// route without an upstream, or with one that is no URL, is an error.
+func (g *Gateway) proxies(p *policy.Policy) (map[string]http.Handler, error) {
+	transport := g.transport(p.UpstreamTimeout)
+	proxies := map[string]http.Handler{}
+	for _, r := range p.Routes {
+		if r.Upstream == "" {
+			return nil, fmt.Errorf("creating gateway: route %s has no upstream (only the middleware serves routes without one)", r.Name)
+		}
+		if r.Upstream == policy.BuiltinEcho || proxies[r.Upstream] != nil {
+			continue
+		}
+		target, err := url.Parse(r.Upstream)
+		if err != nil {
+			return nil, fmt.Errorf("creating gateway: route %s: %w", r.Name, err)
+		}
+		proxies[r.Upstream] = g.newProxy(target, transport)
+	}
+	return proxies, nil
+}
+
+// newProxy returns the reverse proxy to target over transport. It sends
+// the path the middleware matched, the client it charged (and the chain
+// that vouched for it) as X-Forwarded-For and X-Real-Ip, and, when
+// tracing, the trace context.
+func (g *Gateway) newProxy(target *url.URL, transport *http.Transport) *httputil.ReverseProxy {
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			if info, ok := httplimit.FromContext(pr.In.Context()); ok {
+				pr.Out.URL.Path, pr.Out.URL.RawPath = info.Path, ""
+				// The client charged, and the chain vouched for; the
+				// peer is appended below.
+				if ff := info.Subject.ForwardedFor(); ff != "" {
+					pr.Out.Header.Set("X-Forwarded-For", ff)
+				}
+				if a := info.Subject.Addr; a.IsValid() {
+					pr.Out.Header.Set("X-Real-Ip", a.String())
+				}
+			}
+			pr.SetURL(target)
+			pr.SetXForwarded()
+			if g.tracer != nil {
+				injectTraceContext(pr.In.Context(), pr.Out.Header)
+			}
+		},
+		Transport:    replayCanceled{transport},
+		ErrorHandler: g.upstreamError,
+		ErrorLog:     g.proxyLog,
+	}
+	if g.tracer != nil {
+		proxy.ModifyResponse = upstreamStatus
+	}
+	return proxy
 }
 
 func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
