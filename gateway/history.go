@@ -75,41 +75,65 @@ type counts struct {
 func read(now time.Time, mfs []*dto.MetricFamily, top []topRefusedEntry) counts {
 	c := counts{t: now, allowed: map[string]float64{}, refused: map[string]float64{}, shadow: map[string]float64{}, refusedBy: map[string]int64{}}
 	for _, mf := range mfs {
-		switch mf.GetName() {
-		case "tollgate_decisions_total":
-			for _, m := range mf.GetMetric() {
-				l := labels(m)
-				k := l["route_group"] + " · " + l["plan"]
-				switch l["outcome"] {
-				case "allowed":
-					c.allowed[k] += m.GetCounter().GetValue()
-				case "refused":
-					c.refused[k] += m.GetCounter().GetValue()
-				}
-			}
-		case "tollgate_shadow_decisions_total":
-			for _, m := range mf.GetMetric() {
-				if l := labels(m); l["outcome"] == "refused" {
-					c.shadow[l["budget"]] += m.GetCounter().GetValue()
-				}
-			}
-		case "tollgate_fallback_decisions_total":
-			for _, m := range mf.GetMetric() {
-				c.fallback += m.GetCounter().GetValue()
-			}
-		case "tollgate_store_duration_seconds":
-			if ms := mf.GetMetric(); len(ms) > 0 {
-				for _, b := range ms[0].GetHistogram().GetBucket() {
-					c.latency = append(c.latency, b.GetCumulativeCount())
-					c.bounds = append(c.bounds, b.GetUpperBound())
-				}
-			}
+		if add, ok := countReaders[mf.GetName()]; ok {
+			add(&c, mf)
 		}
 	}
 	for _, e := range top {
 		c.refusedBy[e.Subject] = e.Count
 	}
 	return c
+}
+
+// countReaders add each metric family read takes to the counts, by the
+// family's name.
+var countReaders = map[string]func(*counts, *dto.MetricFamily){
+	"tollgate_decisions_total":          (*counts).addDecisions,
+	"tollgate_shadow_decisions_total":   (*counts).addShadow,
+	"tollgate_fallback_decisions_total": (*counts).addFallbacks,
+	"tollgate_store_duration_seconds":   (*counts).addStoreLatency,
+}
+
+// addDecisions adds the allowed and refused decisions, by route group and
+// plan.
+func (c *counts) addDecisions(mf *dto.MetricFamily) {
+	for _, m := range mf.GetMetric() {
+		l := labels(m)
+		k := l["route_group"] + " · " + l["plan"]
+		switch l["outcome"] {
+		case "allowed":
+			c.allowed[k] += m.GetCounter().GetValue()
+		case "refused":
+			c.refused[k] += m.GetCounter().GetValue()
+		}
+	}
+}
+
+// addShadow adds the shadow refusals, by budget.
+func (c *counts) addShadow(mf *dto.MetricFamily) {
+	for _, m := range mf.GetMetric() {
+		if l := labels(m); l["outcome"] == "refused" {
+			c.shadow[l["budget"]] += m.GetCounter().GetValue()
+		}
+	}
+}
+
+// addFallbacks adds the decisions taken by the fallback store.
+func (c *counts) addFallbacks(mf *dto.MetricFamily) {
+	for _, m := range mf.GetMetric() {
+		c.fallback += m.GetCounter().GetValue()
+	}
+}
+
+// addStoreLatency takes the store latency histogram's cumulative bucket
+// counts and bounds.
+func (c *counts) addStoreLatency(mf *dto.MetricFamily) {
+	if ms := mf.GetMetric(); len(ms) > 0 {
+		for _, b := range ms[0].GetHistogram().GetBucket() {
+			c.latency = append(c.latency, b.GetCumulativeCount())
+			c.bounds = append(c.bounds, b.GetUpperBound())
+		}
+	}
 }
 
 func labels(m *dto.Metric) map[string]string {
@@ -146,26 +170,34 @@ func (h *history) add(c counts, breaker string) {
 		}
 		s.P50, s.P99 = bucketQuantile(delta, c.bounds, 0.5)*1000, bucketQuantile(delta, c.bounds, 0.99)*1000
 	}
-	for subject, n := range c.refusedBy {
-		if d := n - p.refusedBy[subject]; d > 0 {
-			s.Top = append(s.Top, topRefusedEntry{subject, d})
-		}
-	}
-	sort.Slice(s.Top, func(i, j int) bool {
-		if s.Top[i].Count != s.Top[j].Count {
-			return s.Top[i].Count > s.Top[j].Count
-		}
-		return s.Top[i].Subject < s.Top[j].Subject
-	})
-	if len(s.Top) > historyTop {
-		s.Top = s.Top[:historyTop]
-	}
+	s.Top = topRefusedSince(c.refusedBy, p.refusedBy)
 	if len(h.ring) < historySamples {
 		h.ring = append(h.ring, s)
 		return
 	}
 	h.ring[h.next] = s
 	h.next = (h.next + 1) % historySamples
+}
+
+// topRefusedSince returns the subjects refused more in now than in before,
+// by how many more, most first (then by subject), at most historyTop.
+func topRefusedSince(now, before map[string]int64) []topRefusedEntry {
+	var top []topRefusedEntry
+	for subject, n := range now {
+		if d := n - before[subject]; d > 0 {
+			top = append(top, topRefusedEntry{subject, d})
+		}
+	}
+	sort.Slice(top, func(i, j int) bool {
+		if top[i].Count != top[j].Count {
+			return top[i].Count > top[j].Count
+		}
+		return top[i].Subject < top[j].Subject
+	})
+	if len(top) > historyTop {
+		top = top[:historyTop]
+	}
+	return top
 }
 
 // rates returns, per key, how fast now moved on from before over secs
