@@ -56,25 +56,8 @@ func (g *Gateway) dashboardData(w http.ResponseWriter, r *http.Request) {
 	}
 	mfs, _ := g.registry.Gather()
 	for _, mf := range mfs {
-		switch mf.GetName() {
-		case "tollgate_decisions_total":
-			d.Decisions = counters(mf)
-			for _, c := range d.Decisions {
-				d.Totals[c.Labels["outcome"]] += c.Value
-			}
-		case "tollgate_shadow_decisions_total":
-			d.Shadow = counters(mf)
-		case "tollgate_fallback_decisions_total":
-			d.Fallbacks = counters(mf)
-		case "tollgate_store_calls_total":
-			if m := mf.GetMetric(); len(m) > 0 {
-				d.StoreCalls = uint64(m[0].GetCounter().GetValue())
-			}
-		case "tollgate_store_duration_seconds":
-			if m := mf.GetMetric(); len(m) > 0 {
-				h := m[0].GetHistogram()
-				d.StoreP50, d.StoreP99 = quantile(h, 0.5)*1000, quantile(h, 0.99)*1000
-			}
+		if take, ok := dashboardReaders[mf.GetName()]; ok {
+			take(&d, mf)
 		}
 	}
 	for _, t := range g.metrics.TopRefused.Top(10) {
@@ -85,6 +68,48 @@ func (g *Gateway) dashboardData(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(d)
 }
 
+// dashboardReaders take each metric family the dashboard shows into its
+// data, by the family's name.
+var dashboardReaders = map[string]func(*dashboardData, *dto.MetricFamily){
+	"tollgate_decisions_total":          (*dashboardData).takeDecisions,
+	"tollgate_shadow_decisions_total":   (*dashboardData).takeShadow,
+	"tollgate_fallback_decisions_total": (*dashboardData).takeFallbacks,
+	"tollgate_store_calls_total":        (*dashboardData).takeStoreCalls,
+	"tollgate_store_duration_seconds":   (*dashboardData).takeStoreLatency,
+}
+
+// takeDecisions takes the decisions, and totals them by outcome.
+func (d *dashboardData) takeDecisions(mf *dto.MetricFamily) {
+	d.Decisions = counters(mf)
+	for _, c := range d.Decisions {
+		d.Totals[c.Labels["outcome"]] += c.Value
+	}
+}
+
+// takeShadow takes the shadow decisions.
+func (d *dashboardData) takeShadow(mf *dto.MetricFamily) { d.Shadow = counters(mf) }
+
+// takeFallbacks takes the decisions of the fallback store.
+func (d *dashboardData) takeFallbacks(mf *dto.MetricFamily) { d.Fallbacks = counters(mf) }
+
+// takeStoreCalls takes the count of store calls.
+func (d *dashboardData) takeStoreCalls(mf *dto.MetricFamily) {
+	if m := mf.GetMetric(); len(m) > 0 {
+		d.StoreCalls = uint64(m[0].GetCounter().GetValue())
+	}
+}
+
+// takeStoreLatency takes the store latency's median and 99th percentile,
+// in milliseconds.
+func (d *dashboardData) takeStoreLatency(mf *dto.MetricFamily) {
+	if m := mf.GetMetric(); len(m) > 0 {
+		h := m[0].GetHistogram()
+		d.StoreP50, d.StoreP99 = quantile(h, 0.5)*1000, quantile(h, 0.99)*1000
+	}
+}
+
+// counters returns the metric family's counters with their labels, the
+// largest first.
 func counters(mf *dto.MetricFamily) []labelled {
 	var out []labelled
 	for _, m := range mf.GetMetric() {
