@@ -64,45 +64,71 @@ func guardAdmin(mux http.Handler, token string) http.Handler {
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Content-Security-Policy", noFraming)
 		h.Set("X-Content-Type-Options", "nosniff")
-		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz") &&
-			!authorized(r, token, want) {
+		if isProbe(r) && !authorized(r, token, want) {
 			mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), probeOnly{}, true)))
 			return
 		}
-		if token == "" && !loopbackHost(r.Host) {
-			httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminHost, Status: http.StatusForbidden,
-				Detail: "the admin listener has no token, so it answers only requests addressed to localhost or a loopback address " +
-					"(a page under another name may be a DNS-rebinding attack); set listeners.admin_token_env to reach it by another name"})
+		if refuseStranger(w, r, token, want) {
 			return
-		}
-		if token != "" {
-			got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-			if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
-				httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminUnauthorized, Status: http.StatusUnauthorized,
-					Detail: "the admin endpoints need the admin bearer token"})
-				return
-			}
 		}
 		switch r.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 			mux.ServeHTTP(w, r)
 			return
 		}
-		if err := csrf.Check(r); err != nil {
-			httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminCrossOrigin, Status: http.StatusForbidden,
-				Detail: "a state-changing admin request from another origin is refused (" + err.Error() +
-					"); send it from a client that is not a web page, e.g. curl, with Content-Type: application/json"})
-			return
-		}
-		if !jsonContentType(r.Header) {
-			httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminContentType, Status: http.StatusUnsupportedMediaType,
-				Detail: "a state-changing admin request needs Content-Type: application/json, even without a body " +
-					"(a web page cannot send that to another origin without a CORS preflight, which the admin listener refuses)"})
+		if refuseCrossOrigin(w, r, csrf) {
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// isProbe reports whether r is an orchestrator's probe: GET or HEAD
+// /healthz or /readyz.
+func isProbe(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+}
+
+// refuseStranger answers a request that fails the admin listener's
+// identity checks, and reports whether it did: without a token, one whose
+// Host does not name this machine; with one (want is the hash of its
+// Authorization header), one that does not carry it.
+func refuseStranger(w http.ResponseWriter, r *http.Request, token string, want [sha256.Size]byte) bool {
+	if token == "" && !loopbackHost(r.Host) {
+		httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminHost, Status: http.StatusForbidden,
+			Detail: "the admin listener has no token, so it answers only requests addressed to localhost or a loopback address " +
+				"(a page under another name may be a DNS-rebinding attack); set listeners.admin_token_env to reach it by another name"})
+		return true
+	}
+	if token != "" {
+		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
+			httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminUnauthorized, Status: http.StatusUnauthorized,
+				Detail: "the admin endpoints need the admin bearer token"})
+			return true
+		}
+	}
+	return false
+}
+
+// refuseCrossOrigin answers a state-changing request that a page of
+// another origin may have sent, and reports whether it did: one that csrf
+// refuses, or one without Content-Type: application/json.
+func refuseCrossOrigin(w http.ResponseWriter, r *http.Request, csrf *http.CrossOriginProtection) bool {
+	if err := csrf.Check(r); err != nil {
+		httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminCrossOrigin, Status: http.StatusForbidden,
+			Detail: "a state-changing admin request from another origin is refused (" + err.Error() +
+				"); send it from a client that is not a web page, e.g. curl, with Content-Type: application/json"})
+		return true
+	}
+	if !jsonContentType(r.Header) {
+		httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminContentType, Status: http.StatusUnsupportedMediaType,
+			Detail: "a state-changing admin request needs Content-Type: application/json, even without a body " +
+				"(a web page cannot send that to another origin without a CORS preflight, which the admin listener refuses)"})
+		return true
+	}
+	return false
 }
 
 // probeOnly marks, in a request's context, a probe that passed none of
