@@ -94,22 +94,19 @@ func isProbe(r *http.Request) bool {
 // Host does not name this machine; with one (want is the hash of its
 // Authorization header), one that does not carry it.
 func refuseStranger(w http.ResponseWriter, r *http.Request, token string, want [sha256.Size]byte) bool {
-	if token == "" && !loopbackHost(r.Host) {
+	if authorized(r, token, want) {
+		return false
+	}
+	if token == "" {
 		httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminHost, Status: http.StatusForbidden,
 			Detail: "the admin listener has no token, so it answers only requests addressed to localhost or a loopback address " +
 				"(a page under another name may be a DNS-rebinding attack); set listeners.admin_token_env to reach it by another name"})
 		return true
 	}
-	if token != "" {
-		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
-			httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminUnauthorized, Status: http.StatusUnauthorized,
-				Detail: "the admin endpoints need the admin bearer token"})
-			return true
-		}
-	}
-	return false
+	w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
+	httplimit.WriteProblem(w, httplimit.Problem{Type: ProblemAdminUnauthorized, Status: http.StatusUnauthorized,
+		Detail: "the admin endpoints need the admin bearer token"})
+	return true
 }
 
 // refuseCrossOrigin answers a state-changing request that a page of
