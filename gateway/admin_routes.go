@@ -203,30 +203,9 @@ func decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return errors.New("want a JSON object")
 	}
-	known := map[string]bool{}
-	t := reflect.TypeOf(v).Elem()
-	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		known[name] = true
-	}
-	fields := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		name, _ := tok.(string)
-		if !known[name] {
-			return fmt.Errorf("unknown field %q", name)
-		}
-		if _, dup := fields[name]; dup {
-			return fmt.Errorf("field %q given twice", name)
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return err
-		}
-		fields[name] = raw
+	fields, err := objectFields(dec, jsonNames(reflect.TypeOf(v).Elem()))
+	if err != nil {
+		return err
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
 		return err
@@ -236,4 +215,41 @@ func decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	b, _ := json.Marshal(fields)
 	return json.Unmarshal(b, v)
+}
+
+// jsonNames returns the names of the fields of struct type t, as their
+// json tags spell them.
+func jsonNames(t reflect.Type) map[string]bool {
+	names := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		names[name] = true
+	}
+	return names
+}
+
+// objectFields reads the members of the JSON object dec has just opened,
+// up to (not including) its closing brace, and returns their values by
+// name: each must be one of known, given once.
+func objectFields(dec *json.Decoder, known map[string]bool) (map[string]json.RawMessage, error) {
+	fields := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, _ := tok.(string)
+		if !known[name] {
+			return nil, fmt.Errorf("unknown field %q", name)
+		}
+		if _, dup := fields[name]; dup {
+			return nil, fmt.Errorf("field %q given twice", name)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, err
+		}
+		fields[name] = raw
+	}
+	return fields, nil
 }
