@@ -114,26 +114,8 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 
 // admit counts c in, or refuses it and returns nil.
 func (l *connLimiter) admit(c net.Conn) net.Conn {
-	lc := &limitedConn{Conn: c, l: l}
-	if l.perClient > 0 {
-		if a, ok := remoteAddr(c); ok && (l.exempt == nil || !l.exempt(a)) {
-			lc.key = clientKey(a)
-		}
-	}
-	l.mu.Lock()
-	reason := ""
-	switch {
-	case l.n >= l.max:
-		reason = refusedTotal
-	case lc.key.IsValid() && l.clients[lc.key] >= l.perClient:
-		reason = refusedPerClient
-	default:
-		l.n++
-		if lc.key.IsValid() {
-			l.clients[lc.key]++
-		}
-	}
-	l.mu.Unlock()
+	lc := &limitedConn{Conn: c, l: l, key: l.keyOf(c)}
+	reason := l.take(lc.key)
 	if reason == "" {
 		l.open.Inc()
 		return lc
@@ -144,6 +126,36 @@ func (l *connLimiter) admit(c net.Conn) net.Conn {
 	c.Close()
 	l.refused(reason)
 	return nil
+}
+
+// keyOf returns the key c's client is counted under: none (not valid)
+// when clients are not capped one by one, or c's is exempt.
+func (l *connLimiter) keyOf(c net.Conn) netip.Prefix {
+	if l.perClient <= 0 {
+		return netip.Prefix{}
+	}
+	if a, ok := remoteAddr(c); ok && (l.exempt == nil || !l.exempt(a)) {
+		return clientKey(a)
+	}
+	return netip.Prefix{}
+}
+
+// take counts a connection in, under key when it is valid, and returns
+// "" or, when a cap is reached, the reason for refusing it.
+func (l *connLimiter) take(key netip.Prefix) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.n >= l.max:
+		return refusedTotal
+	case key.IsValid() && l.clients[key] >= l.perClient:
+		return refusedPerClient
+	}
+	l.n++
+	if key.IsValid() {
+		l.clients[key]++
+	}
+	return ""
 }
 
 func (l *connLimiter) release(c *limitedConn) {
