@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"sort"
 	"strings"
 	"time"
 )
@@ -15,48 +14,66 @@ import (
 // (at most 10s) makes it answer slowly, to try concurrency limits.
 func Echo() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil && d > 0 {
-			t := time.NewTimer(min(d, 10*time.Second))
-			select {
-			case <-t.C:
-			case <-r.Context().Done():
-				t.Stop()
-				return
-			}
+		if !echoSleep(r) {
+			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if r.Method == http.MethodPost && r.URL.Path == "/login" {
-			var body struct {
-				Username string `json:"username"`
-				Password string `json:"password"`
-			}
-			json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&body)
-			if body.Password != "demo" {
-				w.WriteHeader(http.StatusUnauthorized)
-				w.Write([]byte(`{"ok":false,"error":"wrong username or password"}` + "\n"))
-				return
-			}
-			w.Write([]byte(`{"ok":true}` + "\n"))
+			echoLogin(w, r)
 			return
 		}
-		headers := map[string]string{}
-		for k, v := range r.Header {
-			switch k {
-			case "Authorization", "X-Api-Key", "Cookie":
-				continue // never echo credentials
-			}
-			headers[k] = strings.Join(v, ", ")
-		}
-		keys := make([]string, 0, len(headers))
-		for k := range headers {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
 		json.NewEncoder(w).Encode(map[string]any{
 			"method":  r.Method,
 			"path":    r.URL.Path,
 			"query":   r.URL.RawQuery,
-			"headers": headers,
+			"headers": echoHeaders(r.Header),
 		})
 	})
+}
+
+// echoSleep waits for what r's ?sleep=D query asks (at most 10s), and
+// reports false if the client went away first.
+func echoSleep(r *http.Request) bool {
+	d, err := time.ParseDuration(r.URL.Query().Get("sleep"))
+	if err != nil || d <= 0 {
+		return true
+	}
+	t := time.NewTimer(min(d, 10*time.Second))
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		t.Stop()
+		return false
+	}
+}
+
+// echoLogin answers POST /login: 200 when the JSON body's password is
+// "demo", 401 otherwise.
+func echoLogin(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+	}
+	json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&body)
+	if body.Password != "demo" {
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write([]byte(`{"ok":false,"error":"wrong username or password"}` + "\n"))
+		return
+	}
+	w.Write([]byte(`{"ok":true}` + "\n"))
+}
+
+// echoHeaders returns the request headers Echo describes, each with its
+// values joined: all but the credentials, which it never echoes.
+func echoHeaders(h http.Header) map[string]string {
+	headers := map[string]string{}
+	for k, v := range h {
+		switch k {
+		case "Authorization", "X-Api-Key", "Cookie":
+			continue // never echo credentials
+		}
+		headers[k] = strings.Join(v, ", ")
+	}
+	return headers
 }
