@@ -73,11 +73,7 @@ func (m *requestMetrics) prime(p *policy.Policy) {
 func (g *Gateway) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		id := r.Header.Get("X-Request-Id")
-		if len(r.Header.Values("X-Request-Id")) != 1 || !requestIDPattern.MatchString(id) {
-			id = newRequestID()
-			r.Header.Set("X-Request-Id", id)
-		}
+		id := requestID(r)
 		var span trace.Span
 		if g.tracer != nil {
 			r, span = g.startServerSpan(r, id)
@@ -99,36 +95,56 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 		if rec.Upstream > 0 {
 			m.upstream.WithLabelValues(rec.Group).Observe(rec.Upstream.Seconds())
 		}
-		lg := g.Policy().Log
-		if lg.AccessSample <= 0 || lg.AccessSample < 1 && rand.Float64() >= lg.AccessSample {
-			return
-		}
-		if !g.accessLimit(lg.AccessPerSecond).Allow() {
-			m.dropped.Inc()
-			return
-		}
-		var buf [16]slog.Attr
-		attrs := append(buf[:0],
-			slog.String("request_id", id),
-			slog.String("method", r.Method),
-			slog.String("route", rec.Route),
-			slog.String("route_group", rec.Group),
-			slog.Int("status", status),
-			slog.String("outcome", rec.Outcome),
-			slog.String("budget", rec.Budget),
-			slog.String("subject", rec.Subject),
-			slog.String("subject_kind", rec.SubjectKind),
-			slog.Float64("duration_ms", ms(d)),
-			slog.Float64("decision_ms", ms(rec.Decision)),
-			slog.Float64("upstream_ms", ms(rec.Upstream)),
-			slog.Int64("bytes", sw.bytes))
-		if span != nil {
-			if sc := span.SpanContext(); sc.HasTraceID() {
-				attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
-			}
-		}
-		g.access.LogAttrs(r.Context(), slog.LevelInfo, "access", attrs...)
+		g.logAccess(r, id, rec, span, status, d, sw.bytes)
 	})
+}
+
+// requestID returns r's id, the client's X-Request-Id when it sent one
+// that is a plain short token; else a new one, which it sets on r for the
+// upstream.
+func requestID(r *http.Request) string {
+	id := r.Header.Get("X-Request-Id")
+	if len(r.Header.Values("X-Request-Id")) != 1 || !requestIDPattern.MatchString(id) {
+		id = newRequestID()
+		r.Header.Set("X-Request-Id", id)
+	}
+	return id
+}
+
+// logAccess writes the access log line of request r (its id, its record,
+// its span when traced, its status, duration and bytes written) for the
+// policy's share of requests, at most the policy's lines a second: those
+// over are counted as dropped.
+func (g *Gateway) logAccess(r *http.Request, id string, rec *httplimit.Record, span trace.Span, status int, d time.Duration, bytes int64) {
+	lg := g.Policy().Log
+	if lg.AccessSample <= 0 || lg.AccessSample < 1 && rand.Float64() >= lg.AccessSample {
+		return
+	}
+	if !g.accessLimit(lg.AccessPerSecond).Allow() {
+		g.requests.dropped.Inc()
+		return
+	}
+	var buf [16]slog.Attr
+	attrs := append(buf[:0],
+		slog.String("request_id", id),
+		slog.String("method", r.Method),
+		slog.String("route", rec.Route),
+		slog.String("route_group", rec.Group),
+		slog.Int("status", status),
+		slog.String("outcome", rec.Outcome),
+		slog.String("budget", rec.Budget),
+		slog.String("subject", rec.Subject),
+		slog.String("subject_kind", rec.SubjectKind),
+		slog.Float64("duration_ms", ms(d)),
+		slog.Float64("decision_ms", ms(rec.Decision)),
+		slog.Float64("upstream_ms", ms(rec.Upstream)),
+		slog.Int64("bytes", bytes))
+	if span != nil {
+		if sc := span.SpanContext(); sc.HasTraceID() {
+			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+		}
+	}
+	g.access.LogAttrs(r.Context(), slog.LevelInfo, "access", attrs...)
 }
 
 // accessLimit returns the limiter of access log lines at perSecond a
