@@ -319,6 +319,37 @@ var errSimulateBudget = errors.New("the replay's budget ran out")
 // maxCandidate bounds the policy a /simulate request may carry.
 const maxCandidate = 1 << 20
 
+// readCandidate reads the candidate policy of a POST /simulate,
+// {"policy": "<YAML>"}, and compiles it; it answers a body that is not
+// that (400) or a candidate that does not compile (422, with its
+// problems), and then reports false.
+func readCandidate(w http.ResponseWriter, r *http.Request) (*policy.Policy, bool) {
+	var body struct {
+		Policy string `json:"policy"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCandidate))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || body.Policy == "" {
+		http.Error(w, `want {"policy": "<the candidate policy's YAML>"}`, http.StatusBadRequest)
+		return nil, false
+	}
+	// The candidate comes from a request (the dashboard posts whatever a
+	// #try= link holds): it opens no file, and reads no environment
+	// variable (each reads as one placeholder), so that its errors tell
+	// nothing of the process. Its keys do not matter to a
+	// replay, which takes each call's plan from the recording.
+	env := policy.ProcessEnv()
+	env.NoFiles, env.Blind = true, true
+	cand, err := policy.ParseEnv([]byte(body.Policy), "candidate", env)
+	if err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		return nil, false
+	}
+	return cand, true
+}
+
 // simulateCandidate answers POST /simulate, {"policy": "<YAML>"}: the
 // recording replayed under the policy served and under the candidate
 // (simulate.Compare), as JSON. A candidate that does not compile is a 422
@@ -335,27 +366,8 @@ func (g *Gateway) simulateCandidate(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this gateway keeps no recording (gateway.Options.RecordSize is negative)", http.StatusNotFound)
 		return
 	}
-	var body struct {
-		Policy string `json:"policy"`
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCandidate))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil || body.Policy == "" {
-		http.Error(w, `want {"policy": "<the candidate policy's YAML>"}`, http.StatusBadRequest)
-		return
-	}
-	// The candidate comes from a request (the dashboard posts whatever a
-	// #try= link holds): it opens no file, and reads no environment
-	// variable (each reads as one placeholder), so that its errors tell
-	// nothing of the process. Its keys do not matter to a
-	// replay, which takes each call's plan from the recording.
-	env := policy.ProcessEnv()
-	env.NoFiles, env.Blind = true, true
-	cand, err := policy.ParseEnv([]byte(body.Policy), "candidate", env)
-	if err != nil {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusUnprocessableEntity)
-		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+	cand, ok := readCandidate(w, r)
+	if !ok {
 		return
 	}
 	budget := g.opts.SimulateBudget
