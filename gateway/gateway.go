@@ -415,14 +415,24 @@ func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 	case err = <-errc:
 	}
 	g.log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), g.opts.ShutdownTimeout)
+	if serr := g.shutdown(servers); err == nil {
+		err = serr
+	}
+	wg.Wait()
+	return err
+}
+
+// shutdown shuts the servers down gracefully, giving the requests in
+// flight up to ShutdownTimeout in all, and returns the first error.
+func (g *Gateway) shutdown(servers []*http.Server) error {
+	ctx, cancel := context.WithTimeout(context.Background(), g.opts.ShutdownTimeout)
 	defer cancel()
+	var err error
 	for _, s := range servers {
-		if serr := s.Shutdown(sctx); serr != nil && err == nil {
+		if serr := s.Shutdown(ctx); serr != nil && err == nil {
 			err = fmt.Errorf("shutting down: %w", serr)
 		}
 	}
-	wg.Wait()
 	return err
 }
 
