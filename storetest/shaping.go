@@ -79,7 +79,6 @@ func checkInvalidWithin(t *testing.T, s tollgate.Store, p string, req func(cost 
 // second (a place's spacing) of the machine's time: a hundred times what
 // they take on an idle one.
 func testPushBack(t *testing.T, s tollgate.Store) {
-	ctx := context.Background()
 	p := policy(t)
 	shaper := algo.Limit{Algorithm: algo.LeakyBucket, Rate: 1, Period: time.Second, Burst: 1, MaxDelay: 20 * time.Second}
 	h, err := algo.NewHandle(p, shaper)
@@ -90,20 +89,29 @@ func testPushBack(t *testing.T, s tollgate.Store) {
 		{Name: p, Subject: "pb", Limit: shaper},
 		h.Request("pb-handle", 0),
 	} {
-		d, err := s.PushBack(ctx, req, 5*time.Second)
-		if err != nil || !d.Allowed || d.Delay <= 4*time.Second || d.Delay > 5*time.Second {
-			t.Fatalf("request %d: push back 5s on the store's clock: %+v, %v; want a turn taken now 4-5s away", i, d, err)
-		}
-		req.Cost = 1
-		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Delay <= 5*time.Second || d.Delay > 6*time.Second {
-			t.Fatalf("request %d: the first place after the push back: %+v, %v; want it 5-6s away", i, d, err)
-		}
-		// A push back is kept, like a charge, until it has drained.
-		if d, err := s.Allow(ctx, algo.Request{Name: req.Name, Subject: req.Subject, Limit: shaper}); err != nil || d.ResetAfter <= 5*time.Second {
-			t.Errorf("request %d: query after: %+v, %v", i, d, err)
-		}
+		checkPushBack(t, s, i, req, shaper)
 	}
 	checkInvalidPushBacks(t, s, p, shaper)
+}
+
+// checkPushBack pushes the turn of req (request i of testPushBack, on
+// shaper, one place a second) back by 5s on the store's clock, and checks
+// that the push back takes a turn now, that the next place comes after
+// it, and that it is kept until it has drained.
+func checkPushBack(t *testing.T, s tollgate.Store, i int, req algo.Request, shaper algo.Limit) {
+	ctx := context.Background()
+	d, err := s.PushBack(ctx, req, 5*time.Second)
+	if err != nil || !d.Allowed || d.Delay <= 4*time.Second || d.Delay > 5*time.Second {
+		t.Fatalf("request %d: push back 5s on the store's clock: %+v, %v; want a turn taken now 4-5s away", i, d, err)
+	}
+	req.Cost = 1
+	if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Delay <= 5*time.Second || d.Delay > 6*time.Second {
+		t.Fatalf("request %d: the first place after the push back: %+v, %v; want it 5-6s away", i, d, err)
+	}
+	// A push back is kept, like a charge, until it has drained.
+	if d, err := s.Allow(ctx, algo.Request{Name: req.Name, Subject: req.Subject, Limit: shaper}); err != nil || d.ResetAfter <= 5*time.Second {
+		t.Errorf("request %d: query after: %+v, %v", i, d, err)
+	}
 }
 
 // checkInvalidPushBacks checks that a push back on a limit that does not
