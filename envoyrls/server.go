@@ -268,26 +268,9 @@ func (s *Server) charge(c *rlsCall, charges []engine.BudgetCharge) ([]engine.Bud
 		if nodes == nil {
 			nodes = overrideNodes(len(d.Entries))
 		}
-		sub := subject(d.Entries, nodes)
-		st.charge = len(charges)
-		for j, ch := range charges {
-			if ch.Budget == st.lim.Budget && ch.Subject == sub {
-				// The same descriptor twice: one charge of both
-				// (saturated: hits summing past an int64 are more
-				// than any limit, never a small charge).
-				charges[j].Cost = addHits(ch.Cost, st.hits)
-				st.charge = j
-				break
-			}
-		}
-		if st.charge == len(charges) {
-			if len(charges) == algo.MaxGroup {
-				// Refused before the next descriptor is compared with
-				// all those before it: a request of thousands costs
-				// no more than its reading.
-				return nil, s.serviceError(fmt.Sprintf("more than %d limited descriptors in one request", algo.MaxGroup))
-			}
-			charges = append(charges, engine.BudgetCharge{Budget: st.lim.Budget, Subject: sub, Cost: st.hits})
+		var err error
+		if charges, err = s.addCharge(charges, st, subject(d.Entries, nodes)); err != nil {
+			return nil, err
 		}
 	}
 	c.asked = c.asked[:len(charges)] // at most algo.MaxGroup
@@ -302,6 +285,28 @@ func (s *Server) charge(c *rlsCall, charges []engine.BudgetCharge) ([]engine.Bud
 		}
 	}
 	return charges, nil
+}
+
+// addCharge adds st's hits on its budget for sub to charges, and notes
+// in st which charge they are: one charge of both for the same
+// descriptor twice (saturated: hits summing past an int64 are more than
+// any limit, never a small charge).
+func (s *Server) addCharge(charges []engine.BudgetCharge, st *descriptorState, sub string) ([]engine.BudgetCharge, error) {
+	for j, ch := range charges {
+		if ch.Budget == st.lim.Budget && ch.Subject == sub {
+			charges[j].Cost = addHits(ch.Cost, st.hits)
+			st.charge = j
+			return charges, nil
+		}
+	}
+	if len(charges) == algo.MaxGroup {
+		// Refused before the next descriptor is compared with all those
+		// before it: a request of thousands costs no more than its
+		// reading.
+		return nil, s.serviceError(fmt.Sprintf("more than %d limited descriptors in one request", algo.MaxGroup))
+	}
+	st.charge = len(charges)
+	return append(charges, engine.BudgetCharge{Budget: st.lim.Budget, Subject: sub, Cost: st.hits}), nil
 }
 
 // decide asks the engine for the charges, in one store call (no verdict
@@ -336,13 +341,8 @@ func (s *Server) answer(c *rlsCall) *rlspb.RateLimitResponse {
 		if ds.Code == rlspb.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 		}
-		if m := s.opts.Metrics; m != nil && counted.applied {
-			lim := st.lim
-			key := lim.StatKey
-			if st.nodes != nil && dynamicMetric(lim, st.nodes) {
-				key = s.names.name(metricKey(c.req.Domain, lim, d.Entries, st.nodes), lim.StatKey)
-			}
-			m.counters(c.req.Domain, key).record(uint64(st.hits), counted.limit, counted.before, counted.over, lim.Shadow, s.opts.NearLimitRatio)
+		if counted.applied {
+			s.count(c.req.Domain, d.Entries, st, counted)
 		}
 	}
 	if s.opts.Headers || s.opts.IETFHeaders {
@@ -355,6 +355,21 @@ func (s *Server) answer(c *rlsCall) *rlspb.RateLimitResponse {
 		}
 	}
 	return resp
+}
+
+// count counts a descriptor of domain with entries, whose limit was
+// applied, in the metrics, if any.
+func (s *Server) count(domain string, entries []*rlv3.RateLimitDescriptor_Entry, st *descriptorState, n counted) {
+	m := s.opts.Metrics
+	if m == nil {
+		return
+	}
+	lim := st.lim
+	key := lim.StatKey
+	if st.nodes != nil && dynamicMetric(lim, st.nodes) {
+		key = s.names.name(metricKey(domain, lim, entries, st.nodes), lim.StatKey)
+	}
+	m.counters(domain, key).record(uint64(st.hits), n.limit, n.before, n.over, lim.Shadow, s.opts.NearLimitRatio)
 }
 
 // counted is what a descriptor's status tells the metrics: whether a
@@ -387,35 +402,44 @@ func (s *Server) status(c *rlsCall, st *descriptorState, now time.Time) (*rlspb.
 		// Undecided: admitted, nothing known of the budget.
 		ds.LimitRemaining = lim.RequestsPerUnit
 	default:
-		dec := c.v.Charges[st.charge].Decision
-		n.over = !dec.Allowed
-		if !n.over && (c.query || lim.Shadow && (c.refused || c.v.Local)) {
-			// Decided at cost 0: the hits are over if they do not
-			// fit what is left, as if they had been asked for.
-			n.over = c.asked[st.charge] > dec.Remaining
-		}
-		// Remaining is after the charge if there was one; otherwise
-		// (the request refused, a shadow budget's would-be refusal or
-		// its charge skipped while the store is down) as it is.
-		n.before = sat(dec.Quota - dec.Remaining)
-		if !c.refused && !n.over && !(lim.Shadow && c.v.Local) {
-			n.before = sat(dec.Quota - dec.Remaining - st.hits)
-		}
-		n.limit = uint64(dec.Quota)
-		if !n.over {
-			ds.LimitRemaining = uint32(min(dec.Remaining, math.MaxUint32))
-		}
-		// A fixed window's reset is its end; a fresh window's (a
-		// query of an unused budget) is the clock's.
-		if dec.ResetAfter > 0 || lim.Budget.Limit.Algorithm != algo.FixedWindow {
-			reset = ceilSeconds(dec.ResetAfter)
-		}
+		reset = c.judge(st, ds, &n, reset)
 	}
 	if n.over && !lim.Shadow {
 		ds.Code = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	ds.DurationUntilReset = &durationpb.Duration{Seconds: reset}
 	return ds, n
+}
+
+// judge fills in ds and n for a descriptor whose budget the store
+// decided, and returns its reset: the window's, given, unless the
+// decision says otherwise.
+func (c *rlsCall) judge(st *descriptorState, ds *rlspb.RateLimitResponse_DescriptorStatus, n *counted, reset int64) int64 {
+	lim := st.lim
+	dec := c.v.Charges[st.charge].Decision
+	n.over = !dec.Allowed
+	if !n.over && (c.query || lim.Shadow && (c.refused || c.v.Local)) {
+		// Decided at cost 0: the hits are over if they do not fit what
+		// is left, as if they had been asked for.
+		n.over = c.asked[st.charge] > dec.Remaining
+	}
+	// Remaining is after the charge if there was one; otherwise (the
+	// request refused, a shadow budget's would-be refusal or its charge
+	// skipped while the store is down) as it is.
+	n.before = sat(dec.Quota - dec.Remaining)
+	if !c.refused && !n.over && !(lim.Shadow && c.v.Local) {
+		n.before = sat(dec.Quota - dec.Remaining - st.hits)
+	}
+	n.limit = uint64(dec.Quota)
+	if !n.over {
+		ds.LimitRemaining = uint32(min(dec.Remaining, math.MaxUint32))
+	}
+	// A fixed window's reset is its end; a fresh window's (a query of an
+	// unused budget) is the clock's.
+	if dec.ResetAfter > 0 || lim.Budget.Limit.Algorithm != algo.FixedWindow {
+		return ceilSeconds(dec.ResetAfter)
+	}
+	return reset
 }
 
 // headers are the response headers: LIMIT_RESPONSE_HEADERS_ENABLED's of
