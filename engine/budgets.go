@@ -89,32 +89,48 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 			return v
 		}
 	}
-	ds = ds[:len(reqs):len(reqs)]
-	for i, ch := range c.Charges {
-		if ch.Cost > ch.Budget.Limit.Capacity() {
-			// Refused, and never to be admitted (RetryAfter is the
-			// longest duration a limit may report).
-			d := &ds[i]
-			d.Allowed, d.RetryAfter = false, algo.MaxHorizon
-		}
-	}
-	v.Charges = make([]Charge, len(ds))
-	for i := range ds {
-		v.Charges[i] = Charge{Budget: budgets[i], Decision: ds[i]}
-	}
+	v.Charges = decidedCharges(c.Charges, budgets, ds[:len(reqs):len(reqs)])
 	v.Report = mostRestrictiveEnforced(v.Charges)
-	admitted := true
-	for _, ch := range v.Charges {
-		if !ch.Budget.Shadow && !ch.Decision.Allowed {
-			admitted = false
-		}
-	}
+	admitted := enforcedAdmit(v.Charges)
 	if admitted {
 		e.chargeShadows(ctx, v, c)
 	}
+	e.concludeBudgets(ctx, v, subject, enforced, admitted, tooBig)
+	return v
+}
+
+// decidedCharges pairs each charge's budget with its decision; a charge
+// above what its budget could ever admit is refused, never to be
+// admitted (RetryAfter is the longest duration a limit may report).
+func decidedCharges(charges []BudgetCharge, budgets []*policy.Budget, ds []tollgate.Decision) []Charge {
+	cs := make([]Charge, len(ds))
+	for i := range ds {
+		cs[i] = Charge{Budget: budgets[i], Decision: ds[i]}
+		if charges[i].Cost > charges[i].Budget.Limit.Capacity() {
+			cs[i].Decision.Allowed, cs[i].Decision.RetryAfter = false, algo.MaxHorizon
+		}
+	}
+	return cs
+}
+
+// enforcedAdmit reports whether every enforced charge was admitted.
+func enforcedAdmit(cs []Charge) bool {
+	for _, ch := range cs {
+		if !ch.Budget.Shadow && !ch.Decision.Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// concludeBudgets sets v's outcome: allowed when no budget is enforced
+// or every enforced one admitted it, else refused by the most
+// restrictive (ReasonCostExceedsBurst when a charge was too big, the
+// one at index tooBig).
+func (e *Engine) concludeBudgets(ctx context.Context, v *Verdict, subject Subject, enforced, admitted bool, tooBig int) {
 	if !enforced {
 		v.Outcome = Allowed
-		return v
+		return
 	}
 	b, d := v.Charges[v.Report].Budget, v.Charges[v.Report].Decision
 	if !admitted {
@@ -122,11 +138,10 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 		if tooBig >= 0 {
 			v.Reason = ReasonCostExceedsBurst
 		}
-		return v
+		return
 	}
 	v.Outcome = Allowed
 	e.count(b.Name, v.group, v.plan, "allowed")
-	return v
 }
 
 // requests writes into reqs and budgets (one each per charge) the store
