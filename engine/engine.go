@@ -163,33 +163,40 @@ func New(opts Options) (*Engine, error) {
 	}
 	e.fallback, _ = opts.Store.(Fallbacker)
 	if opts.Policy != nil {
-		e.hasher = identity.NewHasher(opts.Policy.Secret)
-		if opts.Policy.JWT != nil && !opts.DecideOnly {
-			v, err := jwtauth.NewVerifier(opts.Policy.JWT, opts.JWKS, opts.Now)
-			if err != nil {
-				return nil, fmt.Errorf("creating engine: %w", err)
-			}
-			e.jwt = v
-		}
-		e.items = map[*policy.Budget]string{}
-		for _, b := range opts.Policy.Budgets() {
-			e.items[b] = makePolicyItem(b)
-		}
-	}
-	if m := opts.Metrics; m != nil && opts.Policy != nil {
-		// Every budget's error and fallback series exist from the start,
-		// at zero, so that alerts on their rate see the first one.
-		for _, b := range opts.Policy.Budgets() {
-			m.StoreErrors.WithLabelValues(b.Name)
-			for _, mode := range []string{"fail_open", "fail_closed"} {
-				m.Fallbacks.WithLabelValues(b.Name, mode)
-			}
+		if err := e.usePolicy(opts); err != nil {
+			return nil, fmt.Errorf("creating engine: %w", err)
 		}
 	}
 	if opts.DenyCacheSize > 0 {
 		e.deny = newDenyCache(opts.DenyCacheSize)
 	}
 	return e, nil
+}
+
+// usePolicy readies what e derives from opts.Policy: its pseudonyms, the
+// JWT verifier, each budget's RateLimit-Policy item, and (with metrics)
+// every budget's error and fallback series, at zero from the start so
+// that alerts on their rate see the first one.
+func (e *Engine) usePolicy(opts Options) error {
+	p := opts.Policy
+	e.hasher = identity.NewHasher(p.Secret)
+	if p.JWT != nil && !opts.DecideOnly {
+		v, err := jwtauth.NewVerifier(p.JWT, opts.JWKS, opts.Now)
+		if err != nil {
+			return err
+		}
+		e.jwt = v
+	}
+	e.items = map[*policy.Budget]string{}
+	for _, b := range p.Budgets() {
+		e.items[b] = makePolicyItem(b)
+		if m := opts.Metrics; m != nil {
+			m.StoreErrors.WithLabelValues(b.Name)
+			m.Fallbacks.WithLabelValues(b.Name, "fail_open")
+			m.Fallbacks.WithLabelValues(b.Name, "fail_closed")
+		}
+	}
+	return nil
 }
 
 // Policy returns the policy the engine decides under.
@@ -398,19 +405,7 @@ func (e *Engine) decide(ctx context.Context, budget string, reqs []tollgate.Requ
 			return ds, nil
 		}
 	}
-	var ds []tollgate.Decision
-	var err error
-	if len(reqs) == 1 {
-		sctx, span := e.storeSpan(ctx, "tollgate.store Allow", budget, 1)
-		var d tollgate.Decision
-		d, err = e.store.Allow(sctx, reqs[0])
-		ds = []tollgate.Decision{d}
-		endStoreSpan(span, allowedOr(d.Allowed), err)
-	} else {
-		sctx, span := e.storeSpan(ctx, "tollgate.store AllowAll", budget, len(reqs))
-		ds, err = e.store.AllowAll(sctx, reqs)
-		endStoreSpan(span, allowedOr(err == nil && tollgate.Admitted(ds)), err)
-	}
+	ds, err := e.callStore(ctx, budget, reqs)
 	if mt := e.metrics; mt != nil {
 		mt.StoreLatency.Observe(time.Since(start).Seconds())
 		if err != nil {
@@ -421,6 +416,21 @@ func (e *Engine) decide(ctx context.Context, budget string, reqs []tollgate.Requ
 		e.deny.remember(reqs, ds, e.now())
 	}
 	return ds, err
+}
+
+// callStore asks the store for reqs, the first under budget, in one
+// call (Allow for one request, AllowAll for a group), in its own span.
+func (e *Engine) callStore(ctx context.Context, budget string, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+	if len(reqs) > 1 {
+		sctx, span := e.storeSpan(ctx, "tollgate.store AllowAll", budget, len(reqs))
+		ds, err := e.store.AllowAll(sctx, reqs)
+		endStoreSpan(span, allowedOr(err == nil && tollgate.Admitted(ds)), err)
+		return ds, err
+	}
+	sctx, span := e.storeSpan(ctx, "tollgate.store Allow", budget, 1)
+	d, err := e.store.Allow(sctx, reqs[0])
+	endStoreSpan(span, allowedOr(d.Allowed), err)
+	return []tollgate.Decision{d}, err
 }
 
 // owes reports whether any of reqs' keys owes the store what the fallback
