@@ -27,11 +27,13 @@ import (
 )
 
 // The policy's API keys: Key has plan pro; TenantKey and OtherTenantKey
-// have plan team, and tenant acme.
+// have plan team, and tenant acme; UnlimitedKey has plan internal, which
+// is unlimited.
 const (
 	Key            = "decide-test-key-1"
 	TenantKey      = "decide-test-key-2"
 	OtherTenantKey = "decide-test-key-3"
+	UnlimitedKey   = "decide-test-key-4"
 )
 
 // policyText is the table's policy; SECRET is replaced by a fresh secret
@@ -40,10 +42,11 @@ const policyText = `version: d1
 identity:
   {secret: SECRET, anonymous_plan: free, user_plan: users, user_header: X-User-ID, trusted_proxies: [10.0.0.0/8],
    jwt: {jwks_url: JWKS, algorithms: [ES256], plan_claim: plan, tenant_claim: org}}
-allowlist: {addresses: [192.0.2.99/32]}
+allowlist: {addresses: [192.0.2.99/32], users: [ops-bot]}
 plans:
   free: {algorithm: fixed_window, rate: 3, period: 1m}
   users: {algorithm: fixed_window, rate: 5, period: 1m}
+  internal: {unlimited: true}
   team:
     limits: [{name: key, algorithm: fixed_window, rate: 10, period: 1m}]
     tenant: {algorithm: fixed_window, rate: 3, period: 1m}
@@ -56,6 +59,7 @@ api_keys:
   - {id: k1, digest: "DIGEST", plan: pro}
   - {id: k2, digest: "DIGEST2", plan: team, tenant: acme}
   - {id: k3, digest: "DIGEST3", plan: team, tenant: acme}
+  - {id: k4, digest: "DIGEST4", plan: internal}
 routes:
   - {name: search, path: /t.V/Search, global: {algorithm: fixed_window, rate: 2, period: 1m}}
   - {name: slow, path: /t.V/Slow, concurrency: {limit: 1, per: route}, limit: {algorithm: fixed_window, rate: 1000, period: 1m}}
@@ -79,7 +83,7 @@ func Policy(tb testing.TB, jwksURL string) *policy.Policy {
 	b := make([]byte, 16)
 	rand.Read(b)
 	text := strings.NewReplacer("SECRET", hex.EncodeToString(b), "JWKS", jwksURL, "DIGEST2", identity.KeyDigest(TenantKey),
-		"DIGEST3", identity.KeyDigest(OtherTenantKey), "DIGEST", identity.KeyDigest(Key)).Replace(policyText)
+		"DIGEST3", identity.KeyDigest(OtherTenantKey), "DIGEST4", identity.KeyDigest(UnlimitedKey), "DIGEST", identity.KeyDigest(Key)).Replace(policyText)
 	p, err := policy.Parse([]byte(text), "decide.yaml")
 	if err != nil {
 		tb.Fatal(err)
@@ -295,6 +299,19 @@ var Cases = []Case{
 			{Path: "/t.V/Search", RemoteAddr: ip("99"), Want: ok("", 0, "ip")},
 			{Path: "/t.V/Read", RemoteAddr: ip("99"), Want: ok("", 0, "ip")},
 			{Path: "/t.V/Read", RemoteAddr: ip("99"), Header: bearer("no-such-key-099"), Want: refused(InvalidKey, "", 0)},
+		}},
+	{Name: "unlimited plan", Why: "a key of an unlimited plan is charged no rate limit, a route's global budget neither, and never refused by one",
+		Calls: []Call{
+			{Path: "/t.V/Search", RemoteAddr: ip("35"), Header: bearer(UnlimitedKey), Want: ok("", 0, "key")},
+			{Path: "/t.V/Search", RemoteAddr: ip("35"), Header: bearer(UnlimitedKey), Want: ok("", 0, "key")},
+			{Path: "/t.V/Search", RemoteAddr: ip("35"), Header: bearer(UnlimitedKey), Want: ok("", 0, "key")},
+			{Path: "/t.V/Search", RemoteAddr: ip("36"), Want: ok("global.search", 1, "ip")},
+		}},
+	{Name: "allowlisted user", Direct: true, Why: "a user on the allowlist, named by a trusted proxy, is charged no rate limit; another user beside it is",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: "10.0.0.2:1", Header: map[string]string{"X-User-ID": "ops-bot"}, Want: ok("", 0, "user")},
+			{Path: "/t.V/Read", RemoteAddr: "10.0.0.2:1", Header: map[string]string{"X-User-ID": "ops-bot"}, Want: ok("", 0, "user")},
+			{Path: "/t.V/Read", RemoteAddr: "10.0.0.2:1", Header: map[string]string{"X-User-ID": "u2"}, Want: ok("users", 4, "user")},
 		}},
 	{Name: "shadow limit", Why: "a route's shadow_limit (a candidate) is charged beside the enforced limits but never refuses and is never reported",
 		Calls: []Call{
