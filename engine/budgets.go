@@ -89,7 +89,7 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 			return v
 		}
 	}
-	v.Charges = decidedCharges(c.Charges, budgets, ds[:len(reqs):len(reqs)])
+	v.Charges = decidedCharges(c.Charges, ds[:len(reqs):len(reqs)])
 	v.Report = mostRestrictiveEnforced(v.Charges)
 	admitted := enforcedAdmit(v.Charges)
 	if admitted {
@@ -102,11 +102,12 @@ func (e *Engine) CheckBudgets(ctx context.Context, c BudgetCall) *Verdict {
 // decidedCharges pairs each charge's budget with its decision; a charge
 // above what its budget could ever admit is refused, never to be
 // admitted (RetryAfter is the longest duration a limit may report).
-func decidedCharges(charges []BudgetCharge, budgets []*policy.Budget, ds []tollgate.Decision) []Charge {
+func decidedCharges(charges []BudgetCharge, ds []tollgate.Decision) []Charge {
 	cs := make([]Charge, len(ds))
 	for i := range ds {
-		cs[i] = Charge{Budget: budgets[i], Decision: ds[i]}
-		if charges[i].Cost > charges[i].Budget.Limit.Capacity() {
+		b := charges[i].Budget
+		cs[i] = Charge{Budget: b, Decision: ds[i]}
+		if charges[i].Cost > b.Limit.Capacity() {
 			cs[i].Decision.Allowed, cs[i].Decision.RetryAfter = false, algo.MaxHorizon
 		}
 	}
