@@ -90,10 +90,7 @@ func (g *group) prepare(s *Store, reqs []algo.Request) error {
 	g.held = make([]*entry, 0, len(reqs))
 	for i := range reqs {
 		it := &g.items[i]
-		pl, _, err := prepared(&reqs[i])
-		if err == nil && reqs[i].Within != 0 {
-			pl, err = pl.Within(reqs[i].Within)
-		}
+		pl, err := preparedFor(&reqs[i])
 		if err != nil {
 			return &algo.ItemError{Index: i, Err: err}
 		}

@@ -392,10 +392,7 @@ func (s *Store) holdOp(ctx context.Context, req *algo.Request, h algo.Hold, rese
 	if err := h.Validate(); err != nil {
 		return algo.Decision{}, err
 	}
-	pl, _, err := prepared(req)
-	if err == nil && req.Within != 0 {
-		pl, err = pl.Within(req.Within)
-	}
+	pl, err := preparedFor(req)
 	if err == nil {
 		err = req.Limit.CheckCost(req.Cost)
 	}

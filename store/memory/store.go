@@ -558,3 +558,13 @@ func prepared(req *algo.Request) (algo.Prepared, []byte, error) {
 	pl, err := req.Limit.Prepare()
 	return pl, nil, err
 }
+
+// preparedFor is prepared with req's queue threshold applied
+// ([algo.Prepared.Within]).
+func preparedFor(req *algo.Request) (algo.Prepared, error) {
+	pl, _, err := prepared(req)
+	if err != nil || req.Within == 0 {
+		return pl, err
+	}
+	return pl.Within(req.Within)
+}
