@@ -152,17 +152,12 @@ func checkMixedSpellingsKept(t *testing.T, g tollgate.Guard) {
 func testConcurrentFailures(t *testing.T, g tollgate.Guard) {
 	ctx := context.Background()
 	p := policy(t)
-	var wg sync.WaitGroup
-	for i := 0; i < 200; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: algo.LockFail, Now: base}); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	concurrently(200, func(int) bool {
+		if _, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: algo.LockFail, Now: base}); err != nil {
+			t.Error(err)
+		}
+		return false
+	})
 	res, err := g.Lockout(ctx, algo.LockoutRequest{Name: p, Subject: "acct", Rule: lockRule, Op: algo.LockCheck, Now: base})
 	if err != nil || !res.Locked || res.Level != 1 || res.RetryAfter != time.Minute.Milliseconds() {
 		t.Fatalf("after 200 concurrent failures: %+v %v, want one 1-minute lock", res, err)

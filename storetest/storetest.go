@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -272,34 +271,23 @@ func RunConcurrency(t *testing.T, stores []tollgate.Store) {
 // 1,000 under algorithm a, at now (zero: the store's clock), and checks
 // that exactly 1,000 are admitted.
 func checkExactAdmission(t *testing.T, stores []tollgate.Store, a algo.Algorithm, now time.Time) {
-	const goroutines, perG, budget = 200, 25, 1000
+	const goroutines, perG, budget = multiGoroutines, multiPerG, 1000
 	p := policy(t)
-	l := limitFor(a, budget, 30*24*time.Hour)
+	l := limitFor(a, budget, multiPeriod)
 	var allowed, refused atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	for g := 0; g < goroutines; g++ {
-		wg.Add(1)
-		go func(s tollgate.Store) {
-			defer wg.Done()
-			for i := 0; i < perG; i++ {
-				d, err := s.Allow(context.Background(), algo.Request{Name: p, Subject: "hot", Limit: l, Cost: 1, Now: now})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if d.Allowed {
-					allowed.Add(1)
-				} else {
-					refused.Add(1)
-				}
-			}
-		}(stores[g%len(stores)])
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	hammer(t, goroutines, perG, stores, func(s tollgate.Store, _ int) {
+		d, err := s.Allow(context.Background(), algo.Request{Name: p, Subject: "hot", Limit: l, Cost: 1, Now: now})
+		switch {
+		case err != nil:
+			t.Error(err)
+		case d.Allowed:
+			allowed.Add(1)
+		default:
+			refused.Add(1)
+		}
+	})
+	if t.Failed() {
+		return
 	}
 	if allowed.Load() != budget || refused.Load() != goroutines*perG-budget {
 		t.Fatalf("admitted %d and refused %d of %d, want exactly %d admitted",
