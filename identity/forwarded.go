@@ -17,7 +17,7 @@ import (
 // stopping at an untrusted client, an entry it could not vouch for, or a
 // bound.
 func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded bool, seen *[]netip.Addr) (client netip.Addr, open bool) {
-	w := chainWalk{trusted: trusted, forwarded: forwarded, client: peer}
+	w := chainWalk{forwarded: forwarded, client: peer}
 	budget := maxForwardedBytes + 1 // the first line has no separator
 	for i := len(lines) - 1; i >= 0; i-- {
 		if budget <= 0 {
@@ -30,7 +30,7 @@ func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded boo
 			line, cut = line[len(line)-budget:], true
 		}
 		budget -= len(line)
-		if !w.line(line, cut, seen) {
+		if !w.line(line, cut, trusted, seen) {
 			return w.client, false
 		}
 	}
@@ -38,11 +38,11 @@ func walk(peer netip.Addr, trusted TrustedProxies, lines []string, forwarded boo
 }
 
 // A chainWalk is the state of walk: the client so far (the last hop
-// taken) and the number of hops taken. The addresses seen are kept
-// apart, passed to each step: in the struct, escape analysis would take
-// them for part of the client returned and move them to the heap.
+// taken) and the number of hops taken. The trusted proxies and the
+// addresses seen are kept apart, passed to each step: in the struct,
+// escape analysis would take them for part of the client returned and
+// move them to the heap.
 type chainWalk struct {
-	trusted   TrustedProxies
 	forwarded bool
 	client    netip.Addr
 	hops      int
@@ -52,7 +52,7 @@ type chainWalk struct {
 // appending each address taken to seen if it is not nil; cut says the
 // line's left end lies beyond the byte budget. It reports whether the
 // walk goes on to the line before.
-func (w *chainWalk) line(line string, cut bool, seen *[]netip.Addr) bool {
+func (w *chainWalk) line(line string, cut bool, trusted TrustedProxies, seen *[]netip.Addr) bool {
 	for {
 		j := lastSeparator(line, w.forwarded)
 		if j == malformedList || (j < 0 && cut) {
@@ -60,7 +60,7 @@ func (w *chainWalk) line(line string, cut bool, seen *[]netip.Addr) bool {
 			// whose left end lies beyond the byte budget.
 			return false
 		}
-		if entry := trimOWS(line[j+1:]); entry != "" && !w.hop(entry, seen) {
+		if entry := trimOWS(line[j+1:]); entry != "" && !w.hop(entry, trusted, seen) {
 			return false
 		}
 		if j < 0 {
@@ -72,8 +72,8 @@ func (w *chainWalk) line(line string, cut bool, seen *[]netip.Addr) bool {
 
 // hop takes one non-empty entry as the client, and reports whether the
 // walk goes on past it: false at the hop bound, for an entry that is not
-// an address, and for an untrusted address, the client.
-func (w *chainWalk) hop(entry string, seen *[]netip.Addr) bool {
+// an address, and for an address not in trusted, the client.
+func (w *chainWalk) hop(entry string, trusted TrustedProxies, seen *[]netip.Addr) bool {
 	if w.hops == MaxForwardedHops {
 		return false
 	}
@@ -86,7 +86,7 @@ func (w *chainWalk) hop(entry string, seen *[]netip.Addr) bool {
 	if seen != nil {
 		*seen = append(*seen, a)
 	}
-	return w.trusted.Contains(a)
+	return trusted.Contains(a)
 }
 
 // lastSeparator returns the index of the last list separator in s, in

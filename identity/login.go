@@ -261,10 +261,10 @@ func closeJSONLogin(dec *json.Decoder) error {
 	return nil
 }
 
-// accountKey reports whether name, a top-level field of a login body, is
+// accountMember reports whether name, a top-level field of a login body, is
 // the account field, which found says was already given; it refuses the
 // account field given twice and any other name a parser reads as it.
-func accountKey(name, field string, found bool) (bool, error) {
+func accountMember(name, field string, found bool) (bool, error) {
 	switch {
 	case name == field && found:
 		return false, badLogin("the account field %q is given twice", field)
@@ -295,7 +295,7 @@ func (w *jsonWriter) topMember(found bool) (acct string, isAccount bool, err err
 		return "", false, badLogin("the body is not valid JSON")
 	}
 	k, _ := tok.(string)
-	if isAccount, err = accountKey(k, w.field, found); err != nil {
+	if isAccount, err = accountMember(k, w.field, found); err != nil {
 		return "", false, err
 	}
 	w.str(k)
@@ -403,7 +403,7 @@ func readFormLogin(raw []byte, field string) (*Login, error) {
 		if err1 != nil || err2 != nil {
 			return nil, badLogin("the form body has a malformed escape")
 		}
-		isAccount, err := accountKey(name, field, found)
+		isAccount, err := accountMember(name, field, found)
 		if err != nil {
 			return nil, err
 		}

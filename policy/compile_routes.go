@@ -128,7 +128,7 @@ const maxRefusalBody = 4 << 10
 
 // refusal compiles a route's answer to refused requests.
 func (c *compiler) refusal(path string, s *RefusalSpec) *Refusal {
-	r := &Refusal{Status: orDefault(s.Status, 429), Body: []byte(s.Body), ContentType: s.ContentType}
+	r := &Refusal{Status: orDefault(s.Status, 429), Body: []byte(s.Body)}
 	if *s == (RefusalSpec{}) {
 		c.addf(path, "set status, body or both")
 	}
@@ -142,8 +142,9 @@ func (c *compiler) refusal(path string, s *RefusalSpec) *Refusal {
 	return r
 }
 
-// refusalType compiles the media type of a refusal's body: the one given,
-// else text/plain; "" without a body.
+// refusalType compiles the media type of a refusal's body: the one given
+// (which needs a body: reported otherwise), else text/plain for a body,
+// else "".
 func (c *compiler) refusalType(path string, s *RefusalSpec) string {
 	switch {
 	case s.ContentType != "" && s.Body == "":
