@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
@@ -38,7 +37,7 @@ func TestDecide(t *testing.T) {
 	for name, newStore := range stores {
 		t.Run(name, func(t *testing.T) {
 			decidetest.Run(t, decidetest.Cases, newStore, func(t *testing.T, p *policy.Policy, s tollgate.Store) (func(decidetest.Call) decidetest.Answer, func()) {
-				e, err := engine.New(engine.Options{Policy: p, Store: s, Now: func() time.Time { return decidetest.Now }})
+				e, err := engine.New(engine.Options{Policy: p, Store: s, Now: decidetest.Clock})
 				if err != nil {
 					t.Fatal(err)
 				}

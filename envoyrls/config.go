@@ -422,7 +422,7 @@ func (p *parser) descriptors(d *Domain, parent *node, path []policy.RLSEntry, ds
 		if !ok {
 			continue
 		}
-		if n.parts != nil {
+		if strings.Contains(y.Value, "*") {
 			parent.wildcards = append(parent.wildcards, n)
 		}
 		parent.children[ek] = n

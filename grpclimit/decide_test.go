@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,7 +32,7 @@ func TestDecideTable(t *testing.T) {
 		}
 	}
 	decidetest.Run(t, cases, decidetest.MemoryStore, func(t *testing.T, p *policy.Policy, s tollgate.Store) (func(decidetest.Call) decidetest.Answer, func()) {
-		l, err := grpclimit.New(grpclimit.Options{Policy: p, Store: s, Now: func() time.Time { return decidetest.Now }})
+		l, err := grpclimit.New(grpclimit.Options{Policy: p, Store: s, Now: decidetest.Clock})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
@@ -39,7 +38,7 @@ func TestDecideTable(t *testing.T) {
 }
 
 func newFront(t *testing.T, p *policy.Policy, s tollgate.Store) *httplimit.Front {
-	f, err := httplimit.New(httplimit.Options{Policy: p, Store: s, Now: func() time.Time { return decidetest.Now }})
+	f, err := httplimit.New(httplimit.Options{Policy: p, Store: s, Now: decidetest.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}

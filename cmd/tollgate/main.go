@@ -255,8 +255,8 @@ func checkServeArgs(config string, simBudget time.Duration, rest []string) error
 	return nil
 }
 
-// errStopped is runGateway's error when the gateway stopped on an error
-// it has logged.
+// errStopped is runGateway's and runRLS's error when the server stopped
+// on an error it has logged.
 var errStopped = errors.New("the gateway stopped")
 
 // serveLogger returns the logger the policy asks for (logging: level,

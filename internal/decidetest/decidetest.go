@@ -402,11 +402,12 @@ func (tk *Token) sign(t *testing.T, keys [2]*jwttest.Key) string {
 // Now is the time the table is decided at: its stores' clock.
 var Now = time.UnixMilli(1_800_000_010_000)
 
-func clock() time.Time { return Now }
+// Clock is the table's clock: it reads Now.
+func Clock() time.Time { return Now }
 
 // MemoryStore returns a memory store on the table's clock.
 func MemoryStore(t *testing.T) tollgate.Store {
-	s := memory.New(memory.Options{Now: clock})
+	s := memory.New(memory.Options{Now: Clock})
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -424,8 +425,8 @@ func DownStore(t *testing.T) tollgate.Store {
 	if err := srv.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	local := memory.New(memory.Options{Now: clock})
-	s := resilience.New(primary, local, resilience.Options{Now: clock})
+	local := memory.New(memory.Options{Now: Clock})
+	s := resilience.New(primary, local, resilience.Options{Now: Clock})
 	t.Cleanup(func() {
 		s.Close()
 		local.Close()
