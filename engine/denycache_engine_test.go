@@ -153,7 +153,7 @@ func TestDenyCacheGroup(t *testing.T) {
 
 // TestDenyCacheLongSubjectsBounded: the deny cache is bounded by a number
 // of refusals, so a subject's length must not count: a caller of
-// CheckBudgets charging subjects of 60 KiB (a header's value) kept each
+// RLS descriptors charging subjects of 60 KiB (a header's value) kept each
 // refused one. Long subjects are remembered by a digest, and the cache
 // still answers their refusals without a store call.
 func TestDenyCacheLongSubjectsBounded(t *testing.T) {
@@ -163,7 +163,7 @@ func TestDenyCacheLongSubjectsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	call := func(sub string) *engine.Verdict {
-		return e.CheckBudgets(context.Background(), engine.BudgetCall{Group: "d", Tag: "d", Charges: []engine.BudgetCharge{{Budget: b, Subject: sub, Cost: 1}}})
+		return e.Decide(context.Background(), engine.Request{Front: engine.FrontRLS, Descriptors: oneDescriptor{Limited: true, Budget: b, Subject: sub, Hits: 1}})
 	}
 	heap := func() uint64 {
 		runtime.GC()
@@ -187,4 +187,13 @@ func TestDenyCacheLongSubjectsBounded(t *testing.T) {
 	if v := call("999" + pad); v.Outcome != engine.Refused || st.calls.Load() != calls {
 		t.Fatalf("a cached refusal of a long subject: %v after %d store calls", v.Outcome, st.calls.Load()-calls)
 	}
+}
+
+// oneDescriptor is an RLS call of domain d and one descriptor, resolved.
+type oneDescriptor engine.Descriptor
+
+func (oneDescriptor) Domain() (string, bool) { return "d", false }
+func (oneDescriptor) Len() int               { return 1 }
+func (d oneDescriptor) Resolve(int) (engine.Descriptor, error) {
+	return engine.Descriptor(d), nil
 }

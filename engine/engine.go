@@ -29,8 +29,9 @@
 //     the login guard's holds, a place in the global budget, the one
 //     atomic charge, shadow), each in steps.go with how it is taken and
 //     given back; the first refusal gives back everything taken before
-//     it ([Engine.CheckBudgets] is the same for budgets named directly,
-//     as Envoy's descriptors name them);
+//     it; an RLS call's descriptors (FrontRLS, [Descriptors]) are
+//     resolved by their domain's tree instead of a route, and their
+//     budgets charged in the same one atomic store call (descriptors.go);
 //   - verdict: the [Verdict] carries the call, its identity and cleaned
 //     path, every budget charged, the one to report (RateLimit headers,
 //     Retry-After), a shaping delay and why a call was refused; the front
@@ -61,8 +62,7 @@ import (
 )
 
 // Options configures an [Engine]. Store is required, and so is Policy for
-// [Engine.Check] (an engine that only serves [Engine.CheckBudgets] may have
-// none); the zero value of every other field is the default.
+// routes (an engine that only decides RLS calls may have none); the zero value of every other field is the default.
 type Options struct {
 	Policy *policy.Policy
 	Store  tollgate.Store

@@ -54,6 +54,8 @@ type Request struct {
 	// CleanPathForwarded says the service behind is handed the cleaned
 	// path (Verdict.Path), so the path's other readings do not matter.
 	CleanPathForwarded bool
+	// Descriptors are an RLS call's (FrontRLS), its only field read.
+	Descriptors Descriptors
 }
 
 // Body is a request's body, read only when [Engine.Decide] asks.
@@ -86,6 +88,10 @@ const (
 	// FrontGRPC decides gRPC calls, whose full method is the path read
 	// exactly: no login guard (no body to read before the handler).
 	FrontGRPC
+	// FrontRLS decides for Envoy's rate-limit service: a call is its
+	// descriptors (Request.Descriptors), each resolved by its domain's
+	// tree, not a route.
+	FrontRLS
 )
 
 // Decide decides req: it matches the route (match), identifies the
@@ -95,8 +101,13 @@ const (
 // with; for an admitted call its caller must call Done when the call
 // ends. A call refused before the checks (a bad request, no route, a
 // front that cannot serve the route) has Outcome Invalid and one of the
-// reasons of requests (ReasonBadRequest and those after it).
+// reasons of requests (ReasonBadRequest and those after it). An RLS call
+// (FrontRLS) is its descriptors, decided all or nothing; its verdict holds
+// nothing that lasts.
 func (e *Engine) Decide(ctx context.Context, req Request) *Verdict {
+	if req.Front == FrontRLS {
+		return e.decideDescriptors(ctx, req.Descriptors)
+	}
 	m, v := e.match(req)
 	if v != nil {
 		return v

@@ -211,6 +211,13 @@ type Verdict struct {
 	// Failures, for ReasonLoginBusy, are the account's attempts in
 	// progress and its failures.
 	Lock, Held, Failures int64
+	// Descriptors, for an RLS call (FrontRLS), are what each of its
+	// descriptors came to, in its order; Queried says every charge was
+	// decided at cost 0 (a limit that admits nothing was hit, or a charge
+	// exceeds its budget's capacity), so that each descriptor's hits are
+	// judged against what is left.
+	Descriptors []DescriptorVerdict
+	Queried     bool
 
 	e      *Engine
 	group  string

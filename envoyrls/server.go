@@ -3,7 +3,6 @@ package envoyrls
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
@@ -31,8 +30,8 @@ import (
 // Options configures a [Server]. Engine is required; the zero value of
 // every other field is envoyproxy/ratelimit's default.
 type Options struct {
-	// Engine decides every request (see [engine.Engine.CheckBudgets]); it
-	// needs no policy.
+	// Engine decides every request (see [engine.FrontRLS]); it needs no
+	// policy.
 	Engine *engine.Engine
 	// Metrics, if set, counts hits as envoyproxy/ratelimit's statistics.
 	Metrics *Metrics
@@ -129,21 +128,18 @@ func (s *Server) Register(g *grpc.Server) {
 // away before the listener closes.
 func (s *Server) Shutdown() { s.health.Shutdown() }
 
-// descriptorState is what one descriptor of a request came to.
+// descriptorState is what the answer needs of one descriptor beyond its
+// verdict: the limit it resolved to, and the tree's nodes it matched.
 type descriptorState struct {
-	lim     *Limit
-	hits    int64
-	charge  int // index in the call's charges; -1 for none
-	key     string
-	nodes   []*node
-	replace bool
+	lim   *Limit
+	nodes []*node
 }
 
 // ShouldRateLimit decides a request: every descriptor's limit, all or
 // nothing (a request over any limit charges none), in one store call. As
 // envoyproxy/ratelimit splits it: the limits the descriptors resolve to
-// (resolve), the charges they make and their decision (charge, decide),
-// and the answer (answer).
+// (rlsCall.Resolve, asked by the engine), their decision (decide), and
+// the answer (answer).
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, s.serviceError("rate limit domain must not be empty")
@@ -158,37 +154,65 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	if dom == nil {
 		return s.unknownDomain(req), nil
 	}
-	var stateStack [4]descriptorState
-	var chargeStack [4]engine.BudgetCharge
-	var askedStack [algo.MaxGroup]int64
-	c := rlsCall{req: req, states: stateStack[:0], asked: askedStack[:0]}
-	if err := s.resolve(&c, dom); err != nil {
-		return nil, err
+	c := &rlsCall{s: s, req: req, dom: dom}
+	if n := len(req.Descriptors); n > len(c.stack) {
+		c.states = make([]descriptorState, n)
+	} else {
+		c.states = c.stack[:n]
 	}
-	// The charges are kept apart from the call: the engine is handed
-	// them, and the call's own arrays stay on the stack.
-	charges, err := s.charge(&c, chargeStack[:0])
-	if err != nil {
-		return nil, err
-	}
-	v, err := s.decide(ctx, req.Domain, charges, dom)
+	v, err := s.decide(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	c.v = v
-	c.refused = c.zero || v != nil && (v.Outcome == engine.Refused || v.Outcome == engine.FailClosed)
-	return s.answer(&c), nil
+	c.refused = v.Outcome == engine.Refused || v.Outcome == engine.FailClosed
+	return s.answer(c), nil
 }
 
-// An rlsCall is one ShouldRateLimit on its way.
+// An rlsCall is one ShouldRateLimit on its way: the engine's
+// [engine.Descriptors] of the request.
 type rlsCall struct {
+	s       *Server
 	req     *rlspb.RateLimitRequest
-	states  []descriptorState // each descriptor's (resolve)
-	asked   []int64           // what each charge asks for
-	zero    bool              // a descriptor of requests_per_unit 0 is hit: refused
-	query   bool              // every charge is decided at cost 0
-	v       *engine.Verdict   // nil when nothing was charged (decide)
-	refused bool              // the request is refused
+	dom     *Domain
+	states  []descriptorState // each descriptor's (Resolve)
+	stack   [4]descriptorState
+	v       *engine.Verdict // (decide)
+	refused bool            // the request is refused
+}
+
+// Domain is the request's domain and its failure mode.
+func (c *rlsCall) Domain() (string, bool) { return c.req.Domain, c.dom.FailClosed }
+
+// Len is the number of the request's descriptors.
+func (c *rlsCall) Len() int { return len(c.req.Descriptors) }
+
+// Resolve finds descriptor i's limit: the request's own override, or the
+// domain's tree's; and whose state of its budget it charges.
+func (c *rlsCall) Resolve(i int) (engine.Descriptor, error) {
+	d, st := c.req.Descriptors[i], &c.states[i]
+	if o := d.GetLimit(); o != nil {
+		lim, err := c.s.overrideLimit(c.req.Domain, d, o)
+		if err != nil {
+			return engine.Descriptor{}, err
+		}
+		st.lim = lim
+	} else {
+		st.lim, st.nodes = c.dom.lookup(d.Entries, nil)
+	}
+	lim := st.lim
+	if lim == nil {
+		return engine.Descriptor{}, nil
+	}
+	ed := engine.Descriptor{Limited: true, Unlimited: lim.Unlimited, Budget: lim.Budget, Name: lim.Name, Replaces: lim.Replaces, Hits: hitsOf(c.req, d)}
+	if lim.Budget != nil && !lim.Unlimited {
+		nodes := st.nodes
+		if nodes == nil {
+			nodes = overrideNodes(len(d.Entries))
+		}
+		ed.Subject = subject(d.Entries, nodes)
+	}
+	return ed, nil
 }
 
 // unknownDomain answers a request of a domain no configuration has: every
@@ -205,119 +229,10 @@ func (s *Server) unknownDomain(req *rlspb.RateLimitRequest) *rlspb.RateLimitResp
 	return resp
 }
 
-// resolve finds each descriptor's limit: the request's own override, or
-// the domain's tree's; a limit that another of the request's limits
-// replaces is not applied (nor counted). An unlimited one is not applied
-// anyway: it is answered as unlimited, as envoyproxy/ratelimit answers it.
-func (s *Server) resolve(c *rlsCall, dom *Domain) error {
-	// Sliced and indexed, not appended to: so the stack's array stays
-	// on the stack.
-	if n := len(c.req.Descriptors); n > cap(c.states) {
-		c.states = make([]descriptorState, n)
-	} else {
-		c.states = c.states[:n]
-	}
-	var replacing map[string]bool
-	for i, d := range c.req.Descriptors {
-		st := &c.states[i]
-		*st = descriptorState{charge: -1, hits: hitsOf(c.req, d)}
-		if o := d.GetLimit(); o != nil {
-			lim, err := s.overrideLimit(c.req.Domain, d, o)
-			if err != nil {
-				return s.serviceError(err.Error())
-			}
-			st.lim = lim
-		} else {
-			st.lim, st.nodes = dom.lookup(d.Entries, nil)
-		}
-		if st.lim != nil && len(st.lim.Replaces) > 0 {
-			if replacing == nil {
-				replacing = map[string]bool{}
-			}
-			for _, r := range st.lim.Replaces {
-				replacing[r] = true
-			}
-		}
-	}
-	for i := range c.states {
-		if l := c.states[i].lim; l != nil && !l.Unlimited && l.Name != "" && replacing[l.Name] {
-			c.states[i].lim = nil
-		}
-	}
-	return nil
-}
-
-// charge gathers the store charges of the limited descriptors, appended
-// to charges, one per budget and subject. A call refused before it is decided (a descriptor
-// of requests_per_unit 0 hit, or hits past a budget's whole capacity:
-// see engine.Engine.CheckBudgets) decides every charge at cost 0, as is a
-// shadow budget's beside a refusal or while the store is down; such a
-// charge's own hits are then judged against what is left, as
-// envoyproxy/ratelimit judges each.
-func (s *Server) charge(c *rlsCall, charges []engine.BudgetCharge) ([]engine.BudgetCharge, error) {
-	for i, d := range c.req.Descriptors {
-		st := &c.states[i]
-		if st.lim == nil || st.lim.Unlimited {
-			continue
-		}
-		if st.lim.Budget == nil {
-			c.zero = c.zero || st.hits > 0
-			continue
-		}
-		nodes := st.nodes
-		if nodes == nil {
-			nodes = overrideNodes(len(d.Entries))
-		}
-		var err error
-		if charges, err = s.addCharge(charges, st, subject(d.Entries, nodes)); err != nil {
-			return nil, err
-		}
-	}
-	c.asked = c.asked[:len(charges)] // at most algo.MaxGroup
-	c.query = c.zero
-	for j, ch := range charges {
-		c.asked[j] = ch.Cost
-		c.query = c.query || !ch.Budget.Shadow && ch.Cost > ch.Budget.Limit.Capacity()
-	}
-	if c.zero {
-		for j := range charges {
-			charges[j].Cost = 0
-		}
-	}
-	return charges, nil
-}
-
-// addCharge adds st's hits on its budget for sub to charges, and notes
-// in st which charge they are: one charge of both for the same
-// descriptor twice (saturated: hits summing past an int64 are more than
-// any limit, never a small charge).
-func (s *Server) addCharge(charges []engine.BudgetCharge, st *descriptorState, sub string) ([]engine.BudgetCharge, error) {
-	for j, ch := range charges {
-		if ch.Budget == st.lim.Budget && ch.Subject == sub {
-			charges[j].Cost = addHits(ch.Cost, st.hits)
-			st.charge = j
-			return charges, nil
-		}
-	}
-	if len(charges) == algo.MaxGroup {
-		// Refused before the next descriptor is compared with all those
-		// before it: a request of thousands costs no more than its
-		// reading.
-		return nil, s.serviceError(fmt.Sprintf("more than %d limited descriptors in one request", algo.MaxGroup))
-	}
-	st.charge = len(charges)
-	return append(charges, engine.BudgetCharge{Budget: st.lim.Budget, Subject: sub, Cost: st.hits}), nil
-}
-
-// decide asks the engine for the charges, in one store call (no verdict
-// when there are none). It is given the charges alone, not the call:
-// what the engine keeps of them is theirs, and the call's other arrays
-// stay on the stack.
-func (s *Server) decide(ctx context.Context, domain string, charges []engine.BudgetCharge, dom *Domain) (*engine.Verdict, error) {
-	if len(charges) == 0 {
-		return nil, nil
-	}
-	v := s.opts.Engine.CheckBudgets(ctx, engine.BudgetCall{Group: domain, Tag: domain, Charges: charges, FailClosed: dom.FailClosed})
+// decide asks the engine for the request's descriptors, and maps what it
+// cannot decide to the service's errors.
+func (s *Server) decide(ctx context.Context, c *rlsCall) (*engine.Verdict, error) {
+	v := s.opts.Engine.Decide(ctx, engine.Request{Front: engine.FrontRLS, Descriptors: c})
 	switch v.Outcome {
 	case engine.Invalid:
 		return nil, s.serviceError(v.Err.Error())
@@ -336,13 +251,13 @@ func (s *Server) answer(c *rlsCall) *rlspb.RateLimitResponse {
 	now := s.opts.Now()
 	for i, d := range c.req.Descriptors {
 		st := &c.states[i]
-		ds, counted := s.status(c, st, now)
+		ds, counted := s.status(c, i, now)
 		resp.Statuses[i] = ds
 		if ds.Code == rlspb.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 		}
 		if counted.applied {
-			s.count(c.req.Domain, d.Entries, st, counted)
+			s.count(c.req.Domain, d.Entries, st, c.v.Descriptors[i].Hits, counted)
 		}
 	}
 	if s.opts.Headers || s.opts.IETFHeaders {
@@ -359,7 +274,7 @@ func (s *Server) answer(c *rlsCall) *rlspb.RateLimitResponse {
 
 // count counts a descriptor of domain with entries, whose limit was
 // applied, in the metrics, if any.
-func (s *Server) count(domain string, entries []*rlv3.RateLimitDescriptor_Entry, st *descriptorState, n counted) {
+func (s *Server) count(domain string, entries []*rlv3.RateLimitDescriptor_Entry, st *descriptorState, hits int64, n counted) {
 	m := s.opts.Metrics
 	if m == nil {
 		return
@@ -369,7 +284,7 @@ func (s *Server) count(domain string, entries []*rlv3.RateLimitDescriptor_Entry,
 	if st.nodes != nil && dynamicMetric(lim, st.nodes) {
 		key = s.names.name(metricKey(domain, lim, entries, st.nodes), lim.StatKey)
 	}
-	m.counters(domain, key).record(uint64(st.hits), n.limit, n.before, n.over, lim.Shadow, s.opts.NearLimitRatio)
+	m.counters(domain, key).record(uint64(hits), n.limit, n.before, n.over, lim.Shadow, s.opts.NearLimitRatio)
 }
 
 // counted is what a descriptor's status tells the metrics: whether a
@@ -381,28 +296,28 @@ type counted struct {
 	over          bool
 }
 
-// status is one descriptor's status, and what the metrics count of it.
-func (s *Server) status(c *rlsCall, st *descriptorState, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, counted) {
-	lim := st.lim
+// status is descriptor i's status, and what the metrics count of it.
+func (s *Server) status(c *rlsCall, i int, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, counted) {
+	lim, dv := c.states[i].lim, &c.v.Descriptors[i]
 	switch {
-	case lim == nil:
-		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}, counted{}
-	case lim.Unlimited:
+	case lim != nil && lim.Unlimited:
 		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, counted{}
+	case !dv.Applied:
+		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}, counted{}
 	}
 	ds := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, CurrentLimit: lim.proto}
 	n := counted{applied: true, limit: uint64(lim.RequestsPerUnit)}
 	reset := windowReset(lim.Period, now)
 	switch {
-	case st.charge < 0: // requests_per_unit 0
-		n.over = st.hits > 0
+	case dv.Charge < 0: // requests_per_unit 0
+		n.over = dv.Hits > 0
 	case c.v.Outcome == engine.FailClosed:
 		n.over = true
 	case c.v.Outcome == engine.FailOpen:
 		// Undecided: admitted, nothing known of the budget.
 		ds.LimitRemaining = lim.RequestsPerUnit
 	default:
-		reset = c.judge(st, ds, &n, reset)
+		reset = c.judge(lim, dv, ds, &n, reset)
 	}
 	if n.over && !lim.Shadow {
 		ds.Code = rlspb.RateLimitResponse_OVER_LIMIT
@@ -414,21 +329,20 @@ func (s *Server) status(c *rlsCall, st *descriptorState, now time.Time) (*rlspb.
 // judge fills in ds and n for a descriptor whose budget the store
 // decided, and returns its reset: the window's, given, unless the
 // decision says otherwise.
-func (c *rlsCall) judge(st *descriptorState, ds *rlspb.RateLimitResponse_DescriptorStatus, n *counted, reset int64) int64 {
-	lim := st.lim
-	dec := c.v.Charges[st.charge].Decision
+func (c *rlsCall) judge(lim *Limit, dv *engine.DescriptorVerdict, ds *rlspb.RateLimitResponse_DescriptorStatus, n *counted, reset int64) int64 {
+	dec := c.v.Charges[dv.Charge].Decision
 	n.over = !dec.Allowed
-	if !n.over && (c.query || lim.Shadow && (c.refused || c.v.Local)) {
+	if !n.over && (c.v.Queried || lim.Shadow && (c.refused || c.v.Local)) {
 		// Decided at cost 0: the hits are over if they do not fit what
 		// is left, as if they had been asked for.
-		n.over = c.asked[st.charge] > dec.Remaining
+		n.over = dv.Asked > dec.Remaining
 	}
 	// Remaining is after the charge if there was one; otherwise (the
 	// request refused, a shadow budget's would-be refusal or its charge
 	// skipped while the store is down) as it is.
 	n.before = sat(dec.Quota - dec.Remaining)
 	if !c.refused && !n.over && !(lim.Shadow && c.v.Local) {
-		n.before = sat(dec.Quota - dec.Remaining - st.hits)
+		n.before = sat(dec.Quota - dec.Remaining - dv.Hits)
 	}
 	n.limit = uint64(dec.Quota)
 	if !n.over {
@@ -554,14 +468,6 @@ func hitsOf(req *rlspb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
 		h = max(1, uint64(req.GetHitsAddend()))
 	}
 	return int64(min(h, math.MaxInt64))
-}
-
-// addHits is a+b for non-negative counts, saturated at math.MaxInt64.
-func addHits(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }
 
 // windowReset is the seconds until the window of period that now is in
