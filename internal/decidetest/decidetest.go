@@ -3,7 +3,10 @@
 // tests run it on engine.Decide over the memory store and Redis; each
 // front's tests (the HTTP middleware, forward-auth, gRPC) run it through
 // their own transport, so that the answer is shown to be the same
-// whichever front a call arrives at.
+// whichever front a call arrives at. RLSCases are the same for Envoy's
+// descriptors, which only the rate-limit service (package envoyrls) can
+// carry: its tests run them in process and over gRPC, on the memory
+// store and Redis.
 package decidetest
 
 import (
