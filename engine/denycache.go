@@ -173,19 +173,25 @@ func (c *denyCache) remember(reqs []tollgate.Request, ds []tollgate.Decision, no
 	if tollgate.Admitted(ds) {
 		return
 	}
-	worst := -1
-	for i := range ds {
-		if cacheable(&reqs[i], &ds[i]) && (worst < 0 || ds[i].RetryAfter > ds[worst].RetryAfter) {
-			worst = i
-		}
-	}
-	if worst >= 0 {
+	if worst := longestCacheable(reqs, ds); worst >= 0 {
 		keys := make([]denyKey, len(reqs))
 		for i := range reqs {
 			keys[i] = denyKeyOf(&reqs[i])
 		}
 		c.putGroup(reqs[worst], ds[worst], now, ds, keys)
 	}
+}
+
+// longestCacheable is the index of the cacheable refusal of ds that
+// lasts longest, or -1 for none.
+func longestCacheable(reqs []tollgate.Request, ds []tollgate.Decision) int {
+	worst := -1
+	for i := range ds {
+		if cacheable(&reqs[i], &ds[i]) && (worst < 0 || ds[i].RetryAfter > ds[worst].RetryAfter) {
+			worst = i
+		}
+	}
+	return worst
 }
 
 // sameGroup reports whether keys are the keys of reqs, in order.

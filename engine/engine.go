@@ -370,19 +370,25 @@ func (e *Engine) refuse(ctx context.Context, v *Verdict, sub Subject, b *policy.
 // that lasts longest, else the least remaining.
 func mostRestrictive(ds []tollgate.Decision) int {
 	best := 0
-	for i, d := range ds[1:] {
-		i++
-		b := ds[best]
-		switch {
-		case !d.Allowed && b.Allowed:
-			best = i
-		case !d.Allowed && !b.Allowed && d.RetryAfter > b.RetryAfter:
-			best = i
-		case d.Allowed && b.Allowed && (d.Remaining < b.Remaining || d.Remaining == b.Remaining && d.ResetAfter > b.ResetAfter):
+	for i := 1; i < len(ds); i++ {
+		if restricts(ds[i], ds[best]) {
 			best = i
 		}
 	}
 	return best
+}
+
+// restricts reports whether d is more restrictive than b: a refusal than
+// an admission, of two refusals the one that lasts longer, of two
+// admissions the one with less left (or as much, for longer).
+func restricts(d, b tollgate.Decision) bool {
+	if d.Allowed != b.Allowed {
+		return !d.Allowed
+	}
+	if !d.Allowed {
+		return d.RetryAfter > b.RetryAfter
+	}
+	return d.Remaining < b.Remaining || d.Remaining == b.Remaining && d.ResetAfter > b.ResetAfter
 }
 
 // checkKey applies the invalid-key limit to a call that presented an API

@@ -66,17 +66,20 @@ func (e *Engine) Identify(c Credentials) (Call, *policy.APIKey) {
 func (e *Engine) IdentifyContext(ctx context.Context, c Credentials) (Call, *policy.APIKey) {
 	call, k, raw := e.identify(ctx, c)
 	s := &call.Subject
-	if s.Plan != nil && s.Plan.Unlimited {
-		s.Unlimited = true
-	}
-	// An invalid credential is never on the list, whatever its address.
-	if l := e.policy.Allowlist; l != nil && (call.Key == KeyNone || call.Key == KeyValid) {
-		if raw.key != "" && l.Keys[raw.key] || raw.user != "" && l.Users[raw.user] ||
-			raw.tenant != "" && l.Tenants[raw.tenant] || l.Address(c.Client) {
-			s.Unlimited = true
-		}
-	}
+	s.Unlimited = s.Unlimited || s.Plan != nil && s.Plan.Unlimited || e.allowlisted(call.Key, raw, c.Client)
 	return call, k
+}
+
+// allowlisted reports whether the policy's allowlist names a call's key,
+// user, tenant or address. A call of an invalid credential (key) is
+// never on the list, whatever its address.
+func (e *Engine) allowlisted(key KeyStatus, raw rawIDs, client netip.Addr) bool {
+	l := e.policy.Allowlist
+	if l == nil || key != KeyNone && key != KeyValid {
+		return false
+	}
+	return raw.key != "" && l.Keys[raw.key] || raw.user != "" && l.Users[raw.user] ||
+		raw.tenant != "" && l.Tenants[raw.tenant] || l.Address(client)
 }
 
 // rawIDs are the identities a call was found to carry, as configured

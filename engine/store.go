@@ -32,16 +32,22 @@ func (e *Engine) decide(ctx context.Context, budget string, reqs []tollgate.Requ
 		}
 	}
 	ds, err := e.callStore(ctx, budget, reqs)
+	e.observeStore(budget, start, err)
+	if err == nil && e.deny != nil && !tollgate.Admitted(ds) && !e.owes(reqs) {
+		e.deny.remember(reqs, ds, e.now())
+	}
+	return ds, err
+}
+
+// observeStore counts a store call begun at start, under budget, in the
+// metrics.
+func (e *Engine) observeStore(budget string, start time.Time, err error) {
 	if mt := e.metrics; mt != nil {
 		mt.StoreLatency.Observe(time.Since(start).Seconds())
 		if err != nil {
 			mt.StoreErrors.WithLabelValues(budget).Inc()
 		}
 	}
-	if err == nil && e.deny != nil && !tollgate.Admitted(ds) && !e.owes(reqs) {
-		e.deny.remember(reqs, ds, e.now())
-	}
-	return ds, err
 }
 
 // callStore asks the store for reqs, the first under budget, in one
@@ -85,21 +91,7 @@ func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, sub Sub
 	if errors.As(err, &item) && item.Index < len(budgets) {
 		name = budgets[item.Index].Name
 	}
-	if errors.Is(err, tollgate.ErrCostExceedsBurst) {
-		// A cost the caller chose (the policy compiler checks the
-		// routes'): no limit changed, the call is refused as invalid.
-		v.Outcome, v.Reason, v.Err = Invalid, ReasonCostExceedsBurst, err
-		return nil, false
-	}
-	if algo.IsInvalid(err) {
-		// The policy compiler rules these out; never let one through.
-		e.log.LogAttrs(ctx, slog.LevelError, "invalid rate-limit request", slog.String("budget", name), slog.String("error", err.Error()))
-		v.Outcome, v.Reason, v.Err = Invalid, ReasonMisconfigured, err
-		return nil, false
-	}
-	if ctx.Err() != nil {
-		// The caller went away: nothing to answer.
-		v.Outcome, v.Reason, v.Err = FailClosed, ReasonCanceled, ctx.Err()
+	if e.unanswerable(ctx, v, err, name) {
 		return nil, false
 	}
 	if !errors.Is(err, tollgate.ErrUnavailable) {
@@ -110,21 +102,13 @@ func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, sub Sub
 		return nil, false
 	}
 	if e.fallback != nil {
-		var ds []tollgate.Decision
-		var ferr error
-		if len(reqs) == 1 {
-			var d tollgate.Decision
-			d, ferr = e.fallback.Fallback(ctx, reqs[0])
-			ds = []tollgate.Decision{d}
-		} else {
-			ds, ferr = e.fallback.FallbackAll(ctx, reqs)
-		}
-		if ferr == nil {
+		ds, ferr := e.fallBack(ctx, reqs)
+		switch {
+		case ferr == nil:
 			e.countFallback(name, "fail_open")
 			v.Local = true
 			return ds, true
-		}
-		if errors.Is(ferr, tollgate.ErrUnavailable) {
+		case errors.Is(ferr, tollgate.ErrUnavailable):
 			// A budget that fails closed on any route (a calendar quota;
 			// see resilience.CalendarFallback).
 			e.failClosed(ctx, v, name, ferr)
@@ -139,6 +123,38 @@ func (e *Engine) storeFailed(ctx context.Context, v *Verdict, err error, sub Sub
 	// and the login holds last while the call is served.
 	v.global.giveBack(ctx)
 	return nil, false
+}
+
+// unanswerable sets v's outcome for a store error that no fallback
+// answers, and reports whether err was one: a cost above the burst, an
+// invalid request, or the caller gone.
+func (e *Engine) unanswerable(ctx context.Context, v *Verdict, err error, name string) bool {
+	switch {
+	case errors.Is(err, tollgate.ErrCostExceedsBurst):
+		// A cost the caller chose (the policy compiler checks the
+		// routes'): no limit changed, the call is refused as invalid.
+		v.Outcome, v.Reason, v.Err = Invalid, ReasonCostExceedsBurst, err
+	case algo.IsInvalid(err):
+		// The policy compiler rules these out; never let one through.
+		e.log.LogAttrs(ctx, slog.LevelError, "invalid rate-limit request", slog.String("budget", name), slog.String("error", err.Error()))
+		v.Outcome, v.Reason, v.Err = Invalid, ReasonMisconfigured, err
+	case ctx.Err() != nil:
+		// The caller went away: nothing to answer.
+		v.Outcome, v.Reason, v.Err = FailClosed, ReasonCanceled, ctx.Err()
+	default:
+		return false
+	}
+	return true
+}
+
+// fallBack asks the local fallback for reqs, as the store would have
+// been asked.
+func (e *Engine) fallBack(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+	if len(reqs) > 1 {
+		return e.fallback.FallbackAll(ctx, reqs)
+	}
+	d, err := e.fallback.Fallback(ctx, reqs[0])
+	return []tollgate.Decision{d}, err
 }
 
 // failClosed refuses the call because the store could not decide it.
