@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -78,23 +79,13 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	if opts.Engine == nil {
 		return nil, errors.New("creating rate-limit service: Engine is required")
 	}
-	if opts.NearLimitRatio == 0 {
-		opts.NearLimitRatio = 0.8
-	}
-	if opts.LimitHeader == "" {
-		opts.LimitHeader = "RateLimit-Limit"
-	}
-	if opts.RemainingHeader == "" {
-		opts.RemainingHeader = "RateLimit-Remaining"
-	}
-	if opts.ResetHeader == "" {
-		opts.ResetHeader = "RateLimit-Reset"
-	}
+	opts.NearLimitRatio = cmp.Or(opts.NearLimitRatio, 0.8)
+	opts.LimitHeader = cmp.Or(opts.LimitHeader, "RateLimit-Limit")
+	opts.RemainingHeader = cmp.Or(opts.RemainingHeader, "RateLimit-Remaining")
+	opts.ResetHeader = cmp.Or(opts.ResetHeader, "RateLimit-Reset")
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
 	}
 	s := &Server{opts: opts, health: health.NewServer(), log: opts.Logger}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
