@@ -189,25 +189,9 @@ func (e *Engine) match(req Request) (matched, *Verdict) {
 		return e.matchExact(req)
 	}
 	p := e.policy
-	if !strings.HasPrefix(req.Path, "/") && req.Path != "" {
-		return matched{}, e.invalid(ReasonBadRequest, "the request path must be absolute", nil)
-	}
-	if why := policy.AmbiguousPath(req.Path); why != "" {
-		return matched{}, e.invalid(ReasonBadRequest, why, nil)
-	}
-	clean := policy.CleanPath(req.Path)
-	rr := policy.RouteRequest{Method: req.Method, Path: clean, Host: req.Host, Header: req.Header}
-	if p.UsesQuery() {
-		// The query is read as strictly as the upstream could read it:
-		// what does not parse, or names a parameter twice, is refused.
-		q, err := url.ParseQuery(req.RawQuery)
-		if err != nil {
-			return matched{}, e.invalid(ReasonBadRequest, "the query string cannot be parsed", nil)
-		}
-		rr.Query = q
-	}
-	if why := p.Ambiguous(rr); why != "" {
-		return matched{}, e.invalid(ReasonBadRequest, why, nil)
+	rr, v := e.routeRequest(req)
+	if v != nil {
+		return matched{}, v
 	}
 	route, params := p.MatchRequest(rr)
 	others := otherPaths(req, rr)
@@ -227,8 +211,35 @@ func (e *Engine) match(req Request) (matched, *Verdict) {
 		v.Allow = allow
 		return matched{}, v
 	}
-	m := matched{rr: rr, route: route, params: params, clean: clean}
+	m := matched{rr: rr, route: route, params: params, clean: rr.Path}
 	return m, e.serves(req, route)
+}
+
+// routeRequest returns req as the routes read it, on its cleaned path;
+// or the verdict refusing a path or query that the server behind could
+// read otherwise.
+func (e *Engine) routeRequest(req Request) (policy.RouteRequest, *Verdict) {
+	p := e.policy
+	if !strings.HasPrefix(req.Path, "/") && req.Path != "" {
+		return policy.RouteRequest{}, e.invalid(ReasonBadRequest, "the request path must be absolute", nil)
+	}
+	if why := policy.AmbiguousPath(req.Path); why != "" {
+		return policy.RouteRequest{}, e.invalid(ReasonBadRequest, why, nil)
+	}
+	rr := policy.RouteRequest{Method: req.Method, Path: policy.CleanPath(req.Path), Host: req.Host, Header: req.Header}
+	if p.UsesQuery() {
+		// The query is read as strictly as the upstream could read it:
+		// what does not parse, or names a parameter twice, is refused.
+		q, err := url.ParseQuery(req.RawQuery)
+		if err != nil {
+			return policy.RouteRequest{}, e.invalid(ReasonBadRequest, "the query string cannot be parsed", nil)
+		}
+		rr.Query = q
+	}
+	if why := p.Ambiguous(rr); why != "" {
+		return policy.RouteRequest{}, e.invalid(ReasonBadRequest, why, nil)
+	}
+	return rr, nil
 }
 
 // matchExact finds the route of a call whose path the server behind
