@@ -178,6 +178,14 @@ type Charge struct {
 type Verdict struct {
 	Outcome Outcome
 	Reason  Reason
+	// Local reports that the store was unavailable and the decisions are
+	// the local fallback's.
+	Local bool
+	// Queried, for an RLS call, says every charge was decided at cost 0
+	// (a limit that admits nothing was hit, or a charge exceeds its
+	// budget's capacity), so that each descriptor's hits are judged
+	// against what is left.
+	Queried bool
 	// Charges lists every enforced budget decided for the call, in the
 	// order of RateLimit-Policy; empty when a check before them refused
 	// the call, or when the store could not decide.
@@ -191,9 +199,6 @@ type Verdict struct {
 	// Delay, for an admitted call, is how long a shaping limit asks it to
 	// wait before it proceeds.
 	Delay time.Duration
-	// Local reports that the store was unavailable and the decisions are
-	// the local fallback's.
-	Local bool
 	// Err is the store's error, for a call not decided by it; or, for
 	// ReasonUnreadable and ReasonBadLogin, the front's reader's.
 	Err error
@@ -212,12 +217,8 @@ type Verdict struct {
 	// progress and its failures.
 	Lock, Held, Failures int64
 	// Descriptors, for an RLS call (FrontRLS), are what each of its
-	// descriptors came to, in its order; Queried says every charge was
-	// decided at cost 0 (a limit that admits nothing was hit, or a charge
-	// exceeds its budget's capacity), so that each descriptor's hits are
-	// judged against what is left.
+	// descriptors came to, in its order.
 	Descriptors []DescriptorVerdict
-	Queried     bool
 
 	e      *Engine
 	group  string
