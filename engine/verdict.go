@@ -186,6 +186,10 @@ type Verdict struct {
 	// budget's capacity), so that each descriptor's hits are judged
 	// against what is left.
 	Queried bool
+	// done says Done was called (under mu). It sits beside the flags so
+	// that a verdict, allocated per call, stays in the 576-byte size
+	// class with its allocation header.
+	done bool
 	// Charges lists every enforced budget decided for the call, in the
 	// order of RateLimit-Policy; empty when a check before them refused
 	// the call, or when the store could not decide.
@@ -228,7 +232,6 @@ type Verdict struct {
 	login  *loginAttempt
 	global *globalHold
 	mu     sync.Mutex
-	done   bool
 	recSeq uint64 // the call's record in the engine's recording, if any
 }
 
