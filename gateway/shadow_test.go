@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -26,9 +25,9 @@ routes:
   - {name: cand, path: /cand, upstream: UPSTREAM, shadow_limit: {algorithm: sliding_log, rate: 3, period: 1m}}
 `
 
-// TestShadowPolicy: a shadow limit of 5 lets 20 requests through, counts 15
-// would-be refusals, and leaves every response byte-identical to one
-// through a plain reverse proxy.
+// TestShadowPolicy: under a shadow plan of 5, 20 requests go through and
+// every response is byte-identical to one through a plain reverse proxy.
+// (What the shadow plan counts is the engine's TestShadowPolicy.)
 func TestShadowPolicy(t *testing.T) {
 	up := newUpstream(t)
 	p, err := policy.Parse([]byte(strings.ReplaceAll(shadowPolicy, "UPSTREAM", up.URL)), "shadow.yaml")
@@ -51,32 +50,6 @@ func TestShadowPolicy(t *testing.T) {
 		if !reflect.DeepEqual(got, exp) {
 			t.Fatalf("request %d: headers %v, plain proxy %v", i, got, exp)
 		}
-	}
-	refused, allowed := shadowCounts(t, g, "trial", "api", 20)
-	if refused != 15 || allowed != 5 {
-		t.Fatalf("shadow counted %v refused and %v allowed, want 15 and 5", refused, allowed)
-	}
-}
-
-// TestShadowCandidate: a candidate limit runs in shadow beside the enforced
-// plan: the enforced headers and outcomes are unchanged, the candidate's
-// would-be refusals are counted.
-func TestShadowCandidate(t *testing.T) {
-	up := newUpstream(t)
-	p, err := policy.Parse([]byte(strings.ReplaceAll(shadowPolicy, "UPSTREAM", up.URL)), "shadow.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := start(t, p, "")
-	for i := 0; i < 10; i++ {
-		resp := get(t, g.public+"/cand", "X-API-Key", freeKey)
-		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"free";r=`) ||
-			strings.Contains(resp.Header.Get("RateLimit-Policy"), "candidate") {
-			t.Fatalf("request %d: %d %v", i, resp.StatusCode, resp.Header)
-		}
-	}
-	if n, _ := shadowCounts(t, g, "candidate.cand", "cand", 10); n != 7 {
-		t.Fatalf("the candidate would have refused %v, want 7", n)
 	}
 }
 
