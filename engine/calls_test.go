@@ -76,11 +76,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 // onStores runs f on the memory store and on a real Redis (srv, nil for
 // the memory store, a server of the test's own), both on now.
 func onStores(t *testing.T, now func() time.Time, f func(t *testing.T, s tollgate.Store, srv *redistest.Server)) {
-	t.Run("memory", func(t *testing.T) {
-		s := memory.New(memory.Options{Now: now})
-		t.Cleanup(func() { s.Close() })
-		f(t, s, nil)
-	})
+	t.Run("memory", func(t *testing.T) { f(t, memoryStore(t, now), nil) })
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
 		s, err := rstore.New(srv.NewClient(t), rstore.Options{})
@@ -89,6 +85,13 @@ func onStores(t *testing.T, now func() time.Time, f func(t *testing.T, s tollgat
 		}
 		f(t, s, srv)
 	})
+}
+
+// memoryStore returns a memory store on now.
+func memoryStore(t *testing.T, now func() time.Time) tollgate.Store {
+	s := memory.New(memory.Options{Now: now})
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // newEngine returns an engine deciding under p over s at now.

@@ -6,7 +6,6 @@ import (
 
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/policy"
-	"github.com/tollgate/tollgate/store/memory"
 )
 
 // shadowPolicy has an anonymous plan in shadow (trial: 5 a minute) and a
@@ -38,9 +37,7 @@ func shadowEngine(t *testing.T) (*engine.Engine, *engine.Metrics) {
 		t.Fatal(err)
 	}
 	c := stillClock()
-	s := memory.New(memory.Options{Now: c.Now})
-	t.Cleanup(func() { s.Close() })
-	return newEngine(t, p, s, c.Now, func(o *engine.Options) { o.Metrics = m }), m
+	return newEngine(t, p, memoryStore(t, c.Now), c.Now, func(o *engine.Options) { o.Metrics = m }), m
 }
 
 // shadowCounts returns what budget in route group would have refused and
