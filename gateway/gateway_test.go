@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -323,76 +322,6 @@ func admitUntilRefused(t *testing.T, url string, max int, header ...string) (int
 	return max, nil, nil
 }
 
-func TestFreeKeyGetsExactly100(t *testing.T) {
-	up := newUpstream(t)
-	g := start(t, config(t, up.URL, "[]"), "")
-	n, resp, body := admitUntilRefused(t, g.public+"/api/items", 200, "Authorization", "Bearer "+freeKey)
-	if n != 100 {
-		t.Fatalf("admitted %d, want 100", n)
-	}
-	if hits := up.hits.Load(); hits != 100 {
-		t.Fatalf("upstream saw %d requests, want exactly 100", hits)
-	}
-	h := resp.Header
-	if got := h.Get("RateLimit-Policy"); got != `"free.minute";q=100;w=60, "free.day";q=1000;w=86400` {
-		t.Errorf("RateLimit-Policy = %q", got)
-	}
-	rl := h.Get("RateLimit")
-	if !strings.HasPrefix(rl, `"free.minute";r=0;t=`) {
-		t.Errorf("RateLimit = %q", rl)
-	}
-	tSec, _ := strconv.Atoi(rl[strings.LastIndex(rl, "=")+1:])
-	retry, err := strconv.Atoi(h.Get("Retry-After"))
-	if err != nil || retry < 1 || retry < tSec || retry > 60 {
-		t.Errorf("Retry-After = %q with t=%d", h.Get("Retry-After"), tSec)
-	}
-	if h.Get("Content-Type") != "application/problem+json" {
-		t.Errorf("Content-Type = %q", h.Get("Content-Type"))
-	}
-	if h.Get("X-RateLimit-Limit") != "100" || h.Get("X-RateLimit-Remaining") != "0" {
-		t.Errorf("legacy headers: %v", h)
-	}
-	var p httplimit.Problem
-	if err := json.Unmarshal(body, &p); err != nil {
-		t.Fatalf("problem body %q: %v", body, err)
-	}
-	if p.Status != 429 || p.Type != httplimit.ProblemRateLimited || p.Title == "" || p.Detail == "" || p.RetryAfter != int64(retry) {
-		t.Errorf("problem = %+v", p)
-	}
-	// The upstream is never called for a refusal.
-	get(t, g.public+"/api/items", "X-API-Key", freeKey)
-	if hits := up.hits.Load(); hits != 100 {
-		t.Fatalf("upstream saw %d requests after refusals, want 100", hits)
-	}
-}
-
-func TestProKeyGets1000(t *testing.T) {
-	up := newUpstream(t)
-	g := start(t, config(t, up.URL, "[]"), "")
-	if n, _, _ := admitUntilRefused(t, g.public+"/api/items", 1100, "X-API-Key", proKey); n != 1000 {
-		t.Fatalf("admitted %d, want 1000", n)
-	}
-	if up.hits.Load() != 1000 {
-		t.Fatalf("upstream saw %d", up.hits.Load())
-	}
-}
-
-func TestExportCosts10(t *testing.T) {
-	up := newUpstream(t)
-	g := start(t, config(t, up.URL, "[]"), "")
-	if n, _, _ := admitUntilRefused(t, g.public+"/api/export", 20, "X-API-Key", freeKey); n != 10 {
-		t.Fatalf("admitted %d exports, want 10 (cost 10 of 100)", n)
-	}
-	// The export spent the same plan budget as every other route.
-	if resp := get(t, g.public+"/api/items", "X-API-Key", freeKey); resp.StatusCode != 429 {
-		t.Fatalf("a read after 10 exports: %d, want 429", resp.StatusCode)
-	}
-	resp, _ := getBody(t, g.public+"/api/export", "X-API-Key", freeKey)
-	if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, `"free.minute";r=0;`) {
-		t.Errorf("RateLimit = %q", got)
-	}
-}
-
 // flushShared empties the package's shared Redis, so a test starts clean
 // even when the suite runs more than once (-count).
 func flushShared(t *testing.T) {
@@ -431,73 +360,21 @@ func TestTwoGatewaysShareRedis(t *testing.T) {
 	}
 }
 
-func TestForwardedForUntrustedIsIgnored(t *testing.T) {
-	up := newUpstream(t)
-	g := start(t, config(t, up.URL, "[]"), "")
-	// Anonymous plan: 20 per minute per client IP. Spoofed addresses do not
-	// buy a fresh budget.
-	admitted := 0
-	for i := 0; i < 30; i++ {
-		if get(t, g.public+"/api/items", "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i)).StatusCode == 200 {
-			admitted++
-		}
-	}
-	if admitted != 20 {
-		t.Fatalf("admitted %d with spoofed X-Forwarded-For from an untrusted peer, want 20", admitted)
-	}
-}
-
+// TestForwardedForTrustedProxy: behind a trusted proxy, the upstream gets
+// X-Forwarded-For with the client the gateway charged and the proxy
+// appended. (Which address is charged is httplimit's
+// TestForwardedForTrustedProxy.)
 func TestForwardedForTrustedProxy(t *testing.T) {
 	up := newUpstream(t)
 	g := start(t, config(t, up.URL, "[127.0.0.0/8]"), "")
-	for _, client := range []string{"203.0.113.5", "203.0.113.6"} {
-		// The leftmost entry is attacker-controlled; the walk from the right
-		// stops at the first untrusted address, the real client.
-		n, _, _ := admitUntilRefused(t, g.public+"/api/items", 30, "X-Forwarded-For", "6.6.6.6, "+client)
-		if n != 20 {
-			t.Fatalf("client %s admitted %d, want its own 20", client, n)
-		}
+	if resp := get(t, g.public+"/api/items", "X-Forwarded-For", "6.6.6.6, 203.0.113.6"); resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
 	}
 	up.mu.Lock()
 	xff := up.last.Get("X-Forwarded-For")
 	up.mu.Unlock()
 	if !strings.HasSuffix(xff, "127.0.0.1") || !strings.Contains(xff, "203.0.113.6") {
 		t.Errorf("upstream X-Forwarded-For = %q", xff)
-	}
-}
-
-func TestUserHeaderOnlyFromTrustedProxy(t *testing.T) {
-	up := newUpstream(t)
-	untrusted := start(t, config(t, up.URL, "[]"), "")
-	// From an untrusted peer the header is ignored: the anonymous 20 apply.
-	if n, _, _ := admitUntilRefused(t, untrusted.public+"/api/items", 30, "X-User-ID", "mallory"); n != 20 {
-		t.Fatalf("untrusted user header: admitted %d, want 20", n)
-	}
-	trusted := start(t, config(t, up.URL, "[127.0.0.1/32]"), "")
-	if n, _, _ := admitUntilRefused(t, trusted.public+"/api/items", 130, "X-User-ID", "alice"); n != 100 {
-		t.Fatalf("trusted user header: admitted %d, want the free plan's 100", n)
-	}
-}
-
-func TestInvalidKeysAreLimitedPerIP(t *testing.T) {
-	up := newUpstream(t)
-	g := startStill(t, config(t, up.URL, "[]"), "") // a fixed window of a minute
-	for i := 0; i < 10; i++ {
-		resp, body := getBody(t, g.public+"/api/items", "X-API-Key", fmt.Sprintf("guess-%d", i))
-		if resp.StatusCode != 401 || !strings.Contains(string(body), httplimit.ProblemInvalidKey) {
-			t.Fatalf("guess %d: %d %s", i, resp.StatusCode, body)
-		}
-	}
-	resp := get(t, g.public+"/api/items", "X-API-Key", "guess-11")
-	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("11th invalid key: %d", resp.StatusCode)
-	}
-	// Once over the budget, even a right key from that IP learns nothing.
-	if resp := get(t, g.public+"/api/items", "X-API-Key", freeKey); resp.StatusCode != 429 {
-		t.Fatalf("valid key from a penalised IP: %d, want 429", resp.StatusCode)
-	}
-	if up.hits.Load() != 0 {
-		t.Fatalf("upstream saw %d requests", up.hits.Load())
 	}
 }
 

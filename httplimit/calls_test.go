@@ -154,17 +154,17 @@ func send(h http.Handler, method, target, from, body string, header ...string) *
 }
 
 // admitUntilRefused sends GETs of target until the first 429 (at most
-// max) and returns how many were admitted.
-func admitUntilRefused(t *testing.T, h http.Handler, target string, max int, header ...string) int {
+// max) and returns how many were admitted, and the 429 (nil for none).
+func admitUntilRefused(t *testing.T, h http.Handler, target string, max int, header ...string) (int, *httptest.ResponseRecorder) {
 	t.Helper()
 	for i := 0; i < max; i++ {
 		switch rec := send(h, http.MethodGet, target, "", "", header...); rec.Code {
 		case http.StatusOK:
 		case http.StatusTooManyRequests:
-			return i
+			return i, rec
 		default:
 			t.Fatalf("request %d: status %d: %s", i, rec.Code, rec.Body)
 		}
 	}
-	return max
+	return max, nil
 }

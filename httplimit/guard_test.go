@@ -22,7 +22,7 @@ func TestDailyQuotaResetsAtLocalMidnight(t *testing.T) {
 	c := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, hcm)}
 	h := newService(t, quickstart(t, trusting("[]")...), memoryStore(t, c.Now), c.Now)
 	for round := 0; round < 10; round++ {
-		if n := admitUntilRefused(t, h, "/api/items", 100, "X-API-Key", freeKey); n != 100 {
+		if n, _ := admitUntilRefused(t, h, "/api/items", 100, "X-API-Key", freeKey); n != 100 {
 			t.Fatalf("round %d: admitted %d of 100", round, n)
 		}
 		c.Add(61 * time.Second) // past the per-minute limit, same day

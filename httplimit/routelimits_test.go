@@ -54,7 +54,7 @@ func TestRouteLimitAddsAndRefusal(t *testing.T) {
 		}
 		// The free plan was charged for the 5 searches, not for the
 		// refused one.
-		if n := admitUntilRefused(t, h, "/api/items", 200, "X-API-Key", freeKey); n != 95 {
+		if n, _ := admitUntilRefused(t, h, "/api/items", 200, "X-API-Key", freeKey); n != 95 {
 			t.Fatalf("after 5 searches the free plan admitted %d, want 95", n)
 		}
 		// The plan refusing a search is answered the search route's way.
