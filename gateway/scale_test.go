@@ -47,30 +47,6 @@ func scaleConfig(t *testing.T, upstream, extra string) *policy.Policy {
 	return p
 }
 
-// TestSeveralLimitsHeaders: both limits are charged together; the headers
-// list both policies and report the most restrictive.
-func TestSeveralLimitsHeaders(t *testing.T) {
-	up := newUpstream(t)
-	// Fixed windows of an hour and a day: a clock that stands still.
-	g := startStill(t, scaleConfig(t, up.URL, ""), "")
-	resp := get(t, g.public+"/api/a", "X-API-Key", freeKey) // the solo key
-	if got := resp.Header.Get("RateLimit-Policy"); got != `"solo.minute";q=3;w=3600, "solo.hour";q=5;w=86400` {
-		t.Fatalf("RateLimit-Policy = %q", got)
-	}
-	if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, `"solo.minute";r=2;`) {
-		t.Fatalf("RateLimit = %q, want the minute limit (2 left)", got)
-	}
-	get(t, g.public+"/api/a", "X-API-Key", freeKey)
-	get(t, g.public+"/api/a", "X-API-Key", freeKey)
-	resp = get(t, g.public+"/api/a", "X-API-Key", freeKey)
-	if resp.StatusCode != 429 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"solo.minute";r=0;`) {
-		t.Fatalf("4th: %d %q", resp.StatusCode, resp.Header.Get("RateLimit"))
-	}
-	if up.hits.Load() != 3 {
-		t.Fatalf("upstream saw %d", up.hits.Load())
-	}
-}
-
 // TestHierarchyThroughGateways: three users limited to 10 each in a tenant
 // limited to 25, hammering through two gateways on one Redis: exactly 25
 // get through, none more than 10.
@@ -107,35 +83,6 @@ func TestHierarchyThroughGateways(t *testing.T) {
 		if per[i].Load() > 10 {
 			t.Fatalf("user %d got %d, more than 10", i+1, per[i].Load())
 		}
-	}
-}
-
-// TestRouteGlobalBudget: the search route's global budget (12) is shared by
-// everyone; each user's own limits still apply first.
-func TestRouteGlobalBudget(t *testing.T) {
-	flushShared(t)
-	up := newUpstream(t)
-	g := startStill(t, scaleConfig(t, up.URL, ""), "redis://"+srv.Addr+"/0") // fixed windows of an hour
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for _, k := range []string{"u1-key", "u2-key", "u3-key", freeKey} {
-		wg.Add(1)
-		go func(k string) {
-			defer wg.Done()
-			for i := 0; i < 8; i++ {
-				if get(t, g.public+"/search", "X-API-Key", k).StatusCode == 200 {
-					admitted.Add(1)
-				}
-			}
-		}(k)
-	}
-	wg.Wait()
-	if admitted.Load() != 12 {
-		t.Fatalf("global budget admitted %d, want exactly 12", admitted.Load())
-	}
-	resp := get(t, g.public+"/search", "X-API-Key", "u1-key")
-	if resp.StatusCode != 429 || !strings.Contains(resp.Header.Get("RateLimit-Policy"), `"global.search";q=12`) {
-		t.Fatalf("after the global budget: %d %v", resp.StatusCode, resp.Header)
 	}
 }
 
