@@ -6,8 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
+	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
 // scalePolicy has a plan with two limits, a tenant budget, a route with a
@@ -74,26 +75,28 @@ func TestSeveralLimitsHeaders(t *testing.T) {
 // by everyone, on Redis; each user's own limits still apply first.
 func TestRouteGlobalBudget(t *testing.T) {
 	c := stillClock() // fixed windows of an hour
-	onStores(t, c.Now, func(t *testing.T, s tollgate.Store) {
-		h := newService(t, scaleConfig(t), s, c.Now)
-		var admitted atomic.Int64
-		var wg sync.WaitGroup
-		for _, k := range []string{"u1-key", "u2-key", "u3-key", freeKey} {
-			wg.Go(func() {
-				for i := 0; i < 8; i++ {
-					if send(h, "GET", "/search", "", "", "X-API-Key", k).Code == 200 {
-						admitted.Add(1)
-					}
+	s, err := rstore.New(redistest.Start(t).NewClient(t), rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newService(t, scaleConfig(t), s, c.Now)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for _, k := range []string{"u1-key", "u2-key", "u3-key", freeKey} {
+		wg.Go(func() {
+			for i := 0; i < 8; i++ {
+				if send(h, "GET", "/search", "", "", "X-API-Key", k).Code == 200 {
+					admitted.Add(1)
 				}
-			})
-		}
-		wg.Wait()
-		if admitted.Load() != 12 {
-			t.Fatalf("global budget admitted %d, want exactly 12", admitted.Load())
-		}
-		rec := send(h, "GET", "/search", "", "", "X-API-Key", "u1-key")
-		if rec.Code != 429 || !strings.Contains(rec.Header().Get("RateLimit-Policy"), `"global.search";q=12`) {
-			t.Fatalf("after the global budget: %d %v", rec.Code, rec.Header())
-		}
-	})
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 12 {
+		t.Fatalf("global budget admitted %d, want exactly 12", admitted.Load())
+	}
+	rec := send(h, "GET", "/search", "", "", "X-API-Key", "u1-key")
+	if rec.Code != 429 || !strings.Contains(rec.Header().Get("RateLimit-Policy"), `"global.search";q=12`) {
+		t.Fatalf("after the global budget: %d %v", rec.Code, rec.Header())
+	}
 }
