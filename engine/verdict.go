@@ -168,6 +168,18 @@ const (
 // own, not as a refusal.
 func (r Reason) OfRequest() bool { return r >= ReasonBadRequest }
 
+// Final reports whether trying a call refused for r again cannot cure
+// it: a request refused as presented (OfRequest), an invalid key, a cost
+// no limit admits, a misconfigured route or a call canceled. A front
+// tells the caller when to retry only a refusal that is not final.
+func (r Reason) Final() bool {
+	switch r {
+	case ReasonInvalidKey, ReasonCostExceedsBurst, ReasonMisconfigured, ReasonCanceled:
+		return true
+	}
+	return r.OfRequest()
+}
+
 // Charge is one budget a call was decided under, and its decision.
 type Charge struct {
 	Budget   *policy.Budget
@@ -374,6 +386,24 @@ func (e *Engine) policyItem(b *policy.Budget) string {
 func makePolicyItem(b *policy.Budget) string {
 	return `"` + b.Name + `";q=` + strconv.FormatInt(b.Limit.Rate, 10) + ";w=" + strconv.FormatInt(ceilSeconds(b.Limit.Period), 10)
 }
+
+// RetryDelay returns how long a front tells a refused caller to wait
+// before it retries (Retry-After, a gRPC pushback): RetryAfter, or 1 s
+// where the refusal names no time; 0 for an admitted call or a final
+// refusal (Reason.Final).
+func (v *Verdict) RetryDelay() time.Duration {
+	if v.Outcome.Admitted() || v.Reason.Final() {
+		return 0
+	}
+	if v.RetryAfter <= 0 {
+		return time.Second
+	}
+	return v.RetryAfter
+}
+
+// RetrySeconds is RetryDelay in whole seconds, rounded up: a
+// Retry-After field's value, 0 for none.
+func (v *Verdict) RetrySeconds() int64 { return ceilSeconds(v.RetryDelay()) }
 
 // ceilSeconds rounds d up to whole seconds.
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

@@ -83,7 +83,8 @@ func grpcFront(t *testing.T, unary grpc.UnaryServerInterceptor) (func(decidetest
 
 // grpcAnswer reads the table's answer off a call's end: admitted when the
 // handler ran, the refusal from the status, the budget from the ratelimit
-// metadata (the header, or the trailer of a refusal).
+// metadata (the header, or the trailer of a refusal), the wait from the
+// pushback, in whole seconds rounded up.
 func grpcAnswer(err error, st *transportStream, kind string) decidetest.Answer {
 	a := decidetest.Answer{Admitted: kind != "", Kind: kind}
 	rl := append(st.header.Get("ratelimit"), st.trailer.Get("ratelimit")...)
@@ -95,6 +96,10 @@ func grpcAnswer(err error, st *transportStream, kind string) decidetest.Answer {
 	}
 	if a.Admitted {
 		return a
+	}
+	if p := st.trailer.Get(grpclimit.PushbackKey); len(p) > 0 {
+		ms, _ := strconv.ParseInt(p[0], 10, 64)
+		a.RetryAfter = (ms + 999) / 1000
 	}
 	s := status.Convert(err)
 	switch {

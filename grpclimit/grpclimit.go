@@ -293,10 +293,7 @@ func refusal(ctx context.Context, call engine.Call, v *engine.Verdict, md metada
 	if err := finalRefusal(ctx, call, v); err != nil {
 		return err
 	}
-	retry := v.RetryAfter
-	if retry <= 0 {
-		retry = time.Second
-	}
+	retry := v.RetryDelay()
 	code, msg := retryableRefusal(call, v)
 	ms := int64((retry + time.Millisecond - 1) / time.Millisecond)
 	md.Set(PushbackKey, strconv.FormatInt(ms, 10))

@@ -120,7 +120,8 @@ func httpFront(t *testing.T, f *httplimit.Front, forwardAuth bool) (func(decidet
 
 // httpAnswer reads the table's answer off a response: admitted when the
 // handler (or, for forward-auth, the proxy) was let through, the refusal
-// from its problem type, the budget from its RateLimit header.
+// from its problem type, the budget from its RateLimit header, the wait
+// from its Retry-After.
 func httpAnswer(rec *httptest.ResponseRecorder, kind string) decidetest.Answer {
 	a := decidetest.Answer{Admitted: kind != ""}
 	if a.Admitted {
@@ -135,6 +136,7 @@ func httpAnswer(rec *httptest.ResponseRecorder, kind string) decidetest.Answer {
 	if a.Admitted {
 		return a
 	}
+	a.RetryAfter, _ = strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
 	var p httplimit.Problem
 	json.Unmarshal(rec.Body.Bytes(), &p)
 	switch {

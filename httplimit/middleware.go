@@ -336,10 +336,7 @@ func (m *middleware) writeRefusal(w http.ResponseWriter, v *engine.Verdict) {
 		writeInvalid(w, v)
 		return
 	}
-	retry := int64(1)
-	if v.RetryAfter > 0 {
-		retry = max(1, ceilSeconds(v.RetryAfter))
-	}
+	retry := v.RetrySeconds()
 	pr := Problem{Status: http.StatusTooManyRequests, RetryAfter: retry}
 	if rf := refusalOf(v); rf != nil {
 		if len(rf.Body) > 0 {
@@ -483,11 +480,6 @@ func (m *middleware) pass(w http.ResponseWriter, r *http.Request, route *policy.
 func (m *middleware) peerTrusted(r *http.Request) bool {
 	peer, ok := identity.PeerAddr(r)
 	return ok && m.trusted.Contains(peer)
-}
-
-// ceilSeconds rounds d up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 // setHeaders writes the RateLimit and RateLimit-Policy fields of a

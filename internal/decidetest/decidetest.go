@@ -149,6 +149,11 @@ type Answer struct {
 	Remaining int64
 	// Kind is the subject's kind, for an admitted call ("" otherwise).
 	Kind string
+	// RetryAfter is the seconds a refused caller is told to wait
+	// (Retry-After, a gRPC pushback rounded up), 0 for none. The table
+	// is decided 10 s into a minute: a minute's fixed window refuses
+	// for 50 s.
+	RetryAfter int64
 }
 
 // A Call is one call of a case and the answer it must get.
@@ -201,8 +206,8 @@ func ok(budget string, remaining int64, kind string) Answer {
 	return Answer{Admitted: true, Budget: budget, Remaining: remaining, Kind: kind}
 }
 
-func refused(r Refusal, budget string, remaining int64) Answer {
-	return Answer{Refusal: r, Budget: budget, Remaining: remaining}
+func refused(r Refusal, budget string, remaining, retryAfter int64) Answer {
+	return Answer{Refusal: r, Budget: budget, Remaining: remaining, RetryAfter: retryAfter}
 }
 
 func bearer(k string) map[string]string { return map[string]string{"Authorization": "Bearer " + k} }
@@ -214,7 +219,7 @@ var Cases = []Case{
 			{Path: "/t.V/Read", RemoteAddr: ip("1"), Want: ok("free", 2, "ip")},
 			{Path: "/t.V/Read", RemoteAddr: ip("1"), Want: ok("free", 1, "ip")},
 			{Path: "/t.V/Read", RemoteAddr: ip("1"), Want: ok("free", 0, "ip")},
-			{Path: "/t.V/Read", RemoteAddr: ip("1"), Want: refused(Rate, "free", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("1"), Want: refused(Rate, "free", 0, 50)},
 			{Path: "/t.V/Read", RemoteAddr: ip("2"), Want: ok("free", 2, "ip")},
 		}},
 	{Name: "api key", Why: "a configured key is charged under its plan (a budget of a plan of several limits is named plan.limit); its shadow budget (trial, 2 a minute) never refuses",
@@ -226,10 +231,10 @@ var Cases = []Case{
 		}},
 	{Name: "invalid keys", Why: "an unknown key is refused as invalid and charged to its address; past the invalid-key limit every keyed call of the address is refused, a valid key too, and unkeyed calls are not",
 		Calls: []Call{
-			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer("no-such-key-000"), Want: refused(InvalidKey, "", 0)},
-			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer("no-such-key-001"), Want: refused(InvalidKey, "", 0)},
-			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer("no-such-key-002"), Want: refused(InvalidKeys, "", 0)},
-			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer(Key), Want: refused(InvalidKeys, "", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer("no-such-key-000"), Want: refused(InvalidKey, "", 0, 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer("no-such-key-001"), Want: refused(InvalidKey, "", 0, 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer("no-such-key-002"), Want: refused(InvalidKeys, "", 0, 50)},
+			{Path: "/t.V/Read", RemoteAddr: ip("3"), Header: bearer(Key), Want: refused(InvalidKeys, "", 0, 50)},
 			{Path: "/t.V/Read", RemoteAddr: ip("3"), Want: ok("free", 2, "ip")},
 		}},
 	{Name: "trusted proxy", Direct: true, Why: "a user id and a forwarded address are believed only from a trusted proxy; the address a proxy vouches for is the same subject as that address calling directly",
@@ -243,7 +248,7 @@ var Cases = []Case{
 		Calls: []Call{
 			{Path: "/t.V/Search", RemoteAddr: ip("6"), Want: ok("global.search", 1, "ip")},
 			{Path: "/t.V/Search", RemoteAddr: ip("7"), Want: ok("global.search", 0, "ip")},
-			{Path: "/t.V/Search", RemoteAddr: ip("8"), Want: refused(Rate, "global.search", 0)},
+			{Path: "/t.V/Search", RemoteAddr: ip("8"), Want: refused(Rate, "global.search", 0, 50)},
 			{Path: "/t.V/Read", RemoteAddr: ip("8"), Want: ok("free", 2, "ip")},
 		}},
 	{Name: "global given back", Why: "a place held in the global budget is given back when the caller's own limits refuse the call: the next caller finds it free",
@@ -251,26 +256,26 @@ var Cases = []Case{
 			{Path: "/t.V/Read", RemoteAddr: ip("20"), Want: ok("free", 2, "ip")},
 			{Path: "/t.V/Read", RemoteAddr: ip("20"), Want: ok("free", 1, "ip")},
 			{Path: "/t.V/Read", RemoteAddr: ip("20"), Want: ok("free", 0, "ip")},
-			{Path: "/t.V/Search", RemoteAddr: ip("20"), Want: refused(Rate, "free", 0)},
+			{Path: "/t.V/Search", RemoteAddr: ip("20"), Want: refused(Rate, "free", 0, 50)},
 			{Path: "/t.V/Search", RemoteAddr: ip("21"), Want: ok("global.search", 1, "ip")},
 			{Path: "/t.V/Search", RemoteAddr: ip("22"), Want: ok("global.search", 0, "ip")},
 		}},
 	{Name: "concurrency", SeesEnd: true, Why: "a route's concurrency slot is held while a call is in flight; a call refused for it is charged nothing, and the slot is free again once the call ends",
 		Calls: []Call{
 			{Path: "/t.V/Slow", RemoteAddr: ip("9"), Hold: true, Want: ok("slow", 999, "ip")},
-			{Path: "/t.V/Slow", RemoteAddr: ip("9"), Want: refused(Concurrency, "", 0)},
+			{Path: "/t.V/Slow", RemoteAddr: ip("9"), Want: refused(Concurrency, "", 0, 1)},
 			{Path: "/t.V/Read", RemoteAddr: ip("9"), Want: ok("free", 2, "ip")},
 		}},
 	{Name: "cost", Why: "a route's cost is charged per call, and a call costing more than is left is refused with what is left",
 		Calls: []Call{
 			{Path: "/t.V/Export", RemoteAddr: ip("10"), Want: ok("free", 1, "ip")},
-			{Path: "/t.V/Export", RemoteAddr: ip("10"), Want: refused(Rate, "free", 1)},
+			{Path: "/t.V/Export", RemoteAddr: ip("10"), Want: refused(Rate, "free", 1, 50)},
 			{Path: "/t.V/Read", RemoteAddr: ip("10"), Want: ok("free", 0, "ip")},
 		}},
 	{Name: "limit key", Why: "a route limit keyed by a path parameter is one budget per value, whoever calls",
 		Calls: []Call{
 			{Path: "/t.V/Item/a", RemoteAddr: ip("11"), Want: ok("item", 0, "ip")},
-			{Path: "/t.V/Item/a", RemoteAddr: ip("12"), Want: refused(Rate, "item", 0)},
+			{Path: "/t.V/Item/a", RemoteAddr: ip("12"), Want: refused(Rate, "item", 0, 50)},
 			{Path: "/t.V/Item/b", RemoteAddr: ip("12"), Want: ok("item", 0, "ip")},
 		}},
 	{Name: "jwt", Why: "a verified bearer JWT is charged to its subject, from any address, under the plan its claim names or else the user plan; one that does not verify is refused as an invalid key",
@@ -278,7 +283,7 @@ var Cases = []Case{
 			{Path: "/t.V/Read", RemoteAddr: ip("40"), Token: &Token{Subject: "carol", Plan: "pro"}, Want: ok("pro.pro", 99, "jwt")},
 			{Path: "/t.V/Read", RemoteAddr: ip("41"), Token: &Token{Subject: "carol", Plan: "pro"}, Want: ok("pro.pro", 98, "jwt")},
 			{Path: "/t.V/Read", RemoteAddr: ip("40"), Token: &Token{Subject: "dave"}, Want: ok("users", 4, "jwt")},
-			{Path: "/t.V/Read", RemoteAddr: ip("40"), Token: &Token{Subject: "carol", Plan: "pro", Forged: true}, Want: refused(InvalidKey, "", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("40"), Token: &Token{Subject: "carol", Plan: "pro", Forged: true}, Want: refused(InvalidKey, "", 0, 0)},
 			{Path: "/t.V/Read", RemoteAddr: ip("40"), Want: ok("free", 2, "ip")},
 		}},
 	{Name: "jwt tenant", Why: "the tokens of one tenant share its plan's tenant budget, as its API keys do",
@@ -292,7 +297,7 @@ var Cases = []Case{
 			{Path: "/t.V/Read", RemoteAddr: ip("30"), Header: bearer(TenantKey), Want: ok("team.tenant", 2, "key")},
 			{Path: "/t.V/Read", RemoteAddr: ip("31"), Header: bearer(OtherTenantKey), Want: ok("team.tenant", 1, "key")},
 			{Path: "/t.V/Read", RemoteAddr: ip("30"), Header: bearer(TenantKey), Want: ok("team.tenant", 0, "key")},
-			{Path: "/t.V/Read", RemoteAddr: ip("31"), Header: bearer(OtherTenantKey), Want: refused(Rate, "team.tenant", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("31"), Header: bearer(OtherTenantKey), Want: refused(Rate, "team.tenant", 0, 50)},
 		}},
 	{Name: "allowlist", Direct: true, Why: "an allowlisted address is charged no rate limit and never refused by one, but an invalid key from it is still refused",
 		Calls: []Call{
@@ -301,7 +306,7 @@ var Cases = []Case{
 			{Path: "/t.V/Read", RemoteAddr: ip("99"), Want: ok("", 0, "ip")},
 			{Path: "/t.V/Search", RemoteAddr: ip("99"), Want: ok("", 0, "ip")},
 			{Path: "/t.V/Read", RemoteAddr: ip("99"), Want: ok("", 0, "ip")},
-			{Path: "/t.V/Read", RemoteAddr: ip("99"), Header: bearer("no-such-key-099"), Want: refused(InvalidKey, "", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("99"), Header: bearer("no-such-key-099"), Want: refused(InvalidKey, "", 0, 0)},
 		}},
 	{Name: "unlimited plan", Why: "a key of an unlimited plan is charged no rate limit, a route's global budget neither, and never refused by one",
 		Calls: []Call{
@@ -327,30 +332,30 @@ var Cases = []Case{
 			{Path: "/t.V/Read", RemoteAddr: ip("33"), Want: ok("free", 2, "ip")},
 			{Path: "/t.V/Read", RemoteAddr: ip("33"), Want: ok("free", 1, "ip")},
 			{Path: "/t.V/Read", RemoteAddr: ip("33"), Want: ok("free", 0, "ip")},
-			{Path: "/t.V/Read", RemoteAddr: ip("33"), Want: refused(Rate, "free", 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("33"), Want: refused(Rate, "free", 0, 50)},
 		}},
 	{Name: "fail closed", StoreDown: true, Why: "while the store is down, a route set to fail closed refuses every call as unavailable, and the others still pass",
 		Calls: []Call{
-			{Path: "/t.V/Pay", RemoteAddr: ip("34"), Want: refused(Unavailable, "", 0)},
-			{Path: "/t.V/Pay", RemoteAddr: ip("34"), Header: bearer(Key), Want: refused(Unavailable, "", 0)},
+			{Path: "/t.V/Pay", RemoteAddr: ip("34"), Want: refused(Unavailable, "", 0, 1)},
+			{Path: "/t.V/Pay", RemoteAddr: ip("34"), Header: bearer(Key), Want: refused(Unavailable, "", 0, 1)},
 			{Path: "/t.V/Read", RemoteAddr: ip("34"), Want: ok("free", 2, "ip")},
 		}},
 	{Name: "ambiguous path", HTTP: true, Why: "a path servers read as different routes is refused before anything is charged",
 		Calls: []Call{
-			{Path: "/t.V/Read/../Search", RemoteAddr: ip("13"), Want: refused(BadRequest, "", 0)},
+			{Path: "/t.V/Read/../Search", RemoteAddr: ip("13"), Want: refused(BadRequest, "", 0, 0)},
 			{Path: "/t.V/Read", RemoteAddr: ip("13"), Want: ok("free", 2, "ip")},
 		}},
 	{Name: "login", HTTP: true, SeesEnd: true, Why: "a login route charges the account's failures: after max_failures failed attempts the account is locked, for any address",
 		Calls: []Call{
 			{Method: "POST", Path: "/login", Body: `{"user":"alice"}`, RemoteAddr: ip("14"), Status: 401, Want: ok("login", 99, "ip")},
 			{Method: "POST", Path: "/login", Body: `{"user":"Alice"}`, RemoteAddr: ip("14"), Status: 401, Want: ok("login", 98, "ip")},
-			{Method: "POST", Path: "/login", Body: `{"user":"alice"}`, RemoteAddr: ip("15"), Want: refused(LoginLocked, "", 0)},
+			{Method: "POST", Path: "/login", Body: `{"user":"alice"}`, RemoteAddr: ip("15"), Want: refused(LoginLocked, "", 0, 60)},
 			{Method: "POST", Path: "/login", Body: `{"user":"bob"}`, RemoteAddr: ip("15"), Want: ok("login", 99, "ip")},
 		}},
 	{Name: "login read", HTTP: true, SeesEnd: true, Why: "a login whose account another parser could read otherwise, or one sent to the login path by another method, is refused before anything is held",
 		Calls: []Call{
-			{Method: "POST", Path: "/login", RawQuery: "user=bob", Body: `{"user":"alice"}`, RemoteAddr: ip("16"), Want: refused(BadLogin, "", 0)},
-			{Method: "PUT", Path: "/login", Body: `{"user":"alice"}`, RemoteAddr: ip("16"), Want: refused(LoginElsewhere, "", 0)},
+			{Method: "POST", Path: "/login", RawQuery: "user=bob", Body: `{"user":"alice"}`, RemoteAddr: ip("16"), Want: refused(BadLogin, "", 0, 0)},
+			{Method: "PUT", Path: "/login", Body: `{"user":"alice"}`, RemoteAddr: ip("16"), Want: refused(LoginElsewhere, "", 0, 0)},
 			{Method: "POST", Path: "/login", Body: `{"user":"alice"}`, RemoteAddr: ip("16"), Want: ok("login", 99, "ip")},
 		}},
 }
@@ -479,5 +484,6 @@ func AnswerOf(v *engine.Verdict) Answer {
 	if a.Admitted {
 		a.Kind = v.Identity.Kind
 	}
+	a.RetryAfter = v.RetrySeconds()
 	return a
 }
