@@ -4,95 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/internal/decidetest"
-	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/policy"
-	"github.com/tollgate/tollgate/store/memory"
-	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
 // This file has what the tests moved down from the gateway's share: the
 // quickstart policy, both stores, a clock the tests move, and calls made
 // as the gateway's clients made them.
 
-// quickstart is examples/quickstart.yaml with edits applied: pairs of text
-// to find (which must be there, so a changed quickstart fails loudly) and
-// text to put in its place.
-func quickstart(t *testing.T, edits ...string) *policy.Policy {
-	t.Helper()
-	b, err := os.ReadFile("../examples/quickstart.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	for i := 0; i+1 < len(edits); i += 2 {
-		if !strings.Contains(s, edits[i]) {
-			t.Fatalf("examples/quickstart.yaml no longer holds %q; update the test", edits[i])
-		}
-		s = strings.Replace(s, edits[i], edits[i+1], 1)
-	}
-	p, err := policy.Parse([]byte(s), "quickstart-test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// The quickstart's API keys.
-const (
-	freeKey = "free-demo-key"
-	proKey  = "pro-demo-key"
-)
-
 // trustLoopback is the quickstart edit that trusts every address of 127/8
 // as a proxy, so that tests choose client addresses (X-Forwarded-For).
-var trustLoopback = []string{`trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: [127.0.0.0/8]"}
-
-// clock is a clock tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// stillClock returns a clock at noon in the quickstart's zone (05:00
-// UTC) on a fixed day, which no test window crosses unless the test moves
-// it.
-func stillClock() *clock { return &clock{t: time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
-
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
-// onStores runs f on the memory store and on a real Redis (srv, nil for
-// the memory store, a server of the test's own), both on now.
-func onStores(t *testing.T, now func() time.Time, f func(t *testing.T, s tollgate.Store, srv *redistest.Server)) {
-	t.Run("memory", func(t *testing.T) { f(t, memoryStore(t, now), nil) })
-	t.Run("redis", func(t *testing.T) {
-		srv := redistest.Start(t)
-		s, err := rstore.New(srv.NewClient(t), rstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f(t, s, srv)
-	})
-}
-
-// memoryStore returns a memory store on now.
-func memoryStore(t *testing.T, now func() time.Time) tollgate.Store {
-	s := memory.New(memory.Options{Now: now})
-	t.Cleanup(func() { s.Close() })
-	return s
-}
+var trustLoopback = fixture.Trusting("[127.0.0.0/8]")
 
 // newEngine returns an engine deciding under p over s at now.
 func newEngine(t *testing.T, p *policy.Policy, s tollgate.Store, now func() time.Time, with ...func(*engine.Options)) *engine.Engine {

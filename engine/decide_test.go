@@ -10,7 +10,6 @@ import (
 	"github.com/tollgate/tollgate/internal/decidetest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
-	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
 // TestDecide runs the engine's table (package internal/decidetest) on
@@ -18,22 +17,7 @@ import (
 // answer out, the same on both.
 func TestDecide(t *testing.T) {
 	srv := redistest.Start(t)
-	stores := map[string]func(t *testing.T) tollgate.Store{
-		"memory": decidetest.MemoryStore,
-		"redis": func(t *testing.T) tollgate.Store {
-			// Global budgets are keyed by route, not by the secret: each
-			// case starts on an empty Redis.
-			c := srv.NewClient(t)
-			if err := c.Do(context.Background(), c.B().Flushall().Build()).Error(); err != nil {
-				t.Fatal(err)
-			}
-			s, err := rstore.New(c, rstore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-	}
+	stores := decidetest.Stores(srv)
 	for name, newStore := range stores {
 		t.Run(name, func(t *testing.T) {
 			decidetest.Run(t, decidetest.Cases, newStore, func(t *testing.T, p *policy.Policy, s tollgate.Store) (func(decidetest.Call) decidetest.Answer, func()) {

@@ -36,20 +36,20 @@ routes:
   - {name: api, path: /, upstream: builtin:echo}
 `
 
-type fixture struct {
+type harness struct {
 	p     *policy.Policy
 	store *memory.Store
 	e     *engine.Engine
 	now   time.Time
 }
 
-func newFixture(t testing.TB) *fixture {
+func newFixture(t testing.TB) *harness {
 	t.Helper()
 	p, err := policy.Parse([]byte(testPolicy), "e.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{p: p, now: time.Date(2026, 12, 1, 12, 0, 10, 0, time.UTC)}
+	f := &harness{p: p, now: time.Date(2026, 12, 1, 12, 0, 10, 0, time.UTC)}
 	f.store = memory.New(memory.Options{Now: func() time.Time { return f.now }})
 	t.Cleanup(func() { f.store.Close() })
 	f.e, err = engine.New(engine.Options{Policy: p, Store: f.store, Now: func() time.Time { return f.now }})
@@ -59,15 +59,15 @@ func newFixture(t testing.TB) *fixture {
 	return f
 }
 
-func (f *fixture) route(path string) *policy.Route { return f.p.Match("POST", path) }
+func (f *harness) route(path string) *policy.Route { return f.p.Match("POST", path) }
 
-func (f *fixture) call(path, subject string) engine.Call {
+func (f *harness) call(path, subject string) engine.Call {
 	return engine.Call{Route: f.route(path), Subject: engine.Subject{Kind: "ip", ID: subject, Client: subject, Plan: f.p.AnonymousPlan}}
 }
 
 // remaining reports what is left of budget b for subject, without
 // spending it.
-func (f *fixture) remaining(t *testing.T, b *policy.Budget, subject string) int64 {
+func (f *harness) remaining(t *testing.T, b *policy.Budget, subject string) int64 {
 	t.Helper()
 	d, err := f.store.Allow(context.Background(), tollgate.Request{Name: b.StoreName, Subject: subject, Limit: b.Limit, Now: f.now})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/jwttest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
@@ -19,7 +20,7 @@ import (
 // claims), with 127/8 trusted so tests choose client addresses.
 func jwtConfig(t *testing.T, idp *jwttest.IdP) *policy.Policy {
 	t.Helper()
-	return quickstart(t, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, `trusted_proxies: [127.0.0.0/8]
+	return fixture.Quickstart(t, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, `trusted_proxies: [127.0.0.0/8]
   jwt:
     jwks_url: `+idp.JWKSURL()+`
     issuer: https://idp.example
@@ -42,11 +43,11 @@ func claimsAt(sub string, now time.Time) jwttest.Claims {
 // same, and its RateLimit-Policy shows the plan applied; no subject or
 // token reaches the logs.
 func TestJWTLimitedPerSubject(t *testing.T) {
-	c := stillClock()
-	onStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
+	c := fixture.StillClock()
+	fixture.OnStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
 		rsa, ec := jwttest.NewKey(t, "RS256", "rsa-1"), jwttest.NewKey(t, "ES256", "ec-1")
 		idp := jwttest.NewIdP(t, rsa, ec)
-		logs := &syncBuffer{}
+		logs := &fixture.SyncBuffer{}
 		e := newEngine(t, jwtConfig(t, idp), s, c.Now, func(o *engine.Options) {
 			o.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		})
@@ -99,8 +100,8 @@ func TestJWTLimitedPerSubject(t *testing.T) {
 func TestJWTKeyRotation(t *testing.T) {
 	old, next := jwttest.NewKey(t, "RS256", "2026-04"), jwttest.NewKey(t, "RS256", "2026-05")
 	idp := jwttest.NewIdP(t, old)
-	c := stillClock()
-	s := memoryStore(t, c.Now)
+	c := fixture.StillClock()
+	s := fixture.MemoryStore(t, c.Now)
 	e := newEngine(t, jwtConfig(t, idp), s, c.Now)
 	oldTok, newTok := jwttest.Sign(t, old, claimsAt("alice", c.Now())), jwttest.Sign(t, next, claimsAt("alice", c.Now()))
 	if v := get(e, "/api/items", "", "Authorization", "Bearer "+oldTok); !v.Outcome.Admitted() {

@@ -1,16 +1,15 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/jwttest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
@@ -18,53 +17,12 @@ import (
 
 // matchingConfig is the quickstart verifying JWTs from idp, with routes
 // that match on a path parameter, a header and a host and count their
-// limits per path parameter, per subject and header, and per claim.
+// limits per path parameter, per subject and header, and per claim
+// (fixture.Matching).
 func matchingConfig(t *testing.T, idp *jwttest.IdP) *policy.Policy {
 	t.Helper()
-	return quickstart(t, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, `trusted_proxies: []
-  jwt:
-    jwks_url: `+idp.JWKSURL()+`
-    algorithms: [ES256]`,
-		"  - name: api\n", `  - name: user-export            # 3 a minute per user id, whoever asks
-    path: "/api/users/{id}/export"
-    upstream: builtin:echo
-    limit: {algorithm: fixed_window, rate: 3, period: 1m}
-    limit_key: ["path:id"]
-  - name: org                    # 5 a minute per subject and X-Org, beside the plan
-    path: /api/org
-    match: prefix
-    headers: {X-Org: "*"}
-    upstream: builtin:echo
-    limit: {algorithm: fixed_window, rate: 5, period: 1m}
-    limit_mode: add
-    limit_key: [subject, "header:X-Org"]
-  - name: by-claim               # 2 a minute per token's org claim
-    path: /api/claims/
-    upstream: builtin:echo
-    limit: {algorithm: fixed_window, rate: 2, period: 1m}
-    limit_key: ["claim:org"]
-  - name: admin-host             # 1 a minute per subject on the admin host
-    path: /api/
-    host: admin.example.com
-    upstream: builtin:echo
-    limit: {algorithm: fixed_window, rate: 1, period: 1m}
-  - name: api
-`)
+	return fixture.Quickstart(t, fixture.Matching(idp.JWKSURL(), policy.BuiltinEcho)...)
 }
-
-// syncBuffer is a buffer safe for concurrent writes, for logs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // TestRouteMatchingAndKeys: routes match path parameters, headers and
 // hosts, and their limits are counted per what limit_key names (a path
@@ -72,11 +30,11 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // the plan, a JWT claim), each value hashed: no value reaches a store key
 // or the logs.
 func TestRouteMatchingAndKeys(t *testing.T) {
-	c := stillClock() // fixed windows of a minute
-	onStores(t, c.Now, func(t *testing.T, s tollgate.Store, srv *redistest.Server) {
+	c := fixture.StillClock() // fixed windows of a minute
+	fixture.OnStores(t, c.Now, func(t *testing.T, s tollgate.Store, srv *redistest.Server) {
 		ec := jwttest.NewKey(t, "ES256", "ec-1")
 		idp := jwttest.NewIdP(t, ec)
-		logs := &syncBuffer{}
+		logs := &fixture.SyncBuffer{}
 		e := newEngine(t, matchingConfig(t, idp), s, c.Now, func(o *engine.Options) {
 			o.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		})
@@ -84,7 +42,7 @@ func TestRouteMatchingAndKeys(t *testing.T) {
 		// Per path parameter: 3 exports of user-xyzzy a minute, whoever
 		// asks and however the path is spelt.
 		for i := 0; i < 3; i++ {
-			if v := get(e, "/api/users/user-xyzzy/export", "", "X-API-Key", freeKey); !v.Outcome.Admitted() {
+			if v := get(e, "/api/users/user-xyzzy/export", "", "X-API-Key", fixture.FreeKey); !v.Outcome.Admitted() {
 				t.Fatalf("export %d: %v %v", i, v.Outcome, v.Reason)
 			}
 		}
@@ -92,10 +50,10 @@ func TestRouteMatchingAndKeys(t *testing.T) {
 			path, key string
 			admitted  bool
 		}{
-			{"/api/users/user-xyzzy/export", freeKey, false},
-			{"/api/users/user-xyzzy/export", proKey, false},
-			{"/API/Users/USER-XYZZY/Export/", proKey, false},
-			{"/api/users/user-other/export", freeKey, true},
+			{"/api/users/user-xyzzy/export", fixture.FreeKey, false},
+			{"/api/users/user-xyzzy/export", fixture.ProKey, false},
+			{"/API/Users/USER-XYZZY/Export/", fixture.ProKey, false},
+			{"/api/users/user-other/export", fixture.FreeKey, true},
 		} {
 			if v := get(e, c.path, "", "X-API-Key", c.key); v.Outcome.Admitted() != c.admitted || !c.admitted && !refusedBy(v, engine.ReasonRate) {
 				t.Errorf("%s: %v %v, want admitted %v (else refused for the rate)", c.path, v.Outcome, v.Reason, c.admitted)
@@ -105,23 +63,23 @@ func TestRouteMatchingAndKeys(t *testing.T) {
 		// Per subject and X-Org, beside the plan: 5 for org-plugh, then
 		// another org or another subject has its own 5.
 		for i := 0; i < 5; i++ {
-			if v := get(e, "/api/org/items", "", "X-API-Key", proKey, "X-Org", "org-plugh"); !v.Outcome.Admitted() {
+			if v := get(e, "/api/org/items", "", "X-API-Key", fixture.ProKey, "X-Org", "org-plugh"); !v.Outcome.Admitted() {
 				t.Fatalf("org %d: %v %v", i, v.Outcome, v.Reason)
 			}
 		}
-		if v := get(e, "/api/org/items", "", "X-API-Key", proKey, "X-Org", "ORG-PLUGH"); !refusedBy(v, engine.ReasonRate) {
+		if v := get(e, "/api/org/items", "", "X-API-Key", fixture.ProKey, "X-Org", "ORG-PLUGH"); !refusedBy(v, engine.ReasonRate) {
 			t.Errorf("the 6th for org-plugh (in other case): %v %v, want refused (429)", v.Outcome, v.Reason)
 		}
-		if v := get(e, "/api/org/items", "", "X-API-Key", proKey, "X-Org", "org-other"); !v.Outcome.Admitted() {
+		if v := get(e, "/api/org/items", "", "X-API-Key", fixture.ProKey, "X-Org", "org-other"); !v.Outcome.Admitted() {
 			t.Errorf("another org: %v %v", v.Outcome, v.Reason)
 		}
-		if v := get(e, "/api/org/items", "", "X-API-Key", freeKey, "X-Org", "org-plugh"); !v.Outcome.Admitted() {
+		if v := get(e, "/api/org/items", "", "X-API-Key", fixture.FreeKey, "X-Org", "org-plugh"); !v.Outcome.Admitted() {
 			t.Errorf("another subject: %v %v", v.Outcome, v.Reason)
 		}
-		if v := get(e, "/api/org/items", "", "X-API-Key", proKey); !v.Outcome.Admitted() || v.Call.Route.Name != "api" {
+		if v := get(e, "/api/org/items", "", "X-API-Key", fixture.ProKey); !v.Outcome.Admitted() || v.Call.Route.Name != "api" {
 			t.Errorf("without X-Org (the api route): %v %v", v.Outcome, v.Reason)
 		}
-		req := request(http.MethodGet, "/api/org/items", "", "", "X-API-Key", proKey)
+		req := request(http.MethodGet, "/api/org/items", "", "", "X-API-Key", fixture.ProKey)
 		req.Header["X-Org"] = []string{"org-other", "org-plugh"}
 		if v := decide(e, req, ""); v.Outcome != engine.Invalid || v.Reason != engine.ReasonBadRequest {
 			t.Errorf("X-Org twice: %v %v, want a bad request (400)", v.Outcome, v.Reason)
@@ -145,13 +103,13 @@ func TestRouteMatchingAndKeys(t *testing.T) {
 
 		// By host: 1 a minute on admin.example.com, the api route else.
 		for i, want := range []bool{true, false} {
-			req := request(http.MethodGet, "/api/items", "", "", "X-API-Key", proKey)
+			req := request(http.MethodGet, "/api/items", "", "", "X-API-Key", fixture.ProKey)
 			req.Host = "admin.example.com"
 			if v := decide(e, req, ""); v.Outcome.Admitted() != want || !want && !refusedBy(v, engine.ReasonRate) {
 				t.Errorf("admin host %d: %v %v, want admitted %v (else refused for the rate)", i, v.Outcome, v.Reason, want)
 			}
 		}
-		if v := get(e, "/api/items", "", "X-API-Key", proKey); !v.Outcome.Admitted() {
+		if v := get(e, "/api/items", "", "X-API-Key", fixture.ProKey); !v.Outcome.Admitted() {
 			t.Errorf("another host: %v %v", v.Outcome, v.Reason)
 		}
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
 )
@@ -44,7 +45,7 @@ routes:
 // refusalEngine returns an engine on refusalPolicy over s, its clock
 // stopped at 09:00 (the hour's windows never roll over unless a test
 // moves it), with its metrics.
-func refusalEngine(t *testing.T, s tollgate.Store, c *clock) (*engine.Engine, *engine.Metrics) {
+func refusalEngine(t *testing.T, s tollgate.Store, c *fixture.Clock) (*engine.Engine, *engine.Metrics) {
 	t.Helper()
 	p, err := policy.Parse([]byte(strings.ReplaceAll(refusalPolicy, "UPSTREAM", policy.BuiltinEcho)), "refusals.yaml")
 	if err != nil {
@@ -58,7 +59,9 @@ func refusalEngine(t *testing.T, s tollgate.Store, c *clock) (*engine.Engine, *e
 }
 
 // refusalClock is the clock of refusalEngine, at 09:00.
-func refusalClock() *clock { return &clock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)} }
+func refusalClock() *fixture.Clock {
+	return fixture.ClockAt(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+}
 
 // admitted decides calls from from until the first refusal (at most
 // max) and returns how many were admitted; a call neither admitted nor
@@ -84,7 +87,7 @@ func admitted(t *testing.T, e *engine.Engine, method, path, from, body string, m
 // refuses gives its slot back.
 func TestConcurrencyRefusalChargesNothing(t *testing.T) {
 	c := refusalClock()
-	onStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
+	fixture.OnStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
 		e, _ := refusalEngine(t, s, c)
 		ctx := context.Background()
 		held := e.Decide(ctx, request(http.MethodGet, "/slow", "192.0.2.1", ""))
@@ -118,7 +121,7 @@ func TestConcurrencyRefusalChargesNothing(t *testing.T) {
 // do not spend the global budget.
 func TestGlobalRefusalChargesNothing(t *testing.T) {
 	c := refusalClock()
-	onStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
+	fixture.OnStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
 		e, _ := refusalEngine(t, s, c)
 		// One address uses up its plan; its requests to /search, refused
 		// by the plan, leave the global budget whole.
@@ -151,7 +154,7 @@ func TestGlobalRefusalChargesNothing(t *testing.T) {
 // route's own limit.
 func TestLoginRefusalChargesNothing(t *testing.T) {
 	c := refusalClock()
-	onStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
+	fixture.OnStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
 		e, _ := refusalEngine(t, s, c)
 		wrong := func(acct string) string { return fmt.Sprintf(`{"username":%q,"password":"guess"}`, acct) }
 		right := func(acct string) string { return fmt.Sprintf(`{"username":%q,"password":"demo"}`, acct) }
@@ -199,7 +202,7 @@ func TestLoginRefusalChargesNothing(t *testing.T) {
 // none of them.
 func TestShadowChargedOnlyWhenAdmitted(t *testing.T) {
 	c := refusalClock()
-	onStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
+	fixture.OnStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
 		e, m := refusalEngine(t, s, c)
 		if n := admitted(t, e, "GET", "/cand", "192.0.2.30", "", 3); n != 3 {
 			t.Fatalf("admitted %d, want 3", n)
@@ -223,7 +226,7 @@ func TestShadowChargedOnlyWhenAdmitted(t *testing.T) {
 // budget are charged exactly for the requests admitted.
 func TestRefusalsAtOnceChargeNothing(t *testing.T) {
 	c := refusalClock()
-	onStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
+	fixture.OnStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
 		e, _ := refusalEngine(t, s, c)
 		var ok atomic.Int64
 		var wg sync.WaitGroup

@@ -5,39 +5,21 @@ import (
 	"testing"
 
 	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/policy"
 )
 
-// shadowPolicy has an anonymous plan in shadow (trial: 5 a minute) and a
-// route with a candidate limit (cand: 3 a minute) beside the enforced
-// plan of its key (free: 100 a minute).
-const shadowPolicy = `version: shadow-1
-listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
-identity: {secret: shadow-test-secret-0123456789, anonymous_plan: trial}
-plans:
-  trial: {algorithm: sliding_log, rate: 5, period: 1m, shadow: true}
-  free: {algorithm: sliding_log, rate: 100, period: 1m}
-api_keys:
-  - {id: free-demo, digest: "sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb", plan: free}
-routes:
-  - {name: api, path: /api/, upstream: UPSTREAM}
-  - {name: cand, path: /cand, upstream: UPSTREAM, shadow_limit: {algorithm: sliding_log, rate: 3, period: 1m}}
-`
-
-// shadowEngine returns an engine on shadowPolicy over the memory store,
+// shadowEngine returns an engine on fixture.Shadow over the memory store,
 // on a clock that stands still, with its metrics.
 func shadowEngine(t *testing.T) (*engine.Engine, *engine.Metrics) {
 	t.Helper()
-	p, err := policy.Parse([]byte(strings.ReplaceAll(shadowPolicy, "UPSTREAM", policy.BuiltinEcho)), "shadow.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := fixture.Parse(t, fixture.Shadow, policy.BuiltinEcho)
 	m, err := engine.NewMetrics(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := stillClock()
-	return newEngine(t, p, memoryStore(t, c.Now), c.Now, func(o *engine.Options) { o.Metrics = m }), m
+	c := fixture.StillClock()
+	return newEngine(t, p, fixture.MemoryStore(t, c.Now), c.Now, func(o *engine.Options) { o.Metrics = m }), m
 }
 
 // shadowCounts returns what budget in route group would have refused and

@@ -14,7 +14,7 @@ import (
 )
 
 // traced returns f's engine again with a tracer recording every span.
-func (f *fixture) traced(t testing.TB, sampler sdktrace.Sampler) (*tracetest.SpanRecorder, trace.Tracer) {
+func (f *harness) traced(t testing.TB, sampler sdktrace.Sampler) (*tracetest.SpanRecorder, trace.Tracer) {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sampler))

@@ -7,6 +7,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
 )
@@ -16,9 +17,9 @@ import (
 // enforced, as the README promises: the sixth wrong password for an
 // account is refused (and so never reaches the upstream).
 func TestShadowFileKeepsGuards(t *testing.T) {
-	c := stillClock()
-	onStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
-		p := quickstart(t, append(trustLoopback, "version: quickstart-1", "version: quickstart-1\nshadow: true")...)
+	c := fixture.StillClock()
+	fixture.OnStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
+		p := fixture.Quickstart(t, append(trustLoopback, "version: quickstart-1", "version: quickstart-1\nshadow: true")...)
 		e := newEngine(t, p, s, c.Now)
 		for i := 0; i < 5; i++ {
 			if v := login(e, "/login", fmt.Sprintf("203.0.113.%d", i), `{"username":"alice","password":"guess"}`); !v.Outcome.Admitted() {
@@ -37,7 +38,7 @@ func TestShadowFileKeepsGuards(t *testing.T) {
 // tests choose client addresses and users.
 func unlimitedConfig(t *testing.T) *policy.Policy {
 	t.Helper()
-	return quickstart(t, append(trustLoopback,
+	return fixture.Quickstart(t, append(trustLoopback,
 		"  pro:       {algorithm: sliding_log, rate: 1000, period: 1m}", "  pro:       {algorithm: sliding_log, rate: 1000, period: 1m}\n  internal: {unlimited: true}",
 		"api_keys:\n", fmt.Sprintf("allowlist: {users: [carol], tenants: [ops], addresses: [198.51.100.0/24]}\napi_keys:\n"+
 			"  - {id: internal, digest: %q, plan: internal}\n  - {id: ops, digest: %q, tenant: ops, plan: free}\n",
@@ -54,8 +55,8 @@ func unlimitedConfig(t *testing.T) *policy.Policy {
 func TestUnlimitedAndAllowlist(t *testing.T) {
 	// Invalid keys count in a fixed window of a minute: a clock that
 	// stands still.
-	c := stillClock()
-	onStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
+	c := fixture.StillClock()
+	fixture.OnStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
 		m, err := engine.NewMetrics(nil)
 		if err != nil {
 			t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 	"github.com/tollgate/tollgate/envoyrls"
 	"github.com/tollgate/tollgate/internal/decidetest"
 	"github.com/tollgate/tollgate/internal/redistest"
-	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
 // TestDecideRLS runs the engine's RLS table (package internal/decidetest)
@@ -22,20 +21,7 @@ import (
 // called in process and over gRPC: the same answers every way.
 func TestDecideRLS(t *testing.T) {
 	srv := redistest.Start(t)
-	stores := map[string]func(t *testing.T) tollgate.Store{
-		"memory": decidetest.MemoryStore,
-		"redis": func(t *testing.T) tollgate.Store {
-			c := srv.NewClient(t)
-			if err := c.Do(context.Background(), c.B().Flushall().Build()).Error(); err != nil {
-				t.Fatal(err)
-			}
-			s, err := rstore.New(c, rstore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-	}
+	stores := decidetest.Stores(srv)
 	fronts := map[string]func(t *testing.T, s *envoyrls.Server) func(*rlspb.RateLimitRequest) *rlspb.RateLimitResponse{
 		"in process": inProcess,
 		"grpc":       overGRPC,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/gateway"
+	"github.com/tollgate/tollgate/internal/fixture"
 )
 
 // startWith starts a gateway with opts (Policy and a logger filled in;
@@ -20,7 +21,7 @@ func startWith(t *testing.T, opts gateway.Options, before ...func(*gateway.Gatew
 	if opts.Store == nil {
 		giveStoreDeadline(opts.Policy, opts.RedisURL)
 	}
-	logs := &syncBuffer{}
+	logs := &fixture.SyncBuffer{}
 	opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	opts.ShutdownTimeout = 5 * time.Second
 	g, err := gateway.New(opts)

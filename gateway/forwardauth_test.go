@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/gateway"
 	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -27,43 +27,10 @@ var proxies = []struct {
 	start func(t *testing.T, tollgate, upstream string) string
 }{{"nginx", startNginx}, {"caddy", startCaddy}}
 
-// checkRefusal checks a 429 as the client sees it: Retry-After, the
-// RateLimit headers of the Free plan's used-up minute, and the problem
-// body.
+// checkRefusal checks a 429 as the client sees it (fixture.CheckFreeRefusal).
 func checkRefusal(t *testing.T, resp *http.Response, body []byte) {
 	t.Helper()
-	h := resp.Header
-	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("status %d, want 429: %s", resp.StatusCode, body)
-	}
-	if got := h.Get("RateLimit-Policy"); got != `"free.minute";q=100;w=60, "free.day";q=1000;w=86400` {
-		t.Errorf("RateLimit-Policy = %q", got)
-	}
-	rl := h.Get("RateLimit")
-	if !strings.HasPrefix(rl, `"free.minute";r=0;t=`) {
-		t.Errorf("RateLimit = %q", rl)
-	}
-	tSec, _ := strconv.Atoi(rl[strings.LastIndex(rl, "=")+1:])
-	retry, err := strconv.Atoi(h.Get("Retry-After"))
-	if err != nil || retry < 1 || retry < tSec || retry > 60 {
-		t.Errorf("Retry-After = %q with t=%d", h.Get("Retry-After"), tSec)
-	}
-	if h.Get("X-RateLimit-Limit") != "100" || h.Get("X-RateLimit-Remaining") != "0" {
-		t.Errorf("legacy headers: %v", h)
-	}
-	if ct := h.Get("Content-Type"); ct != "application/problem+json" {
-		t.Errorf("Content-Type = %q", ct)
-	}
-	var p httplimit.Problem
-	if err := json.Unmarshal(body, &p); err != nil {
-		t.Fatalf("problem body %q: %v", body, err)
-	}
-	if p.Status != 429 || p.Type != httplimit.ProblemRateLimited || p.Detail == "" || p.RetryAfter != int64(retry) {
-		t.Errorf("problem = %+v", p)
-	}
-	if len(h.Values("X-Tollgate-Status"))+len(h.Values("X-Tollgate-Problem")) > 0 {
-		t.Errorf("Tollgate's headers for the proxy reached the client: %v", h)
-	}
+	fixture.CheckFreeRefusal(t, resp.StatusCode, resp.Header, body)
 }
 
 // TestForwardAuthFreeKeyThroughProxies: nginx (auth_request) and Caddy
@@ -325,7 +292,7 @@ func TestForwardAuthNginxStatuses(t *testing.T) {
 // before the answer, so admitted requests leave at its pace.
 func TestForwardAuthShadowAndShaping(t *testing.T) {
 	up := newUpstream(t)
-	src := strings.ReplaceAll(shadowPolicy, "UPSTREAM", up.URL)
+	src := strings.ReplaceAll(fixture.Shadow, "UPSTREAM", up.URL)
 	src = strings.Replace(src, "anonymous_plan: trial}", "anonymous_plan: trial, trusted_proxies: [127.0.0.1/32]}", 1)
 	p, err := policy.Parse([]byte(src), "shadow.yaml")
 	if err != nil {

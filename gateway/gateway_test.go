@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/gateway"
 	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/policy"
@@ -49,39 +49,20 @@ func TestMain(m *testing.M) {
 const parallelTests = 8
 
 const (
-	freeKey = "free-demo-key"
-	proKey  = "pro-demo-key"
+	freeKey = fixture.FreeKey
+	proKey  = fixture.ProKey
 )
 
 // config is the quickstart policy with its upstreams pointed at upstream
 // and the given trusted proxies.
 func config(t *testing.T, upstream string, trusted string) *policy.Policy {
 	t.Helper()
-	return quickstart(t, upstream, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, "trusted_proxies: "+trusted)
+	return quickstart(t, upstream, fixture.Trusting(trusted)...)
 }
 
 // quickstart is examples/quickstart.yaml with its upstreams pointed at
-// upstream and edits applied: pairs of text to find (which must be there,
-// so a changed quickstart fails loudly) and text to put in its place.
-func quickstart(t *testing.T, upstream string, edits ...string) *policy.Policy {
-	t.Helper()
-	b, err := os.ReadFile("../examples/quickstart.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.ReplaceAll(string(b), "builtin:echo", upstream)
-	for i := 0; i+1 < len(edits); i += 2 {
-		if !strings.Contains(s, edits[i]) {
-			t.Fatalf("examples/quickstart.yaml no longer holds %q; update the test", edits[i])
-		}
-		s = strings.Replace(s, edits[i], edits[i+1], 1)
-	}
-	p, err := policy.Parse([]byte(s), "quickstart-test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+// upstream and edits applied (fixture.QuickstartTo).
+var quickstart = fixture.QuickstartTo
 
 // upstream is a real HTTP server that counts what reaches it.
 type upstream struct {
@@ -118,22 +99,10 @@ func newUpstream(t *testing.T) *upstream {
 type running struct {
 	g             *gateway.Gateway
 	public, admin string
-	logs          *syncBuffer
+	logs          *fixture.SyncBuffer
 	cancel        context.CancelFunc
 	done          chan error
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func start(t *testing.T, p *policy.Policy, redisURL string) *running {
 	t.Helper()
@@ -224,7 +193,7 @@ func giveStoreDeadline(p *policy.Policy, redisURL string) {
 func startClock(t *testing.T, p *policy.Policy, redisURL string, clock func() time.Time, with ...func(*gateway.Options)) *running {
 	t.Helper()
 	giveStoreDeadline(p, redisURL)
-	logs := &syncBuffer{}
+	logs := &fixture.SyncBuffer{}
 	opts := gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		ShutdownTimeout: 5 * time.Second, Clock: clock}
 	for _, f := range with {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/jwttest"
 	"github.com/tollgate/tollgate/policy"
 )
@@ -15,15 +16,7 @@ import (
 // claims), with 127/8 trusted so tests choose client addresses.
 func jwtConfig(t *testing.T, upstream string, idp *jwttest.IdP) *policy.Policy {
 	t.Helper()
-	p := quickstart(t, upstream, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, `trusted_proxies: [127.0.0.0/8]
-  jwt:
-    jwks_url: `+idp.JWKSURL()+`
-    issuer: https://idp.example
-    audience: [tollgate-api]
-    algorithms: [RS256, ES256]
-    tenant_claim: org
-    plan_claim: plan`)
-	return p
+	return quickstart(t, upstream, fixture.JWT(idp.JWKSURL())...)
 }
 
 // claims is a token's claims for subject sub, valid now for the issuer

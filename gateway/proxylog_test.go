@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/fixture"
 )
 
 // TestProxyErrorsLogAsJSON: an upstream that promises a body and closes
@@ -17,7 +19,7 @@ import (
 // of the gateway's slog handler as JSON, not as plain text on the standard
 // logger.
 func TestProxyErrorsLogAsJSON(t *testing.T) {
-	std := &syncBuffer{}
+	std := &fixture.SyncBuffer{}
 	log.SetOutput(std)
 	t.Cleanup(func() { log.SetOutput(os.Stderr) })
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -8,43 +8,14 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
 )
 
-// scalePolicy has a plan with two limits, a tenant budget, a route with a
-// global budget, and three API keys (u1-key, u2-key, u3-key) of one tenant.
-const scalePolicy = `version: scale-1
-listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
-store: {timeout: 5s}
-identity: {secret: scale-test-secret-0123456789, anonymous_plan: team}
-plans:
-  team:
-    limits:
-      - {name: burst, algorithm: fixed_window, rate: 10, period: 1h}
-      - {name: daily, algorithm: sliding_log, rate: 1000, period: 24h}
-    tenant: {algorithm: fixed_window, rate: 25, period: 1h}
-  solo:
-    limits:
-      - {name: minute, algorithm: fixed_window, rate: 3, period: 1h}
-      - {name: hour, algorithm: fixed_window, rate: 5, period: 24h}
-api_keys:
-  - {id: u1, digest: "sha256:c232a2ef101127466f5296e1fd375b61c363b57a4f329d62d4780b04f343812b", tenant: acme, user: u1, plan: team}
-  - {id: u2, digest: "sha256:e244b2e3463f8e91cefe435f48a5fbd97335dc814920ae67c861e5950d4f04f4", tenant: acme, user: u2, plan: team}
-  - {id: u3, digest: "sha256:c0ad84be416f65df1e13b1eea82361d05acbdd7225fc9e870b3812a2e950a14f", tenant: acme, user: u3, plan: team}
-  - {id: solo, digest: "sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb", plan: solo}
-routes:
-  - {name: api, path: /api/, upstream: UPSTREAM}
-  - {name: search, path: /search, upstream: UPSTREAM, global: {algorithm: fixed_window, rate: 12, period: 1h}}
-`
-
 func scaleConfig(t *testing.T, upstream, extra string) *policy.Policy {
 	t.Helper()
-	p, err := policy.Parse([]byte(strings.ReplaceAll(scalePolicy, "UPSTREAM", upstream)+extra), "scale.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return fixture.Parse(t, fixture.Scale+extra, upstream)
 }
 
 // TestHierarchyThroughGateways: three users limited to 10 each in a tenant
@@ -95,7 +66,7 @@ func TestTwoRegions(t *testing.T) {
 	plan := `
   wide: {algorithm: fixed_window, rate: 100, period: 1h}
 `
-	base := strings.Replace(strings.ReplaceAll(scalePolicy, "UPSTREAM", up.URL), "plans:\n", "plans:"+plan, 1)
+	base := strings.Replace(strings.ReplaceAll(fixture.Scale, "UPSTREAM", up.URL), "plans:\n", "plans:"+plan, 1)
 	base = strings.Replace(base, "anonymous_plan: team", "anonymous_plan: wide", 1)
 	var gs []*running
 	for _, region := range []string{"eu", "us"} {

@@ -9,28 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/policy"
 )
-
-const shadowPolicy = `version: shadow-1
-listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
-identity: {secret: shadow-test-secret-0123456789, anonymous_plan: trial}
-plans:
-  trial: {algorithm: sliding_log, rate: 5, period: 1m, shadow: true}
-  free: {algorithm: sliding_log, rate: 100, period: 1m}
-api_keys:
-  - {id: free-demo, digest: "sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb", plan: free}
-routes:
-  - {name: api, path: /api/, upstream: UPSTREAM}
-  - {name: cand, path: /cand, upstream: UPSTREAM, shadow_limit: {algorithm: sliding_log, rate: 3, period: 1m}}
-`
 
 // TestShadowPolicy: under a shadow plan of 5, 20 requests go through and
 // every response is byte-identical to one through a plain reverse proxy.
 // (What the shadow plan counts is the engine's TestShadowPolicy.)
 func TestShadowPolicy(t *testing.T) {
 	up := newUpstream(t)
-	p, err := policy.Parse([]byte(strings.ReplaceAll(shadowPolicy, "UPSTREAM", up.URL)), "shadow.yaml")
+	p, err := policy.Parse([]byte(strings.ReplaceAll(fixture.Shadow, "UPSTREAM", up.URL)), "shadow.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
 	"github.com/tollgate/tollgate/store/memory"
@@ -409,17 +409,7 @@ func TestConcurrencyLeaseHeldForTheCall(t *testing.T) {
 // fail_open method proceeds, a fail_closed one is Unavailable with retry
 // hints.
 func TestFailClosed(t *testing.T) {
-	dead := redistest.Start(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{dead.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := rstore.New(c, rstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead.Close()
+	s := fixture.DeadRedisStore(t)
 	svc, cc := start(t, grpclimit.Options{Policy: testPolicy(t, ""), Store: s})
 	if r := call(cc, "Say"); r.err != nil {
 		t.Fatalf("fail_open method: %v", r.err)

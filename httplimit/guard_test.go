@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/fixture"
 )
 
 // TestDailyQuotaResetsAtLocalMidnight: the quickstart's Free plan allows
@@ -19,15 +20,15 @@ func TestDailyQuotaResetsAtLocalMidnight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, hcm)}
-	h := newService(t, quickstart(t, trusting("[]")...), memoryStore(t, c.Now), c.Now)
+	c := fixture.ClockAt(time.Date(2026, 12, 1, 12, 0, 0, 0, hcm))
+	h := newService(t, fixture.Quickstart(t, fixture.Trusting("[]")...), fixture.MemoryStore(t, c.Now), c.Now)
 	for round := 0; round < 10; round++ {
-		if n, _ := admitUntilRefused(t, h, "/api/items", 100, "X-API-Key", freeKey); n != 100 {
+		if n, _ := admitUntilRefused(t, h, "/api/items", 100, "X-API-Key", fixture.FreeKey); n != 100 {
 			t.Fatalf("round %d: admitted %d of 100", round, n)
 		}
 		c.Add(61 * time.Second) // past the per-minute limit, same day
 	}
-	rec := send(h, "GET", "/api/items", "", "", "X-API-Key", freeKey)
+	rec := send(h, "GET", "/api/items", "", "", "X-API-Key", fixture.FreeKey)
 	untilMidnight := time.Date(2026, 12, 2, 0, 0, 0, 0, hcm).Sub(c.Now())
 	wantT := strconv.FormatInt(int64((untilMidnight+time.Second-1)/time.Second), 10)
 	if rec.Code != 429 || rec.Header().Get("RateLimit") != `"free.day";r=0;t=`+wantT || rec.Header().Get("Retry-After") != wantT {
@@ -36,11 +37,11 @@ func TestDailyQuotaResetsAtLocalMidnight(t *testing.T) {
 	}
 	// 17:00 UTC is midnight in Ho Chi Minh City: the quota is back.
 	c.Set(time.Date(2026, 12, 1, 16, 59, 59, 0, time.UTC))
-	if code := send(h, "GET", "/api/items", "", "", "X-API-Key", freeKey).Code; code != 429 {
+	if code := send(h, "GET", "/api/items", "", "", "X-API-Key", fixture.FreeKey).Code; code != 429 {
 		t.Fatalf("one second before local midnight: %d", code)
 	}
 	c.Set(time.Date(2026, 12, 1, 17, 0, 0, 0, time.UTC))
-	rec = send(h, "GET", "/api/items", "", "", "X-API-Key", freeKey)
+	rec = send(h, "GET", "/api/items", "", "", "X-API-Key", fixture.FreeKey)
 	if rec.Code != 200 || !strings.Contains(rec.Header().Get("RateLimit-Policy"), `"free.day";q=1000;w=86400`) {
 		t.Fatalf("at local midnight: %d %v", rec.Code, rec.Header())
 	}
@@ -61,8 +62,8 @@ func loginAs(h http.Handler, from, user, password string) (int, http.Header, str
 // the right password; the lock doubles on the next offence; once it ends
 // the right password works. A user who logs in fine is never locked.
 func TestLoginGuard(t *testing.T) {
-	c := &clock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
-	h := newService(t, quickstart(t, trusting("[127.0.0.1/32]")...), memoryStore(t, c.Now), c.Now)
+	c := fixture.ClockAt(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	h := newService(t, fixture.Quickstart(t, fixture.Trusting("[127.0.0.1/32]")...), fixture.MemoryStore(t, c.Now), c.Now)
 	for i := 0; i < 5; i++ {
 		if i > 0 {
 			c.Add(time.Second)
@@ -104,8 +105,8 @@ func TestLoginGuard(t *testing.T) {
 // TestLoginIPSpray: one IP trying 50 accounts, one guess each, is stopped
 // by the per-IP failure limit (20 per 10 minutes), not by account locks.
 func TestLoginIPSpray(t *testing.T) {
-	c := &clock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
-	h := newService(t, quickstart(t, trusting("[127.0.0.1/32]")...), memoryStore(t, c.Now), c.Now)
+	c := fixture.ClockAt(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	h := newService(t, fixture.Quickstart(t, fixture.Trusting("[127.0.0.1/32]")...), fixture.MemoryStore(t, c.Now), c.Now)
 	stoppedAt := -1
 	for i := 0; i < 50; i++ {
 		code, _, body := loginAs(h, "203.0.113.66", fmt.Sprintf("user%d", i), "guess")

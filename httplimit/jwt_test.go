@@ -7,7 +7,9 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/jwttest"
+	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 // TestInvalidJWTsChargedToTheAddress: every token that does not verify
@@ -16,20 +18,13 @@ import (
 // unknown API key: the 11th from one address is a 429, and so is then
 // a valid token from it, while another address is unaffected.
 func TestInvalidJWTsChargedToTheAddress(t *testing.T) {
-	c := stillClock() // a fixed window of a minute
-	onStores(t, c.Now, func(t *testing.T, s tollgate.Store) {
+	c := fixture.StillClock() // a fixed window of a minute
+	fixture.OnStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {
 		rsa := jwttest.NewKey(t, "RS256", "rsa-1")
 		idp := jwttest.NewIdP(t, rsa)
 		// The quickstart verifying bearer JWTs against idp's JWKS, with
 		// 127/8 trusted so the test chooses client addresses.
-		p := quickstart(t, `trusted_proxies: [127.0.0.1/32, "::1/128"]`, `trusted_proxies: [127.0.0.0/8]
-  jwt:
-    jwks_url: `+idp.JWKSURL()+`
-    issuer: https://idp.example
-    audience: [tollgate-api]
-    algorithms: [RS256, ES256]
-    tenant_claim: org
-    plan_claim: plan`)
+		p := fixture.Quickstart(t, fixture.JWT(idp.JWKSURL())...)
 		h := newService(t, p, s, c.Now)
 		now := c.Now()
 		ok := jwttest.Valid("alice", now).With("iss", "https://idp.example").With("aud", []string{"tollgate-api"})
@@ -73,10 +68,10 @@ func TestInvalidJWTsChargedToTheAddress(t *testing.T) {
 		}
 		// A token and an X-API-Key that differ stay a 401, and API keys
 		// still work beside tokens.
-		if rec := send(h, "GET", "/api/items", "198.51.100.9", "", "Authorization", "Bearer "+valid, "X-Api-Key", freeKey); rec.Code != 401 {
+		if rec := send(h, "GET", "/api/items", "198.51.100.9", "", "Authorization", "Bearer "+valid, "X-Api-Key", fixture.FreeKey); rec.Code != 401 {
 			t.Fatalf("a token and a key: %d, want 401", rec.Code)
 		}
-		if rec := send(h, "GET", "/api/items", "198.51.100.9", "", "Authorization", "Bearer "+freeKey); rec.Code != 200 {
+		if rec := send(h, "GET", "/api/items", "198.51.100.9", "", "Authorization", "Bearer "+fixture.FreeKey); rec.Code != 200 {
 			t.Fatalf("an API key under a JWT policy: %d", rec.Code)
 		}
 	})

@@ -11,14 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
 	"github.com/tollgate/tollgate/store/memory"
-	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
 const pol = `version: t1
@@ -111,17 +109,7 @@ func TestMain(m *testing.M) { os.Exit(redistest.Main(m, &srv, "rl:*")) }
 // TestStoreFailure uses a real Redis store whose server has been stopped:
 // ordinary routes fail open, fail_closed routes answer 503.
 func TestStoreFailure(t *testing.T) {
-	dead := redistest.Start(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{dead.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := rstore.New(c, rstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead.Close()
+	s := fixture.DeadRedisStore(t)
 	h, calls := handler(t, s, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

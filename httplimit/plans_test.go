@@ -1,13 +1,12 @@
 package httplimit_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/tollgate/tollgate/httplimit"
+	"github.com/tollgate/tollgate/internal/fixture"
 )
 
 // TestFreeKeyGetsExactly100: the quickstart's free key is admitted 100
@@ -15,43 +14,18 @@ import (
 // RateLimit headers of both its limits and the legacy ones; a refusal
 // never reaches the service.
 func TestFreeKeyGetsExactly100(t *testing.T) {
-	c := stillClock()
-	h := newService(t, quickstart(t, trusting("[]")...), memoryStore(t, c.Now), c.Now)
-	n, rec := admitUntilRefused(t, h, "/api/items", 200, "Authorization", "Bearer "+freeKey)
+	c := fixture.StillClock()
+	h := newService(t, fixture.Quickstart(t, fixture.Trusting("[]")...), fixture.MemoryStore(t, c.Now), c.Now)
+	n, rec := admitUntilRefused(t, h, "/api/items", 200, "Authorization", "Bearer "+fixture.FreeKey)
 	if n != 100 {
 		t.Fatalf("admitted %d, want 100", n)
 	}
 	if hits := h.hits.Load(); hits != 100 {
 		t.Fatalf("the service saw %d requests, want exactly 100", hits)
 	}
-	hdr := rec.Header()
-	if got := hdr.Get("RateLimit-Policy"); got != `"free.minute";q=100;w=60, "free.day";q=1000;w=86400` {
-		t.Errorf("RateLimit-Policy = %q", got)
-	}
-	rl := hdr.Get("RateLimit")
-	if !strings.HasPrefix(rl, `"free.minute";r=0;t=`) {
-		t.Errorf("RateLimit = %q", rl)
-	}
-	tSec, _ := strconv.Atoi(rl[strings.LastIndex(rl, "=")+1:])
-	retry, err := strconv.Atoi(hdr.Get("Retry-After"))
-	if err != nil || retry < 1 || retry < tSec || retry > 60 {
-		t.Errorf("Retry-After = %q with t=%d", hdr.Get("Retry-After"), tSec)
-	}
-	if hdr.Get("Content-Type") != "application/problem+json" {
-		t.Errorf("Content-Type = %q", hdr.Get("Content-Type"))
-	}
-	if hdr.Get("X-RateLimit-Limit") != "100" || hdr.Get("X-RateLimit-Remaining") != "0" {
-		t.Errorf("legacy headers: %v", hdr)
-	}
-	var p httplimit.Problem
-	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
-		t.Fatalf("problem body %q: %v", rec.Body, err)
-	}
-	if p.Status != 429 || p.Type != httplimit.ProblemRateLimited || p.Title == "" || p.Detail == "" || p.RetryAfter != int64(retry) {
-		t.Errorf("problem = %+v", p)
-	}
+	fixture.CheckFreeRefusal(t, rec.Code, rec.Header(), rec.Body.Bytes())
 	// The service is never called for a refusal.
-	send(h, "GET", "/api/items", "", "", "X-API-Key", freeKey)
+	send(h, "GET", "/api/items", "", "", "X-API-Key", fixture.FreeKey)
 	if hits := h.hits.Load(); hits != 100 {
 		t.Fatalf("the service saw %d requests after refusals, want 100", hits)
 	}
@@ -60,9 +34,9 @@ func TestFreeKeyGetsExactly100(t *testing.T) {
 // TestProKeyGets1000: the quickstart's pro key is admitted 1,000 times a
 // minute.
 func TestProKeyGets1000(t *testing.T) {
-	c := stillClock()
-	h := newService(t, quickstart(t, trusting("[]")...), memoryStore(t, c.Now), c.Now)
-	if n, _ := admitUntilRefused(t, h, "/api/items", 1100, "X-API-Key", proKey); n != 1000 {
+	c := fixture.StillClock()
+	h := newService(t, fixture.Quickstart(t, fixture.Trusting("[]")...), fixture.MemoryStore(t, c.Now), c.Now)
+	if n, _ := admitUntilRefused(t, h, "/api/items", 1100, "X-API-Key", fixture.ProKey); n != 1000 {
 		t.Fatalf("admitted %d, want 1000", n)
 	}
 	if h.hits.Load() != 1000 {
@@ -73,16 +47,16 @@ func TestProKeyGets1000(t *testing.T) {
 // TestExportCosts10: an export (cost 10) spends ten of the free plan's
 // 100 a minute, the budget every other route spends too.
 func TestExportCosts10(t *testing.T) {
-	c := stillClock()
-	h := newService(t, quickstart(t, trusting("[]")...), memoryStore(t, c.Now), c.Now)
-	if n, _ := admitUntilRefused(t, h, "/api/export", 20, "X-API-Key", freeKey); n != 10 {
+	c := fixture.StillClock()
+	h := newService(t, fixture.Quickstart(t, fixture.Trusting("[]")...), fixture.MemoryStore(t, c.Now), c.Now)
+	if n, _ := admitUntilRefused(t, h, "/api/export", 20, "X-API-Key", fixture.FreeKey); n != 10 {
 		t.Fatalf("admitted %d exports, want 10 (cost 10 of 100)", n)
 	}
 	// The export spent the same plan budget as every other route.
-	if rec := send(h, "GET", "/api/items", "", "", "X-API-Key", freeKey); rec.Code != 429 {
+	if rec := send(h, "GET", "/api/items", "", "", "X-API-Key", fixture.FreeKey); rec.Code != 429 {
 		t.Fatalf("a read after 10 exports: %d, want 429", rec.Code)
 	}
-	rec := send(h, "GET", "/api/export", "", "", "X-API-Key", freeKey)
+	rec := send(h, "GET", "/api/export", "", "", "X-API-Key", fixture.FreeKey)
 	if got := rec.Header().Get("RateLimit"); !strings.HasPrefix(got, `"free.minute";r=0;`) {
 		t.Errorf("RateLimit = %q", got)
 	}
@@ -92,8 +66,8 @@ func TestExportCosts10(t *testing.T) {
 // minute per client address; then every keyed request of the address is
 // a 429, a right key's too, and none reaches the service.
 func TestInvalidKeysAreLimitedPerIP(t *testing.T) {
-	c := stillClock() // a fixed window of a minute
-	h := newService(t, quickstart(t, trusting("[]")...), memoryStore(t, c.Now), c.Now)
+	c := fixture.StillClock() // a fixed window of a minute
+	h := newService(t, fixture.Quickstart(t, fixture.Trusting("[]")...), fixture.MemoryStore(t, c.Now), c.Now)
 	for i := 0; i < 10; i++ {
 		rec := send(h, "GET", "/api/items", "", "", "X-API-Key", fmt.Sprintf("guess-%d", i))
 		if rec.Code != 401 || !strings.Contains(rec.Body.String(), httplimit.ProblemInvalidKey) {
@@ -105,7 +79,7 @@ func TestInvalidKeysAreLimitedPerIP(t *testing.T) {
 		t.Fatalf("11th invalid key: %d", rec.Code)
 	}
 	// Once over the budget, even a right key from that IP learns nothing.
-	if rec := send(h, "GET", "/api/items", "", "", "X-API-Key", freeKey); rec.Code != 429 {
+	if rec := send(h, "GET", "/api/items", "", "", "X-API-Key", fixture.FreeKey); rec.Code != 429 {
 		t.Fatalf("valid key from a penalised IP: %d, want 429", rec.Code)
 	}
 	if h.hits.Load() != 0 {
@@ -117,8 +91,8 @@ func TestInvalidKeysAreLimitedPerIP(t *testing.T) {
 // proxy, X-Forwarded-For is not believed: spoofed addresses do not buy a
 // fresh budget of the anonymous plan (20 a minute per client address).
 func TestForwardedForUntrustedIsIgnored(t *testing.T) {
-	c := stillClock()
-	h := newService(t, quickstart(t, trusting("[]")...), memoryStore(t, c.Now), c.Now)
+	c := fixture.StillClock()
+	h := newService(t, fixture.Quickstart(t, fixture.Trusting("[]")...), fixture.MemoryStore(t, c.Now), c.Now)
 	admitted := 0
 	for i := 0; i < 30; i++ {
 		if send(h, "GET", "/api/items", fmt.Sprintf("198.51.100.%d", i), "").Code == 200 {
@@ -134,8 +108,8 @@ func TestForwardedForUntrustedIsIgnored(t *testing.T) {
 // first address from the right of X-Forwarded-For that is not trusted,
 // whatever the client wrote to its left: each has its own 20.
 func TestForwardedForTrustedProxy(t *testing.T) {
-	c := stillClock()
-	h := newService(t, quickstart(t, trusting("[127.0.0.0/8]")...), memoryStore(t, c.Now), c.Now)
+	c := fixture.StillClock()
+	h := newService(t, fixture.Quickstart(t, fixture.Trusting("[127.0.0.0/8]")...), fixture.MemoryStore(t, c.Now), c.Now)
 	for _, client := range []string{"203.0.113.5", "203.0.113.6"} {
 		// The leftmost entry is attacker-controlled; the walk from the right
 		// stops at the first untrusted address, the real client.
@@ -149,12 +123,12 @@ func TestForwardedForTrustedProxy(t *testing.T) {
 // from a trusted proxy: from another peer the anonymous plan's 20 apply,
 // from a trusted one the user plan's (free: 100).
 func TestUserHeaderOnlyFromTrustedProxy(t *testing.T) {
-	c := stillClock()
-	untrusted := newService(t, quickstart(t, trusting("[]")...), memoryStore(t, c.Now), c.Now)
+	c := fixture.StillClock()
+	untrusted := newService(t, fixture.Quickstart(t, fixture.Trusting("[]")...), fixture.MemoryStore(t, c.Now), c.Now)
 	if n, _ := admitUntilRefused(t, untrusted, "/api/items", 30, "X-User-ID", "mallory"); n != 20 {
 		t.Fatalf("untrusted user header: admitted %d, want 20", n)
 	}
-	trusted := newService(t, quickstart(t, trusting("[127.0.0.1/32]")...), memoryStore(t, c.Now), c.Now)
+	trusted := newService(t, fixture.Quickstart(t, fixture.Trusting("[127.0.0.1/32]")...), fixture.MemoryStore(t, c.Now), c.Now)
 	if n, _ := admitUntilRefused(t, trusted, "/api/items", 130, "X-User-ID", "alice"); n != 100 {
 		t.Fatalf("trusted user header: admitted %d, want the free plan's 100", n)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/jwttest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
@@ -418,6 +419,16 @@ func MemoryStore(t *testing.T) tollgate.Store {
 	s := memory.New(memory.Options{Now: Clock})
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// Stores returns the stores the table runs on, by name: the memory store,
+// and Redis on srv, flushed before each case, since global budgets are
+// keyed by route, not by the policy's fresh secret.
+func Stores(srv *redistest.Server) map[string]func(t *testing.T) tollgate.Store {
+	return map[string]func(t *testing.T) tollgate.Store{
+		"memory": MemoryStore,
+		"redis":  func(t *testing.T) tollgate.Store { return fixture.EmptyRedisStore(t, srv) },
+	}
 }
 
 // DownStore returns the store a gateway has while its Redis is down: the

@@ -1,35 +1,16 @@
 package redis_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/redistest"
 	rstore "github.com/tollgate/tollgate/store/redis"
 )
-
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestEvictingRedisReported: a Redis that evicts keys when full (the
 // default maxmemory-policy of the managed services is volatile-lru, and
@@ -50,7 +31,7 @@ func TestEvictingRedisReported(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := redistest.Start(t, tc.args...)
-			var logs syncBuffer
+			var logs fixture.SyncBuffer
 			s, err := rstore.New(r.NewClient(t), rstore.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if err != nil {
 				t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/redistest"
 	rstore "github.com/tollgate/tollgate/store/redis"
 	"github.com/tollgate/tollgate/storetest"
@@ -204,17 +205,7 @@ func TestSlidingLogMembersUnique(t *testing.T) {
 }
 
 func TestRedisUnavailable(t *testing.T) {
-	dead := redistest.Start(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{dead.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := rstore.New(c, rstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead.Close()
+	s := fixture.DeadRedisStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if _, err := s.Allow(ctx, algo.Request{Name: "p", Subject: "s", Limit: tollgate.PerSecond(1), Cost: 1}); err == nil {
