@@ -77,27 +77,29 @@ const maxSubject = 64
 // it matches shares one budget.
 func rawSubject(entries []*rlv3.RateLimitDescriptor_Entry, nodes []*node) string {
 	if len(entries) == 1 {
-		v := entries[0].Value
-		if nodes[0].shareThreshold {
-			v = nodes[0].entry.value
-		}
+		v := subjectValue(entries, nodes, 0)
 		if strings.ContainsAny(v, "%/") {
 			return subjectEscaper.Replace(v)
 		}
 		return v
 	}
 	var sb strings.Builder
-	for i, e := range entries {
+	for i := range entries {
 		if i > 0 {
 			sb.WriteByte('/')
 		}
-		v := e.Value
-		if i < len(nodes) && nodes[i].shareThreshold {
-			v = nodes[i].entry.value
-		}
-		subjectEscaper.WriteString(&sb, v)
+		subjectEscaper.WriteString(&sb, subjectValue(entries, nodes, i))
 	}
 	return sb.String()
+}
+
+// subjectValue is entry i's part of a subject: its value, or the pattern
+// of the share_threshold wildcard it matched.
+func subjectValue(entries []*rlv3.RateLimitDescriptor_Entry, nodes []*node, i int) string {
+	if i < len(nodes) && nodes[i].shareThreshold {
+		return nodes[i].entry.value
+	}
+	return entries[i].Value
 }
 
 // metricKey is the descriptor's key in the metrics, when it depends on
@@ -118,22 +120,23 @@ func metricKey(domain string, lim *Limit, entries []*rlv3.RateLimitDescriptor_En
 	for i, e := range entries {
 		sb.WriteByte('.')
 		sb.WriteString(e.Key)
-		n := nodes[i]
-		var v string
-		switch {
-		case n.shareThreshold:
-			v = n.entry.value
-		case lim.DetailedMetric || n.valueToMetric:
-			v = e.Value
-		default:
-			v = n.entry.value
-		}
+		v := metricValue(lim, e, nodes[i])
 		if v != "" || detailed {
 			sb.WriteByte('_')
 			sb.WriteString(v)
 		}
 	}
 	return sb.String()
+}
+
+// metricValue is an entry's value in its metric key, matched at n: the
+// request's with detailed_metric or value_to_metric, unless n is a
+// share_threshold wildcard; else the configured one.
+func metricValue(lim *Limit, e *rlv3.RateLimitDescriptor_Entry, n *node) string {
+	if !n.shareThreshold && (lim.DetailedMetric || n.valueToMetric) {
+		return e.Value
+	}
+	return n.entry.value
 }
 
 // dynamicMetric reports whether the metric key of a request matched

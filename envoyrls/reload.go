@@ -95,6 +95,15 @@ func (c *configWatcher) add(p string) {
 	}
 }
 
+// restart returns t, or a new timer if it is nil, set to fire after d.
+func restart(t *time.Timer, d time.Duration) *time.Timer {
+	if t == nil {
+		return time.NewTimer(d)
+	}
+	t.Reset(d)
+	return t
+}
+
 // reloadOnChange rewatches and reloads reloadDelay after the last of a
 // run of events, until ctx ends or the watcher fails; it closes the
 // watcher.
@@ -113,11 +122,7 @@ func (s *Server) reloadOnChange(ctx context.Context, c *configWatcher, load func
 			if !ok {
 				return
 			}
-			if timer == nil {
-				timer = time.NewTimer(reloadDelay)
-			} else {
-				timer.Reset(reloadDelay)
-			}
+			timer = restart(timer, reloadDelay)
 			fire = timer.C
 		case err, ok := <-c.w.Errors:
 			if !ok {

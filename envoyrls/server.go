@@ -322,19 +322,8 @@ func (s *Server) status(c *rlsCall, i int, now time.Time) (*rlspb.RateLimitRespo
 // decision says otherwise.
 func (c *rlsCall) judge(lim *Limit, dv *engine.DescriptorVerdict, ds *rlspb.RateLimitResponse_DescriptorStatus, n *counted, reset int64) int64 {
 	dec := c.v.Charges[dv.Charge].Decision
-	n.over = !dec.Allowed
-	if !n.over && (c.v.Queried || lim.Shadow && (c.refused || c.v.Local)) {
-		// Decided at cost 0: the hits are over if they do not fit what
-		// is left, as if they had been asked for.
-		n.over = dv.Asked > dec.Remaining
-	}
-	// Remaining is after the charge if there was one; otherwise (the
-	// request refused, a shadow budget's would-be refusal or its charge
-	// skipped while the store is down) as it is.
-	n.before = sat(dec.Quota - dec.Remaining)
-	if !c.refused && !n.over && !(lim.Shadow && c.v.Local) {
-		n.before = sat(dec.Quota - dec.Remaining - dv.Hits)
-	}
+	n.over = c.over(lim, dv, dec)
+	n.before = c.before(lim, dv, dec, n.over)
 	n.limit = uint64(dec.Quota)
 	if !n.over {
 		ds.LimitRemaining = uint32(min(dec.Remaining, math.MaxUint32))
@@ -347,6 +336,31 @@ func (c *rlsCall) judge(lim *Limit, dv *engine.DescriptorVerdict, ds *rlspb.Rate
 	return reset
 }
 
+// over reports whether a descriptor's hits were over its limit, decided
+// as dec.
+func (c *rlsCall) over(lim *Limit, dv *engine.DescriptorVerdict, dec tollgate.Decision) bool {
+	if !dec.Allowed {
+		return true
+	}
+	if c.v.Queried || lim.Shadow && (c.refused || c.v.Local) {
+		// Decided at cost 0: the hits are over if they do not fit what
+		// is left, as if they had been asked for.
+		return dv.Asked > dec.Remaining
+	}
+	return false
+}
+
+// before is what a descriptor's budget had used before its hits. Remaining
+// is after the charge if there was one; otherwise (the request refused,
+// a shadow budget's would-be refusal or its charge skipped while the
+// store is down) as it is.
+func (c *rlsCall) before(lim *Limit, dv *engine.DescriptorVerdict, dec tollgate.Decision, over bool) uint64 {
+	if c.refused || over || lim.Shadow && c.v.Local {
+		return sat(dec.Quota - dec.Remaining)
+	}
+	return sat(dec.Quota - dec.Remaining - dv.Hits)
+}
+
 // headers are the response headers: LIMIT_RESPONSE_HEADERS_ENABLED's of
 // the most restrictive descriptor, shadow ones included, as
 // envoyproxy/ratelimit sends them; RateLimit-Policy and RateLimit of the
@@ -355,30 +369,41 @@ func (c *rlsCall) judge(lim *Limit, dv *engine.DescriptorVerdict, ds *rlspb.Rate
 func (s *Server) headers(states []descriptorState, statuses []*rlspb.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
 	var hs []*corev3.HeaderValue
 	if r := mostRestrictive(states, statuses, true); s.opts.Headers && r >= 0 {
-		st := statuses[r]
-		hs = append(hs,
-			&corev3.HeaderValue{Key: s.opts.LimitHeader, Value: strconv.FormatUint(uint64(states[r].lim.RequestsPerUnit), 10)},
-			&corev3.HeaderValue{Key: s.opts.RemainingHeader, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-			&corev3.HeaderValue{Key: s.opts.ResetHeader, Value: strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)})
+		hs = s.legacyHeaders(states[r].lim, statuses[r])
 	}
 	if r := mostRestrictive(states, statuses, false); s.opts.IETFHeaders && r >= 0 {
-		var pol strings.Builder
-		for i, x := range states {
-			if !limited(x, statuses[i]) || x.lim.Shadow {
-				continue
-			}
-			if pol.Len() > 0 {
-				pol.WriteString(", ")
-			}
-			pol.WriteString(x.lim.policyItem())
-		}
-		st := statuses[r]
-		hs = append(hs,
-			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: pol.String()},
-			&corev3.HeaderValue{Key: "RateLimit", Value: sfString(states[r].lim.headerName()) + ";r=" + strconv.FormatUint(uint64(st.LimitRemaining), 10) +
-				";t=" + strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)})
+		hs = append(hs, ietfHeaders(states, statuses, r)...)
 	}
 	return hs
+}
+
+// legacyHeaders are LIMIT_RESPONSE_HEADERS_ENABLED's headers of lim,
+// decided as st.
+func (s *Server) legacyHeaders(lim *Limit, st *rlspb.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+	return []*corev3.HeaderValue{
+		{Key: s.opts.LimitHeader, Value: strconv.FormatUint(uint64(lim.RequestsPerUnit), 10)},
+		{Key: s.opts.RemainingHeader, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+		{Key: s.opts.ResetHeader, Value: strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)}}
+}
+
+// ietfHeaders are RateLimit-Policy, listing the limits enforced, and
+// RateLimit of descriptor r.
+func ietfHeaders(states []descriptorState, statuses []*rlspb.RateLimitResponse_DescriptorStatus, r int) []*corev3.HeaderValue {
+	var pol strings.Builder
+	for i, x := range states {
+		if !limited(x, statuses[i]) || x.lim.Shadow {
+			continue
+		}
+		if pol.Len() > 0 {
+			pol.WriteString(", ")
+		}
+		pol.WriteString(x.lim.policyItem())
+	}
+	st := statuses[r]
+	return []*corev3.HeaderValue{
+		{Key: "RateLimit-Policy", Value: pol.String()},
+		{Key: "RateLimit", Value: sfString(states[r].lim.headerName()) + ";r=" + strconv.FormatUint(uint64(st.LimitRemaining), 10) +
+			";t=" + strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)}}
 }
 
 // mostRestrictive is the index of the descriptor whose state headers

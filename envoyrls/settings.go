@@ -90,6 +90,20 @@ func (e *envReader) boolean(name string, def bool) bool {
 	return b
 }
 
+// duration is the variable name as a positive duration, 0 when it is
+// unset or empty; a value that is not one is reported.
+func (e *envReader) duration(name string) time.Duration {
+	v := e.getenv(name)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		e.failf("%s: want a duration such as 20ms, got %q", name, v)
+	}
+	return d
+}
+
 // failf reports a problem with a variable.
 func (e *envReader) failf(format string, args ...any) {
 	e.errs = append(e.errs, fmt.Sprintf(format, args...))
@@ -108,22 +122,9 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 		s.MetricsAddr = e.get("PROMETHEUS_ADDR", ":9090")
 	}
 	s.readServer(e)
-	if v := getenv("TOLLGATE_STORE_TIMEOUT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			e.failf("TOLLGATE_STORE_TIMEOUT: want a duration such as 20ms, got %q", v)
-		}
-		s.RedisTimeout = d
-	}
-	if !e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true) {
-		s.Ignored = append(s.Ignored, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false: a request over any limit charges none, always")
-	}
+	s.RedisTimeout = e.duration("TOLLGATE_STORE_TIMEOUT")
 	s.readBackend(e)
-	for name, why := range ignoredVars {
-		if getenv(name) != "" {
-			s.Ignored = append(s.Ignored, name+": "+why)
-		}
-	}
+	s.readIgnored(e)
 	if len(e.errs) > 0 {
 		return s, fmt.Errorf("reading the environment: %s", strings.Join(e.errs, "; "))
 	}
@@ -171,6 +172,19 @@ func (s *Settings) readServer(e *envReader) {
 	s.Server.IETFHeaders = e.boolean("TOLLGATE_RLS_RATELIMIT_HEADERS", false)
 }
 
+// readIgnored lists the variables set that Tollgate reads as
+// envoyproxy/ratelimit does not, or not at all, and why.
+func (s *Settings) readIgnored(e *envReader) {
+	if !e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true) {
+		s.Ignored = append(s.Ignored, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false: a request over any limit charges none, always")
+	}
+	for name, why := range ignoredVars {
+		if e.getenv(name) != "" {
+			s.Ignored = append(s.Ignored, name+": "+why)
+		}
+	}
+}
+
 // readBackend reads BACKEND_TYPE and, for Redis, the store's URL.
 func (s *Settings) readBackend(e *envReader) {
 	switch b := strings.ToLower(e.get("BACKEND_TYPE", "redis")); b {
@@ -201,9 +215,6 @@ func (s *Settings) redis(e *envReader) error {
 	}
 	user := redisUser(e.getenv("REDIS_AUTH"))
 	addrs := strings.Split(e.get("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"), ",")
-	for i := range addrs {
-		addrs[i] = strings.TrimSpace(addrs[i])
-	}
 	t := strings.ToUpper(e.get("REDIS_TYPE", "SINGLE"))
 	mode, ok := redisModes[t]
 	if !ok {
@@ -216,21 +227,21 @@ func (s *Settings) redis(e *envReader) error {
 		if len(addrs) < 2 {
 			return fmt.Errorf("REDIS_URL: a sentinel setting is <master set>,<host:port>[,<host:port>…], got %q", e.getenv("REDIS_URL"))
 		}
-		q.Set("master_set", addrs[0])
+		q.Set("master_set", strings.TrimSpace(addrs[0]))
 		addrs = addrs[1:]
 	}
 	if strings.ToLower(e.get("REDIS_SOCKET_TYPE", "unix")) == "unix" {
 		if s.RedisMode != "standalone" {
 			return fmt.Errorf("REDIS_SOCKET_TYPE unix takes REDIS_TYPE SINGLE")
 		}
-		u := url.URL{Scheme: "unix", Path: addrs[0], User: user}
+		u := url.URL{Scheme: "unix", Path: strings.TrimSpace(addrs[0]), User: user}
 		s.RedisURL = u.String()
 		return nil
 	}
 	for _, a := range addrs[1:] {
-		q.Add("addr", a)
+		q.Add("addr", strings.TrimSpace(a))
 	}
-	u := url.URL{Scheme: scheme, Host: addrs[0], User: user, RawQuery: q.Encode()}
+	u := url.URL{Scheme: scheme, Host: strings.TrimSpace(addrs[0]), User: user, RawQuery: q.Encode()}
 	s.RedisURL = u.String()
 	return nil
 }
