@@ -140,12 +140,22 @@ func (e *Engine) identifyJWT(ctx context.Context, token string, sub Subject) (Ca
 	if cl.Tenant != "" {
 		sub.Tenant = e.hasher.Hash("t", cl.Tenant)
 	}
-	if tp := p.TenantPlans[cl.Tenant]; tp != nil && cl.Tenant != "" {
-		sub.Plan = tp
-	} else if pl := p.Plans[cl.Plan]; pl != nil && cl.Plan != "" {
+	if pl := jwtPlan(p, cl.Tenant, cl.Plan); pl != nil {
 		sub.Plan = pl
 	}
 	return Call{Subject: sub, Key: KeyValid, JWT: true, Claims: cl.Extra}, nil, rawIDs{user: cl.Subject, tenant: cl.Tenant}
+}
+
+// jwtPlan is the plan of a token of tenant that names plan: its tenant's
+// plan (TenantPlans), else the plan it names, else nil.
+func jwtPlan(p *policy.Policy, tenant, plan string) *policy.Plan {
+	if tp := p.TenantPlans[tenant]; tp != nil && tenant != "" {
+		return tp
+	}
+	if plan == "" {
+		return nil
+	}
+	return p.Plans[plan]
 }
 
 // identifyKey identifies a call presenting the API key key, from sub,
@@ -320,31 +330,38 @@ func (e *Engine) address(h http.Header, remoteAddr string) (Identity, error) {
 
 // identifyAt is IdentifyPresented for a call from the address id found.
 func (e *Engine) identifyAt(ctx context.Context, p Presented, id Identity) (Call, Identity, error) {
-	pol := e.policy
 	cred := Credentials{Client: id.Addr, Custom: p.Custom, CustomOK: p.CustomOK}
 	if !cred.CustomOK {
-		fields := pol.CredentialFields
-		if fields == nil {
-			fields = identity.DefaultFields
-		}
-		tokens, qerr := fields.QueryTokens(p.RawQuery)
-		tokens = append(append(tokens, p.BodyTokens...), fields.CookieTokens(p.Header)...)
-		key, isJWT, present, err := identity.RequestCredential(p.Header, tokens, pol.JWT != nil)
-		cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, err != nil || qerr != nil || p.BodyMalformed
-		cred.Basic = identity.BasicParts(p.Header)
-		if !present && !cred.KeyMalformed && pol.UserHeader != "" && id.TrustedPeer {
-			user, ok, err := identity.UserID(p.Header, pol.UserHeader)
-			if err != nil {
-				return Call{}, Identity{}, fmt.Errorf("identifying the call: %w", err)
-			}
-			if ok {
-				cred.User = user
-			}
+		var err error
+		if cred, err = e.credentials(p, id, cred); err != nil {
+			return Call{}, Identity{}, fmt.Errorf("identifying the call: %w", err)
 		}
 	}
 	call, key := e.IdentifyContext(ctx, cred)
 	id.Subject, id.Key = call.Subject, key
 	return call, id, nil
+}
+
+// credentials fills in cred with what p presents from the address id
+// found: its key or token, wherever it is, its Basic credentials, and the
+// user id a trusted proxy names when it presents no key.
+func (e *Engine) credentials(p Presented, id Identity, cred Credentials) (Credentials, error) {
+	pol := e.policy
+	fields := pol.CredentialFields
+	if fields == nil {
+		fields = identity.DefaultFields
+	}
+	tokens, qerr := fields.QueryTokens(p.RawQuery)
+	tokens = append(append(tokens, p.BodyTokens...), fields.CookieTokens(p.Header)...)
+	key, isJWT, present, err := identity.RequestCredential(p.Header, tokens, pol.JWT != nil)
+	cred.Key, cred.JWT, cred.KeyPresent, cred.KeyMalformed = key, isJWT, present, err != nil || qerr != nil || p.BodyMalformed
+	cred.Basic = identity.BasicParts(p.Header)
+	if present || cred.KeyMalformed || pol.UserHeader == "" || !id.TrustedPeer {
+		return cred, nil
+	}
+	user, _, err := identity.UserID(p.Header, pol.UserHeader)
+	cred.User = user
+	return cred, err
 }
 
 // penaltyBox remembers, in this process, client addresses that are over
@@ -372,24 +389,28 @@ func (b *penaltyBox) set(id string, t time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.until[id]; !ok && len(b.until) >= maxPenalties {
-		// Full: evict, of a few entries taken at random (map order), the
-		// one that ends first, so that no request pays for a scan. An
-		// address evicted early is still over its budget in the store:
-		// its next invalid key is refused there and boxed again.
-		var victim string
-		var end time.Time
-		n := 0
-		for k, v := range b.until {
-			if n == 0 || v.Before(end) {
-				victim, end = k, v
-			}
-			if n++; n == 8 {
-				break
-			}
-		}
-		delete(b.until, victim)
+		b.evict()
 	}
 	b.until[id] = t
+}
+
+// evict removes, of a few entries taken at random (map order), the one
+// that ends first, so that no request pays for a scan of a full box. An
+// address evicted early is still over its budget in the store: its next
+// invalid key is refused there and boxed again. b.mu is held.
+func (b *penaltyBox) evict() {
+	var victim string
+	var end time.Time
+	n := 0
+	for k, v := range b.until {
+		if n == 0 || v.Before(end) {
+			victim, end = k, v
+		}
+		if n++; n == 8 {
+			break
+		}
+	}
+	delete(b.until, victim)
 }
 
 // forget ends id's penalty.

@@ -116,13 +116,9 @@ func (e *Engine) Decide(ctx context.Context, req Request) *Verdict {
 	if err != nil {
 		return e.invalid(ReasonNoClientAddress, err.Error(), err)
 	}
-	pr := Presented{Header: req.Header, RawQuery: req.RawQuery, RemoteAddr: req.RemoteAddr, Custom: req.Custom, CustomOK: req.CustomOK}
-	if req.Body != nil {
-		tokens, malformed, err := req.Body.Credentials(id.Addr)
-		if err != nil {
-			return e.invalid(ReasonUnreadable, "", err)
-		}
-		pr.BodyTokens, pr.BodyMalformed = tokens, malformed
+	pr, err := presented(req, id)
+	if err != nil {
+		return e.invalid(ReasonUnreadable, "", err)
 	}
 	call, id, err := e.identifyAt(ctx, pr, id)
 	if err != nil {
@@ -140,6 +136,18 @@ func (e *Engine) Decide(ctx context.Context, req Request) *Verdict {
 	v = e.Check(ctx, call)
 	v.Call, v.Identity, v.Path = call, id, m.clean
 	return v
+}
+
+// presented is what req presents from the address id found, the
+// credentials in its body read (Body.Credentials).
+func presented(req Request, id Identity) (Presented, error) {
+	pr := Presented{Header: req.Header, RawQuery: req.RawQuery, RemoteAddr: req.RemoteAddr, Custom: req.Custom, CustomOK: req.CustomOK}
+	if req.Body == nil {
+		return pr, nil
+	}
+	var err error
+	pr.BodyTokens, pr.BodyMalformed, err = req.Body.Credentials(id.Addr)
+	return pr, err
 }
 
 // invalid is the verdict of a call refused as presented, before any
@@ -343,7 +351,7 @@ func loginElsewhere(p *policy.Policy, req Request, rr policy.RouteRequest, route
 	if route != nil && route.Login != nil {
 		return "", ""
 	}
-	safe := req.Method == http.MethodGet || req.Method == http.MethodHead || req.Method == http.MethodOptions
+	safe := safeMethod(req.Method)
 	if safe && req.Bodiless && req.RawQuery == "" && len(others) == 0 {
 		return "", "" // the usual case: no attempt to carry
 	}
@@ -352,6 +360,16 @@ func loginElsewhere(p *policy.Policy, req Request, rr policy.RouteRequest, route
 		return "", ""
 	}
 	return fmt.Sprintf("this path is a login route for %s: a login attempt by another method is not accepted", o.Method), o.Method
+}
+
+// safeMethod reports whether method is one a login page is fetched by
+// (GET, HEAD, OPTIONS), which carries no attempt without a body.
+func safeMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
+	}
+	return false
 }
 
 // loginRouteAt returns the login route that rr's path, or one of others
