@@ -52,15 +52,20 @@ func ParseRetryAfter(v, date string, now time.Time) (time.Duration, bool) {
 		}
 		return secs(s), true
 	}
+	return dateDelay(v, date, now)
+}
+
+// dateDelay reads the HTTP-date v as a delay from date, when that parses,
+// else from now; a date in the past is a zero delay.
+func dateDelay(v, date string, now time.Time) (time.Duration, bool) {
 	at, err := http.ParseTime(v)
 	if err != nil {
 		return 0, false
 	}
-	base := now
 	if d, err := http.ParseTime(strings.TrimSpace(date)); err == nil && date != "" {
-		base = d
+		now = d
 	}
-	return max(0, at.Sub(base)), true
+	return max(0, at.Sub(now)), true
 }
 
 // secs converts s seconds to a duration, saturating instead of overflowing.

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -196,16 +197,9 @@ func (s *Shaper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, &ShapeError{Key: key, Class: class, Err: err}
 	}
-	within, ok := s.opts.Classes[class]
-	if !ok && class != "" && len(s.opts.Classes) > 0 {
-		return fail(ErrUnknownClass)
-	}
-	wo := tollgate.WaitOptions{Within: within, MaxWait: s.opts.MaxWait, Tolerance: max(s.opts.Tolerance, 0)}
-	if wo.MaxWait == 0 {
-		wo.MaxWait = within
-		if wo.MaxWait == 0 {
-			wo.MaxWait = s.limiter.Limit().MaxDelay
-		}
+	wo, err := s.waitOptions(class)
+	if err != nil {
+		return fail(err)
 	}
 	if err := s.limiter.WaitWith(req.Context(), key, s.opts.Cost(req), wo); err != nil {
 		return fail(err)
@@ -220,6 +214,21 @@ func (s *Shaper) RoundTrip(req *http.Request) (*http.Response, error) {
 		s.limiter.PushBack(context.WithoutCancel(req.Context()), key, d)
 	}
 	return resp, nil
+}
+
+// waitOptions are how a request of class waits for its turn: within its
+// class's bound, for at most MaxWait, else that bound, else the limit's
+// MaxDelay.
+func (s *Shaper) waitOptions(class string) (tollgate.WaitOptions, error) {
+	within, ok := s.opts.Classes[class]
+	if !ok && class != "" && len(s.opts.Classes) > 0 {
+		return tollgate.WaitOptions{}, ErrUnknownClass
+	}
+	maxWait := s.opts.MaxWait
+	if maxWait == 0 {
+		maxWait = cmp.Or(within, s.limiter.Limit().MaxDelay)
+	}
+	return tollgate.WaitOptions{Within: within, MaxWait: maxWait, Tolerance: max(s.opts.Tolerance, 0)}, nil
 }
 
 // defaultMaxPushBack is ShaperOptions.MaxPushBack's default.

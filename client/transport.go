@@ -271,10 +271,7 @@ func (t *Transport) send(req *http.Request, attempt int, tk ticket) (resp *http.
 // have been processed, the server asks for longer than MaxDelay, the
 // wait would pass the deadline, or the retry budget is spent.
 func (t *Transport) retryAfter(req *http.Request, resp *http.Response, info Info, now time.Time, attempt int, canRetry bool) (time.Duration, bool) {
-	if !refusal(resp.StatusCode) || !canRetry || attempt >= t.MaxRetries {
-		return 0, false
-	}
-	if !t.safeToRetry(req, resp) {
+	if !t.mayRetry(req, resp, attempt, canRetry) {
 		return 0, false
 	}
 	asked := askedWait(info)
@@ -289,6 +286,13 @@ func (t *Transport) retryAfter(req *http.Request, resp *http.Response, info Info
 		return 0, false
 	}
 	return d, true
+}
+
+// mayRetry reports whether req, whose attempt resp answered, may be
+// tried again at all: resp is a 429 or 503, retries are left and
+// possible, and it is safe to send again (safeToRetry).
+func (t *Transport) mayRetry(req *http.Request, resp *http.Response, attempt int, canRetry bool) bool {
+	return refusal(resp.StatusCode) && canRetry && attempt < t.MaxRetries && t.safeToRetry(req, resp)
 }
 
 // safeToRetry reports whether req may be sent again after the refusal
