@@ -270,20 +270,7 @@ func (s *Store) room(sh *shard, ms, n int64, newEntry, key bool) bool {
 		}
 		if !sampled {
 			sampled = true
-			cands = s.sample(sh, ms, make([]candidate, 0, 2*sampleKeys))
-			if len(cands) < sampleKeys && len(s.shards) > 1 {
-				o := &s.shards[rand.IntN(len(s.shards)-1)] // another shard
-				if o == sh {
-					o = &s.shards[len(s.shards)-1]
-				}
-				if o.mu.TryLock() {
-					other = o
-					cands = s.sample(o, ms, cands)
-				}
-			}
-			slices.SortFunc(cands, func(a, b candidate) int {
-				return cmp.Or(cmp.Compare(a.spent, b.spent), cmp.Compare(a.expire, b.expire))
-			})
+			cands, other = s.candidates(sh, ms)
 			continue
 		}
 		for len(cands) > 0 && !s.evict(cands[0].sh, cands[0].e, ms) {
@@ -294,6 +281,28 @@ func (s *Store) room(sh *shard, ms, n int64, newEntry, key bool) bool {
 		}
 		cands = cands[1:]
 	}
+}
+
+// candidates samples sh, and another shard too if sh has fewer than
+// sampleKeys entries it may evict and that shard's lock is free, and
+// returns the entries found, those that have spent the least first, and
+// the other shard it locked (nil for none). The caller holds sh.mu.
+func (s *Store) candidates(sh *shard, ms int64) (cands []candidate, other *shard) {
+	cands = s.sample(sh, ms, make([]candidate, 0, 2*sampleKeys))
+	if len(cands) < sampleKeys && len(s.shards) > 1 {
+		o := &s.shards[rand.IntN(len(s.shards)-1)] // another shard
+		if o == sh {
+			o = &s.shards[len(s.shards)-1]
+		}
+		if o.mu.TryLock() {
+			other = o
+			cands = s.sample(o, ms, cands)
+		}
+	}
+	slices.SortFunc(cands, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(a.spent, b.spent), cmp.Compare(a.expire, b.expire))
+	})
+	return cands, other
 }
 
 // sample visits the entries of sh's table from a random slot on, up to

@@ -27,31 +27,50 @@ func (s *Store) AllowAll(ctx context.Context, reqs []algo.Request) ([]algo.Decis
 	g.sh.mu.Lock()
 	defer g.sh.mu.Unlock()
 	defer g.unlock()
-	all := true
-	for i := range reqs {
-		allowed, err := g.decide(i, &reqs[i])
-		if err != nil {
-			return nil, fmt.Errorf("deciding in memory: %w", err)
-		}
-		all = all && allowed
+	all, err := g.decideAll(reqs)
+	if err != nil {
+		return nil, fmt.Errorf("deciding in memory: %w", err)
 	}
 	ds := make([]algo.Decision, len(reqs))
 	if !all {
 		g.unspent(ds)
 		return ds, nil
 	}
+	if err := g.chargeAll(reqs, ds); err != nil {
+		return nil, fmt.Errorf("deciding in memory: %w", err)
+	}
+	return ds, nil
+}
+
+// decideAll decides every request of the group on copies of their
+// states, and reports whether all are allowed.
+func (g *group) decideAll(reqs []algo.Request) (bool, error) {
+	all := true
+	for i := range reqs {
+		allowed, err := g.decide(i, &reqs[i])
+		if err != nil {
+			return false, err
+		}
+		all = all && allowed
+	}
+	return all, nil
+}
+
+// chargeAll writes back the states of the requests of an allowed group
+// that cost anything, and puts their decisions in ds. On an error the
+// requests before were charged: a shard with no slot to spare loses
+// all-or-nothing.
+func (g *group) chargeAll(reqs []algo.Request, ds []algo.Decision) error {
 	for i := range reqs {
 		ds[i] = g.items[i].res.Decision()
 		if reqs[i].Cost == 0 {
 			continue
 		}
 		if err := g.charge(i); err != nil {
-			// Requests before this one were charged: a shard with no
-			// slot to spare loses all-or-nothing.
-			return nil, fmt.Errorf("deciding in memory: %w", err)
+			return err
 		}
 	}
-	return ds, nil
+	return nil
 }
 
 // A group is the requests AllowAll decides together, in one shard, and

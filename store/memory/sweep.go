@@ -50,45 +50,59 @@ func (s *Store) sweepShard(sh *shard, ms int64) {
 		sh.mu.Lock()
 		t := sh.tab.Load()
 		if i >= len(t.slots) {
-			size := len(t.slots)
-			for size > minSlots && 16*(sh.live+1) <= size {
-				size /= 2
-			}
-			if size < len(t.slots) {
-				s.rehash(sh, size)
-			}
+			s.shrink(sh, t)
 			sh.mu.Unlock()
 			return
 		}
-		sl := s.ents.dir.Load()
-		visited := 0
-		for ; visited < sweepSlots && i < len(t.slots); visited++ {
-			v := t.slots[i].Load()
-			if v == slotEmpty {
-				i++
-				continue
-			}
-			e := sl.at(uint32(v) - 2)
-			if !e.mu.TryLock() {
-				i++
-				continue
-			}
-			switch {
-			case e.ghost():
-				s.drop(sh, t, uint64(i), e)
-				e.mu.Unlock()
-				continue // slot i may hold another entry now
-			case e.expire <= ms && !e.leased(ms):
-				s.ghost(e)
-			}
-			e.mu.Unlock()
-			i++
-		}
+		var visited int
+		i, visited = s.sweepSlots(sh, t, i, ms)
 		sh.mu.Unlock()
 		if s.sweepBatch != nil {
 			s.sweepBatch(visited)
 		}
 	}
+}
+
+// shrink halves sh's table t while it is at most a sixteenth full, down
+// to minSlots. The caller holds sh.mu.
+func (s *Store) shrink(sh *shard, t *table) {
+	size := len(t.slots)
+	for size > minSlots && 16*(sh.live+1) <= size {
+		size /= 2
+	}
+	if size < len(t.slots) {
+		s.rehash(sh, size)
+	}
+}
+
+// sweepSlots sweeps up to sweepSlots occupied slots of sh's table t from
+// slot i, and returns the slot it stopped at and how many it visited.
+// The caller holds sh.mu.
+func (s *Store) sweepSlots(sh *shard, t *table, i int, ms int64) (next, visited int) {
+	sl := s.ents.dir.Load()
+	for ; visited < sweepSlots && i < len(t.slots); visited++ {
+		v := t.slots[i].Load()
+		if v == slotEmpty {
+			i++
+			continue
+		}
+		e := sl.at(uint32(v) - 2)
+		if !e.mu.TryLock() {
+			i++
+			continue
+		}
+		switch {
+		case e.ghost():
+			s.drop(sh, t, uint64(i), e)
+			e.mu.Unlock()
+			continue // slot i may hold another entry now
+		case e.expire <= ms && !e.leased(ms):
+			s.ghost(e)
+		}
+		e.mu.Unlock()
+		i++
+	}
+	return i, visited
 }
 
 func (s *Store) sweepLoop(interval time.Duration) {
