@@ -386,16 +386,7 @@ func (s *Store) Settle(ctx context.Context, req algo.Request, h algo.Hold, charg
 
 // holdOp reserves h on req's limit, or settles it, charging req if charge.
 func (s *Store) holdOp(ctx context.Context, req *algo.Request, h algo.Hold, reserve, charge bool) (algo.Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return algo.Decision{}, err
-	}
-	if err := h.Validate(); err != nil {
-		return algo.Decision{}, err
-	}
-	pl, err := preparedFor(req)
-	if err == nil {
-		err = req.Limit.CheckCost(req.Cost)
-	}
+	pl, err := checkHold(ctx, req, h)
 	if err != nil {
 		return algo.Decision{}, err
 	}
@@ -425,6 +416,23 @@ func (s *Store) holdOp(ctx context.Context, req *algo.Request, h algo.Hold, rese
 		return algo.Decision{}, err
 	}
 	return op.r.Decision(), nil
+}
+
+// checkHold checks a hold h on req's limit before anything is read: the
+// call is not canceled, h, the limit and req's cost are valid. It returns
+// the prepared limit.
+func checkHold(ctx context.Context, req *algo.Request, h algo.Hold) (algo.Prepared, error) {
+	if err := ctx.Err(); err != nil {
+		return algo.Prepared{}, err
+	}
+	if err := h.Validate(); err != nil {
+		return algo.Prepared{}, err
+	}
+	pl, err := preparedFor(req)
+	if err != nil {
+		return algo.Prepared{}, err
+	}
+	return pl, req.Limit.CheckCost(req.Cost)
 }
 
 // A holdStep reserves or settles hold h on a limit at ms, and keeps the

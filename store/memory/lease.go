@@ -25,13 +25,7 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 		if _, ok := leases[released]; ok {
 			return false
 		}
-		n := int64(0)
-		for id := range leases {
-			if id[0] == leaseHeld {
-				n++
-			}
-		}
-		if n >= req.Limit {
+		if heldLeases(leases) >= req.Limit {
 			return false
 		}
 		leases[held] = ms + req.TTL.Milliseconds()
@@ -45,6 +39,18 @@ func (s *Store) Acquire(ctx context.Context, req algo.LeaseRequest) (bool, error
 		return false, fmt.Errorf("acquiring a lease in memory: %w", err)
 	}
 	return ok, nil
+}
+
+// heldLeases counts the leases held among a subject's holds (not those
+// remembered as released).
+func heldLeases(leases algo.Holds) int64 {
+	n := int64(0)
+	for id := range leases {
+		if id[0] == leaseHeld {
+			n++
+		}
+	}
+	return n
 }
 
 // Release implements [tollgate.Leaser]. A lease that is not held is
