@@ -11,6 +11,7 @@ package algo
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -318,13 +319,17 @@ func (l Limit) String() string {
 		s += fmt.Sprintf(" delay up to %v", l.MaxDelay)
 	}
 	if l.Calendar != NoCalendar {
-		zone := "UTC"
-		if l.Zone != nil {
-			zone = l.Zone.String()
-		}
-		s = fmt.Sprintf("%s %d per calendar %s (%s)", l.Algorithm, l.Rate, l.Calendar, zone)
+		s = fmt.Sprintf("%s %d per calendar %s (%s)", l.Algorithm, l.Rate, l.Calendar, l.zone())
 	}
 	return s
+}
+
+// zone is the name of the limit's calendar time zone: UTC for none.
+func (l Limit) zone() string {
+	if l.Zone == nil {
+		return "UTC"
+	}
+	return l.Zone.String()
 }
 
 // Decision is the answer to one request. A refusal is a Decision with
@@ -426,29 +431,41 @@ func CheckGroup(reqs []Request) error {
 	if len(reqs) == 0 || len(reqs) > MaxGroup {
 		return fmt.Errorf("deciding together: %d requests (want 1 to %d)", len(reqs), MaxGroup)
 	}
-	g, now := reqs[0].Group(), reqs[0].Now
-	for i, r := range reqs {
-		if r.Group() != g || !r.Now.Equal(now) {
-			return fmt.Errorf("deciding together: %w", &ItemError{i, ErrMixedGroup})
-		}
-		for _, o := range reqs[:i] {
-			if o.Name == r.Name && o.Subject == r.Subject && o.Limit.Algorithm == r.Limit.Algorithm {
-				return fmt.Errorf("deciding together: %w", &ItemError{i, fmt.Errorf("%w: it repeats policy %q for the same subject", ErrInvalidRequest, r.Name)})
-			}
-		}
-		if r.Prepared() == nil {
-			if err := r.Limit.Validate(); err != nil {
-				return fmt.Errorf("deciding together: %w", &ItemError{i, err})
-			}
-		}
-		if err := r.Limit.CheckCost(r.Cost); err != nil {
-			return fmt.Errorf("deciding together: %w", &ItemError{i, err})
-		}
-		if err := r.CheckWithin(); err != nil {
+	for i := range reqs {
+		if err := checkMember(reqs, i); err != nil {
 			return fmt.Errorf("deciding together: %w", &ItemError{i, err})
 		}
 	}
 	return nil
+}
+
+// checkMember checks request i of a group: it shares the first's group
+// and time, repeats none before it, and its limit and cost are valid.
+func checkMember(reqs []Request, i int) error {
+	r := &reqs[i]
+	if r.Group() != reqs[0].Group() || !r.Now.Equal(reqs[0].Now) {
+		return ErrMixedGroup
+	}
+	if repeats(reqs[:i], r) {
+		return fmt.Errorf("%w: it repeats policy %q for the same subject", ErrInvalidRequest, r.Name)
+	}
+	if r.Prepared() == nil {
+		if err := r.Limit.Validate(); err != nil {
+			return err
+		}
+	}
+	if err := r.Limit.CheckCost(r.Cost); err != nil {
+		return err
+	}
+	return r.CheckWithin()
+}
+
+// repeats reports whether one of reqs is for r's policy, subject and
+// algorithm: the same key.
+func repeats(reqs []Request, r *Request) bool {
+	return slices.ContainsFunc(reqs, func(o Request) bool {
+		return o.Name == r.Name && o.Subject == r.Subject && o.Limit.Algorithm == r.Limit.Algorithm
+	})
 }
 
 // String returns "day", "month" or "none".
