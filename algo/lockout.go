@@ -30,7 +30,7 @@ func (r LockoutRule) Validate() error {
 		return fmt.Errorf("%w: lockout rule: want 1ms <= lock (%v) <= max lock (%v)", ErrInvalidRequest, r.Lock, r.MaxLock)
 	case r.Window < time.Millisecond || r.Memory < time.Millisecond:
 		return fmt.Errorf("%w: lockout rule: the failure window and offence memory must be at least 1ms", ErrInvalidRequest)
-	case r.MaxLock > 365*24*time.Hour || r.Window > 365*24*time.Hour || r.Memory > 365*24*time.Hour:
+	case max(r.MaxLock, r.Window, r.Memory) > 365*24*time.Hour:
 		return fmt.Errorf("%w: lockout rule: durations are at most a year", ErrInvalidRequest)
 	}
 	return nil
@@ -85,13 +85,7 @@ type LockoutResult struct {
 // none.
 func Lockout(r LockoutRule, s *State, holds Holds, now int64, op LockOp, h Hold, spelling uint32) (LockoutResult, int64) {
 	a := readAccount(r, s, now)
-	held := holds.Live(now)
-	if op != LockCheck && op != LockReserve && h.ID != "" {
-		if _, ok := holds[h.ID]; ok {
-			delete(holds, h.ID)
-			held--
-		}
-	}
+	held := holds.Live(now) - settled(holds, op, h)
 	locked := now < a.until
 	res := LockoutResult{}
 	switch {
@@ -109,6 +103,20 @@ func Lockout(r LockoutRule, s *State, holds Holds, now int64, op LockOp, h Hold,
 		res.RetryAfter = a.until - now
 	}
 	return res, max(a.ttl(r, now, locked), holds.Until(now))
+}
+
+// settled removes from holds the attempt h that op settles, if it is
+// held, and returns how many it removed (0 or 1). LockCheck and
+// LockReserve settle nothing.
+func settled(holds Holds, op LockOp, h Hold) int64 {
+	if op == LockCheck || op == LockReserve || h.ID == "" {
+		return 0
+	}
+	if _, ok := holds[h.ID]; !ok {
+		return 0
+	}
+	delete(holds, h.ID)
+	return 1
 }
 
 // An account is an account's lockout state as Lockout reads it from a
