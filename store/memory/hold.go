@@ -185,13 +185,7 @@ func (u *heldUpdate) place(h uint64, kb []byte, ownHolds algo.Holds, w *heldWrit
 // keeps the bound. (An op that adds a hold changes nothing else.)
 func (u *heldUpdate) keepOwn(ownHolds algo.Holds, w *heldWrite) error {
 	e := u.e
-	holds := ownHolds
-	if len(w.added) > 0 {
-		if holds = maps.Clone(ownHolds); holds == nil {
-			holds = algo.Holds{}
-		}
-		maps.Copy(holds, w.added)
-	}
+	holds := withAdded(ownHolds, w.added)
 	d := e.bytesWith(w.shift, holds) - e.bytes()
 	if d > 0 && len(w.added) > 0 && !u.s.room(u.sh, u.ms, d, false, false) {
 		return errNoRoom
@@ -205,6 +199,18 @@ func (u *heldUpdate) keepOwn(ownHolds algo.Holds, w *heldWrite) error {
 		e.flags |= entryHeld
 	}
 	return nil
+}
+
+// withAdded returns holds with added, in a copy if there are any, holds
+// itself if not.
+func withAdded(holds, added algo.Holds) algo.Holds {
+	if len(added) == 0 {
+		return holds
+	}
+	all := make(algo.Holds, len(holds)+len(added))
+	maps.Copy(all, holds)
+	maps.Copy(all, added)
+	return all
 }
 
 // writeSlot writes into the key's overflow slot (named by sk), creating
