@@ -21,9 +21,7 @@ const DefaultMaxCredentialBody = 1 << 20
 // and the trusted proxies.
 func (c *compiler) identity(p *Policy, id IdentitySpec, env Env) {
 	c.identitySecret(p, id, env)
-	if id.UserHeader != "" && !headerPattern.MatchString(id.UserHeader) {
-		c.addf("identity.user_header", "not a header name: %q", id.UserHeader)
-	}
+	c.rejectIf(id.UserHeader != "" && !headerPattern.MatchString(id.UserHeader), "identity.user_header", "not a header name: %q", id.UserHeader)
 	p.UserHeader = id.UserHeader
 	p.MaxCredentialBody = c.credentialBody(id.MaxBody)
 	p.CredentialFields = c.credentialFields(id.CredentialFields)
@@ -34,17 +32,11 @@ func (c *compiler) identity(p *Policy, id IdentitySpec, env Env) {
 // file's, its environment variable's, or else the Env's generated one.
 func (c *compiler) identitySecret(p *Policy, id IdentitySpec, env Env) {
 	if p.Secret = c.fileSecret(id, env); p.Secret != nil {
-		if len(p.Secret) < 16 {
-			c.addf("identity", "the secret must be at least 16 bytes")
-		}
+		c.rejectIf(len(p.Secret) < 16, "identity", "the secret must be at least 16 bytes")
 		return
 	}
-	if p.Store.Type == "redis" {
-		c.addf("identity", "a shared store needs identity.secret or identity.secret_env, so every instance hashes subjects alike")
-	}
-	if len(env.Secret) < 16 {
-		c.addf("identity", "set identity.secret or identity.secret_env: no secret was generated for this policy")
-	}
+	c.rejectIf(p.Store.Type == "redis", "identity", "a shared store needs identity.secret or identity.secret_env, so every instance hashes subjects alike")
+	c.rejectIf(len(env.Secret) < 16, "identity", "set identity.secret or identity.secret_env: no secret was generated for this policy")
 	p.Secret = bytes.Clone(env.Secret)
 	p.SecretGenerated = true
 }
@@ -82,9 +74,7 @@ func (c *compiler) credentialBody(size ByteSize) int64 {
 // for a credential (the defaults when the file lists none).
 func (c *compiler) credentialFields(fields []string) identity.Fields {
 	for i, f := range fields {
-		if !fieldPattern.MatchString(f) {
-			c.addf(fmt.Sprintf("identity.credential_fields[%d]", i), "want a field name of 1-64 letters, digits, '_', '-' and '.', got %q", f)
-		}
+		c.rejectIf(!fieldPattern.MatchString(f), fmt.Sprintf("identity.credential_fields[%d]", i), "want a field name of 1-64 letters, digits, '_', '-' and '.', got %q", f)
 	}
 	if fields == nil {
 		return identity.DefaultFields

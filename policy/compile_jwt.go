@@ -104,31 +104,21 @@ func (c *compiler) jwtJWKS(s *JWTSpec, path string, asymmetric bool) {
 	case !asymmetric && s.JWKSURL != "":
 		c.addf(path+".jwks_url", "no algorithm listed verifies with a JWKS")
 	case s.JWKSURL != "":
-		if err := checkJWKSURL(s.JWKSURL); err != nil {
-			c.addf(path+".jwks_url", "%v", err)
-		}
+		c.addErr(path+".jwks_url", checkJWKSURL(s.JWKSURL))
 	}
 }
 
 // jwtTimes checks the clock skew and the JWKS refresh intervals.
 func (c *compiler) jwtTimes(j *JWT, s *JWTSpec, path string) {
-	if s.ClockSkew < 0 || s.ClockSkew > MaxClockSkew {
-		c.addf(path+".clock_skew", "want 0 (the default, 30s) to %v, got %v", MaxClockSkew, s.ClockSkew)
-	}
-	if j.RefreshInterval < time.Minute || j.RefreshInterval > 24*time.Hour {
-		c.addf(path+".refresh_interval", "want 1m to 24h, got %v", j.RefreshInterval)
-	}
-	if j.MinRefreshInterval < time.Second || j.MinRefreshInterval > j.RefreshInterval {
-		c.addf(path+".min_refresh_interval", "want 1s to refresh_interval (%v), got %v", j.RefreshInterval, j.MinRefreshInterval)
-	}
+	c.rejectIf(s.ClockSkew < 0 || s.ClockSkew > MaxClockSkew, path+".clock_skew", "want 0 (the default, 30s) to %v, got %v", MaxClockSkew, s.ClockSkew)
+	c.rejectIf(j.RefreshInterval < time.Minute || j.RefreshInterval > 24*time.Hour, path+".refresh_interval", "want 1m to 24h, got %v", j.RefreshInterval)
+	c.rejectIf(j.MinRefreshInterval < time.Second || j.MinRefreshInterval > j.RefreshInterval, path+".min_refresh_interval", "want 1s to refresh_interval (%v), got %v", j.RefreshInterval, j.MinRefreshInterval)
 }
 
 // jwtClaims checks the audiences and the claims that name an identity.
 func (c *compiler) jwtClaims(j *JWT, s *JWTSpec, path string) {
 	for i, a := range s.Audience {
-		if a == "" {
-			c.addf(fmt.Sprintf("%s.audience[%d]", path, i), "an audience is not empty")
-		}
+		c.rejectIf(a == "", fmt.Sprintf("%s.audience[%d]", path, i), "an audience is not empty")
 	}
 	claims := map[string]string{}
 	for _, cl := range []struct{ field, name string }{

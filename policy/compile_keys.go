@@ -29,9 +29,7 @@ func (c *compiler) invalidKey(p *Policy, s *LimitSpec) {
 	ik := LimitSpec{Algorithm: "fixed_window", Rate: 10, Period: time.Minute}
 	if s != nil {
 		ik = *s
-		if ik.Shadow {
-			c.addf("invalid_key_limit.shadow", "the invalid-key limit is a guard, always enforced: it cannot be in shadow")
-		}
+		c.rejectIf(ik.Shadow, "invalid_key_limit.shadow", "the invalid-key limit is a guard, always enforced: it cannot be in shadow")
 	}
 	if l, ok := c.limit("invalid_key_limit", ik); ok {
 		p.InvalidKey = newBudget("invalid_key", invalidKeyID(), l, false)
@@ -114,9 +112,7 @@ func (c *compiler) allowlist(p *Policy, s *AllowlistSpec) {
 		ids[k.ID] = true
 	}
 	for i, id := range s.Keys {
-		if !ids[id] {
-			c.addf(fmt.Sprintf("allowlist.keys[%d]", i), "no API key with id %q", id)
-		}
+		c.rejectIf(!ids[id], fmt.Sprintf("allowlist.keys[%d]", i), "no API key with id %q", id)
 		l.Keys[id] = true
 	}
 	for _, f := range []struct {
@@ -125,9 +121,7 @@ func (c *compiler) allowlist(p *Policy, s *AllowlistSpec) {
 		set   map[string]bool
 	}{{"users", s.Users, l.Users}, {"tenants", s.Tenants, l.Tenants}} {
 		for i, id := range f.ids {
-			if id == "" || len(id) > 128 {
-				c.addf(fmt.Sprintf("allowlist.%s[%d]", f.field, i), "1 to 128 bytes, got %d", len(id))
-			}
+			c.rejectIf(id == "" || len(id) > 128, fmt.Sprintf("allowlist.%s[%d]", f.field, i), "1 to 128 bytes, got %d", len(id))
 			f.set[id] = true
 		}
 	}

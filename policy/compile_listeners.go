@@ -52,21 +52,13 @@ func (c *compiler) connLimits(s ListenerSpec) ConnLimits {
 		AdminMaxConns:     orDefault(s.AdminMaxConns, DefaultAdminMaxConns),
 	}
 	c.connTimeouts(l)
-	if l.MaxConnsPerClient < 1 {
-		c.addf("listeners.max_conns_per_client", "want at least 1 connection, got %d", l.MaxConnsPerClient)
-	}
-	if l.MaxConns < 0 {
-		c.addf("listeners.max_conns", "want at least 1 connection (or leave it out to derive it from the file limit), got %d", l.MaxConns)
-	}
+	c.rejectIf(l.MaxConnsPerClient < 1, "listeners.max_conns_per_client", "want at least 1 connection, got %d", l.MaxConnsPerClient)
+	c.rejectIf(l.MaxConns < 0, "listeners.max_conns", "want at least 1 connection (or leave it out to derive it from the file limit), got %d", l.MaxConns)
 	if s.MaxConnsPerClient == 0 && l.MaxConns > 0 {
 		l.MaxConnsPerClient = min(l.MaxConnsPerClient, l.MaxConns)
 	}
-	if l.MaxConns > 0 && l.MaxConnsPerClient > l.MaxConns {
-		c.addf("listeners.max_conns_per_client", "%d per client exceeds max_conns %d", l.MaxConnsPerClient, l.MaxConns)
-	}
-	if l.AdminMaxConns < 1 {
-		c.addf("listeners.admin_max_conns", "want at least 1 connection, got %d", l.AdminMaxConns)
-	}
+	c.rejectIf(l.MaxConns > 0 && l.MaxConnsPerClient > l.MaxConns, "listeners.max_conns_per_client", "%d per client exceeds max_conns %d", l.MaxConnsPerClient, l.MaxConns)
+	c.rejectIf(l.AdminMaxConns < 1, "listeners.admin_max_conns", "want at least 1 connection, got %d", l.AdminMaxConns)
 	return l
 }
 
@@ -83,9 +75,7 @@ func (c *compiler) connTimeouts(l ConnLimits) {
 		{"listeners.idle_timeout", l.IdleTimeout, time.Hour, "1h"},
 		{"listeners.send_timeout", l.SendTimeout, 10 * time.Minute, "10m"},
 	} {
-		if d.v < 100*time.Millisecond || d.v > d.most {
-			c.addf(d.path, "want 100ms to %s, got %v", d.mostText, d.v)
-		}
+		c.rejectIf(d.v < 100*time.Millisecond || d.v > d.most, d.path, "want 100ms to %s, got %v", d.mostText, d.v)
 	}
 }
 
@@ -124,7 +114,5 @@ func (c *compiler) listenAddrs(p *Policy) {
 			c.addf(l.path, "want host:port, got %q", l.addr)
 		}
 	}
-	if p.Public != "" && p.Public == p.Admin {
-		c.addf("listeners.admin", "the admin listener must not share the public address %s", p.Public)
-	}
+	c.rejectIf(p.Public != "" && p.Public == p.Admin, "listeners.admin", "the admin listener must not share the public address %s", p.Public)
 }

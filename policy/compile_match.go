@@ -41,9 +41,7 @@ func (c *compiler) compileMatch(p *Policy, path string, r *Route, rs *RouteSpec,
 // host under it, in lower case.
 func (c *compiler) routeHost(path, host string) string {
 	h := strings.ToLower(host)
-	if !hostPattern.MatchString(h) {
-		c.addf(path+".host", "want a host name such as api.example.com or *.example.com (no port, no scheme), got %q", host)
-	}
+	c.rejectIf(!hostPattern.MatchString(h), path+".host", "want a host name such as api.example.com or *.example.com (no port, no scheme), got %q", host)
 	return h
 }
 
@@ -58,9 +56,7 @@ func (c *compiler) matchMode(path string, r *Route, match string) {
 		}
 		r.Prefix = true
 	case "exact":
-		if r.Path != "/" && strings.HasSuffix(r.Path, "/") {
-			c.addf(path+".match", "match: exact conflicts with a path ending in '/' (which spells a prefix): drop the slash or say prefix")
-		}
+		c.rejectIf(r.Path != "/" && strings.HasSuffix(r.Path, "/"), path+".match", "match: exact conflicts with a path ending in '/' (which spells a prefix): drop the slash or say prefix")
 		r.Prefix = false
 	default:
 		c.addf(path+".match", "want exact or prefix, got %q", match)
@@ -86,16 +82,12 @@ func (p *Policy) readQuery(name string) {
 // limitKey compiles a route's limit_key: what its own limit is counted
 // per.
 func (c *compiler) limitKey(p *Policy, path string, r *Route, rs *RouteSpec, claims map[string]bool) {
-	if len(rs.LimitKey) > 0 && rs.Limit == nil {
-		c.addf(path+".limit_key", "limit_key says what the route's limit counts per: set limit too")
-	}
+	c.rejectIf(len(rs.LimitKey) > 0 && rs.Limit == nil, path+".limit_key", "limit_key says what the route's limit counts per: set limit too")
 	seen := map[string]bool{}
 	for i, s := range rs.LimitKey {
 		kp := fmt.Sprintf("%s.limit_key[%d]", path, i)
 		k := c.keyPart(p, kp, s, r, claims)
-		if seen[k.String()] {
-			c.addf(kp, "%s is listed twice", k)
-		}
+		c.rejectIf(seen[k.String()], kp, "%s is listed twice", k)
 		seen[k.String()] = true
 		r.LimitKey = append(r.LimitKey, k)
 	}
@@ -108,25 +100,17 @@ func (c *compiler) keyPart(p *Policy, kp, s string, r *Route, claims map[string]
 	k := KeyPart{Kind: kind, Name: name}
 	switch kind {
 	case "subject", "host":
-		if name != "" {
-			c.addf(kp, "%s takes no name", kind)
-		}
+		c.rejectIf(name != "", kp, "%s takes no name", kind)
 	case "header":
-		if !headerPattern.MatchString(name) || forbiddenHeader(name, p.UserHeader) {
-			c.addf(kp, "header:<Name>, not a credential, forwarding or framing header (got %q)", name)
-		}
+		c.rejectIf(!headerPattern.MatchString(name) || forbiddenHeader(name, p.UserHeader), kp, "header:<Name>, not a credential, forwarding or framing header (got %q)", name)
 		k.Name = http.CanonicalHeaderKey(name)
 		p.readHeader(k.Name)
 	case "query":
-		if name == "" || len(name) > 64 {
-			c.addf(kp, "query:<name>, got %q", s)
-		}
+		c.rejectIf(name == "" || len(name) > 64, kp, "query:<name>, got %q", s)
 		p.readQuery(name)
 	case "path":
 		k.Name = strings.ToLower(name) // as MatchKey writes the path
-		if !slices.Contains(r.Params, k.Name) {
-			c.addf(kp, "the route's path has no parameter {%s}", name)
-		}
+		c.rejectIf(!slices.Contains(r.Params, k.Name), kp, "the route's path has no parameter {%s}", name)
 	case "claim":
 		if p.JWT == nil {
 			c.addf(kp, "claims come from bearer JWTs: configure identity.jwt")
@@ -144,9 +128,7 @@ func (c *compiler) keyPart(p *Policy, kp, s string, r *Route, claims map[string]
 // chooses alone, and refuses one that adds to the plan's without being
 // counted per subject.
 func (c *compiler) limitKeyWarnings(path string, r *Route, seen map[string]bool) {
-	if r.LimitAdds && len(r.LimitKey) > 0 && !seen["subject"] {
-		c.addf(path+".limit_key", "a limit not counted per subject is shared by subjects and decided on its own: it can only replace the plan's (limit_mode: replace), or add subject to limit_key")
-	}
+	c.rejectIf(r.LimitAdds && len(r.LimitKey) > 0 && !seen["subject"], path+".limit_key", "a limit not counted per subject is shared by subjects and decided on its own: it can only replace the plan's (limit_mode: replace), or add subject to limit_key")
 	if !r.LimitAdds && len(r.LimitKey) > 0 && !seen["subject"] {
 		for _, k := range r.LimitKey {
 			if k.Kind != "claim" {
@@ -175,16 +157,12 @@ func (c *compiler) conds(path string, m map[string]string, header bool, userHead
 		v := m[name]
 		np := path + "." + name
 		if header {
-			if !headerPattern.MatchString(name) || forbiddenHeader(name, userHeader) {
-				c.addf(np, "not a header a route may match: %q (credentials, forwarding and framing headers are the gateway's)", name)
-			}
+			c.rejectIf(!headerPattern.MatchString(name) || forbiddenHeader(name, userHeader), np, "not a header a route may match: %q (credentials, forwarding and framing headers are the gateway's)", name)
 			name = http.CanonicalHeaderKey(name)
 		} else if name == "" || len(name) > 64 {
 			c.addf(np, "a query parameter name is 1-64 bytes")
 		}
-		if v == "" || len(v) > 256 || strings.ContainsAny(v, "\r\n\x00") {
-			c.addf(np, `want a value of 1-256 bytes, or "*" for any value`)
-		}
+		c.rejectIf(v == "" || len(v) > 256 || strings.ContainsAny(v, "\r\n\x00"), np, `want a value of 1-256 bytes, or "*" for any value`)
 		out = append(out, Cond{Name: name, Value: v, Any: v == "*"})
 	}
 	return out

@@ -9,22 +9,16 @@ import (
 
 // plans compiles the plans, and the plans identity names.
 func (c *compiler) plans(p *Policy, f *File) {
-	if len(f.Plans) == 0 {
-		c.addf("plans", "define at least one plan")
-	}
+	c.rejectIf(len(f.Plans) == 0, "plans", "define at least one plan")
 	for _, n := range slices.Sorted(maps.Keys(f.Plans)) {
 		path := "plans." + n
-		if !namePattern.MatchString(n) {
-			c.addf(path, "plan names are 1-64 letters, digits, '.', '_' or '-'")
-		}
+		c.rejectIf(!namePattern.MatchString(n), path, "plan names are 1-64 letters, digits, '.', '_' or '-'")
 		if pl := c.plan(path, n, f.Plans[n]); pl != nil {
 			p.Plans[n] = pl
 		}
 	}
 	id := f.Identity
-	if id.AnonymousPlan == "" {
-		c.addf("identity.anonymous_plan", "name the plan for requests identified only by client IP")
-	}
+	c.rejectIf(id.AnonymousPlan == "", "identity.anonymous_plan", "name the plan for requests identified only by client IP")
 	p.AnonymousPlan = c.planRef(p, f, "identity.anonymous_plan", id.AnonymousPlan)
 	p.UserPlan = c.planRef(p, f, "identity.user_plan", id.UserPlan)
 	if p.UserPlan == nil && id.UserPlan == "" {
@@ -86,9 +80,7 @@ func (c *compiler) unlimitedPlan(path, name string, spec PlanSpec) *Plan {
 
 // planLimits compiles the limits listed under a plan's limits.
 func (c *compiler) planLimits(path, plan string, limits []NamedLimitSpec) []*Budget {
-	if len(limits) > 8 {
-		c.addf(path+".limits", "at most 8 limits per plan")
-	}
+	c.rejectIf(len(limits) > 8, path+".limits", "at most 8 limits per plan")
 	var out []*Budget
 	seen := map[string]bool{}
 	for i, ls := range limits {
@@ -97,9 +89,7 @@ func (c *compiler) planLimits(path, plan string, limits []NamedLimitSpec) []*Bud
 		if ln == "" {
 			ln = strconv.Itoa(i)
 		}
-		if !namePattern.MatchString(ln) || seen[ln] {
-			c.addf(lp+".name", "limit names are unique in a plan, 1-64 letters, digits, '.', '_' or '-' (got %q)", ls.Name)
-		}
+		c.rejectIf(!namePattern.MatchString(ln) || seen[ln], lp+".name", "limit names are unique in a plan, 1-64 letters, digits, '.', '_' or '-' (got %q)", ls.Name)
 		seen[ln] = true
 		if l, ok := c.limit(lp, ls.LimitSpec); ok {
 			out = append(out, newBudget(plan+"."+ln, planLimitID(plan, ln), l, ls.Shadow))

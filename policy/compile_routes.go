@@ -14,9 +14,7 @@ import (
 
 // routes compiles the routes.
 func (c *compiler) routes(p *Policy, f *File) {
-	if len(f.Routes) == 0 && !c.fromCode {
-		c.addf("routes", "define at least one route")
-	}
+	c.rejectIf(len(f.Routes) == 0 && !c.fromCode, "routes", "define at least one route")
 	seenName := map[string]bool{}
 	seenMatch := map[string]bool{}
 	claims := map[string]bool{} // the claims route limits are counted per
@@ -55,12 +53,8 @@ func (c *compiler) routes(p *Policy, f *File) {
 // routeBasics compiles a route's method, path, upstream, group, cost and
 // failure mode.
 func (c *compiler) routeBasics(path string, r *Route, rs *RouteSpec) {
-	if r.Method != "" && !methodPattern.MatchString(r.Method) {
-		c.addf(path+".method", "not an HTTP method: %q (use upper case, or leave empty for any)", r.Method)
-	}
-	if err := checkRoutePath(r.Path); err != nil {
-		c.addf(path+".path", "%v", err)
-	}
+	c.rejectIf(r.Method != "" && !methodPattern.MatchString(r.Method), path+".method", "not an HTTP method: %q (use upper case, or leave empty for any)", r.Method)
+	c.addErr(path+".path", checkRoutePath(r.Path))
 	r.Prefix = strings.HasSuffix(r.Path, "/")
 	if err := checkUpstream(r.Upstream); r.Upstream != "" && err != nil {
 		c.addf(path+".upstream", "%v", err)
@@ -73,9 +67,7 @@ func (c *compiler) routeBasics(path string, r *Route, rs *RouteSpec) {
 	if r.Cost == 0 {
 		r.Cost = 1
 	}
-	if r.Cost < 1 {
-		c.addf(path+".cost", "cost must be at least 1, got %d", r.Cost)
-	}
+	c.rejectIf(r.Cost < 1, path+".cost", "cost must be at least 1, got %d", r.Cost)
 	r.FailClosed = c.either(path+".on_store_failure", rs.OnStoreFailure, "fail_open", "fail_closed", "fail_open or fail_closed")
 }
 
@@ -86,9 +78,7 @@ func (c *compiler) routeLimits(path string, r *Route, rs *RouteSpec) {
 		r.Limit = &Plan{Name: r.Group, Limits: []*Budget{b}}
 	}
 	r.LimitAdds = c.either(path+".limit_mode", rs.LimitMode, "replace", "add", "replace (the route's limit instead of the plan's) or add (both)")
-	if rs.LimitMode != "" && rs.Limit == nil {
-		c.addf(path+".limit_mode", "limit_mode says how the route's limit meets the plan's: set limit too")
-	}
+	c.rejectIf(rs.LimitMode != "" && rs.Limit == nil, path+".limit_mode", "limit_mode says how the route's limit meets the plan's: set limit too")
 	if rs.Refusal != nil {
 		r.Refusal = c.refusal(path+".refusal", rs.Refusal)
 	}
@@ -132,12 +122,8 @@ func (c *compiler) refusal(path string, s *RefusalSpec) *Refusal {
 	if *s == (RefusalSpec{}) {
 		c.addf(path, "set status, body or both")
 	}
-	if r.Status < 400 || r.Status > 599 {
-		c.addf(path+".status", "a refusal is 400 to 599, got %d", r.Status)
-	}
-	if len(r.Body) > maxRefusalBody {
-		c.addf(path+".body", "at most %d bytes, got %d", maxRefusalBody, len(r.Body))
-	}
+	c.rejectIf(r.Status < 400 || r.Status > 599, path+".status", "a refusal is 400 to 599, got %d", r.Status)
+	c.rejectIf(len(r.Body) > maxRefusalBody, path+".body", "at most %d bytes, got %d", maxRefusalBody, len(r.Body))
 	r.ContentType = c.refusalType(path, s)
 	return r
 }
@@ -173,12 +159,8 @@ func (c *compiler) login(path string, s *LoginSpec, group string) *Login {
 			Memory:    orDefault(s.OffenceMemory, 24*time.Hour),
 		},
 	}
-	if err := l.Rule.Validate(); err != nil {
-		c.addf(path, "%v", err)
-	}
-	if l.MaxBody < 1 || l.MaxBody > 1<<20 {
-		c.addf(path+".max_body", "want 1 byte to 1 MiB, got %d", l.MaxBody)
-	}
+	c.addErr(path, l.Rule.Validate())
+	c.rejectIf(l.MaxBody < 1 || l.MaxBody > 1<<20, path+".max_body", "want 1 byte to 1 MiB, got %d", l.MaxBody)
 	l.FailureStatuses = c.failureStatuses(path+".failure_statuses", s.FailureStatuses)
 	l.IPFailures = c.loginIPFailures(path+".ip_failures", s.IPFailures, group)
 	return l
@@ -192,9 +174,7 @@ func (c *compiler) failureStatuses(path string, list []int) map[int]bool {
 	}
 	statuses := map[int]bool{}
 	for _, st := range list {
-		if st < 300 || st > 599 {
-			c.addf(path, "a failure status is 3xx to 5xx, got %d", st)
-		}
+		c.rejectIf(st < 300 || st > 599, path, "a failure status is 3xx to 5xx, got %d", st)
 		statuses[st] = true
 	}
 	return statuses
@@ -207,9 +187,7 @@ func (c *compiler) loginIPFailures(path string, s *LimitSpec, group string) *Bud
 	ip := LimitSpec{Algorithm: "fixed_window", Rate: 20, Period: 10 * time.Minute}
 	if s != nil {
 		ip = *s
-		if ip.Shadow {
-			c.addf(path+".shadow", "the failed logins per address are a guard, always enforced: they cannot be in shadow")
-		}
+		c.rejectIf(ip.Shadow, path+".shadow", "the failed logins per address are a guard, always enforced: they cannot be in shadow")
 	}
 	if lim, ok := c.limit(path, ip); ok {
 		return newBudget("login_ip_failures", loginIPID(group), lim, false)
@@ -224,15 +202,11 @@ const MaxLeaseTTL = time.Hour
 // concurrency compiles the concurrency limit of a route group.
 func (c *compiler) concurrency(path string, s *ConcurrencySpec, group string, upstream time.Duration) *Concurrency {
 	k := &Concurrency{Limit: s.Limit, LeaseTTL: s.LeaseTTL, StoreName: concurrencyStoreName(group)}
-	if s.Limit < 1 {
-		c.addf(path+".limit", "at least 1 request in flight, got %d", s.Limit)
-	}
+	c.rejectIf(s.Limit < 1, path+".limit", "at least 1 request in flight, got %d", s.Limit)
 	k.PerRoute = c.either(path+".per", s.Per, "subject", "route", "subject or route")
 	if k.LeaseTTL == 0 {
 		k.LeaseTTL = orDefault(upstream, 30*time.Second) + 30*time.Second
-		if k.LeaseTTL > MaxLeaseTTL {
-			c.addf(path, "the default lease_ttl (upstream.timeout + 30s) is %v, longer than %v: set lease_ttl", k.LeaseTTL, MaxLeaseTTL)
-		}
+		c.rejectIf(k.LeaseTTL > MaxLeaseTTL, path, "the default lease_ttl (upstream.timeout + 30s) is %v, longer than %v: set lease_ttl", k.LeaseTTL, MaxLeaseTTL)
 	} else if k.LeaseTTL < time.Second {
 		c.addf(path+".lease_ttl", "at least 1s, got %v", k.LeaseTTL)
 	} else if k.LeaseTTL > MaxLeaseTTL {

@@ -9,9 +9,7 @@ import (
 func (c *compiler) store(p *Policy) {
 	s := &p.Store
 	c.storeType(s)
-	if s.MaxKeys < 0 {
-		c.addf("store.max_keys", "must not be negative")
-	}
+	c.rejectIf(s.MaxKeys < 0, "store.max_keys", "must not be negative")
 	if b := s.MaxBytes; b != 0 && b < 1<<20 {
 		c.addf("store.max_bytes", "want at least 1MiB (or none, for the default 256MiB), got %v", b)
 	}
@@ -22,17 +20,13 @@ func (c *compiler) store(p *Policy) {
 	case s.Timeout < time.Millisecond:
 		c.addf("store.timeout", "must be at least 1ms, got %v", s.Timeout)
 	}
-	if s.Instances < 0 {
-		c.addf("store.instances", "must not be negative")
-	}
+	c.rejectIf(s.Instances < 0, "store.instances", "must not be negative")
 	switch s.CalendarFallback {
 	case "", "closed", "share":
 	default:
 		c.addf("store.calendar_fallback", "want closed or share, got %q", s.CalendarFallback)
 	}
-	if s.Breaker.OpenFor < 0 {
-		c.addf("store.breaker.open_for", "must not be negative")
-	}
+	c.rejectIf(s.Breaker.OpenFor < 0, "store.breaker.open_for", "must not be negative")
 }
 
 // storeType checks the store's type (memory by default) and that only
@@ -41,9 +35,7 @@ func (c *compiler) storeType(s *StoreSpec) {
 	switch s.Type {
 	case "", "memory":
 		s.Type = "memory"
-		if s.URL != "" {
-			c.addf("store.url", "a url is for the redis store; set type: redis")
-		}
+		c.rejectIf(s.URL != "", "store.url", "a url is for the redis store; set type: redis")
 	case "redis":
 		if s.URL == "" {
 			c.addf("store", "the redis store needs a url (redis://host:port/db)")
@@ -61,9 +53,7 @@ func (c *compiler) storeMode(s *StoreSpec) {
 	switch s.Mode {
 	case "", "standalone", "cluster":
 	case "sentinel":
-		if s.Type == "redis" && !strings.Contains(s.URL, "master_set=") {
-			c.addf("store.url", "sentinel mode needs ?master_set=<name> in the url")
-		}
+		c.rejectIf(s.Type == "redis" && !strings.Contains(s.URL, "master_set="), "store.url", "sentinel mode needs ?master_set=<name> in the url")
 	default:
 		c.addf("store.mode", "unknown mode %q (want standalone, cluster or sentinel)", s.Mode)
 	}

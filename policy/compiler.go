@@ -40,8 +40,24 @@ func (c *compiler) add(lines map[string]int, file, path, format string, args ...
 	c.problems = append(c.problems, problemAt(lines, file, path, format, args...))
 }
 
+// addf records a problem at a path of the policy file.
 func (c *compiler) addf(path, format string, args ...any) {
 	c.add(c.lines, c.file, path, format, args...)
+}
+
+// rejectIf records a problem at path when bad: one rule of a check, its
+// message's arguments read whether or not it is broken.
+func (c *compiler) rejectIf(bad bool, path, format string, args ...any) {
+	if bad {
+		c.addf(path, format, args...)
+	}
+}
+
+// addErr records err, if not nil, as a problem at path.
+func (c *compiler) addErr(path string, err error) {
+	if err != nil {
+		c.addf(path, "%v", err)
+	}
 }
 
 // warnf records a warning: the policy loads, but check and serve say it.
@@ -179,9 +195,7 @@ func (c *compiler) compile(f *File, env Env) *Policy {
 			c.addf("time_zone", "unknown time zone %q", f.TimeZone)
 		}
 	}
-	if !versionPattern.MatchString(f.Version) {
-		c.addf("version", "version must be 1-32 letters, digits, '.', '_' or '-' (got %q)", f.Version)
-	}
+	c.rejectIf(!versionPattern.MatchString(f.Version), "version", "version must be 1-32 letters, digits, '.', '_' or '-' (got %q)", f.Version)
 	c.listeners(p, f.Listeners, env)
 	c.logging(p, f.Logging)
 	c.tracing(p, f.Tracing, env)
