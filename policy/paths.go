@@ -155,12 +155,25 @@ func MatchKey(p string) string {
 // servers read away.
 func plainKey(p string) bool {
 	for i := 0; i < len(p); i++ {
-		if c := p[i]; c == ';' || c == '.' || c == ' ' || c == '(' || c >= 'A' && c <= 'Z' || c >= 0x80 {
+		if readAway[p[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// readAway holds the bytes of a path some server reads away or
+// otherwise in a match key (see MatchKey): ';', '.', ' ', '(', upper
+// case and every byte of a multi-byte character.
+var readAway = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c == ';' || c == '.' || c == ' ' || c == '(' || c >= 'A' && c <= 'Z' || c >= 0x80
+	}
+	return t
+}()
+
+// dotSegment reports whether a path segment is "." or "..".
+func dotSegment(s string) bool { return s == "." || s == ".." }
 
 // keySegments returns a lower-case path's segments without their path
 // parameters and trailing dots and spaces, the empty ones that leaves
@@ -171,7 +184,7 @@ func keySegments(segs []string) (kept []string, dotParams bool) {
 	for i, s := range segs {
 		s, _, params := strings.Cut(s, ";")
 		switch {
-		case s == "." || s == "..":
+		case dotSegment(s):
 			dotParams = dotParams || params
 		case cookieless(s):
 			s = ""
@@ -209,7 +222,7 @@ func cookieless(seg string) bool {
 // its first dot ("export.json.gz" is "export"); a leading dot is part of
 // the name (".env"), and a dot segment stays one.
 func withoutFormat(s string) string {
-	if s == "." || s == ".." {
+	if dotSegment(s) {
 		return s
 	}
 	if dot := strings.IndexByte(s, '.'); dot > 0 {
@@ -249,9 +262,9 @@ func backslashOrControl(c rune) bool { return c == '\\' || c < 0x20 || c == 0x7f
 func ambiguousSegment(seg string) string {
 	name, _, params := strings.Cut(seg, ";")
 	switch {
-	case params && (name == "." || name == ".."):
+	case params && dotSegment(name):
 		return "the request path holds a dot segment with parameters (such as ..;), which servers read differently"
-	case name != "" && name != "." && name != ".." && strings.Trim(name, ". ") == "":
+	case name != "" && !dotSegment(name) && strings.Trim(name, ". ") == "":
 		return "the request path holds a segment of only dots and spaces (such as '.. ' or '...'), which IIS reads as a dot segment or away"
 	}
 	return ""
@@ -305,7 +318,7 @@ func PathReadings(escaped string) []string {
 func pathReading(raw, decoded []string, splitSlash, literalDots, trailing bool) string {
 	var segs []string
 	for i, d := range decoded {
-		dots := literalDots && (raw[i] == "." || raw[i] == "..")
+		dots := literalDots && dotSegment(raw[i])
 		var parts []string
 		if splitSlash {
 			parts = strings.Split(d, "/")
