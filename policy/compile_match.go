@@ -20,6 +20,9 @@ func (c *compiler) compileMatch(p *Policy, path string, r *Route, rs *RouteSpec,
 	}
 	c.matchMode(path, r, rs.Match)
 	r.key = MatchKey(r.Path)
+	if r.Prefix {
+		r.key = prefixKey(r.Path)
+	}
 	r.segs, r.params = pattern(r.key)
 	for _, n := range r.params {
 		if n != "" {

@@ -238,18 +238,20 @@ func (p *Policy) UsesQuery() bool { return len(p.condQuery) > 0 }
 // equal path specificity a route with more of these conditions wins,
 // then one naming the method.
 func (p *Policy) MatchRequest(req RouteRequest) (*Route, Params) {
-	path := MatchKey(req.Path)
+	k := requestKeys{path: MatchKey(req.Path)}
+	if strings.HasSuffix(req.Path, "/") {
+		k.deep = prefixKey(req.Path)
+	}
 	host := ""
 	if p.hostRoutes {
 		host = normalHost(req.Host)
 	}
 	var best candidate
-	var segs []string // path's segments, split once for the routes with parameters
 	for _, r := range p.Routes {
 		if r.Method != "" && r.Method != req.Method {
 			continue
 		}
-		ps, score, ok := r.matchPath(path, &segs)
+		ps, score, ok := r.matchKeys(&k)
 		if !ok || !r.conditionsMet(host, req.Header, req.Query) {
 			continue
 		}
@@ -274,6 +276,27 @@ type candidate struct {
 func (c candidate) beats(best candidate) bool {
 	return best.route == nil || c.score > best.score || c.score == best.score && (c.conds > best.conds ||
 		c.conds == best.conds && c.route.Method != "" && best.route.Method == "")
+}
+
+// requestKeys are the match keys of a request's path: path, its
+// MatchKey, and for a path ending in '/', deep, its prefixKey, which
+// keeps the segment before the slash whole ("/helloworld.Greeter/", which
+// Rails reads as "/helloworld/"); and their segments, split once by the
+// first route with parameters that needs them.
+type requestKeys struct {
+	path, deep     string
+	segs, deepSegs []string
+}
+
+// matchKeys matches the route's path against a request's keys: an exact
+// route's against its MatchKey, a prefix route's against either (the
+// request is under the prefix as either server reads it).
+func (r *Route) matchKeys(k *requestKeys) (Params, int, bool) {
+	ps, score, ok := r.matchPath(k.path, &k.segs)
+	if ok || !r.Prefix || k.deep == "" || k.deep == k.path {
+		return ps, score, ok
+	}
+	return r.matchPath(k.deep, &k.deepSegs)
 }
 
 // matchPath matches the route's path against path, a request's

@@ -20,6 +20,7 @@ const matchRoutes = `  - {name: user-export, path: "/users/{id}/export", upstrea
   - {name: gold, path: /api/, headers: {X-Tier: gold}, upstream: builtin:echo}
   - {name: csv, path: /api/, query: {format: csv}, upstream: builtin:echo}
   - {name: any-debug, path: /api/, query: {debug: "*"}, headers: {X-Tier: gold}, upstream: builtin:echo}
+  - {name: greeter, path: /helloworld.Greeter/, upstream: builtin:echo}
 `
 
 // TestMatchRequest: path parameters match one whole segment, literal
@@ -64,6 +65,12 @@ func TestMatchRequest(t *testing.T) {
 		{req{path: "/api/x", query: "FORMAT=csv"}, "csv", nil},
 		{req{path: "/api/x", query: "debug=", header: http.Header{"X-Tier": {"gold"}}}, "any-debug", nil},
 		{req{path: "/api/export"}, "export", nil},
+		// A prefix's segments all come before the rest of the path: none
+		// is a last segment that loses a format extension (a gRPC
+		// service's prefix, /package.Service/, matches its methods).
+		{req{path: "/helloworld.Greeter/SayHello"}, "greeter", nil},
+		{req{path: "/helloworld.greeter/sayhello.json"}, "greeter", nil},
+		{req{path: "/helloworld/SayHello"}, "", nil},
 	} {
 		q, _ := url.ParseQuery(c.r.query)
 		r, ps := p.MatchRequest(policy.RouteRequest{Method: "GET", Path: c.r.path, Host: c.r.host, Header: c.r.header, Query: q})

@@ -127,7 +127,16 @@ const ReservedPrefix = "/_tollgate/"
 // AmbiguousPath refuses such requests): a cleaned path has no other, and
 // a reading of the path that keeps them (PathReadings) must keep them
 // here too.
-func MatchKey(p string) string {
+func MatchKey(p string) string { return matchKey(p, false) }
+
+// prefixKey is the MatchKey of a prefix route's path: every segment of it
+// comes before the rest of a path it matches, so none is a last segment
+// that loses a format extension ("/helloworld.Greeter/" is a gRPC
+// service's methods, not "/helloworld/").
+func prefixKey(p string) string { return matchKey(p, true) }
+
+// matchKey is MatchKey, and with prefix prefixKey.
+func matchKey(p string, prefix bool) string {
 	if plainKey(p) {
 		return p // the usual case: nothing to do, nothing allocated
 	}
@@ -136,11 +145,9 @@ func MatchKey(p string) string {
 	if len(kept) > 2 && len(kept[1]) > len(".php") && strings.HasSuffix(kept[1], ".php") {
 		kept = append(kept[:1], kept[2:]...) // a front controller
 	}
-	last := len(kept) - 1
-	if kept[last] == "" && last > 1 {
-		last--
+	if !prefix {
+		stripFormat(kept)
 	}
-	kept[last] = withoutFormat(kept[last])
 	if dotParams {
 		// "/a/..;/b" is "/b" to the servers that drop parameters.
 		return CleanPath(strings.Join(kept, "/"))
@@ -216,6 +223,17 @@ func cookieless(seg string) bool {
 		rest = rest[end+1:]
 	}
 	return true
+}
+
+// stripFormat removes the format extension of the last of a path's
+// segments, kept, or of the one before a trailing slash ("/export.json/"
+// is "/export/" to Rails).
+func stripFormat(kept []string) {
+	last := len(kept) - 1
+	if kept[last] == "" && last > 1 {
+		last--
+	}
+	kept[last] = withoutFormat(kept[last])
 }
 
 // withoutFormat returns a last segment without its format extension, from
