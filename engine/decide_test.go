@@ -5,11 +5,9 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/internal/decidetest"
 	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/policy"
 )
 
 // TestDecide runs the engine's table (package internal/decidetest) on
@@ -20,12 +18,12 @@ func TestDecide(t *testing.T) {
 	stores := decidetest.Stores(srv)
 	for name, newStore := range stores {
 		t.Run(name, func(t *testing.T) {
-			decidetest.Run(t, decidetest.Cases, newStore, func(t *testing.T, p *policy.Policy, s tollgate.Store) (func(decidetest.Call) decidetest.Answer, func()) {
-				e, err := engine.New(engine.Options{Policy: p, Store: s, Now: decidetest.Clock})
+			decidetest.Run(t, decidetest.Cases, newStore, func(t *testing.T, f decidetest.Front) (func(decidetest.Call) decidetest.Answer, func()) {
+				e, err := engine.New(engine.Options{Policy: f.Policy, Store: f.Store, Now: decidetest.Clock})
 				if err != nil {
 					t.Fatal(err)
 				}
-				return engineFront(e)
+				return engineFront(e, f.RequireRoute)
 			})
 		})
 	}
@@ -33,11 +31,13 @@ func TestDecide(t *testing.T) {
 
 // engineFront answers the table's calls with e.Decide, settling each as
 // its service answered and ending it unless it is held.
-func engineFront(e *engine.Engine) (func(decidetest.Call) decidetest.Answer, func()) {
+func engineFront(e *engine.Engine, requireRoute bool) (func(decidetest.Call) decidetest.Answer, func()) {
 	ctx := context.Background()
 	var held []*engine.Verdict
 	call := func(c decidetest.Call) decidetest.Answer {
-		v := e.Decide(ctx, decidetest.Request(c))
+		req := decidetest.Request(c)
+		req.RequireRoute = requireRoute
+		v := e.Decide(ctx, req)
 		if v.Outcome.Admitted() {
 			v.Answered(ctx, max(c.Status, http.StatusOK))
 			if c.Hold {

@@ -13,10 +13,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/grpclimit"
 	"github.com/tollgate/tollgate/internal/decidetest"
-	"github.com/tollgate/tollgate/policy"
 )
 
 // TestDecideTable runs the engine's table (internal/decidetest) through
@@ -31,8 +29,8 @@ func TestDecideTable(t *testing.T) {
 			cases = append(cases, c)
 		}
 	}
-	decidetest.Run(t, cases, decidetest.MemoryStore, func(t *testing.T, p *policy.Policy, s tollgate.Store) (func(decidetest.Call) decidetest.Answer, func()) {
-		l, err := grpclimit.New(grpclimit.Options{Policy: p, Store: s, Now: decidetest.Clock})
+	decidetest.Run(t, cases, decidetest.MemoryStore, func(t *testing.T, f decidetest.Front) (func(decidetest.Call) decidetest.Answer, func()) {
+		l, err := grpclimit.New(grpclimit.Options{Policy: f.Policy, Store: f.Store, Now: decidetest.Clock, RequireRoute: f.RequireRoute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,6 +113,8 @@ func grpcAnswer(err error, st *transportStream, kind string) decidetest.Answer {
 		a.Refusal = decidetest.BadRequest
 	case s.Code() == codes.Unavailable:
 		a.Refusal = decidetest.Unavailable
+	case s.Code() == codes.Unimplemented:
+		a.Refusal = decidetest.NoRoute
 	default:
 		a.Refusal = decidetest.Other
 	}

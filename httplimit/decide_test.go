@@ -9,10 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/decidetest"
-	"github.com/tollgate/tollgate/policy"
 )
 
 // TestDecideTable runs the engine's table (internal/decidetest) through
@@ -20,8 +18,8 @@ import (
 // each answer read back from the response, the same as the engine's.
 func TestDecideTable(t *testing.T) {
 	t.Run("middleware", func(t *testing.T) {
-		decidetest.Run(t, decidetest.Cases, decidetest.MemoryStore, func(t *testing.T, p *policy.Policy, s tollgate.Store) (func(decidetest.Call) decidetest.Answer, func()) {
-			return httpFront(t, newFront(t, p, s), false)
+		decidetest.Run(t, decidetest.Cases, decidetest.MemoryStore, func(t *testing.T, f decidetest.Front) (func(decidetest.Call) decidetest.Answer, func()) {
+			return httpFront(t, newFront(t, f), false)
 		})
 	})
 	t.Run("forward-auth", func(t *testing.T) {
@@ -31,14 +29,14 @@ func TestDecideTable(t *testing.T) {
 				cases = append(cases, c)
 			}
 		}
-		decidetest.Run(t, cases, decidetest.MemoryStore, func(t *testing.T, p *policy.Policy, s tollgate.Store) (func(decidetest.Call) decidetest.Answer, func()) {
-			return httpFront(t, newFront(t, p, s), true)
+		decidetest.Run(t, cases, decidetest.MemoryStore, func(t *testing.T, f decidetest.Front) (func(decidetest.Call) decidetest.Answer, func()) {
+			return httpFront(t, newFront(t, f), true)
 		})
 	})
 }
 
-func newFront(t *testing.T, p *policy.Policy, s tollgate.Store) *httplimit.Front {
-	f, err := httplimit.New(httplimit.Options{Policy: p, Store: s, Now: decidetest.Clock})
+func newFront(t *testing.T, df decidetest.Front) *httplimit.Front {
+	f, err := httplimit.New(httplimit.Options{Policy: df.Policy, Store: df.Store, Now: decidetest.Clock, RequireRoute: df.RequireRoute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +156,8 @@ func httpAnswer(rec *httptest.ResponseRecorder, kind string) decidetest.Answer {
 		a.Refusal = decidetest.BadLogin
 	case p.Type == httplimit.ProblemUnavailable && p.Status == http.StatusServiceUnavailable:
 		a.Refusal = decidetest.Unavailable
+	case p.Type == httplimit.ProblemNotFound && p.Status == http.StatusNotFound:
+		a.Refusal = decidetest.NoRoute
 	default:
 		a.Refusal = decidetest.Other
 	}

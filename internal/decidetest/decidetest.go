@@ -77,7 +77,7 @@ routes:
     limit: {algorithm: fixed_window, rate: 100, period: 1m}
     login: {account_field: user, failure_statuses: [401], max_failures: 2, lock: 1m, max_lock: 1h,
             ip_failures: {algorithm: fixed_window, rate: 50, period: 1m}}
-  - {name: api, path: /}
+  - {name: api, path: /t.V/}
 `
 
 // Policy returns the table's policy under a fresh secret, trusting the
@@ -110,6 +110,7 @@ const (
 	LoginElsewhere Refusal = "login_elsewhere" // engine.ReasonLoginElsewhere
 	BadLogin       Refusal = "bad_login"       // engine.ReasonBadLogin
 	Unavailable    Refusal = "unavailable"     // engine.ReasonUnavailable
+	NoRoute        Refusal = "no_route"        // engine.ReasonNoRoute
 	Other          Refusal = "other"
 )
 
@@ -136,6 +137,8 @@ func Of(r engine.Reason) Refusal {
 		return BadLogin
 	case engine.ReasonUnavailable:
 		return Unavailable
+	case engine.ReasonNoRoute:
+		return NoRoute
 	}
 	return Other
 }
@@ -198,7 +201,10 @@ type Case struct {
 	// StoreDown says the store is down throughout the case: Run gives
 	// the front a store whose Redis is gone (DownStore).
 	StoreDown bool
-	Calls     []Call
+	// RequireRoute says the front refuses calls no route matches, as the
+	// gateway does (Front.RequireRoute).
+	RequireRoute bool
+	Calls        []Call
 }
 
 func ip(n string) string { return "192.0.2." + n + ":1234" }
@@ -341,6 +347,16 @@ var Cases = []Case{
 			{Path: "/t.V/Pay", RemoteAddr: ip("34"), Header: bearer(Key), Want: refused(Unavailable, "", 0, 1)},
 			{Path: "/t.V/Read", RemoteAddr: ip("34"), Want: ok("free", 2, "ip")},
 		}},
+	{Name: "no route", Why: "a call no route matches is charged to the caller's plan, as a route without limits of its own would be",
+		Calls: []Call{
+			{Path: "/o.S/M", RemoteAddr: ip("50"), Want: ok("free", 2, "ip")},
+			{Path: "/t.V/Read", RemoteAddr: ip("50"), Want: ok("free", 1, "ip")},
+		}},
+	{Name: "route required", RequireRoute: true, Why: "a front that requires a route refuses a call no route matches, before anything is charged, and for good: no retry is asked",
+		Calls: []Call{
+			{Path: "/o.S/M", RemoteAddr: ip("51"), Want: refused(NoRoute, "", 0, 0)},
+			{Path: "/t.V/Read", RemoteAddr: ip("51"), Want: ok("free", 2, "ip")},
+		}},
 	{Name: "ambiguous path", HTTP: true, Why: "a path servers read as different routes is refused before anything is charged",
 		Calls: []Call{
 			{Path: "/t.V/Read/../Search", RemoteAddr: ip("13"), Want: refused(BadRequest, "", 0, 0)},
@@ -361,10 +377,18 @@ var Cases = []Case{
 		}},
 }
 
-// A NewFront makes the front a case is run through: an engine under p
-// over store, behind the front's transport. call answers a call, and end
-// ends the calls it holds.
-type NewFront func(t *testing.T, p *policy.Policy, store tollgate.Store) (call func(Call) Answer, end func())
+// A Front is what a front a case is run through is made of: an engine
+// under Policy over Store, refusing calls no route matches if
+// RequireRoute.
+type Front struct {
+	Policy       *policy.Policy
+	Store        tollgate.Store
+	RequireRoute bool
+}
+
+// A NewFront makes the front a case is run through: f behind the front's
+// transport. call answers a call, and end ends the calls it holds.
+type NewFront func(t *testing.T, f Front) (call func(Call) Answer, end func())
 
 // Run runs every case on fronts made by newFront, one per case on fresh
 // budgets: over a store made by newStore, or for a case with StoreDown,
@@ -378,7 +402,7 @@ func Run(t *testing.T, cases []Case, newStore func(t *testing.T) tollgate.Store,
 			if c.StoreDown {
 				s = DownStore
 			}
-			call, end := newFront(t, Policy(t, idp.JWKSURL()), s(t))
+			call, end := newFront(t, Front{Policy: Policy(t, idp.JWKSURL()), Store: s(t), RequireRoute: c.RequireRoute})
 			defer end()
 			for i, cl := range c.Calls {
 				if tk := cl.Token; tk != nil {
