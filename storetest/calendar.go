@@ -41,10 +41,10 @@ func RunCalendar(t *testing.T, s tollgate.Store) {
 			return d
 		}
 		local := func(ms int64) string { return time.UnixMilli(ms).In(zone).Format("2006-01-02 15:04:05.000 -07:00") }
-		if d := ask(at); !d.Allowed || d.ResetAfter != ms(end-at) {
+		if d := ask(at); !meets(d, nil, allowed, resetAfter(ms(end-at))) {
 			t.Fatalf("%s %s: first request at %s: %+v, want allowed, ResetAfter %v (window ends %s)", name, cal, local(at), d, ms(end-at), local(end))
 		}
-		if d := ask(end - 1); d.Allowed || d.RetryAfter != time.Millisecond {
+		if d := ask(end - 1); !meets(d, nil, refused, retryAfter(time.Millisecond)) {
 			t.Fatalf("%s %s: spent at %s, at %s: %+v, want refused, RetryAfter 1ms", name, cal, local(at), local(end-1), d)
 		}
 		if d := ask(end); !d.Allowed {

@@ -110,118 +110,133 @@ func allow(t *testing.T, s tollgate.Store, p, subject string, l algo.Limit, cost
 	return d
 }
 
-func testInvalidInput(t *testing.T, s tollgate.Store) {
+// eachAlgorithm runs check as a subtest of t for every algorithm, named
+// after it.
+func eachAlgorithm(t *testing.T, check func(t *testing.T, a algo.Algorithm)) {
 	for _, a := range algo.Algorithms() {
-		t.Run(a.String(), func(t *testing.T) {
-			p := policy(t)
-			l := limitFor(a, 10, time.Minute)
-			ctx := context.Background()
-			allow(t, s, p, "x", l, 3, base)
-			cases := []struct {
-				cost int64
-				lim  algo.Limit
-				want error
-			}{
-				{11, l, algo.ErrCostExceedsBurst},
-				{1 << 40, l, algo.ErrCostExceedsBurst},
-				{-1, l, algo.ErrNegativeCost},
-				{1, algo.Limit{Algorithm: a, Rate: 0, Period: time.Minute}, algo.ErrInvalidLimit},
-				{1, algo.Limit{Algorithm: a, Rate: 10, Period: 0}, algo.ErrInvalidLimit},
-				{1, algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute, Burst: -5}, algo.ErrInvalidLimit},
-			}
-			h, err := algo.NewHandle(p, l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range cases {
-				_, err := s.Allow(ctx, algo.Request{Name: p, Subject: "x", Limit: c.lim, Cost: c.cost, Now: base})
-				if !errors.Is(err, c.want) {
-					t.Errorf("cost %d, limit %+v: err = %v, want %v", c.cost, c.lim, err, c.want)
-				}
-				// The same request, carrying a handle of the valid limit
-				// that no longer describes it: validated all the same.
-				req := h.Request("x", c.cost)
-				req.Limit, req.Now = c.lim, base
-				if _, err := s.Allow(ctx, req); !errors.Is(err, c.want) {
-					t.Errorf("with a stale handle: cost %d, limit %+v: err = %v, want %v", c.cost, c.lim, err, c.want)
-				}
-			}
-			// A request that carries its handle is decided as one without.
-			req := h.Request("x", 1)
-			req.Now = base
-			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 6 {
-				t.Errorf("with its handle: %+v, %v; want allowed, 6 left", d, err)
-			}
-			// Nothing stored was lost or changed by the bad requests.
-			if d := allow(t, s, p, "x", l, 0, base); d.Remaining != 6 {
-				t.Errorf("after invalid requests Remaining = %d, want 6", d.Remaining)
-			}
-		})
+		t.Run(a.String(), func(t *testing.T) { check(t, a) })
+	}
+}
+
+// invalidInput is a request testInvalidInput makes invalid: its cost and
+// limit, and the error it must be refused with.
+type invalidInput struct {
+	cost int64
+	lim  algo.Limit
+	want error
+}
+
+// invalidInputs returns the invalid requests of testInvalidInput on l, a
+// limit of 10 under algorithm a.
+func invalidInputs(a algo.Algorithm, l algo.Limit) []invalidInput {
+	return []invalidInput{
+		{11, l, algo.ErrCostExceedsBurst},
+		{1 << 40, l, algo.ErrCostExceedsBurst},
+		{-1, l, algo.ErrNegativeCost},
+		{1, algo.Limit{Algorithm: a, Rate: 0, Period: time.Minute}, algo.ErrInvalidLimit},
+		{1, algo.Limit{Algorithm: a, Rate: 10, Period: 0}, algo.ErrInvalidLimit},
+		{1, algo.Limit{Algorithm: a, Rate: 10, Period: time.Minute, Burst: -5}, algo.ErrInvalidLimit},
+	}
+}
+
+func testInvalidInput(t *testing.T, s tollgate.Store) {
+	eachAlgorithm(t, func(t *testing.T, a algo.Algorithm) { checkInvalidInput(t, s, a) })
+}
+
+// checkInvalidInput checks, under algorithm a, that invalid requests are
+// refused with their errors, with or without a handle, and change
+// nothing stored; and that a request carrying its handle is decided as
+// one without.
+func checkInvalidInput(t *testing.T, s tollgate.Store, a algo.Algorithm) {
+	p := policy(t)
+	l := limitFor(a, 10, time.Minute)
+	ctx := context.Background()
+	allow(t, s, p, "x", l, 3, base)
+	h, err := algo.NewHandle(p, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range invalidInputs(a, l) {
+		_, err := s.Allow(ctx, algo.Request{Name: p, Subject: "x", Limit: c.lim, Cost: c.cost, Now: base})
+		if !errors.Is(err, c.want) {
+			t.Errorf("cost %d, limit %+v: err = %v, want %v", c.cost, c.lim, err, c.want)
+		}
+		// The same request, carrying a handle of the valid limit
+		// that no longer describes it: validated all the same.
+		req := h.Request("x", c.cost)
+		req.Limit, req.Now = c.lim, base
+		if _, err := s.Allow(ctx, req); !errors.Is(err, c.want) {
+			t.Errorf("with a stale handle: cost %d, limit %+v: err = %v, want %v", c.cost, c.lim, err, c.want)
+		}
+	}
+	// A request that carries its handle is decided as one without.
+	req := h.Request("x", 1)
+	req.Now = base
+	if d, err := s.Allow(ctx, req); !meets(d, err, allowed, left(6)) {
+		t.Errorf("with its handle: %+v, %v; want allowed, 6 left", d, err)
+	}
+	// Nothing stored was lost or changed by the bad requests.
+	if d := allow(t, s, p, "x", l, 0, base); d.Remaining != 6 {
+		t.Errorf("after invalid requests Remaining = %d, want 6", d.Remaining)
 	}
 }
 
 func testIsolation(t *testing.T, s tollgate.Store) {
-	for _, a := range algo.Algorithms() {
-		t.Run(a.String(), func(t *testing.T) {
-			p1, p2 := policy(t), policy(t)
-			l := limitFor(a, 3, time.Minute)
-			allow(t, s, p1, "alice", l, 3, base)
-			if d := allow(t, s, p1, "alice", l, 1, base); d.Allowed {
-				t.Fatal("alice was allowed past her limit")
-			}
-			if d := allow(t, s, p1, "bob", l, 1, base); !d.Allowed || d.Remaining != 2 {
-				t.Errorf("bob shares alice's budget: %+v", d)
-			}
-			if d := allow(t, s, p2, "alice", l, 1, base); !d.Allowed || d.Remaining != 2 {
-				t.Errorf("a second policy shares alice's budget: %+v", d)
-			}
-		})
-	}
+	eachAlgorithm(t, func(t *testing.T, a algo.Algorithm) {
+		p1, p2 := policy(t), policy(t)
+		l := limitFor(a, 3, time.Minute)
+		allow(t, s, p1, "alice", l, 3, base)
+		if d := allow(t, s, p1, "alice", l, 1, base); d.Allowed {
+			t.Fatal("alice was allowed past her limit")
+		}
+		if d := allow(t, s, p1, "bob", l, 1, base); !meets(d, nil, allowed, left(2)) {
+			t.Errorf("bob shares alice's budget: %+v", d)
+		}
+		if d := allow(t, s, p2, "alice", l, 1, base); !meets(d, nil, allowed, left(2)) {
+			t.Errorf("a second policy shares alice's budget: %+v", d)
+		}
+	})
 	// The same policy name under another algorithm keeps its own state and
 	// never reads the other's.
 	p := policy(t)
 	for _, a := range algo.Algorithms() {
-		if d := allow(t, s, p, "carol", limitFor(a, 4, time.Minute), 2, base); !d.Allowed || d.Remaining != 2 {
+		if d := allow(t, s, p, "carol", limitFor(a, 4, time.Minute), 2, base); !meets(d, nil, allowed, left(2)) {
 			t.Errorf("%v under a shared policy name: %+v", a, d)
 		}
 	}
 }
 
 func testRefusalConsumesNothing(t *testing.T, s tollgate.Store) {
-	for _, a := range algo.Algorithms() {
-		t.Run(a.String(), func(t *testing.T) {
-			p := policy(t)
-			l := limitFor(a, 10, time.Minute)
-			allow(t, s, p, "x", l, 6, base)
-			for i := 0; i < 5; i++ {
-				if d := allow(t, s, p, "x", l, 5, base); d.Allowed || d.Remaining != 4 || d.RetryAfter <= 0 {
-					t.Fatalf("cost 5 with 4 left: %+v", d)
-				}
+	eachAlgorithm(t, func(t *testing.T, a algo.Algorithm) {
+		p := policy(t)
+		l := limitFor(a, 10, time.Minute)
+		allow(t, s, p, "x", l, 6, base)
+		for range 5 {
+			if d := allow(t, s, p, "x", l, 5, base); !meets(d, nil, refused, left(4), retryIn(0, forever)) {
+				t.Fatalf("cost 5 with 4 left: %+v", d)
 			}
-			if d := allow(t, s, p, "x", l, 4, base); !d.Allowed || d.Remaining != 0 {
-				t.Fatalf("cost 4 with 4 left after refusals: %+v", d)
-			}
-		})
-	}
+		}
+		if d := allow(t, s, p, "x", l, 4, base); !meets(d, nil, allowed, left(0)) {
+			t.Fatalf("cost 4 with 4 left after refusals: %+v", d)
+		}
+	})
 }
 
 func testStoreClock(t *testing.T, s tollgate.Store) {
-	for _, a := range algo.Algorithms() {
-		t.Run(a.String(), func(t *testing.T) {
-			p := policy(t)
-			l := limitFor(a, 5, 30*24*time.Hour)
-			var zero time.Time
-			for i := 0; i < 5; i++ {
-				if d := allow(t, s, p, "clock", l, 1, zero); !d.Allowed || d.Remaining != int64(4-i) {
-					t.Fatalf("request %d: %+v", i, d)
-				}
+	eachAlgorithm(t, func(t *testing.T, a algo.Algorithm) {
+		p := policy(t)
+		l := limitFor(a, 5, 30*24*time.Hour)
+		var zero time.Time
+		for i := range 5 {
+			if d := allow(t, s, p, "clock", l, 1, zero); !meets(d, nil, allowed, left(int64(4-i))) {
+				t.Fatalf("request %d: %+v", i, d)
 			}
-			d := allow(t, s, p, "clock", l, 1, zero)
-			if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > l.Period*2 || d.ResetAfter <= 0 {
-				t.Fatalf("6th request: %+v", d)
-			}
-		})
-	}
+		}
+		d := allow(t, s, p, "clock", l, 1, zero)
+		if !meets(d, nil, refused, retryIn(0, l.Period*2), resetBeyond(0)) {
+			t.Fatalf("6th request: %+v", d)
+		}
+	})
 }
 
 func testHostileSubjects(t *testing.T, s tollgate.Store) {
@@ -230,17 +245,24 @@ func testHostileSubjects(t *testing.T, s tollgate.Store) {
 		"ünïcödé", strings.Repeat("k", 1<<20), strings.Repeat("k", 1<<20) + "x",
 	}
 	for _, a := range []algo.Algorithm{algo.GCRA, algo.SlidingWindowLog, algo.SlidingWindowCounter} {
-		p := policy(t)
-		l := limitFor(a, 2, time.Minute)
-		for _, sub := range subjects {
-			if d := allow(t, s, p, sub, l, 2, base); !d.Allowed {
-				t.Errorf("%v: subject %.20q: first request refused: %+v", a, sub, d)
-			}
+		checkSubjectsApart(t, s, a, subjects)
+	}
+}
+
+// checkSubjectsApart checks that each of subjects, under algorithm a,
+// spends a limit of its own: all are admitted a first request that
+// spends it whole, and refused the next.
+func checkSubjectsApart(t *testing.T, s tollgate.Store, a algo.Algorithm, subjects []string) {
+	p := policy(t)
+	l := limitFor(a, 2, time.Minute)
+	for _, sub := range subjects {
+		if d := allow(t, s, p, sub, l, 2, base); !d.Allowed {
+			t.Errorf("%v: subject %.20q: first request refused: %+v", a, sub, d)
 		}
-		for _, sub := range subjects {
-			if d := allow(t, s, p, sub, l, 1, base); d.Allowed {
-				t.Errorf("%v: subject %.20q: over-limit request allowed (subjects collide?)", a, sub)
-			}
+	}
+	for _, sub := range subjects {
+		if d := allow(t, s, p, sub, l, 1, base); d.Allowed {
+			t.Errorf("%v: subject %.20q: over-limit request allowed (subjects collide?)", a, sub)
 		}
 	}
 }
@@ -274,23 +296,23 @@ func checkExactAdmission(t *testing.T, stores []tollgate.Store, a algo.Algorithm
 	const goroutines, perG, budget = multiGoroutines, multiPerG, 1000
 	p := policy(t)
 	l := limitFor(a, budget, multiPeriod)
-	var allowed, refused atomic.Int64
+	var admits, refusals atomic.Int64
 	hammer(t, goroutines, perG, stores, func(s tollgate.Store, _ int) {
 		d, err := s.Allow(context.Background(), algo.Request{Name: p, Subject: "hot", Limit: l, Cost: 1, Now: now})
 		switch {
 		case err != nil:
 			t.Error(err)
 		case d.Allowed:
-			allowed.Add(1)
+			admits.Add(1)
 		default:
-			refused.Add(1)
+			refusals.Add(1)
 		}
 	})
 	if t.Failed() {
 		return
 	}
-	if allowed.Load() != budget || refused.Load() != goroutines*perG-budget {
+	if admits.Load() != budget || refusals.Load() != goroutines*perG-budget {
 		t.Fatalf("admitted %d and refused %d of %d, want exactly %d admitted",
-			allowed.Load(), refused.Load(), goroutines*perG, budget)
+			admits.Load(), refusals.Load(), goroutines*perG, budget)
 	}
 }
