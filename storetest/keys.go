@@ -87,10 +87,10 @@ func checkDistinctRates(t *testing.T, s tollgate.Store, reqs []keyTriple) {
 	for _, r := range reqs {
 		req := algo.Request{Name: r.policy, Tag: r.tag, Subject: r.subject, Limit: l, Cost: 1, Now: base}
 		d, err := s.Allow(ctx, req)
-		if err != nil || !d.Allowed {
+		if !meets(d, err, allowed) {
 			t.Fatalf("policy %q, tag %q, subject %q: first request %+v, %v: its state is another request's", r.policy, r.tag, r.subject, d, err)
 		}
-		if d, err := s.Allow(ctx, req); err != nil || d.Allowed {
+		if d, err := s.Allow(ctx, req); !meets(d, err, refused) {
 			t.Fatalf("policy %q, tag %q, subject %q: second request %+v, %v", r.policy, r.tag, r.subject, d, err)
 		}
 	}
@@ -105,13 +105,13 @@ func checkDistinctHolds(t *testing.T, s tollgate.Store, reqs []keyTriple, p stri
 	p2 := policy(t)
 	for _, r := range reqs {
 		req := algo.Request{Name: p2 + r.policy[len(p):], Tag: r.tag, Subject: r.subject, Limit: l, Cost: 1, Now: base}
-		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 1 {
+		if d, err := s.Allow(ctx, req); !meets(d, err, allowed, left(1)) {
 			t.Fatalf("policy %q, tag %q, subject %q: charging %+v, %v: its state is another request's", req.Name, r.tag, r.subject, d, err)
 		}
-		if d, err := s.Reserve(ctx, req, algo.Hold{ID: "a", TTL: time.Hour}); err != nil || !d.Allowed {
+		if d, err := s.Reserve(ctx, req, algo.Hold{ID: "a", TTL: time.Hour}); !meets(d, err, allowed) {
 			t.Fatalf("policy %q, tag %q, subject %q: first hold %+v, %v: its holds are another request's", req.Name, r.tag, r.subject, d, err)
 		}
-		if d, err := s.Reserve(ctx, req, algo.Hold{ID: "b", TTL: time.Hour}); err != nil || d.Allowed {
+		if d, err := s.Reserve(ctx, req, algo.Hold{ID: "b", TTL: time.Hour}); !meets(d, err, refused) {
 			t.Fatalf("policy %q, tag %q, subject %q: second hold %+v, %v", req.Name, r.tag, r.subject, d, err)
 		}
 	}
@@ -124,11 +124,11 @@ func checkDistinctLockouts(t *testing.T, g tollgate.Guard, pairs []keyPair) {
 	rule := algo.LockoutRule{Threshold: 1, Lock: time.Hour, MaxLock: time.Hour, Window: time.Hour, Memory: time.Hour}
 	for _, r := range pairs {
 		req := algo.LockoutRequest{Name: r.policy, Subject: r.subject, Rule: rule, Op: algo.LockCheck, Now: base}
-		if res, err := g.Lockout(ctx, req); err != nil || res.Locked || res.Level != 0 {
+		if res, err := g.Lockout(ctx, req); !meets(res, err, unlocked, level(0)) {
 			t.Fatalf("policy %q, account %q: %+v, %v before any failure: its state is another account's", r.policy, r.subject, res, err)
 		}
 		req.Op = algo.LockFail
-		if res, err := g.Lockout(ctx, req); err != nil || !res.Locked {
+		if res, err := g.Lockout(ctx, req); !meets(res, err, locked) {
 			t.Fatalf("policy %q, account %q: a failure left %+v, %v", r.policy, r.subject, res, err)
 		}
 	}
@@ -140,11 +140,11 @@ func checkDistinctLeases(t *testing.T, ls tollgate.Leaser, pairs []keyPair) {
 	ctx := context.Background()
 	for i, r := range pairs {
 		req := algo.LeaseRequest{Name: r.policy, Subject: r.subject, ID: fmt.Sprintf("lease-%d", i), Limit: 1, TTL: time.Hour, Now: base}
-		if got, err := ls.Acquire(ctx, req); err != nil || !got {
+		if got, err := ls.Acquire(ctx, req); !meets(got, err, is(true)) {
 			t.Fatalf("policy %q, subject %q: the first lease: %v, %v: its slots are another subject's", r.policy, r.subject, got, err)
 		}
 		req.ID += "-second"
-		if got, err := ls.Acquire(ctx, req); err != nil || got {
+		if got, err := ls.Acquire(ctx, req); !meets(got, err, is(false)) {
 			t.Fatalf("policy %q, subject %q: a second lease: %v, %v", r.policy, r.subject, got, err)
 		}
 	}

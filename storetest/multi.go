@@ -51,15 +51,16 @@ func checkAllOrNothing(t *testing.T, s tollgate.Store, a algo.Algorithm) {
 			t.Fatalf("request %d refused: %+v", i, ds)
 		}
 	}
+	// The short limit refuses the 4th; the long one would admit it.
 	ds := allowAll(t, s, short, long)
-	if tollgate.Admitted(ds) || ds[0].Allowed || !ds[1].Allowed || ds[0].RetryAfter <= 0 {
+	if !meets(ds[0], nil, refused, retryIn(0, forever)) || !ds[1].Allowed {
 		t.Fatalf("4th: %+v, want the short limit to refuse", ds)
 	}
-	if ds[1].Remaining != 2 || ds[1].RetryAfter != 0 {
+	if !meets(ds[1], nil, left(2), retryAfter(0)) {
 		t.Errorf("the long limit was charged for a refused request: %+v", ds[1])
 	}
 	// The long limit really kept its 2.
-	if d := allow(t, s, p2, "x", long.Limit, 2, base); !d.Allowed || d.Remaining != 0 {
+	if d := allow(t, s, p2, "x", long.Limit, 2, base); !meets(d, nil, allowed, left(0)) {
 		t.Errorf("long limit after the refusal: %+v", d)
 	}
 }
@@ -70,14 +71,8 @@ func testMultiModel(t *testing.T, s tollgate.Store) {
 	seed := uint32(testenv.Seed(t))
 	next := func(n int) int64 { seed = seed*1664525 + 1013904223; return int64((seed >> 8) % uint32(n)) }
 	for round := 0; round < 12; round++ {
-		k := 1 + int(next(4))
-		reqs := make([]algo.Request, k)
-		states := make([]algo.State, k)
-		for i := range reqs {
-			a := algo.Algorithm(next(6))
-			l := algo.Limit{Algorithm: a, Rate: 2 + next(8), Period: time.Duration(100+next(900)) * time.Millisecond}
-			reqs[i] = algo.Request{Name: policy(t), Subject: "m", Tag: "grp", Limit: l}
-		}
+		reqs := randomGroup(t, next)
+		states := make([]algo.State, len(reqs))
 		now := base.Add(time.Duration(next(1000)) * time.Millisecond)
 		for step := 0; step < 40; step++ {
 			now = now.Add(time.Duration(next(120)) * time.Millisecond)
@@ -85,19 +80,39 @@ func testMultiModel(t *testing.T, s tollgate.Store) {
 				reqs[i].Now = now
 				reqs[i].Cost = next(int(reqs[i].Limit.Capacity()) + 1)
 			}
-			want, after, err := allOrNothing(reqs, states)
-			if err != nil {
-				t.Fatal(err)
-			}
-			states = after
-			got := allowAll(t, s, reqs...)
-			for i := range got {
-				if got[i] != want[i] {
-					t.Fatalf("round %d step %d limit %d (%v, cost %d):\n got %+v\nwant %+v", round, step, i, reqs[i].Limit, reqs[i].Cost, got[i], want[i])
-				}
-			}
+			states = checkModelStep(t, s, reqs, states, round, step)
 		}
 	}
+}
+
+// randomGroup returns a group of 1 to 4 requests of testMultiModel, each
+// on a limit of its own drawn with next (next(n) is a number from 0 to
+// n-1), without their times and costs.
+func randomGroup(t *testing.T, next func(n int) int64) []algo.Request {
+	reqs := make([]algo.Request, 1+int(next(4)))
+	for i := range reqs {
+		a := algo.Algorithm(next(6))
+		l := algo.Limit{Algorithm: a, Rate: 2 + next(8), Period: time.Duration(100+next(900)) * time.Millisecond}
+		reqs[i] = algo.Request{Name: policy(t), Subject: "m", Tag: "grp", Limit: l}
+	}
+	return reqs
+}
+
+// checkModelStep checks the decisions of s on the group reqs (step step
+// of round round of testMultiModel) against allOrNothing's from states,
+// and returns the states after them.
+func checkModelStep(t *testing.T, s tollgate.Store, reqs []algo.Request, states []algo.State, round, step int) []algo.State {
+	want, after, err := allOrNothing(reqs, states)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := allowAll(t, s, reqs...)
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("round %d step %d limit %d (%v, cost %d):\n got %+v\nwant %+v", round, step, i, reqs[i].Limit, reqs[i].Cost, got[i], want[i])
+		}
+	}
+	return after
 }
 
 // allOrNothing returns the decisions the pure algorithms make on reqs,
@@ -148,19 +163,25 @@ func testInvalidGroups(t *testing.T, s tollgate.Store) {
 	}
 	big := a
 	big.Name, big.Cost = policy(t), 6
-	var item *algo.ItemError
-	if _, err := s.AllowAll(ctx, []algo.Request{a, big}); !errors.Is(err, algo.ErrCostExceedsBurst) || !errors.As(err, &item) || item.Index != 1 {
+	if _, err := s.AllowAll(ctx, []algo.Request{a, big}); !isItemError(err, algo.ErrCostExceedsBurst, 1) {
 		t.Errorf("cost above burst in the second request: %v (want an ItemError at index 1)", err)
 	}
 	bad := a
 	bad.Name, bad.Limit = policy(t), algo.Limit{Rate: -1, Period: time.Minute}
-	if _, err := s.AllowAll(ctx, []algo.Request{bad, a}); !errors.Is(err, algo.ErrInvalidLimit) || !errors.As(err, &item) || item.Index != 0 {
+	if _, err := s.AllowAll(ctx, []algo.Request{bad, a}); !isItemError(err, algo.ErrInvalidLimit, 0) {
 		t.Errorf("invalid limit in the first request: %v (want an ItemError at index 0)", err)
 	}
 	// Nothing was charged by the invalid calls.
 	if d := allow(t, s, a.Name, "a", l, 0, base); d.Remaining != 5 {
 		t.Errorf("after invalid groups Remaining = %d, want 5", d.Remaining)
 	}
+}
+
+// isItemError reports whether err is an [algo.ItemError] of the request
+// at index i that is, or wraps, want.
+func isItemError(err, want error, i int) bool {
+	var item *algo.ItemError
+	return errors.Is(err, want) && errors.As(err, &item) && item.Index == i
 }
 
 // RunMultiConcurrency checks two all-or-nothing examples under 200

@@ -22,19 +22,19 @@ func testWithin(t *testing.T, s tollgate.Store) {
 		return algo.Request{Name: p, Subject: "w", Limit: shaper, Cost: cost, Now: base, Within: within}
 	}
 	for i := range 4 { // turns 0 to 300 ms
-		if d, err := s.Allow(ctx, req(1, 0)); err != nil || !d.Allowed || d.Delay != time.Duration(i)*100*time.Millisecond {
+		if d, err := s.Allow(ctx, req(1, 0)); !meets(d, err, allowed, delay(time.Duration(i)*100*time.Millisecond)) {
 			t.Fatalf("place %d: %+v, %v", i, d, err)
 		}
 	}
 	d, err := s.Allow(ctx, req(1, 300*time.Millisecond))
-	if err != nil || d.Allowed || d.RetryAfter != 100*time.Millisecond {
+	if !meets(d, err, refused, retryAfter(100*time.Millisecond)) {
 		t.Errorf("a turn 400 ms away under a threshold of 300 ms: %+v, %v; want refused for 100ms", d, err)
 	}
 	ds, err := s.AllowAll(ctx, []algo.Request{req(1, 300*time.Millisecond)})
-	if err != nil || ds[0].Allowed || ds[0].RetryAfter != 100*time.Millisecond {
+	if err != nil || !meets(ds[0], nil, refused, retryAfter(100*time.Millisecond)) {
 		t.Errorf("the same in a group: %+v, %v", ds, err)
 	}
-	if d, err := s.Allow(ctx, req(1, 400*time.Millisecond)); err != nil || !d.Allowed || d.Delay != 400*time.Millisecond {
+	if d, err := s.Allow(ctx, req(1, 400*time.Millisecond)); !meets(d, err, allowed, delay(400*time.Millisecond)) {
 		t.Errorf("a turn 400 ms away under a threshold of 400 ms: %+v, %v", d, err)
 	}
 	checkInvalidWithin(t, s, p, req)
@@ -66,7 +66,7 @@ func checkInvalidWithin(t *testing.T, s tollgate.Store, p string, req func(cost 
 			t.Errorf("Within %v on %v in a group: err = %v, want an ItemError of ErrInvalidRequest", bad.Within, bad.Limit, err)
 		}
 	}
-	if after, err := s.Allow(ctx, req(0, 0)); err != nil || after != before {
+	if after, err := s.Allow(ctx, req(0, 0)); !meets(after, err, is(before)) {
 		t.Errorf("invalid requests changed the state: %+v, was %+v (%v)", after, before, err)
 	}
 }
@@ -101,15 +101,15 @@ func testPushBack(t *testing.T, s tollgate.Store) {
 func checkPushBack(t *testing.T, s tollgate.Store, i int, req algo.Request, shaper algo.Limit) {
 	ctx := context.Background()
 	d, err := s.PushBack(ctx, req, 5*time.Second)
-	if err != nil || !d.Allowed || d.Delay <= 4*time.Second || d.Delay > 5*time.Second {
+	if !meets(d, err, allowed, delayIn(4*time.Second, 5*time.Second)) {
 		t.Fatalf("request %d: push back 5s on the store's clock: %+v, %v; want a turn taken now 4-5s away", i, d, err)
 	}
 	req.Cost = 1
-	if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Delay <= 5*time.Second || d.Delay > 6*time.Second {
+	if d, err := s.Allow(ctx, req); !meets(d, err, allowed, delayIn(5*time.Second, 6*time.Second)) {
 		t.Fatalf("request %d: the first place after the push back: %+v, %v; want it 5-6s away", i, d, err)
 	}
 	// A push back is kept, like a charge, until it has drained.
-	if d, err := s.Allow(ctx, algo.Request{Name: req.Name, Subject: req.Subject, Limit: shaper}); err != nil || d.ResetAfter <= 5*time.Second {
+	if d, err := s.Allow(ctx, algo.Request{Name: req.Name, Subject: req.Subject, Limit: shaper}); !meets(d, err, resetBeyond(5*time.Second)) {
 		t.Errorf("request %d: query after: %+v, %v", i, d, err)
 	}
 }
@@ -131,7 +131,7 @@ func checkInvalidPushBacks(t *testing.T, s tollgate.Store, p string, shaper algo
 			t.Errorf("push back %v on %v: err = %v, want ErrInvalidRequest", bad.d, bad.l, err)
 		}
 	}
-	if d, err := s.Allow(ctx, algo.Request{Name: p, Subject: "pb-bad", Limit: shaper, Cost: 1, Now: base}); err != nil || d.Delay != 0 {
+	if d, err := s.Allow(ctx, algo.Request{Name: p, Subject: "pb-bad", Limit: shaper, Cost: 1, Now: base}); !meets(d, err, delay(0)) {
 		t.Errorf("invalid push backs changed the schedule: %+v, %v", d, err)
 	}
 }
@@ -151,7 +151,7 @@ func (q placeQueue) take(now time.Time) (algo.Decision, algo.Place) {
 	r := q.req
 	r.Now = now
 	d, at, err := q.s.TakePlace(context.Background(), r)
-	if err != nil || !d.Allowed {
+	if !meets(d, err, allowed) {
 		q.t.Fatalf("TakePlace: %+v, %v", d, err)
 	}
 	if at == (algo.Place{}) {
@@ -221,7 +221,7 @@ func checkNoGiveBackAfterTurn(t *testing.T, s tollgate.Store, req algo.Request) 
 	takeLate := func() algo.Place {
 		t.Helper()
 		d, at, err := s.TakePlace(ctx, late)
-		if err != nil || !d.Allowed {
+		if !meets(d, err, allowed) {
 			t.Fatalf("TakePlace: %+v, %v", d, err)
 		}
 		return at
@@ -229,7 +229,7 @@ func checkNoGiveBackAfterTurn(t *testing.T, s tollgate.Store, req algo.Request) 
 	takeLate()
 	lp := takeLate() // its turn: 100 ms after base
 	late.Now = base.Add(150 * time.Millisecond)
-	if ok, err := s.GiveBack(ctx, late, lp); err != nil || ok {
+	if ok, err := s.GiveBack(ctx, late, lp); !meets(ok, err, is(false)) {
 		t.Errorf("a place given back after its turn: %v, %v", ok, err)
 	}
 }
@@ -245,10 +245,10 @@ func checkGiveBackLive(t *testing.T, s tollgate.Store, p string) {
 		t.Fatal(err)
 	}
 	d, at, err := s.TakePlace(ctx, live)
-	if err != nil || d.Delay <= 0 {
+	if !meets(d, err, delayIn(0, forever)) {
 		t.Fatalf("second live place: %+v, %v", d, err)
 	}
-	if ok, err := s.GiveBack(ctx, live, at); err != nil || !ok {
+	if ok, err := s.GiveBack(ctx, live, at); !meets(ok, err, is(true)) {
 		t.Errorf("live give back: %v, %v", ok, err)
 	}
 	if d2, _, err := s.TakePlace(ctx, live); err != nil || d2.Delay > d.Delay {
