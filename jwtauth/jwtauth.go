@@ -8,13 +8,10 @@
 package jwtauth
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -167,17 +164,22 @@ func NewVerifier(s *policy.JWT, keys *Keys, now func() time.Time) (*Verifier, er
 	if err != nil {
 		return nil, fmt.Errorf("creating the JWT verifier: %w", err)
 	}
-	v := &Verifier{s: s, keys: keys, now: now, algs: algs}
-	if s.JWKSURL != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		src, err := keys.register(ctx, s.JWKSURL, s.MinRefreshInterval, s.RefreshInterval)
-		if err != nil {
-			return nil, fmt.Errorf("creating the JWT verifier: %w", err)
-		}
-		v.src = src
+	src, err := registerJWKS(keys, s)
+	if err != nil {
+		return nil, fmt.Errorf("creating the JWT verifier: %w", err)
 	}
-	return v, nil
+	return &Verifier{s: s, keys: keys, now: now, algs: algs, src: src}, nil
+}
+
+// registerJWKS registers the JWKS URL of s with keys, waiting at most 5
+// seconds, and returns its source: nil if s names none.
+func registerJWKS(keys *Keys, s *policy.JWT) (*source, error) {
+	if s.JWKSURL == "" {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return keys.register(ctx, s.JWKSURL, s.MinRefreshInterval, s.RefreshInterval)
 }
 
 // signatureAlgorithms returns the signature algorithms names names,
@@ -205,7 +207,22 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, fetchWait)
 	defer cancel()
-	now := v.now()
+	opts := v.parseOptions(ctx, v.now())
+	tok, err := jwt.ParseString(token, opts...)
+	// Only keys from the JWKS (v.src) are looked up by key id.
+	if errors.Is(err, errUnknownKID) && v.refresh(ctx) {
+		tok, err = jwt.ParseString(token, opts...)
+	}
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: %v", ErrInvalid, reason(err))
+	}
+	return v.claims(tok)
+}
+
+// parseOptions returns the options a token is parsed and validated with
+// at now: the keys of fetchKeys, and the policy's clock skew, issuer
+// and audiences, an expiry required.
+func (v *Verifier) parseOptions(ctx context.Context, now time.Time) []jwt.ParseOption {
 	opts := []jwt.ParseOption{
 		jwt.WithKeyProvider(jws.KeyProviderFunc(v.fetchKeys)),
 		jwt.WithValidate(true),
@@ -220,14 +237,7 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	if len(v.s.Audience) > 0 {
 		opts = append(opts, jwt.WithValidator(jwt.ValidatorFunc(v.checkAudience)))
 	}
-	tok, err := jwt.ParseString(token, opts...)
-	if err != nil && v.src != nil && errors.Is(err, errUnknownKID) && v.refresh(ctx) {
-		tok, err = jwt.ParseString(token, opts...)
-	}
-	if err != nil {
-		return Claims{}, fmt.Errorf("%w: %v", ErrInvalid, reason(err))
-	}
-	return v.claims(tok)
+	return opts
 }
 
 // screen refuses, wrapping ErrInvalid, a token that is not a JWT or
@@ -263,18 +273,28 @@ func (v *Verifier) claims(tok jwt.Token) (Claims, error) {
 	if c.Subject, err = stringClaim(tok, v.s.SubjectClaim); err != nil || c.Subject == "" {
 		return Claims{}, fmt.Errorf("%w: no subject in claim %q", ErrInvalid, v.s.SubjectClaim)
 	}
-	if v.s.TenantClaim != "" {
-		if c.Tenant, err = stringClaim(tok, v.s.TenantClaim); err != nil {
-			return Claims{}, fmt.Errorf("%w: claim %q: %v", ErrInvalid, v.s.TenantClaim, err)
-		}
+	if c.Tenant, err = optionalClaim(tok, v.s.TenantClaim); err != nil {
+		return Claims{}, err
 	}
-	if v.s.PlanClaim != "" {
-		if c.Plan, err = stringClaim(tok, v.s.PlanClaim); err != nil {
-			return Claims{}, fmt.Errorf("%w: claim %q: %v", ErrInvalid, v.s.PlanClaim, err)
-		}
+	if c.Plan, err = optionalClaim(tok, v.s.PlanClaim); err != nil {
+		return Claims{}, err
 	}
 	c.Extra = extraClaims(tok, v.s.KeyClaims)
 	return c, nil
+}
+
+// optionalClaim returns the string claim name of tok, as stringClaim
+// does, or "" if the policy names none (name is ""); the error wraps
+// ErrInvalid.
+func optionalClaim(tok jwt.Token, name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	s, err := stringClaim(tok, name)
+	if err != nil {
+		return "", fmt.Errorf("%w: claim %q: %v", ErrInvalid, name, err)
+	}
+	return s, nil
 }
 
 // extraClaims returns the claims names that tok has as scalars
@@ -290,100 +310,6 @@ func extraClaims(tok jwt.Token, names []string) map[string]string {
 		}
 	}
 	return extra
-}
-
-// checkSegments refuses a token that parsers could read differently, or
-// that asks for what Tollgate does not do, before its signature is
-// checked: a header or claims set that is not one JSON object, or that
-// names a member twice (parsers keep the first or the last); a header
-// with crit (RFC 7515 section 4.1.11: a recipient must reject a token
-// whose crit names an extension it does not understand, and Tollgate
-// understands none); and an exp, nbf or iat that is not a JSON number
-// (RFC 7519's NumericDate: some libraries read "1799999999" as a time,
-// others refuse it).
-func checkSegments(token string) error {
-	hdr, rest, _ := strings.Cut(token, ".")
-	claims, _, _ := strings.Cut(rest, ".")
-	h, err := members(hdr)
-	if err != nil {
-		return fmt.Errorf("the header: %w", err)
-	}
-	if _, ok := h["crit"]; ok {
-		return errors.New("the header names critical extensions (crit), which are not supported")
-	}
-	c, err := members(claims)
-	if err != nil {
-		return fmt.Errorf("the claims: %w", err)
-	}
-	return checkNumericDates(c)
-}
-
-// checkNumericDates refuses claims (as members returns them) whose exp,
-// nbf or iat is not a JSON number.
-func checkNumericDates(claims map[string]any) error {
-	for _, name := range []string{jwt.ExpirationKey, jwt.NotBeforeKey, jwt.IssuedAtKey} {
-		if v, ok := claims[name]; ok {
-			if _, isNum := v.(json.Number); !isNum {
-				return fmt.Errorf("claim %q is not a number", name)
-			}
-		}
-	}
-	return nil
-}
-
-// members decodes a base64url segment holding one JSON object and
-// returns its members, each value a json.Number, a string, a bool, nil,
-// or (for an object or array) true; a member named twice is an error.
-func members(seg string) (map[string]any, error) {
-	b, err := base64.RawURLEncoding.DecodeString(seg)
-	if err != nil {
-		return nil, errors.New("not base64url")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, errors.New("not a JSON object")
-	}
-	m := map[string]any{}
-	for dec.More() {
-		if err := readMember(dec, m); err != nil {
-			return nil, err
-		}
-	}
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return nil, errors.New("not valid JSON")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("more than one JSON value")
-	}
-	return m, nil
-}
-
-// readMember reads the next member of the object dec is in into m, as
-// members describes; a name m holds already is an error.
-func readMember(dec *json.Decoder, m map[string]any) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return errors.New("not valid JSON")
-	}
-	name, _ := tok.(string)
-	if _, dup := m[name]; dup {
-		return fmt.Errorf("member %q given twice", name)
-	}
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		return errors.New("not valid JSON")
-	}
-	var v any = true
-	if len(raw) > 0 && raw[0] != '{' && raw[0] != '[' {
-		d := json.NewDecoder(bytes.NewReader(raw))
-		d.UseNumber()
-		if err := d.Decode(&v); err != nil {
-			return errors.New("not valid JSON")
-		}
-	}
-	m[name] = v
-	return nil
 }
 
 // scalarClaim returns the claim name as text if it is a string (of at
@@ -475,25 +401,33 @@ func (v *Verifier) offerJWKS(ctx context.Context, sink jws.KeySink, alg jwa.Sign
 	if err != nil {
 		return err
 	}
-	found := 0
+	keys := matchingKeys(set, alg, kid, hasKID)
+	for _, k := range keys {
+		sink.Key(alg, k)
+	}
+	switch {
+	case len(keys) > 0:
+		return nil
+	case hasKID:
+		return errUnknownKID
+	}
+	return errNoKeyForAlg
+}
+
+// matchingKeys returns the keys of set that fit alg, only those of kid
+// if the token names one (hasKID), in the set's order.
+func matchingKeys(set jwk.Set, alg jwa.SignatureAlgorithm, kid string, hasKID bool) []jwk.Key {
+	var keys []jwk.Key
 	for i := 0; i < set.Len(); i++ {
 		k, _ := set.Key(i)
 		if id, _ := k.KeyID(); hasKID && id != kid {
 			continue
 		}
-		if !fits(k, alg) {
-			continue
+		if fits(k, alg) {
+			keys = append(keys, k)
 		}
-		sink.Key(alg, k)
-		found++
 	}
-	if found == 0 {
-		if hasKID {
-			return errUnknownKID
-		}
-		return errNoKeyForAlg
-	}
-	return nil
+	return keys
 }
 
 // fits reports whether k may verify alg.
@@ -504,16 +438,22 @@ func fits(k jwk.Key, alg jwa.SignatureAlgorithm) bool {
 	if ka, ok := k.Algorithm(); ok && ka.String() != alg.String() {
 		return false
 	}
-	name := alg.String()
+	kty, ok := keyType(alg.String())
+	return ok && k.KeyType() == kty
+}
+
+// keyType returns the type of key that verifies the asymmetric
+// algorithm name, and whether there is one.
+func keyType(name string) (jwa.KeyType, bool) {
 	switch {
 	case strings.HasPrefix(name, "RS"), strings.HasPrefix(name, "PS"):
-		return k.KeyType() == jwa.RSA()
+		return jwa.RSA(), true
 	case strings.HasPrefix(name, "ES"):
-		return k.KeyType() == jwa.EC()
+		return jwa.EC(), true
 	case name == "EdDSA":
-		return k.KeyType() == jwa.OKP()
+		return jwa.OKP(), true
 	}
-	return false
+	return jwa.KeyType{}, false
 }
 
 // reason words a verification failure without the token: the text of
