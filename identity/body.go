@@ -10,6 +10,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strings"
 )
 
@@ -41,7 +42,7 @@ const (
 // An error (wrapping ErrUnreadableBody) is a Content-Type given twice
 // where either names a parsed family: servers read one or the other.
 func BodyKindOf(method string, ctype []string) (BodyKind, error) {
-	if method == http.MethodPost && (len(ctype) == 0 || len(ctype) == 1 && strings.TrimSpace(ctype[0]) == "") {
+	if method == http.MethodPost && noContentType(ctype) {
 		return BodyForm, nil
 	}
 	kind := BodyOpaque
@@ -53,6 +54,12 @@ func BodyKindOf(method string, ctype []string) (BodyKind, error) {
 		kind = max(kind, k)
 	}
 	return kind, nil
+}
+
+// noContentType reports whether the Content-Type values ctype name no
+// type: there are none, or one that is empty.
+func noContentType(ctype []string) bool {
+	return len(ctype) == 0 || len(ctype) == 1 && strings.TrimSpace(ctype[0]) == ""
 }
 
 // BodyEncoded reports whether a request's headers h give its body a
@@ -223,10 +230,5 @@ func (f Fields) jsonTokens(body []byte) ([]string, error) {
 // isName reports whether a decoded name (a multipart part's, a JSON
 // member's) is one of f.
 func (f Fields) isName(name string) bool {
-	for _, want := range f {
-		if ParamIs(name, want) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f, func(want string) bool { return ParamIs(name, want) })
 }

@@ -43,26 +43,31 @@ func parseTrusted(s string) (netip.Prefix, error) {
 	if s == "" {
 		return netip.Prefix{}, errors.New("empty entry")
 	}
-	var p netip.Prefix
+	parse := addrPrefix
 	if strings.Contains(s, "/") {
-		var err error
-		if p, err = netip.ParsePrefix(s); err != nil {
-			return netip.Prefix{}, err
-		}
-	} else {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return netip.Prefix{}, err
-		}
-		if a.Zone() != "" {
-			return netip.Prefix{}, fmt.Errorf("zone %q not allowed", a.Zone())
-		}
-		p = netip.PrefixFrom(a, a.BitLen())
+		parse = netip.ParsePrefix
+	}
+	p, err := parse(s)
+	if err != nil {
+		return netip.Prefix{}, err
 	}
 	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
 		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 	}
 	return p.Masked(), nil
+}
+
+// addrPrefix returns the network of the one address s, which must have
+// no zone.
+func addrPrefix(s string) (netip.Prefix, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("zone %q not allowed", a.Zone())
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // Prefixes returns the trusted networks as Contains sees them: masked, and
@@ -76,15 +81,7 @@ func (t TrustedProxies) Contains(a netip.Addr) bool {
 		return false
 	}
 	a = normalize(a)
-	if !a.IsValid() {
-		return false
-	}
-	for _, p := range t.prefixes {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return a.IsValid() && slices.ContainsFunc(t.prefixes, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
 // MaxForwardedHops bounds how many addresses are examined from forwarding
@@ -251,40 +248,6 @@ func LoopbackHost(host string) bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.Unmap().IsLoopback()
-}
-
-func trimOWS(s string) string {
-	for s != "" && isOWS(s[0]) {
-		s = s[1:]
-	}
-	for s != "" && isOWS(s[len(s)-1]) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-func isOWS(c byte) bool { return c == ' ' || c == '\t' }
-
-func isAlnum(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-}
-
-// isTchar reports whether c may appear in an RFC 9110 token.
-func isTchar(c byte) bool {
-	return isAlnum(c) || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
-}
-
-// isNodeChar reports whether c may appear in an unquoted for= value: token
-// characters plus the ':', '[' and ']' that real proxies send unquoted
-// although RFC 7239 asks for quotes.
-func isNodeChar(c byte) bool {
-	return isTchar(c) || c == ':' || c == '[' || c == ']'
-}
-
-// isQuotedChar reports whether c may appear in a quoted string, directly
-// or escaped: HTAB, SP, visible ASCII and obs-text.
-func isQuotedChar(c byte) bool {
-	return c == '\t' || c >= 0x20 && c != 0x7f
 }
 
 // PeerAddr returns the address of the immediate peer (r.RemoteAddr),

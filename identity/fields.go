@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -25,19 +26,19 @@ var DefaultFields = Fields{"access_token", "bearer_token", "api_token"}
 func (f Fields) Is(escaped string) bool {
 	if plainName(escaped) {
 		// The usual name: read alike by all, compared without allocating.
-		for _, want := range f {
-			if plainName(want) && strings.EqualFold(escaped, want) || !plainName(want) && ParamIs(escaped, want) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(f, func(want string) bool { return plainIs(escaped, want) })
 	}
-	for _, n := range nameReadings(escaped) {
-		if f.isName(n) {
-			return true
-		}
+	return slices.ContainsFunc(nameReadings(escaped), f.isName)
+}
+
+// plainIs reports whether some framework reads a plain field name
+// (plainName) as want: compared ignoring case, without allocating, when
+// want is plain too.
+func plainIs(name, want string) bool {
+	if plainName(want) {
+		return strings.EqualFold(name, want)
 	}
-	return false
+	return ParamIs(name, want)
 }
 
 // plainName reports whether a field name is read alike by every parser:
@@ -70,30 +71,35 @@ func nameReadings(escaped string) []string {
 func percentU(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '+':
+		switch c := s[i]; c {
+		case '+':
 			b.WriteByte(' ')
-			continue
-		case c != '%':
+		case '%':
+			i += writeEscape(&b, s, i)
+		default:
 			b.WriteByte(c)
-			continue
-		case i+5 < len(s) && (s[i+1] == 'u' || s[i+1] == 'U'):
-			if v, err := strconv.ParseUint(s[i+2:i+6], 16, 16); err == nil {
-				b.WriteRune(rune(v))
-				i += 5
-				continue
-			}
-		case i+2 < len(s):
-			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 2
-				continue
-			}
 		}
-		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// writeEscape writes to b the escape that starts at s[i] == '%', decoded
+// as percentU decodes it (%uXXXX or %XX; a bad escape as its '%'), and
+// returns how many bytes after the '%' it took.
+func writeEscape(b *strings.Builder, s string, i int) int {
+	if i+5 < len(s) && (s[i+1] == 'u' || s[i+1] == 'U') {
+		if v, err := strconv.ParseUint(s[i+2:i+6], 16, 16); err == nil {
+			b.WriteRune(rune(v))
+			return 5
+		}
+	} else if i+2 < len(s) {
+		if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+			b.WriteByte(byte(v))
+			return 2
+		}
+	}
+	b.WriteByte('%')
+	return 0
 }
 
 // QueryTokens returns the values of the pairs of a query (or form) that
@@ -127,18 +133,25 @@ func (f Fields) CookieTokens(h http.Header) []string {
 	for _, line := range h["Cookie"] {
 		for pair := range strings.FieldsFuncSeq(line, func(r rune) bool { return r == ';' || r == ',' }) {
 			name, value, _ := strings.Cut(strings.TrimSpace(pair), "=")
-			if !f.Is(strings.TrimSpace(name)) {
-				continue
-			}
-			value = strings.Trim(strings.TrimSpace(value), `"`)
-			tokens = append(tokens, value)
-			// Decoded by some ('+' a space to PHP, not to
-			// decodeURIComponent): each reading is a credential, and
-			// two that differ are refused.
-			if v, err := url.QueryUnescape(value); err == nil && v != value && utf8.ValidString(v) {
-				tokens = append(tokens, v)
+			if f.Is(strings.TrimSpace(name)) {
+				tokens = appendCookieValue(tokens, value)
 			}
 		}
+	}
+	return tokens
+}
+
+// appendCookieValue appends to tokens the readings of the value of a
+// credential cookie: unquoted, and percent-decoded as well where that
+// reads otherwise.
+func appendCookieValue(tokens []string, value string) []string {
+	value = strings.Trim(strings.TrimSpace(value), `"`)
+	tokens = append(tokens, value)
+	// Decoded by some ('+' a space to PHP, not to
+	// decodeURIComponent): each reading is a credential, and
+	// two that differ are refused.
+	if v, err := url.QueryUnescape(value); err == nil && v != value && utf8.ValidString(v) {
+		tokens = append(tokens, v)
 	}
 	return tokens
 }

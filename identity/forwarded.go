@@ -327,7 +327,7 @@ func validPort(s string, obf bool) bool {
 // obfuscated identifier after its '_' (ALPHA / DIGIT / "." / "_" / "-").
 func validObfuscated(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+		if !is(s[i], classObfuscated) {
 			return false
 		}
 	}

@@ -183,9 +183,6 @@ func LooksLikeJWT(s string) bool {
 	return strings.Split(s, ".")[1] != ""
 }
 
-// isBase64URL reports whether c is in the base64url alphabet.
-func isBase64URL(c byte) bool { return isAlnum(c) || c == '-' || c == '_' }
-
 // credential is APIKey with keys of up to max bytes.
 func credential(h http.Header, max int) (key string, ok bool, err error) {
 	bearer, hasBearer, err := authorizationToken(h[headerAuthorization], max)

@@ -44,12 +44,7 @@ func ParamIs(name, want string) bool {
 		return strings.EqualFold(paramReading(name, true), paramReading(want, true))
 	}
 	w := paramReading(want, false)
-	for _, n := range ParamNames(name) {
-		if strings.EqualFold(n, w) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(ParamNames(name), func(n string) bool { return strings.EqualFold(n, w) })
 }
 
 // paramReading is a parameter name as PHP reads it: cut at a NUL,
