@@ -107,25 +107,37 @@ func (f Fields) BodyTokens(kind BodyKind, ctype string, body []byte) ([]string, 
 	if kind == BodyForm && strings.TrimSpace(ctype) == "" {
 		return f.QueryTokens(string(body))
 	}
+	params, err := bodyParams(ctype)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case BodyForm:
+		return f.QueryTokens(string(body))
+	case BodyMultipart:
+		boundary, err := multipartBoundary(ctype, params)
+		if err != nil {
+			return nil, err
+		}
+		return f.multipartTokens(boundary, body)
+	}
+	return f.jsonTokens(body)
+}
+
+// bodyParams returns the parameters of a body's Content-Type ctype,
+// refusing one that does not parse or whose charset is not
+// ASCII-compatible.
+func bodyParams(ctype string) (map[string]string, error) {
 	_, params, err := mime.ParseMediaType(ctype)
 	if err != nil {
 		return nil, fmt.Errorf("reading the body: %w: its Content-Type does not parse", ErrUnreadableBody)
 	}
 	switch cs := strings.ToLower(params["charset"]); cs {
 	case "", "utf-8", "utf8", "us-ascii", "ascii", "iso-8859-1", "latin1":
+		return params, nil
 	default:
 		return nil, fmt.Errorf("reading the body: %w: charset %q: only UTF-8 and ASCII-compatible bodies are read", ErrUnreadableBody, cs)
 	}
-	switch kind {
-	case BodyForm:
-		return f.QueryTokens(string(body))
-	case BodyMultipart:
-		if strings.Count(strings.ToLower(ctype), "boundary") > 1 {
-			return nil, fmt.Errorf("reading the body: %w: \"boundary\" twice in its Content-Type (PHP takes the first)", ErrUnreadableBody)
-		}
-		return f.multipartTokens(params["boundary"], body)
-	}
-	return f.jsonTokens(body)
 }
 
 // maxParts bounds the parts of a multipart body read.
@@ -134,9 +146,6 @@ const maxParts = 1000
 // multipartTokens reads the parts of a multipart body named as a
 // credential field.
 func (f Fields) multipartTokens(boundary string, body []byte) ([]string, error) {
-	if boundary == "" {
-		return nil, fmt.Errorf("reading the body: %w: multipart without a boundary", ErrUnreadableBody)
-	}
 	r := multipart.NewReader(bytes.NewReader(body), boundary)
 	var tokens []string
 	for i := 0; ; i++ {
@@ -154,19 +163,41 @@ func (f Fields) multipartTokens(boundary string, body []byte) ([]string, error) 
 		case i >= maxParts:
 			return nil, fmt.Errorf("reading the body: %w: more than %d parts", ErrUnreadableBody, maxParts)
 		}
-		name, err := partName(p.Header)
+		token, ok, err := f.partToken(p)
 		if err != nil {
 			return nil, err
 		}
-		if !f.isName(name) {
-			continue
+		if ok {
+			tokens = append(tokens, token)
 		}
-		v, err := io.ReadAll(p)
-		if err != nil {
-			return nil, fmt.Errorf("reading the body: %w: a multipart part does not parse", ErrUnreadableBody)
-		}
-		tokens = append(tokens, string(v))
 	}
+}
+
+// multipartBoundary returns the boundary of a multipart body, from its
+// Content-Type ctype and that type's params, refusing none, or
+// "boundary" twice (PHP takes the first).
+func multipartBoundary(ctype string, params map[string]string) (string, error) {
+	if strings.Count(strings.ToLower(ctype), "boundary") > 1 {
+		return "", fmt.Errorf("reading the body: %w: \"boundary\" twice in its Content-Type (PHP takes the first)", ErrUnreadableBody)
+	}
+	if params["boundary"] == "" {
+		return "", fmt.Errorf("reading the body: %w: multipart without a boundary", ErrUnreadableBody)
+	}
+	return params["boundary"], nil
+}
+
+// partToken returns the content of a multipart part p, and whether its
+// name is one of f.
+func (f Fields) partToken(p *multipart.Part) (string, bool, error) {
+	name, err := partName(p.Header)
+	if err != nil || !f.isName(name) {
+		return "", false, err
+	}
+	v, err := io.ReadAll(p)
+	if err != nil {
+		return "", false, fmt.Errorf("reading the body: %w: a multipart part does not parse", ErrUnreadableBody)
+	}
+	return string(v), true, nil
 }
 
 // partName returns the name in a multipart part's header h (its

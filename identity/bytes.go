@@ -12,18 +12,20 @@ const (
 	classBase64URL              // the base64url alphabet
 	classObfuscated             // an obfuscated identifier, after its '_'
 	classOWS                    // optional whitespace: SP and HTAB
+	classVisible                // visible ASCII, 0x21 to 0x7e
+	classDot                    // '.', which separates a JWS's parts
 )
 
 // byteClasses holds, for each byte, the classes it belongs to.
 var byteClasses = newByteClasses()
 
 // newByteClasses returns byteClasses: each class the bytes of its
-// sets, and classQuoted HTAB, SP, visible ASCII and obs-text (every
-// byte from SP on but DEL).
-func newByteClasses() [256]uint8 {
+// sets, classVisible the visible ASCII bytes, and classQuoted HTAB, SP,
+// visible ASCII and obs-text (every byte from SP on but DEL).
+func newByteClasses() [256]uint16 {
 	const alnum = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 	sets := []struct {
-		classes uint8
+		classes uint16
 		bytes   string
 	}{
 		{classAlnum | classTchar | classNode | classBase64URL | classObfuscated, alnum},
@@ -34,8 +36,9 @@ func newByteClasses() [256]uint8 {
 		{classBase64URL, "-_"},
 		{classObfuscated, "._-"},
 		{classOWS | classQuoted, " \t"},
+		{classDot, "."},
 	}
-	var t [256]uint8
+	var t [256]uint16
 	for _, set := range sets {
 		for i := range len(set.bytes) {
 			t[set.bytes[i]] |= set.classes
@@ -44,12 +47,15 @@ func newByteClasses() [256]uint8 {
 	for c := 0x21; c < 0x100; c++ {
 		t[c] |= classQuoted
 	}
+	for c := 0x21; c < 0x7f; c++ {
+		t[c] |= classVisible
+	}
 	t[0x7f] &^= classQuoted
 	return t
 }
 
 // is reports whether c belongs to one of classes.
-func is(c byte, classes uint8) bool { return byteClasses[c]&classes != 0 }
+func is(c byte, classes uint16) bool { return byteClasses[c]&classes != 0 }
 
 // trimOWS returns s without its leading and trailing optional whitespace.
 func trimOWS(s string) string { return strings.Trim(s, " \t") }

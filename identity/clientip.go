@@ -168,11 +168,9 @@ func clientIP(r *http.Request, trusted TrustedProxies, seen *[]netip.Addr) (neti
 	case len(xff) > 0:
 		a, _ := walk(peer, trusted, xff, false, seen)
 		return a, true
-	case len(fwd) > 0:
-		a, _ := walk(peer, trusted, fwd, true, seen)
-		return a, true
 	}
-	return peer, true
+	a, _ := walk(peer, trusted, fwd, true, seen) // no lines: the peer
+	return a, true
 }
 
 // walkBoth walks the X-Forwarded-For lines xff and the Forwarded lines

@@ -110,7 +110,7 @@ func writeEscape(b *strings.Builder, s string, i int) int {
 // value.
 func (f Fields) QueryTokens(raw string) ([]string, error) {
 	var tokens []string
-	for pair := range strings.FieldsFuncSeq(raw, func(r rune) bool { return r == '&' || r == ';' }) {
+	for pair := range strings.FieldsFuncSeq(raw, isQuerySeparator) {
 		name, value, _ := strings.Cut(pair, "=")
 		if !f.Is(name) {
 			continue
@@ -123,6 +123,10 @@ func (f Fields) QueryTokens(raw string) ([]string, error) {
 	}
 	return tokens, nil
 }
+
+// isQuerySeparator reports whether r separates the pairs of a query or
+// a form to some server: '&', or ';'.
+func isQuerySeparator(r rune) bool { return r == '&' || r == ';' }
 
 // CookieTokens returns the values of the request's cookies that name one
 // of f, as PHP ($_REQUEST without a request_order), classic ASP.NET

@@ -130,29 +130,35 @@ func lastForwardedSeparator(s string) int {
 		case ',':
 			return i
 		case '"':
-			// s[i] closes a quoted string; find the quote that opens
-			// it, the first one to the left not escaped by an odd
-			// number of backslashes.
-			j := i - 1
-			for ; j >= 0; j-- {
-				if s[j] != '"' {
-					continue
-				}
-				n := 0
-				for k := j - 1; k >= 0 && s[k] == '\\'; k-- {
-					n++
-				}
-				if n%2 == 0 {
-					break
-				}
-			}
-			if j < 0 {
+			// s[i] closes a quoted string: skip it.
+			if i = openingQuote(s, i); i < 0 {
 				return malformedList
 			}
-			i = j
 		}
 	}
 	return -1
+}
+
+// openingQuote returns the index of the quote that opens the quoted
+// string s[i] closes: the first one left of i not escaped by an odd
+// number of backslashes; -1 if there is none.
+func openingQuote(s string, i int) int {
+	for j := i - 1; j >= 0; j-- {
+		if s[j] == '"' && !escapedAt(s, j) {
+			return j
+		}
+	}
+	return -1
+}
+
+// escapedAt reports whether s[j] is escaped: whether an odd number of
+// backslashes directly precede it.
+func escapedAt(s string, j int) bool {
+	n := 0
+	for k := j - 1; k >= 0 && s[k] == '\\'; k-- {
+		n++
+	}
+	return n%2 == 1
 }
 
 // parseForwardedElement returns the address in the for= parameter of one
@@ -177,17 +183,25 @@ func parseForwardedElement(el string) (netip.Addr, bool) {
 			}
 			node, found = value, true
 		}
-		if i = skipOWS(el, next); i < len(el) {
-			if el[i] != ';' {
-				return netip.Addr{}, false
-			}
-			i++
+		if i, ok = pairEnd(el, next); !ok {
+			return netip.Addr{}, false
 		}
 	}
 	if !found {
 		return netip.Addr{}, false
 	}
 	return parseNode(node, true)
+}
+
+// pairEnd returns the index after the pair of a Forwarded element el
+// that ends before el[next]: past the ';' that must follow it, after
+// optional whitespace, unless the element ends there. ok is false if
+// something else follows.
+func pairEnd(el string, next int) (i int, ok bool) {
+	if i = skipOWS(el, next); i == len(el) {
+		return i, true
+	}
+	return i + 1, el[i] == ';'
 }
 
 // parseForwardedPair parses the name=value pair of a Forwarded element
@@ -275,25 +289,34 @@ func parseQuoted(s string, i int) (value string, next int, ok bool) {
 // addresses. The result is normalized.
 func parseNode(s string, obfPort bool) (netip.Addr, bool) {
 	var a netip.Addr
-	var err error
-	if strings.HasPrefix(s, "[") {
-		var ok bool
-		if a, ok = parseBracketedNode(s, obfPort); !ok {
-			return netip.Addr{}, false
-		}
-	} else if i := strings.IndexByte(s, ':'); i >= 0 && strings.IndexByte(s[i+1:], ':') < 0 {
+	var ok bool
+	switch i := strings.IndexByte(s, ':'); {
+	case strings.HasPrefix(s, "["):
+		a, ok = parseBracketedNode(s, obfPort)
+	case i >= 0 && strings.IndexByte(s[i+1:], ':') < 0:
 		// A single colon: IPv4 with a port.
-		if !validPort(s[i+1:], obfPort) {
-			return netip.Addr{}, false
-		}
-		if a, err = netip.ParseAddr(s[:i]); err != nil || !a.Is4() {
-			return netip.Addr{}, false
-		}
-	} else if a, err = netip.ParseAddr(s); err != nil {
+		a, ok = parseIPv4Node(s[:i], s[i+1:], obfPort)
+	default:
 		// Bare IPv4, or bare IPv6 (no port possible).
+		var err error
+		a, err = netip.ParseAddr(s)
+		ok = err == nil
+	}
+	if !ok {
 		return netip.Addr{}, false
 	}
 	return normalize(a), true
+}
+
+// parseIPv4Node parses an IPv4 node with a port, "192.0.2.60:8080", cut
+// at its colon into host and port (obfuscated too if obfPort). The
+// result is not normalized.
+func parseIPv4Node(host, port string, obfPort bool) (netip.Addr, bool) {
+	if !validPort(port, obfPort) {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(host)
+	return a, err == nil && a.Is4()
 }
 
 // parseBracketedNode parses an IPv6 node in brackets, optionally with a

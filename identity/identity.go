@@ -155,15 +155,22 @@ func basicCredential(v string) (user, pass string, ok bool) {
 	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) || !isOWS(v[len(scheme)]) {
 		return "", "", false
 	}
-	enc := trimOWS(v[len(scheme):])
-	b, err := base64.StdEncoding.DecodeString(enc)
-	if err != nil {
-		if b, err = base64.RawStdEncoding.DecodeString(enc); err != nil {
-			return "", "", false
-		}
+	b, ok := decodeBase64(trimOWS(v[len(scheme):]))
+	if !ok {
+		return "", "", false
 	}
 	user, pass, _ = strings.Cut(string(b), ":")
 	return user, pass, true
+}
+
+// decodeBase64 decodes enc, standard base64 padded or not, and reports
+// whether it is.
+func decodeBase64(enc string) ([]byte, bool) {
+	if b, err := base64.StdEncoding.DecodeString(enc); err == nil {
+		return b, true
+	}
+	b, err := base64.RawStdEncoding.DecodeString(enc)
+	return b, err == nil
 }
 
 // LooksLikeJWT reports whether s has the shape of a JWS in compact form
@@ -176,7 +183,7 @@ func LooksLikeJWT(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isBase64URL(c) && c != '.' {
+		if !is(s[i], classBase64URL|classDot) {
 			return false
 		}
 	}
@@ -194,18 +201,26 @@ func credential(h http.Header, max int) (key string, ok bool, err error) {
 	case len(vals) > 1:
 		return "", false, fmt.Errorf("parsing X-API-Key header: %w: more than one value", ErrMalformedKey)
 	case len(vals) == 1:
-		token := trimOWS(vals[0])
-		if hasBearer && token != bearer {
-			return "", false, fmt.Errorf("parsing credentials: %w: a Bearer token and an X-API-Key that differ", ErrMalformedKey)
-		}
-		if err := checkKey(token, max); err != nil {
-			return "", false, fmt.Errorf("parsing X-API-Key header: %w", err)
-		}
-		return token, true, nil
+		token, err := apiKeyHeader(vals[0], bearer, hasBearer, max)
+		return token, err == nil, err
 	case hasBearer:
 		return bearer, true, nil
 	}
 	return "", false, nil
+}
+
+// apiKeyHeader returns the key of the X-API-Key value v, a key of up to
+// max bytes, refusing one that differs from the request's Bearer token
+// (hasBearer).
+func apiKeyHeader(v, bearer string, hasBearer bool, max int) (string, error) {
+	token := trimOWS(v)
+	if hasBearer && token != bearer {
+		return "", fmt.Errorf("parsing credentials: %w: a Bearer token and an X-API-Key that differ", ErrMalformedKey)
+	}
+	if err := checkKey(token, max); err != nil {
+		return "", fmt.Errorf("parsing X-API-Key header: %w", err)
+	}
+	return token, nil
 }
 
 // authorizationToken returns the Bearer (or Token) credential of the
@@ -286,7 +301,7 @@ func checkKey(key string, max int) error {
 		return fmt.Errorf("%w: longer than %d bytes", ErrMalformedKey, max)
 	}
 	for i := 0; i < len(key); i++ {
-		if c := key[i]; c < 0x21 || c > 0x7e {
+		if !is(key[i], classVisible) {
 			return fmt.Errorf("%w: byte %d is outside visible ASCII", ErrMalformedKey, i)
 		}
 	}
@@ -328,10 +343,8 @@ func checkUser(id string) error {
 	case !utf8.ValidString(id):
 		return fmt.Errorf("%w: invalid UTF-8", ErrMalformedUser)
 	}
-	for i, r := range id {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: control character at byte %d", ErrMalformedUser, i)
-		}
+	if i := strings.IndexFunc(id, unicode.IsControl); i >= 0 {
+		return fmt.Errorf("%w: control character at byte %d", ErrMalformedUser, i)
 	}
 	return nil
 }

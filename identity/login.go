@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,6 +137,10 @@ func loginHeaders(h http.Header, rawQuery, field string) (string, error) {
 	return loginMediaType(h)
 }
 
+// loginMediaTypes are the media types of the login bodies ReadLogin
+// reads.
+var loginMediaTypes = []string{"application/json", "application/x-www-form-urlencoded"}
+
 // loginMediaType returns the media type of a login request's body: JSON
 // or a form, in UTF-8, named by one Content-Type line.
 func loginMediaType(h http.Header) (string, error) {
@@ -151,7 +156,7 @@ func loginMediaType(h http.Header) (string, error) {
 			return "", badLogin("the only Content-Type parameter accepted is charset=utf-8")
 		}
 	}
-	if mt != "application/json" && mt != "application/x-www-form-urlencoded" {
+	if !slices.Contains(loginMediaTypes, mt) {
 		return "", badLogin("want Content-Type application/json or application/x-www-form-urlencoded, not %s", mt)
 	}
 	return mt, nil
@@ -161,7 +166,7 @@ func loginMediaType(h http.Header) (string, error) {
 // however it is spelt or escaped: with r.FormValue a service reads the
 // account from there when the body has none.
 func CheckLoginQuery(raw, field string) error {
-	for _, part := range strings.FieldsFunc(raw, func(c rune) bool { return c == '&' || c == ';' }) {
+	for _, part := range strings.FieldsFunc(raw, isQuerySeparator) {
 		k, _, _ := strings.Cut(part, "=")
 		name, err := url.QueryUnescape(k)
 		if err != nil {
@@ -190,9 +195,7 @@ func isAccountField(name, field string) bool {
 	if strings.ContainsAny(field, "[].") {
 		return false
 	}
-	if i := strings.IndexByte(name, 0); i >= 0 {
-		name = name[:i]
-	}
+	name, _, _ = strings.Cut(name, "\x00")
 	for _, seg := range strings.FieldsFunc(name, func(c rune) bool { return c == '.' || c == '[' || c == ']' }) {
 		if ParamIs(seg, field) {
 			return true
@@ -243,16 +246,22 @@ func openJSONLogin(raw []byte) (*json.Decoder, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	if !nextDelim(dec, '{') {
 		return nil, badLogin("the body must be a JSON object")
 	}
 	return dec, nil
 }
 
+// nextDelim reports whether the next token of dec is the delimiter d.
+func nextDelim(dec *json.Decoder, d json.Delim) bool {
+	tok, err := dec.Token()
+	return err == nil && tok == d
+}
+
 // closeJSONLogin reads the '}' that ends a login body's object, and
 // refuses anything after it.
 func closeJSONLogin(dec *json.Decoder) error {
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+	if !nextDelim(dec, '}') {
 		return badLogin("the body is not valid JSON")
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -343,24 +352,30 @@ func (w *jsonWriter) container(open json.Delim) error {
 		if i > 0 {
 			w.out.WriteByte(',')
 		}
-		tok, err := w.dec.Token()
-		if err != nil {
-			return badLogin("the body is not valid JSON")
-		}
-		if open == '{' {
-			if tok, err = w.nestedKey(tok.(string)); err != nil {
-				return err
-			}
-		}
-		if err := w.value(tok); err != nil {
+		if err := w.element(open == '{'); err != nil {
 			return err
 		}
 	}
-	if tok, err := w.dec.Token(); err != nil || tok != end {
+	if !nextDelim(w.dec, end) {
 		return badLogin("the body is not valid JSON")
 	}
 	w.out.WriteByte(byte(end))
 	return nil
+}
+
+// element reads and writes the next element of an array, or the next
+// member of an object (member).
+func (w *jsonWriter) element(member bool) error {
+	tok, err := w.dec.Token()
+	if err != nil {
+		return badLogin("the body is not valid JSON")
+	}
+	if member {
+		if tok, err = w.nestedKey(tok.(string)); err != nil {
+			return err
+		}
+	}
+	return w.value(tok)
 }
 
 // nestedKey writes the name of a member of a nested object, refusing the
@@ -397,11 +412,9 @@ func readFormLogin(raw []byte, field string) (*Login, error) {
 		if pair == "" {
 			continue
 		}
-		k, v, _ := strings.Cut(pair, "=")
-		name, err1 := url.QueryUnescape(k)
-		value, err2 := url.QueryUnescape(v)
-		if err1 != nil || err2 != nil {
-			return nil, badLogin("the form body has a malformed escape")
+		name, value, err := formPair(pair)
+		if err != nil {
+			return nil, err
 		}
 		isAccount, err := accountMember(name, field, found)
 		if err != nil {
@@ -410,18 +423,36 @@ func readFormLogin(raw []byte, field string) (*Login, error) {
 		if isAccount {
 			lb.Account, found = value, true
 		}
-		if out.Len() > 0 {
-			out.WriteByte('&')
-		}
-		out.WriteString(url.QueryEscape(name))
-		out.WriteByte('=')
-		out.WriteString(url.QueryEscape(value))
+		writeFormPair(&out, name, value)
 	}
 	if !found {
 		return nil, badLogin("the body must name the account in %q", field)
 	}
 	lb.Body = []byte(out.String())
 	return lb, nil
+}
+
+// formPair returns the name and the value of a pair of a form body,
+// unescaped, refusing a malformed escape in either.
+func formPair(pair string) (name, value string, err error) {
+	k, v, _ := strings.Cut(pair, "=")
+	name, err1 := url.QueryUnescape(k)
+	value, err2 := url.QueryUnescape(v)
+	if err1 != nil || err2 != nil {
+		return "", "", badLogin("the form body has a malformed escape")
+	}
+	return name, value, nil
+}
+
+// writeFormPair writes the pair name=value to out, escaped, after the
+// pairs out holds and an '&'.
+func writeFormPair(out *strings.Builder, name, value string) {
+	if out.Len() > 0 {
+		out.WriteByte('&')
+	}
+	out.WriteString(url.QueryEscape(name))
+	out.WriteByte('=')
+	out.WriteString(url.QueryEscape(value))
 }
 
 // checkAccount refuses an account name no service would take: empty,
@@ -435,10 +466,8 @@ func checkAccount(acct string) error {
 	case !utf8.ValidString(acct):
 		return badLogin("the account is not valid UTF-8")
 	}
-	for _, c := range acct {
-		if unicode.IsControl(c) {
-			return badLogin("the account holds a control character")
-		}
+	if strings.ContainsFunc(acct, unicode.IsControl) {
+		return badLogin("the account holds a control character")
 	}
 	return nil
 }

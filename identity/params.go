@@ -53,9 +53,7 @@ func ParamIs(name, want string) bool {
 // and nested forms of PHP, Rack and qs: "name[]", "name[0]", Rack's
 // "[name]").
 func paramReading(name string, whole bool) string {
-	if i := strings.IndexByte(name, 0); i >= 0 {
-		name = name[:i]
-	}
+	name, _, _ = strings.Cut(name, "\x00")
 	trim := func(c rune) bool { return unicode.IsSpace(c) || !whole && (c == '[' || c == ']') }
 	name = strings.TrimLeftFunc(name, trim)
 	if i := strings.IndexByte(name, '['); i >= 0 && !whole {
