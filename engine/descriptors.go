@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
@@ -354,17 +355,12 @@ func (e *Engine) chargeShadows(ctx context.Context, v *Verdict, c budgetCall) {
 // mostRestrictiveEnforced is mostRestrictive among the enforced charges,
 // or among all when every one is in shadow.
 func mostRestrictiveEnforced(cs []Charge) int {
-	ds := make([]tollgate.Decision, 0, len(cs))
-	idx := make([]int, 0, len(cs))
+	shadowToo := !slices.ContainsFunc(cs, func(c Charge) bool { return !c.Budget.Shadow })
+	best := -1
 	for i, c := range cs {
-		if !c.Budget.Shadow {
-			ds, idx = append(ds, c.Decision), append(idx, i)
+		if (shadowToo || !c.Budget.Shadow) && (best < 0 || restricts(c.Decision, cs[best].Decision)) {
+			best = i
 		}
 	}
-	if len(ds) == 0 {
-		for i, c := range cs {
-			ds, idx = append(ds, c.Decision), append(idx, i)
-		}
-	}
-	return idx[mostRestrictive(ds)]
+	return best
 }
