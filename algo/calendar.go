@@ -72,15 +72,6 @@ func localDay(zone *time.Location, t int64) int64 {
 	return floorDiv(t+int64(off)*1000, dayMS)
 }
 
-// floorDiv returns ⌊a/b⌋ for b > 0.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b < 0 {
-		q--
-	}
-	return q
-}
-
 // nextMidnight returns the local day number of the start of the calendar
 // window after the one starting on local day d: d+1, or the first of the
 // next month.

@@ -535,3 +535,12 @@ func (l *Limit) same(o *Limit) bool {
 	return l.Rate == o.Rate && l.Period == o.Period && l.Algorithm == o.Algorithm && l.Burst == o.Burst &&
 		l.MaxDelay == o.MaxDelay && l.Calendar == o.Calendar && l.Zone == o.Zone
 }
+
+// floorDiv returns ⌊a/b⌋ for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
