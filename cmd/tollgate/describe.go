@@ -1,0 +1,236 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/tollgate/tollgate/policy"
+)
+
+// describe prints what a policy enforces.
+func describe(w io.Writer, p *policy.Policy) {
+	fmt.Fprintf(w, "policy %s (%s): %s\n", p.Version, p.Source, describeWarnings(len(p.Warnings)))
+	fmt.Fprintf(w, "listeners: public %s, admin %s\n", p.Public, p.Admin)
+	store := p.Store.Type
+	if p.Store.Type == "redis" {
+		store += " " + p.Store.URL
+	}
+	fmt.Fprintf(w, "store: %s\n", store)
+	c := p.Conns
+	total := "from the file limit"
+	if c.MaxConns > 0 {
+		total = strconv.Itoa(c.MaxConns)
+	}
+	fmt.Fprintf(w, "connections: %d per client address, %s in all, %d admin; timeouts: header %v, body %v, idle %v, send %v\n",
+		c.MaxConnsPerClient, total, c.AdminMaxConns, c.HeaderTimeout, c.BodyTimeout, c.IdleTimeout, c.SendTimeout)
+	describePlans(w, p)
+	describeRoutes(w, p)
+	if l := p.Allowlist; l != nil {
+		fmt.Fprintf(w, "allowlist (counted, never refused by a rate limit): %d key(s), %d user(s), %d tenant(s), addresses %v\n",
+			len(l.Keys), len(l.Users), len(l.Tenants), l.Addresses)
+	}
+	if j := p.JWT; j != nil {
+		fmt.Fprintf(w, "bearer JWTs: %s\n", describeJWT(j))
+	}
+	fmt.Fprintf(w, "invalid API keys: %v per client IP\n", p.InvalidKey.Limit)
+	if p.Region != "" {
+		fmt.Fprintf(w, "region: %s (every limit above is this region's share)\n", p.Region)
+	}
+	if len(p.TrustedProxies) > 0 {
+		fmt.Fprintf(w, "trusted proxies: %v\n", p.TrustedProxies)
+	}
+}
+
+// describeWarnings says that a policy with n warnings is valid, and how
+// many warnings it has.
+func describeWarnings(n int) string {
+	switch n {
+	case 0:
+		return "OK"
+	case 1:
+		return "OK, 1 warning"
+	}
+	return fmt.Sprintf("OK, %d warnings", n)
+}
+
+// describePlans lists the plans and who is on each.
+func describePlans(w io.Writer, p *policy.Policy) {
+	fmt.Fprintln(w, "plans:")
+	names := make([]string, 0, len(p.Plans))
+	for n := range p.Plans {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-12s %-22s %s\n", n, describePlan(p.Plans[n]), strings.Join(planMembers(p, n), ", "))
+	}
+}
+
+// planMembers says who is on the plan named n: clients by IP, users, API
+// keys, JWTs naming no plan.
+func planMembers(p *policy.Policy, n string) []string {
+	var who []string
+	if p.AnonymousPlan != nil && p.AnonymousPlan.Name == n {
+		who = append(who, "clients by IP")
+	}
+	if p.UserPlan != nil && p.UserPlan.Name == n && p.UserHeader != "" {
+		who = append(who, "users from "+p.UserHeader)
+	}
+	if keys := keysOnPlan(p, n); keys > 0 {
+		who = append(who, fmt.Sprintf("%d API key(s)", keys))
+	}
+	if p.JWT != nil && p.JWT.DefaultPlan != nil && p.JWT.DefaultPlan.Name == n {
+		who = append(who, "JWTs naming no plan")
+	}
+	return who
+}
+
+// keysOnPlan counts the API keys on the plan named n.
+func keysOnPlan(p *policy.Policy, n string) int {
+	keys := 0
+	for _, k := range p.Keys {
+		if k.Plan.Name == n {
+			keys++
+		}
+	}
+	return keys
+}
+
+// describeRoutes lists the routes.
+func describeRoutes(w io.Writer, p *policy.Policy) {
+	fmt.Fprintln(w, "routes:")
+	for _, r := range p.Routes {
+		m := r.Method
+		if m == "" {
+			m = "*"
+		}
+		mode := "fail_open"
+		if r.FailClosed {
+			mode = "fail_closed"
+		}
+		fmt.Fprintf(w, "  %-7s %-16s -> %-22s group %-8s cost %-3d %s, %s\n", m, describeMatch(r), r.Upstream, r.Group, r.Cost, describeLimits(r), mode)
+	}
+}
+
+// describeLimits says what limits a route: its own limit or the plan's,
+// its global budget, concurrency, login guard and refusal.
+func describeLimits(r *policy.Route) string {
+	limit := "plan limit per subject"
+	if r.Limit != nil {
+		limit = "own limit " + describePlan(r.Limit) + " per " + describeKey(r.LimitKey)
+		if r.LimitAdds {
+			limit = "plan limit + " + limit
+		}
+	}
+	if r.Global != nil {
+		limit += ", global " + r.Global.Limit.String()
+	}
+	if c := r.Concurrency; c != nil {
+		per := "subject"
+		if c.PerRoute {
+			per = "route"
+		}
+		limit += fmt.Sprintf(", at most %d in flight per %s", c.Limit, per)
+	}
+	if l := r.Login; l != nil {
+		limit += fmt.Sprintf(", login guard (field %q: %d failures lock %v..%v; %v failures per IP)",
+			l.AccountField, l.Rule.Threshold, l.Rule.Lock, l.Rule.MaxLock, l.IPFailures.Limit)
+	}
+	if rf := r.Refusal; rf != nil {
+		limit += fmt.Sprintf(", refused with %d", rf.Status)
+		if len(rf.Body) > 0 {
+			limit += " and its own " + rf.ContentType + " body"
+		}
+	}
+	return limit
+}
+
+// describeMatch prints what a route matches besides its method: its
+// path ("*" for everything under a prefix, {param} segments as written),
+// and the host, headers and query it requires.
+func describeMatch(r *policy.Route) string {
+	m := r.Path
+	if r.Prefix {
+		m += "*"
+	}
+	var conds []string
+	if r.Host != "" {
+		conds = append(conds, "host "+r.Host)
+	}
+	for _, c := range r.Headers {
+		conds = append(conds, "header "+describeCond(c))
+	}
+	for _, c := range r.Query {
+		conds = append(conds, "query "+describeCond(c))
+	}
+	if len(conds) > 0 {
+		m += " [" + strings.Join(conds, ", ") + "]"
+	}
+	return m
+}
+
+func describeCond(c policy.Cond) string {
+	if c.Any {
+		return c.Name + " present"
+	}
+	return c.Name + "=" + c.Value
+}
+
+// describeKey prints what a route limit is counted per.
+func describeKey(parts []policy.KeyPart) string {
+	if len(parts) == 0 {
+		return "subject"
+	}
+	s := make([]string, len(parts))
+	for i, k := range parts {
+		s[i] = k.String()
+	}
+	return strings.Join(s, " + ")
+}
+
+// describeJWT prints how bearer JWTs are verified and whom they name.
+func describeJWT(j *policy.JWT) string {
+	var parts []string
+	if j.JWKSURL != "" {
+		parts = append(parts, fmt.Sprintf("keys from %s (refreshed every %v, at most every %v)", j.JWKSURL, j.RefreshInterval, j.MinRefreshInterval))
+	}
+	if j.HMACSecret != nil {
+		parts = append(parts, "HMAC secret from the environment")
+	}
+	parts = append(parts, "algorithms "+strings.Join(j.Algorithms, ", "), fmt.Sprintf("clock skew %v", j.ClockSkew))
+	if j.Issuer != "" {
+		parts = append(parts, "issuer "+j.Issuer)
+	}
+	if len(j.Audience) > 0 {
+		parts = append(parts, "audience "+strings.Join(j.Audience, " or "))
+	}
+	who := "subject from claim " + j.SubjectClaim
+	if j.TenantClaim != "" {
+		who += ", tenant from " + j.TenantClaim
+	}
+	if j.PlanClaim != "" {
+		who += ", plan from " + j.PlanClaim
+	}
+	parts = append(parts, who)
+	return strings.Join(parts, "; ") + "; invalid tokens count as invalid API keys"
+}
+
+// describePlan prints a plan's limits, e.g. "gcra 10/1s + gcra 1000/1h,
+// tenant fixed_window 25/1m0s".
+func describePlan(pl *policy.Plan) string {
+	if pl.Unlimited {
+		return "unlimited (counted)"
+	}
+	parts := make([]string, len(pl.Limits))
+	for i, b := range pl.Limits {
+		parts[i] = b.Limit.String()
+	}
+	s := strings.Join(parts, " + ")
+	if pl.Tenant != nil {
+		s += ", tenant " + pl.Tenant.Limit.String()
+	}
+	return s
+}
