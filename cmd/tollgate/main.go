@@ -67,25 +67,40 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	switch args[0] {
-	case "serve":
-		return serve(args[1:], stdout, stderr)
-	case "rls":
-		return rls(args[1:], stdout, stderr)
-	case "check":
-		return check(args[1:], stdout, stderr)
-	case "simulate":
-		return simulateCmd(args[1:], stdout, stderr)
-	case "hash-key":
-		return hashKey(args[1:], stdin, stdout, stderr)
-	case "version":
-		return printVersion(args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return 0
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "unknown command %q\n%s", args[0], usage)
+		return 2
 	}
-	fmt.Fprintf(stderr, "unknown command %q\n%s", args[0], usage)
-	return 2
+	return cmd(args[1:], stdin, stdout, stderr)
+}
+
+// A command runs a subcommand on its arguments (those after its name)
+// and returns the exit code.
+type command func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
+
+// commands are the subcommands by name.
+var commands = map[string]command{
+	"serve":    withoutStdin(serve),
+	"rls":      withoutStdin(rls),
+	"check":    withoutStdin(check),
+	"simulate": withoutStdin(simulateCmd),
+	"hash-key": hashKey,
+	"version":  withoutStdin(printVersion),
+	"-h":       help,
+	"--help":   help,
+	"help":     help,
+}
+
+// withoutStdin makes a command of f, which reads no standard input.
+func withoutStdin(f func(args []string, stdout, stderr io.Writer) int) command {
+	return func(args []string, _ io.Reader, stdout, stderr io.Writer) int { return f(args, stdout, stderr) }
+}
+
+// help prints the usage to stdout.
+func help(_ []string, _ io.Reader, stdout, _ io.Writer) int {
+	fmt.Fprint(stdout, usage)
+	return 0
 }
 
 // flags returns a flag set for a command whose usage line is use: -h and
