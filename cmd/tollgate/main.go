@@ -17,6 +17,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -206,66 +207,98 @@ func printVersion(args []string, stdout, stderr io.Writer) int {
 
 func serve(args []string, stdout, stderr io.Writer) int {
 	fs := flags("serve", "serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR]", stdout, stderr)
-	config := fs.String("config", os.Getenv("TOLLGATE_CONFIG"), "policy file (required; env TOLLGATE_CONFIG)")
-	redisURL := fs.String("redis", os.Getenv("TOLLGATE_REDIS_URL"), "Redis URL; overrides the policy's store (env TOLLGATE_REDIS_URL)")
-	listen := fs.String("listen", "", "public listen address (host:port); overrides listeners.public")
-	admin := fs.String("admin", "", "admin listen address (host:port); overrides listeners.admin, which off loopback needs listeners.admin_token_env")
-	state := fs.String("state", "", "where admin changes (keys, tenants, rollbacks) are kept without Redis (default: the policy file's path + .state.json; with Redis they are kept there)")
-	simBudget := fs.Duration("simulate-budget", gateway.DefaultSimulateBudget, "the CPU time a dashboard or POST /simulate replay may take before it is stopped (answered 503)")
+	var o serveOptions
+	fs.StringVar(&o.config, "config", os.Getenv("TOLLGATE_CONFIG"), "policy file (required; env TOLLGATE_CONFIG)")
+	fs.StringVar(&o.redisURL, "redis", os.Getenv("TOLLGATE_REDIS_URL"), "Redis URL; overrides the policy's store (env TOLLGATE_REDIS_URL)")
+	fs.StringVar(&o.listen, "listen", "", "public listen address (host:port); overrides listeners.public")
+	fs.StringVar(&o.admin, "admin", "", "admin listen address (host:port); overrides listeners.admin, which off loopback needs listeners.admin_token_env")
+	fs.StringVar(&o.state, "state", "", "where admin changes (keys, tenants, rollbacks) are kept without Redis (default: the policy file's path + .state.json; with Redis they are kept there)")
+	fs.DurationVar(&o.simBudget, "simulate-budget", gateway.DefaultSimulateBudget, "the CPU time a dashboard or POST /simulate replay may take before it is stopped (answered 503)")
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	if err := checkServeArgs(*config, *simBudget, fs.Args()); err != nil {
+	if err := checkServeArgs(o, fs.Args()); err != nil {
 		fmt.Fprintln(stderr, "serve:", err)
 		return 2
 	}
-	env := policy.ProcessEnv()
-	env.Public, env.Admin = *listen, *admin
-	p, err := policy.LoadEnv(*config, env)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	if p.Public == "" {
-		fmt.Fprintln(stderr, "serve: the policy has no public listener: set listeners.public or --listen")
-		return 1
-	}
-	log := serveLogger(p, stderr)
-	if err := prepareServe(p, *redisURL, log); err != nil {
-		fmt.Fprintln(stderr, "serve:", err)
-		return 1
-	}
-	if *state == "" {
-		*state = *config + ".state.json"
-	}
-	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: *redisURL, Logger: log, Public: *listen, Admin: *admin, Version: version,
-		StateFile: *state, SimulateBudget: *simBudget})
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	defer g.Close()
-	if err := runGateway(g, p, *config, log); err != nil {
-		if !errors.Is(err, errStopped) {
-			fmt.Fprintln(stderr, "serve:", err)
-		}
-		return 1
-	}
-	return 0
+	return exitCode(stderr, runServe(o, stderr))
+}
+
+// serveOptions are serve's flags.
+type serveOptions struct {
+	config, redisURL, listen, admin, state string
+	simBudget                              time.Duration
 }
 
 // checkServeArgs checks serve's arguments: a policy file, a positive
 // simulate budget, and nothing past the flags.
-func checkServeArgs(config string, simBudget time.Duration, rest []string) error {
+func checkServeArgs(o serveOptions, rest []string) error {
 	switch {
-	case simBudget <= 0:
+	case o.simBudget <= 0:
 		return errors.New("--simulate-budget must be positive")
-	case config == "":
+	case o.config == "":
 		return errors.New("--config (or TOLLGATE_CONFIG) is required")
 	case len(rest) > 0:
 		return fmt.Errorf("unexpected arguments %q", rest)
 	}
 	return nil
+}
+
+// runServe loads the policy file, logging to stderr as it asks, and
+// serves it until stopped.
+func runServe(o serveOptions, stderr io.Writer) error {
+	p, err := loadServePolicy(o)
+	if err != nil {
+		return err
+	}
+	log := serveLogger(p, stderr)
+	if err := prepareServe(p, o.redisURL, log); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return serveGateway(p, o, log)
+}
+
+// loadServePolicy loads the policy file with the listen addresses of
+// the flags, and refuses one without a public listener.
+func loadServePolicy(o serveOptions) (*policy.Policy, error) {
+	env := policy.ProcessEnv()
+	env.Public, env.Admin = o.listen, o.admin
+	p, err := policy.LoadEnv(o.config, env)
+	if err != nil {
+		return nil, err
+	}
+	if p.Public == "" {
+		return nil, errors.New("serve: the policy has no public listener: set listeners.public or --listen")
+	}
+	return p, nil
+}
+
+// serveGateway builds the gateway for p and runs it until stopped (see
+// runGateway).
+func serveGateway(p *policy.Policy, o serveOptions, log *slog.Logger) error {
+	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: o.redisURL, Logger: log, Public: o.listen, Admin: o.admin, Version: version,
+		StateFile: cmp.Or(o.state, o.config+".state.json"), SimulateBudget: o.simBudget})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if err := runGateway(g, p, o.config, log); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// exitCode returns a command's exit code for err, its outcome: 0 for
+// nil, else 1, once err is printed to stderr (unless it is errStopped,
+// already logged).
+func exitCode(stderr io.Writer, err error) int {
+	if err == nil {
+		return 0
+	}
+	if !errors.Is(err, errStopped) {
+		fmt.Fprintln(stderr, err)
+	}
+	return 1
 }
 
 // errStopped is runGateway's and runRLS's error when the server stopped
