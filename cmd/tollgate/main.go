@@ -328,20 +328,10 @@ func serveLogger(p *policy.Policy, stderr io.Writer) *slog.Logger {
 // prepareServe refuses a Redis URL that cannot work for p, logs the
 // policy's warnings, and sends the trace exporter's errors to the log.
 func prepareServe(p *policy.Policy, redisURL string, log *slog.Logger) error {
-	if redisURL != "" {
-		if err := policy.CheckRedisURL(redisURL); err != nil {
-			return err
-		}
-		if p.SecretGenerated {
-			return errors.New("a shared Redis store needs identity.secret or identity.secret_env in the policy, so every instance hashes subjects alike")
-		}
+	if err := checkServeRedis(p, redisURL); err != nil {
+		return err
 	}
-	for _, w := range p.Warnings {
-		log.Warn("policy warning", slog.String("warning", w.Msg), slog.String("file", w.File), slog.Int("line", w.Line), slog.String("path", w.Path))
-	}
-	if p.SecretGenerated {
-		log.Warn("no identity secret configured: using a random one for this process (fine for one instance on the memory store)")
-	}
+	logPolicyWarnings(p, log)
 	if p.Tracing.On() {
 		// The trace exporter's errors (a collector down or refusing) go to
 		// the log, sampled per message, not to the standard logger.
@@ -353,18 +343,40 @@ func prepareServe(p *policy.Policy, redisURL string, log *slog.Logger) error {
 	return nil
 }
 
+// checkServeRedis refuses a Redis URL, if given, that is invalid, or
+// that p cannot share: every instance on one store must hash subjects
+// with the same identity secret.
+func checkServeRedis(p *policy.Policy, redisURL string) error {
+	if redisURL == "" {
+		return nil
+	}
+	if err := policy.CheckRedisURL(redisURL); err != nil {
+		return err
+	}
+	if p.SecretGenerated {
+		return errors.New("a shared Redis store needs identity.secret or identity.secret_env in the policy, so every instance hashes subjects alike")
+	}
+	return nil
+}
+
+// logPolicyWarnings logs p's warnings, and that its identity secret is
+// random if it names none.
+func logPolicyWarnings(p *policy.Policy, log *slog.Logger) {
+	for _, w := range p.Warnings {
+		log.Warn("policy warning", slog.String("warning", w.Msg), slog.String("file", w.File), slog.Int("line", w.Line), slog.String("path", w.Path))
+	}
+	if p.SecretGenerated {
+		log.Warn("no identity secret configured: using a random one for this process (fine for one instance on the memory store)")
+	}
+}
+
 // runGateway serves g on p's listeners until SIGTERM or SIGINT,
 // reloading the policy file config when it changes and on SIGHUP (an
 // invalid file is refused and the active policy keeps serving). An error
 // serving is logged (errStopped).
 func runGateway(g *gateway.Gateway, p *policy.Policy, config string, log *slog.Logger) error {
-	pub, err := net.Listen("tcp", p.Public)
+	pub, adm, err := listenGateway(p)
 	if err != nil {
-		return err
-	}
-	adm, err := net.Listen("tcp", p.Admin)
-	if err != nil {
-		pub.Close()
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -378,6 +390,20 @@ func runGateway(g *gateway.Gateway, p *policy.Policy, config string, log *slog.L
 		return errStopped
 	}
 	return nil
+}
+
+// listenGateway opens p's public and admin listeners.
+func listenGateway(p *policy.Policy) (pub, adm net.Listener, err error) {
+	pub, err = net.Listen("tcp", p.Public)
+	if err != nil {
+		return nil, nil, err
+	}
+	adm, err = net.Listen("tcp", p.Admin)
+	if err != nil {
+		pub.Close()
+		return nil, nil, err
+	}
+	return pub, adm, nil
 }
 
 // onHUP calls reload on every SIGHUP, until the function it returns is
