@@ -159,27 +159,36 @@ func hashKey(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	var key string
-	switch fs.NArg() {
-	case 0:
-		line, err := bufio.NewReader(io.LimitReader(stdin, 64<<10)).ReadString('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			fmt.Fprintln(stderr, "hash-key: reading the key:", err)
-			return 1
-		}
-		key = strings.TrimRight(line, "\r\n")
-		if key == "" {
-			fmt.Fprintln(stderr, "hash-key: no key on standard input")
-			return 2
-		}
-	case 1:
-		key = fs.Arg(0)
-	default:
+	if fs.NArg() > 1 {
 		fs.Usage()
 		return 2
 	}
+	key, code := fs.Arg(0), 0
+	if fs.NArg() == 0 {
+		key, code = readKey(stdin, stderr)
+	}
+	if code != 0 {
+		return code
+	}
 	fmt.Fprintln(stdout, identity.KeyDigest(key))
 	return 0
+}
+
+// readKey reads an API key, the first line of stdin; without one, it
+// says why on stderr and returns the exit code (1 if reading failed, 2
+// if there was no key).
+func readKey(stdin io.Reader, stderr io.Writer) (key string, code int) {
+	line, err := bufio.NewReader(io.LimitReader(stdin, 64<<10)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		fmt.Fprintln(stderr, "hash-key: reading the key:", err)
+		return "", 1
+	}
+	key = strings.TrimRight(line, "\r\n")
+	if key == "" {
+		fmt.Fprintln(stderr, "hash-key: no key on standard input")
+		return "", 2
+	}
+	return key, 0
 }
 
 func printVersion(args []string, stdout, stderr io.Writer) int {
@@ -187,22 +196,27 @@ func printVersion(args []string, stdout, stderr io.Writer) int {
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	rev, modified := "unknown", false
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
+	fmt.Fprintf(stdout, "tollgate %s, commit %s, %s %s/%s\n", version, buildRevision(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return 0
+}
+
+// buildRevision returns the commit the binary was built from, marked
+// "(modified)" if the tree had uncommitted changes; "unknown" without
+// the build's VCS information.
+func buildRevision() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
 	}
-	if modified {
+	settings := make(map[string]string, len(bi.Settings))
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	rev := cmp.Or(settings["vcs.revision"], "unknown")
+	if settings["vcs.modified"] == "true" {
 		rev += " (modified)"
 	}
-	fmt.Fprintf(stdout, "tollgate %s, commit %s, %s %s/%s\n", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return 0
+	return rev
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {
