@@ -3,7 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,20 +15,41 @@ import (
 func describe(w io.Writer, p *policy.Policy) {
 	fmt.Fprintf(w, "policy %s (%s): %s\n", p.Version, p.Source, describeWarnings(len(p.Warnings)))
 	fmt.Fprintf(w, "listeners: public %s, admin %s\n", p.Public, p.Admin)
-	store := p.Store.Type
-	if p.Store.Type == "redis" {
-		store += " " + p.Store.URL
+	fmt.Fprintf(w, "store: %s\n", describeStore(p.Store))
+	describeConns(w, p.Conns)
+	describePlans(w, p)
+	describeRoutes(w, p)
+	describeIdentity(w, p)
+	if p.Region != "" {
+		fmt.Fprintf(w, "region: %s (every limit above is this region's share)\n", p.Region)
 	}
-	fmt.Fprintf(w, "store: %s\n", store)
-	c := p.Conns
+	if len(p.TrustedProxies) > 0 {
+		fmt.Fprintf(w, "trusted proxies: %v\n", p.TrustedProxies)
+	}
+}
+
+// describeStore says which store counts: its type, and a Redis store's
+// URL.
+func describeStore(s policy.StoreSpec) string {
+	if s.Type == "redis" {
+		return s.Type + " " + s.URL
+	}
+	return s.Type
+}
+
+// describeConns prints the connection caps and timeouts.
+func describeConns(w io.Writer, c policy.ConnLimits) {
 	total := "from the file limit"
 	if c.MaxConns > 0 {
 		total = strconv.Itoa(c.MaxConns)
 	}
 	fmt.Fprintf(w, "connections: %d per client address, %s in all, %d admin; timeouts: header %v, body %v, idle %v, send %v\n",
 		c.MaxConnsPerClient, total, c.AdminMaxConns, c.HeaderTimeout, c.BodyTimeout, c.IdleTimeout, c.SendTimeout)
-	describePlans(w, p)
-	describeRoutes(w, p)
+}
+
+// describeIdentity prints who is exempt from rate limits, how bearer
+// JWTs are checked, and what an invalid API key costs.
+func describeIdentity(w io.Writer, p *policy.Policy) {
 	if l := p.Allowlist; l != nil {
 		fmt.Fprintf(w, "allowlist (counted, never refused by a rate limit): %d key(s), %d user(s), %d tenant(s), addresses %v\n",
 			len(l.Keys), len(l.Users), len(l.Tenants), l.Addresses)
@@ -36,12 +58,6 @@ func describe(w io.Writer, p *policy.Policy) {
 		fmt.Fprintf(w, "bearer JWTs: %s\n", describeJWT(j))
 	}
 	fmt.Fprintf(w, "invalid API keys: %v per client IP\n", p.InvalidKey.Limit)
-	if p.Region != "" {
-		fmt.Fprintf(w, "region: %s (every limit above is this region's share)\n", p.Region)
-	}
-	if len(p.TrustedProxies) > 0 {
-		fmt.Fprintf(w, "trusted proxies: %v\n", p.TrustedProxies)
-	}
 }
 
 // describeWarnings says that a policy with n warnings is valid, and how
@@ -59,12 +75,7 @@ func describeWarnings(n int) string {
 // describePlans lists the plans and who is on each.
 func describePlans(w io.Writer, p *policy.Policy) {
 	fmt.Fprintln(w, "plans:")
-	names := make([]string, 0, len(p.Plans))
-	for n := range p.Plans {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(p.Plans)) {
 		fmt.Fprintf(w, "  %-12s %-22s %s\n", n, describePlan(p.Plans[n]), strings.Join(planMembers(p, n), ", "))
 	}
 }
@@ -73,19 +84,24 @@ func describePlans(w io.Writer, p *policy.Policy) {
 // keys, JWTs naming no plan.
 func planMembers(p *policy.Policy, n string) []string {
 	var who []string
-	if p.AnonymousPlan != nil && p.AnonymousPlan.Name == n {
+	if isPlan(p.AnonymousPlan, n) {
 		who = append(who, "clients by IP")
 	}
-	if p.UserPlan != nil && p.UserPlan.Name == n && p.UserHeader != "" {
+	if isPlan(p.UserPlan, n) && p.UserHeader != "" {
 		who = append(who, "users from "+p.UserHeader)
 	}
 	if keys := keysOnPlan(p, n); keys > 0 {
 		who = append(who, fmt.Sprintf("%d API key(s)", keys))
 	}
-	if p.JWT != nil && p.JWT.DefaultPlan != nil && p.JWT.DefaultPlan.Name == n {
+	if p.JWT != nil && isPlan(p.JWT.DefaultPlan, n) {
 		who = append(who, "JWTs naming no plan")
 	}
 	return who
+}
+
+// isPlan reports whether pl, if any, is the plan named n.
+func isPlan(pl *policy.Plan, n string) bool {
+	return pl != nil && pl.Name == n
 }
 
 // keysOnPlan counts the API keys on the plan named n.
