@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -119,49 +120,64 @@ func keysOnPlan(p *policy.Policy, n string) int {
 func describeRoutes(w io.Writer, p *policy.Policy) {
 	fmt.Fprintln(w, "routes:")
 	for _, r := range p.Routes {
-		m := r.Method
-		if m == "" {
-			m = "*"
-		}
 		mode := "fail_open"
 		if r.FailClosed {
 			mode = "fail_closed"
 		}
-		fmt.Fprintf(w, "  %-7s %-16s -> %-22s group %-8s cost %-3d %s, %s\n", m, describeMatch(r), r.Upstream, r.Group, r.Cost, describeLimits(r), mode)
+		fmt.Fprintf(w, "  %-7s %-16s -> %-22s group %-8s cost %-3d %s, %s\n", cmp.Or(r.Method, "*"), describeMatch(r), r.Upstream, r.Group, r.Cost, describeLimits(r), mode)
 	}
 }
 
 // describeLimits says what limits a route: its own limit or the plan's,
 // its global budget, concurrency, login guard and refusal.
 func describeLimits(r *policy.Route) string {
-	limit := "plan limit per subject"
-	if r.Limit != nil {
-		limit = "own limit " + describePlan(r.Limit) + " per " + describeKey(r.LimitKey)
-		if r.LimitAdds {
-			limit = "plan limit + " + limit
-		}
-	}
+	limit := describeSubjectLimit(r)
 	if r.Global != nil {
 		limit += ", global " + r.Global.Limit.String()
 	}
 	if c := r.Concurrency; c != nil {
-		per := "subject"
-		if c.PerRoute {
-			per = "route"
-		}
-		limit += fmt.Sprintf(", at most %d in flight per %s", c.Limit, per)
+		limit += ", " + describeConcurrency(c)
 	}
 	if l := r.Login; l != nil {
 		limit += fmt.Sprintf(", login guard (field %q: %d failures lock %v..%v; %v failures per IP)",
 			l.AccountField, l.Rule.Threshold, l.Rule.Lock, l.Rule.MaxLock, l.IPFailures.Limit)
 	}
 	if rf := r.Refusal; rf != nil {
-		limit += fmt.Sprintf(", refused with %d", rf.Status)
-		if len(rf.Body) > 0 {
-			limit += " and its own " + rf.ContentType + " body"
-		}
+		limit += ", " + describeRefusal(rf)
 	}
 	return limit
+}
+
+// describeSubjectLimit says what limits a subject on a route: the plan's
+// limit, the route's own, or both.
+func describeSubjectLimit(r *policy.Route) string {
+	if r.Limit == nil {
+		return "plan limit per subject"
+	}
+	limit := "own limit " + describePlan(r.Limit) + " per " + describeKey(r.LimitKey)
+	if r.LimitAdds {
+		return "plan limit + " + limit
+	}
+	return limit
+}
+
+// describeConcurrency says how many requests a route lets in flight, per
+// subject or for the whole route.
+func describeConcurrency(c *policy.Concurrency) string {
+	per := "subject"
+	if c.PerRoute {
+		per = "route"
+	}
+	return fmt.Sprintf("at most %d in flight per %s", c.Limit, per)
+}
+
+// describeRefusal says how a route answers the requests its limits
+// refuse.
+func describeRefusal(rf *policy.Refusal) string {
+	if len(rf.Body) > 0 {
+		return fmt.Sprintf("refused with %d and its own %s body", rf.Status, rf.ContentType)
+	}
+	return fmt.Sprintf("refused with %d", rf.Status)
 }
 
 // describeMatch prints what a route matches besides its method: its
@@ -172,6 +188,15 @@ func describeMatch(r *policy.Route) string {
 	if r.Prefix {
 		m += "*"
 	}
+	if conds := routeConds(r); len(conds) > 0 {
+		m += " [" + strings.Join(conds, ", ") + "]"
+	}
+	return m
+}
+
+// routeConds lists what a route requires of a request besides its method
+// and path: the host, headers and query parameters.
+func routeConds(r *policy.Route) []string {
 	var conds []string
 	if r.Host != "" {
 		conds = append(conds, "host "+r.Host)
@@ -182,12 +207,11 @@ func describeMatch(r *policy.Route) string {
 	for _, c := range r.Query {
 		conds = append(conds, "query "+describeCond(c))
 	}
-	if len(conds) > 0 {
-		m += " [" + strings.Join(conds, ", ") + "]"
-	}
-	return m
+	return conds
 }
 
+// describeCond says what a header or query condition requires: the
+// name present, or with a value.
 func describeCond(c policy.Cond) string {
 	if c.Any {
 		return c.Name + " present"
@@ -209,13 +233,7 @@ func describeKey(parts []policy.KeyPart) string {
 
 // describeJWT prints how bearer JWTs are verified and whom they name.
 func describeJWT(j *policy.JWT) string {
-	var parts []string
-	if j.JWKSURL != "" {
-		parts = append(parts, fmt.Sprintf("keys from %s (refreshed every %v, at most every %v)", j.JWKSURL, j.RefreshInterval, j.MinRefreshInterval))
-	}
-	if j.HMACSecret != nil {
-		parts = append(parts, "HMAC secret from the environment")
-	}
+	parts := jwtKeys(j)
 	parts = append(parts, "algorithms "+strings.Join(j.Algorithms, ", "), fmt.Sprintf("clock skew %v", j.ClockSkew))
 	if j.Issuer != "" {
 		parts = append(parts, "issuer "+j.Issuer)
@@ -223,6 +241,26 @@ func describeJWT(j *policy.JWT) string {
 	if len(j.Audience) > 0 {
 		parts = append(parts, "audience "+strings.Join(j.Audience, " or "))
 	}
+	parts = append(parts, jwtClaims(j))
+	return strings.Join(parts, "; ") + "; invalid tokens count as invalid API keys"
+}
+
+// jwtKeys says where the keys verifying bearer JWTs come from: a JWKS
+// URL, an HMAC secret, or both.
+func jwtKeys(j *policy.JWT) []string {
+	var keys []string
+	if j.JWKSURL != "" {
+		keys = append(keys, fmt.Sprintf("keys from %s (refreshed every %v, at most every %v)", j.JWKSURL, j.RefreshInterval, j.MinRefreshInterval))
+	}
+	if j.HMACSecret != nil {
+		keys = append(keys, "HMAC secret from the environment")
+	}
+	return keys
+}
+
+// jwtClaims says which claims of a bearer JWT name its subject, tenant
+// and plan.
+func jwtClaims(j *policy.JWT) string {
 	who := "subject from claim " + j.SubjectClaim
 	if j.TenantClaim != "" {
 		who += ", tenant from " + j.TenantClaim
@@ -230,8 +268,7 @@ func describeJWT(j *policy.JWT) string {
 	if j.PlanClaim != "" {
 		who += ", plan from " + j.PlanClaim
 	}
-	parts = append(parts, who)
-	return strings.Join(parts, "; ") + "; invalid tokens count as invalid API keys"
+	return who
 }
 
 // describePlan prints a plan's limits, e.g. "gcra 10/1s + gcra 1000/1h,
