@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,30 +29,30 @@ func simulateCmd(args []string, stdout, stderr io.Writer) int {
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	if *cand == "" || *active == "" || *from == "" || fs.NArg() > 0 {
+	if slices.Contains([]string{*cand, *active, *from}, "") || fs.NArg() > 0 {
 		fs.Usage()
 		return 2
 	}
-	pa, pc, err := loadPolicies(*active, *cand)
+	return exitCode(stderr, runSimulate(stdout, *active, *cand, *from, *svg, *asJSON))
+}
+
+// runSimulate replays the recording from under the active policy file
+// and the candidate, and writes the report to w (and its chart to the
+// file svg, if named).
+func runSimulate(w io.Writer, active, cand, from, svg string, asJSON bool) error {
+	pa, pc, err := loadPolicies(active, cand)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+		return err
 	}
-	recs, err := readRecording(*from)
+	recs, err := readRecording(from)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+		return err
 	}
 	rep, err := simulate.Compare(context.Background(), pa, pc, recs)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+		return err
 	}
-	if err := writeReport(stdout, rep, pa.Version, pc.Version, *svg, *asJSON); err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	return 0
+	return writeReport(w, rep, pa.Version, pc.Version, svg, asJSON)
 }
 
 // loadPolicies loads the active policy file and the candidate.
@@ -87,15 +88,20 @@ func writeReport(w io.Writer, rep *simulate.Report, active, cand, svg string, as
 
 // readRecording reads a recording from a file or the admin listener.
 func readRecording(from string) ([]engine.Record, error) {
-	if !strings.HasPrefix(from, "http://") && !strings.HasPrefix(from, "https://") {
-		f, err := os.Open(from)
-		if err != nil {
-			return nil, fmt.Errorf("reading the recording: %w", err)
-		}
-		defer f.Close()
-		return simulate.ReadRecords(f)
+	if strings.HasPrefix(from, "http://") || strings.HasPrefix(from, "https://") {
+		return fetchRecording(from)
 	}
-	return fetchRecording(from)
+	return readRecordingFile(from)
+}
+
+// readRecordingFile reads a recording saved to the file name.
+func readRecordingFile(name string) ([]engine.Record, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("reading the recording: %w", err)
+	}
+	defer f.Close()
+	return simulate.ReadRecords(f)
 }
 
 // fetchRecording reads a recording from the admin listener's /recording
@@ -132,10 +138,16 @@ func printReport(w io.Writer, r *simulate.Report, active, cand string) {
 	for _, g := range r.Groups {
 		fmt.Fprintf(w, "%-16s %-12s %8d %14d %17d %14d %15d\n", g.Group, g.Plan, g.Calls, g.RefusedActive, g.RefusedCandidate, g.NewlyRefused, g.NewlyAdmitted)
 	}
-	if len(r.Subjects) > 0 {
-		fmt.Fprintf(w, "\nmost affected subjects (pseudonyms)\n%-26s %8s %14s %15s\n", "subject", "calls", "newly refused", "newly admitted")
-		for _, s := range r.Subjects {
-			fmt.Fprintf(w, "%-26s %8d %14d %15d\n", s.Subject, s.Calls, s.NewlyRefused, s.NewlyAdmitted)
-		}
+	printSubjects(w, r.Subjects)
+}
+
+// printSubjects prints the table of the most affected subjects, if any.
+func printSubjects(w io.Writer, subjects []simulate.SubjectDiff) {
+	if len(subjects) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nmost affected subjects (pseudonyms)\n%-26s %8s %14s %15s\n", "subject", "calls", "newly refused", "newly admitted")
+	for _, s := range subjects {
+		fmt.Fprintf(w, "%-26s %8d %14d %15d\n", s.Subject, s.Calls, s.NewlyRefused, s.NewlyAdmitted)
 	}
 }
