@@ -69,13 +69,7 @@ func rlsService(set envoyrls.Settings, cfg *envoyrls.Config, store tollgate.Stor
 // health check and metrics, and metrics on their own address if set.
 func rlsHTTPServers(set envoyrls.Settings, srv *envoyrls.Server, reg *prometheus.Registry) []*http.Server {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthcheck", func(w http.ResponseWriter, r *http.Request) {
-		if srv.Config() == nil {
-			http.Error(w, "no configuration", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "OK")
-	})
+	mux.HandleFunc("/healthcheck", rlsHealthcheck(srv))
 	mux.Handle(set.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	servers := []*http.Server{{Addr: set.HTTPAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
 	if set.MetricsAddr != "" && set.MetricsAddr != set.HTTPAddr {
@@ -84,6 +78,17 @@ func rlsHTTPServers(set envoyrls.Settings, srv *envoyrls.Server, reg *prometheus
 		servers = append(servers, &http.Server{Addr: set.MetricsAddr, Handler: pm, ReadHeaderTimeout: 10 * time.Second})
 	}
 	return servers
+}
+
+// rlsHealthcheck answers OK once srv has a configuration, 503 before.
+func rlsHealthcheck(srv *envoyrls.Server) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if srv.Config() == nil {
+			http.Error(w, "no configuration", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "OK")
+	}
 }
 
 // rls runs Envoy's rate-limit service, configured as envoyproxy/ratelimit
@@ -97,37 +102,46 @@ func rls(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rls: takes no arguments; it reads envoyproxy/ratelimit's environment variables (RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...)")
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	set, err := envoyrls.SettingsFromEnv(os.Getenv)
-	if err != nil {
-		fmt.Fprintln(stderr, "rls:", err)
-		return 1
+	if err := serveRLS(slog.New(slog.NewJSONHandler(stderr, nil))); err != nil {
+		return exitCode(stderr, fmt.Errorf("rls: %w", err))
 	}
-	for _, w := range set.Ignored {
-		log.Warn("setting without effect", slog.String("setting", w))
+	return 0
+}
+
+// serveRLS runs the rate-limit service the environment configures until
+// stopped (see runRLS), logging to log.
+func serveRLS(log *slog.Logger) error {
+	set, err := rlsSettings(log)
+	if err != nil {
+		return err
 	}
 	load := func() (*envoyrls.Config, error) { return envoyrls.Load(set.ConfigDir, set.Load) }
 	cfg, err := load()
 	if err != nil {
-		fmt.Fprintln(stderr, "rls:", err)
-		return 1
+		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, m, closeStore, err := newRLSServer(set, cfg, reg, log)
 	if err != nil {
-		fmt.Fprintln(stderr, "rls:", err)
-		return 1
+		return err
 	}
 	defer closeStore()
 	m.ConfigLoads.WithLabelValues("success").Inc()
-	if err := runRLS(set, srv, cfg, reg, load, log); err != nil {
-		if !errors.Is(err, errStopped) {
-			fmt.Fprintln(stderr, "rls:", err)
-		}
-		return 1
+	return runRLS(set, srv, cfg, reg, load, log)
+}
+
+// rlsSettings reads the service's settings from the environment, and
+// logs those it has set that take no effect.
+func rlsSettings(log *slog.Logger) (envoyrls.Settings, error) {
+	set, err := envoyrls.SettingsFromEnv(os.Getenv)
+	if err != nil {
+		return set, err
 	}
-	return 0
+	for _, w := range set.Ignored {
+		log.Warn("setting without effect", slog.String("setting", w))
+	}
+	return set, nil
 }
 
 // runRLS serves srv on the settings' addresses until SIGTERM or SIGINT,
@@ -150,17 +164,28 @@ func runRLS(set envoyrls.Settings, srv *envoyrls.Server, cfg *envoyrls.Config, r
 	}
 	log.Info("rate-limit service started", slog.String("grpc", set.GRPCAddr), slog.String("http", set.HTTPAddr),
 		slog.String("config", set.ConfigDir), slog.Any("domains", cfg.Domains()), slog.String("backend", set.Backend))
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-	}
+	runErr := awaitRLS(ctx, errc)
 	stopRLS(srv, g, servers)
-	if runErr != nil && !errors.Is(runErr, http.ErrServerClosed) && !errors.Is(runErr, grpc.ErrServerStopped) {
+	if runErr != nil {
 		log.Error("rate-limit service stopped", slog.String("error", runErr.Error()))
 		return errStopped
 	}
 	return nil
+}
+
+// awaitRLS waits for ctx to end or a server of the rate-limit service
+// to stop (its end on errc), and returns the server's error, if it did
+// not stop by being closed.
+func awaitRLS(ctx context.Context, errc <-chan error) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) {
+			return nil
+		}
+		return err
+	}
 }
 
 // startRLS listens on grpcAddr for g and on each HTTP server's address,
@@ -214,19 +239,25 @@ func openRLSStore(set envoyrls.Settings, reg prometheus.Registerer, log *slog.Lo
 	if err := policy.CheckRedisURL(set.RedisURL); err != nil {
 		return nil, 0, nil, err
 	}
-	opt, err := rueidis.ParseURL(set.RedisURL)
-	if err != nil {
-		return nil, 0, nil, fmt.Errorf("opening redis store: %w", err)
-	}
-	opt.DisableCache = true
-	if set.RedisMode == "standalone" {
-		opt.ForceSingleClient = true
-	}
-	rs, err := rstore.Open(opt, rstore.Options{Logger: log})
+	rs, err := openRLSRedis(set, log)
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("opening redis store: %w", err)
 	}
 	res := resilience.New(rs, memory.New(memory.Options{}), resilience.Options{Timeout: set.RedisTimeout, Logger: log})
 	reg.MustRegister(res)
 	return res, engine.DefaultDenyCacheSize, func() { res.Close(); rs.Close() }, nil
+}
+
+// openRLSRedis opens the Redis store at the settings' URL, as one client
+// in the standalone mode, without client-side caching.
+func openRLSRedis(set envoyrls.Settings, log *slog.Logger) (*rstore.Store, error) {
+	opt, err := rueidis.ParseURL(set.RedisURL)
+	if err != nil {
+		return nil, err
+	}
+	opt.DisableCache = true
+	if set.RedisMode == "standalone" {
+		opt.ForceSingleClient = true
+	}
+	return rstore.Open(opt, rstore.Options{Logger: log})
 }
