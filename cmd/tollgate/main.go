@@ -302,9 +302,9 @@ func serveGateway(p *policy.Policy, o serveOptions, log *slog.Logger) error {
 	return nil
 }
 
-// exitCode returns a command's exit code for err, its outcome: 0 for
-// nil, else 1, once err is printed to stderr (unless it is errStopped,
-// already logged).
+// exitCode returns the exit code of a command that ended with err: 0
+// for nil, else 1, after printing err to stderr unless it is errStopped
+// (already logged).
 func exitCode(stderr io.Writer, err error) int {
 	if err == nil {
 		return 0
