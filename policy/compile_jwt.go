@@ -56,26 +56,30 @@ func (c *compiler) jwtAlgorithms(j *JWT, s *JWTSpec, path string) (symmetric, as
 		algs = defaultJWTAlgorithms
 	}
 	for i, a := range algs {
-		ap := fmt.Sprintf("%s.algorithms[%d]", path, i)
-		switch {
-		case a == "none" || a == "None" || a == "NONE":
-			c.addf(ap, "unsigned tokens (alg none) are never accepted")
-			continue
-		case !slices.Contains(jwtAlgorithms, a):
-			c.addf(ap, "unknown algorithm %q (want one of %v)", a, jwtAlgorithms)
-			continue
-		case slices.Contains(j.Algorithms, a):
-			c.addf(ap, "%s is listed twice", a)
+		if !c.jwtAlgorithm(fmt.Sprintf("%s.algorithms[%d]", path, i), a, j.Algorithms) {
 			continue
 		}
 		j.Algorithms = append(j.Algorithms, a)
-		if Symmetric(a) {
-			symmetric = true
-		} else {
-			asymmetric = true
-		}
 	}
+	symmetric = slices.ContainsFunc(j.Algorithms, Symmetric)
+	asymmetric = slices.ContainsFunc(j.Algorithms, func(a string) bool { return !Symmetric(a) })
 	return symmetric, asymmetric
+}
+
+// jwtAlgorithm reports whether the algorithm a, listed at ap after those
+// accepted, is accepted too: not none, known, and not listed twice.
+func (c *compiler) jwtAlgorithm(ap, a string, accepted []string) bool {
+	switch {
+	case a == "none" || a == "None" || a == "NONE":
+		c.addf(ap, "unsigned tokens (alg none) are never accepted")
+	case !slices.Contains(jwtAlgorithms, a):
+		c.addf(ap, "unknown algorithm %q (want one of %v)", a, jwtAlgorithms)
+	case slices.Contains(accepted, a):
+		c.addf(ap, "%s is listed twice", a)
+	default:
+		return true
+	}
+	return false
 }
 
 // jwtHMACSecret compiles the secret of the HS* algorithms, read from
@@ -124,18 +128,24 @@ func (c *compiler) jwtClaims(j *JWT, s *JWTSpec, path string) {
 	for _, cl := range []struct{ field, name string }{
 		{"subject_claim", j.SubjectClaim}, {"tenant_claim", j.TenantClaim}, {"plan_claim", j.PlanClaim},
 	} {
-		if cl.name == "" {
-			continue
+		if cl.name != "" {
+			c.identityClaim(path+"."+cl.field, cl.field, cl.name, claims)
 		}
-		if !claimPattern.MatchString(cl.name) {
-			c.addf(path+"."+cl.field, "a claim name is 1-128 visible ASCII characters, got %q", cl.name)
-		} else if reserved[cl.name] {
-			c.addf(path+"."+cl.field, "%q is a registered claim (iss, aud, exp, nbf, iat, jti), not an identity", cl.name)
-		} else if other, dup := claims[cl.name]; dup {
-			c.addf(path+"."+cl.field, "claim %q is already the %s", cl.name, other)
-		}
-		claims[cl.name] = cl.field
 	}
+}
+
+// identityClaim checks the claim name that the field at path says names
+// an identity: a claim name, not a registered claim, and not the claim
+// of another field (claims maps those seen to their fields).
+func (c *compiler) identityClaim(path, field, name string, claims map[string]string) {
+	if !claimPattern.MatchString(name) {
+		c.addf(path, "a claim name is 1-128 visible ASCII characters, got %q", name)
+	} else if reserved[name] {
+		c.addf(path, "%q is a registered claim (iss, aud, exp, nbf, iat, jti), not an identity", name)
+	} else if other, dup := claims[name]; dup {
+		c.addf(path, "claim %q is already the %s", name, other)
+	}
+	claims[name] = field
 }
 
 var reserved = map[string]bool{"iss": true, "aud": true, "exp": true, "nbf": true, "iat": true, "jti": true}
@@ -150,11 +160,18 @@ func checkJWKSURL(s string) error {
 	case "https":
 		return nil
 	case "http":
-		h := u.Hostname()
-		if ip := net.ParseIP(h); h == "localhost" || (ip != nil && ip.IsLoopback()) {
+		if loopbackURL(u) {
 			return nil
 		}
 		return fmt.Errorf("keys fetched over plain http could be replaced on the way: want https (http only to a loopback host), got %q", s)
 	}
 	return fmt.Errorf("want an https URL, got %q", s)
+}
+
+// loopbackURL reports whether u's host is localhost or a loopback
+// address.
+func loopbackURL(u *url.URL) bool {
+	h := u.Hostname()
+	ip := net.ParseIP(h)
+	return h == "localhost" || ip != nil && ip.IsLoopback()
 }
