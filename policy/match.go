@@ -106,25 +106,34 @@ func pattern(key string) (segs []string, params []string) {
 // route; score is how much of path it pins down (its literal bytes), as
 // Match scores literal routes.
 func (r *Route) matchPattern(req []string) (Params, int, bool) {
-	exactish := !r.Prefix
-	segs := r.segs
-	if r.Prefix {
-		segs = segs[:len(segs)-1] // the empty segment after the final '/'
-	}
-	if exactish && len(req) == len(segs)+1 && req[len(req)-1] == "" {
-		req = req[:len(req)-1] // a trailing slash
-	}
-	if !r.Prefix && len(req) != len(segs) || r.Prefix && len(req) < len(segs) {
+	segs, req, ok := r.alignSegments(req)
+	if !ok {
 		return nil, 0, false
 	}
 	score, ok := segmentsScore(segs, req)
 	if !ok {
 		return nil, 0, false
 	}
-	if exactish {
+	if !r.Prefix {
 		score++ // as a literal exact route's own path
 	}
 	return r.paramValues(req[:len(segs)]), score, true
+}
+
+// alignSegments returns the segments of the parameterised route that a
+// request path's segments req must match, and req as they are matched
+// (an exact route's without a trailing slash); ok is false when req has
+// too few or, for an exact route, too many.
+func (r *Route) alignSegments(req []string) (segs, reqSegs []string, ok bool) {
+	if r.Prefix {
+		segs = r.segs[:len(r.segs)-1] // the empty segment after the final '/'
+		return segs, req, len(req) >= len(segs)
+	}
+	segs = r.segs
+	if len(req) == len(segs)+1 && req[len(req)-1] == "" {
+		req = req[:len(req)-1] // a trailing slash
+	}
+	return segs, req, len(req) == len(segs)
 }
 
 // segmentsScore matches a pattern's segments (segs, "" for a parameter)
@@ -354,30 +363,36 @@ func literalScore(r *Route, path string) int {
 func (r *Route) KeyValues(req RouteRequest, params Params, subject string, claims map[string]string) []string {
 	vals := make([]string, len(r.LimitKey))
 	for i, k := range r.LimitKey {
-		v, ok := "", false
-		switch k.Kind {
-		case "subject":
-			v, ok = subject, true
-		case "host":
-			v = normalHost(req.Host)
-			ok = v != ""
-		case "header":
-			v, ok, _ = one(req.Header, k.Name)
-			v = strings.ToLower(v)
-		case "query":
-			v, ok, _ = one(req.Query, k.Name)
-			v = strings.ToLower(v)
-		case "path":
-			v, ok = params[k.Name]
-		case "claim":
-			v, ok = claims[k.Name]
-		}
+		v, ok := k.value(req, params, subject, claims)
 		if !ok {
 			v = "\x00"
 		}
 		vals[i] = v
 	}
 	return vals
+}
+
+// value returns the value of the part k for a request (see
+// Route.KeyValues); ok is false when the request lacks it.
+func (k KeyPart) value(req RouteRequest, params Params, subject string, claims map[string]string) (v string, ok bool) {
+	switch k.Kind {
+	case "subject":
+		return subject, true
+	case "host":
+		v = normalHost(req.Host)
+		return v, v != ""
+	case "header":
+		v, ok, _ = one(req.Header, k.Name)
+		return strings.ToLower(v), ok
+	case "query":
+		v, ok, _ = one(req.Query, k.Name)
+		return strings.ToLower(v), ok
+	case "path":
+		v, ok = params[k.Name]
+	case "claim":
+		v, ok = claims[k.Name]
+	}
+	return v, ok
 }
 
 // methodOverrideHeaders are the headers in which frameworks take the
