@@ -84,6 +84,20 @@ func checkRedisQuery(q url.Values, tls bool) error {
 			return err
 		}
 	}
+	if err := checkRedisTimeouts(q); err != nil {
+		return err
+	}
+	if v := q.Get("skip_verify"); tls && v != "" {
+		if _, err := strconv.ParseBool(v); err != nil {
+			return fmt.Errorf("skip_verify=%q is not true or false", v)
+		}
+	}
+	return checkRedisAddrs(q["addr"])
+}
+
+// checkRedisTimeouts checks the URL's options dial_timeout and
+// write_timeout, when set: durations.
+func checkRedisTimeouts(q url.Values) error {
 	for _, name := range []string{"dial_timeout", "write_timeout"} {
 		if !q.Has(name) {
 			continue
@@ -92,12 +106,13 @@ func checkRedisQuery(q url.Values, tls bool) error {
 			return fmt.Errorf("%s=%q is not a duration (e.g. 500ms)", name, q.Get(name))
 		}
 	}
-	if v := q.Get("skip_verify"); tls && v != "" {
-		if _, err := strconv.ParseBool(v); err != nil {
-			return fmt.Errorf("skip_verify=%q is not true or false", v)
-		}
-	}
-	for _, a := range q["addr"] {
+	return nil
+}
+
+// checkRedisAddrs checks the URL's addr options: each a host with an
+// optional port.
+func checkRedisAddrs(addrs []string) error {
+	for _, a := range addrs {
 		if err := checkRedisAddr(a); err != nil {
 			return fmt.Errorf("addr=%q: %w", a, err)
 		}
@@ -107,12 +122,7 @@ func checkRedisQuery(q url.Values, tls bool) error {
 
 // checkRedisAddr checks a host with an optional port.
 func checkRedisAddr(hostport string) error {
-	host, port := hostport, ""
-	if h, p, err := net.SplitHostPort(hostport); err == nil {
-		host, port = h, p
-	} else if strings.HasPrefix(hostport, "[") && strings.HasSuffix(hostport, "]") {
-		host = hostport[1 : len(hostport)-1]
-	}
+	host, port := splitRedisAddr(hostport)
 	if host == "" {
 		return fmt.Errorf("no host in %q (want host or host:port)", hostport)
 	}
@@ -122,6 +132,18 @@ func checkRedisAddr(hostport string) error {
 		}
 	}
 	return nil
+}
+
+// splitRedisAddr splits a host with an optional port; an IPv6 host may
+// be in brackets without one.
+func splitRedisAddr(hostport string) (host, port string) {
+	if h, p, err := net.SplitHostPort(hostport); err == nil {
+		return h, p
+	}
+	if strings.HasPrefix(hostport, "[") && strings.HasSuffix(hostport, "]") {
+		return hostport[1 : len(hostport)-1], ""
+	}
+	return hostport, ""
 }
 
 // checkDB checks a database number.
