@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"bytes"
+	"maps"
 	"reflect"
 	"regexp"
 	"sort"
@@ -45,14 +47,20 @@ func days(s string) (time.Duration, bool) {
 		return 0, false
 	}
 	d := time.Duration(n) * 24 * time.Hour
-	if g[2] != "" {
-		rest, err := time.ParseDuration(g[2])
-		if err != nil || rest < 0 || d > 1<<63-1-rest {
-			return 0, false
-		}
-		d += rest
+	if g[2] == "" {
+		return d, true
 	}
-	return d, true
+	return plusDuration(d, g[2])
+}
+
+// plusDuration returns d plus the Go duration s; ok is false when s is
+// no such duration, is negative, or the sum overflows.
+func plusDuration(d time.Duration, s string) (time.Duration, bool) {
+	rest, err := time.ParseDuration(s)
+	if err != nil || rest < 0 || d > 1<<63-1-rest {
+		return 0, false
+	}
+	return d + rest, true
 }
 
 // edit replaces data[at:at+n] with text.
@@ -110,17 +118,21 @@ func (w *dayWalk) walk(n *yaml.Node, t reflect.Type) {
 	}
 	switch {
 	case n.Kind == yaml.DocumentNode:
-		for _, c := range n.Content {
-			w.walk(c, t)
-		}
+		w.walkAll(n.Content, t)
 	case t == durationType:
 		w.duration(n)
 	case n.Kind == yaml.MappingNode:
 		w.mapping(n, t)
 	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
-		for _, c := range n.Content {
-			w.walk(c, t.Elem())
-		}
+		w.walkAll(n.Content, t.Elem())
+	}
+}
+
+// walkAll visits each of the nodes ns, each decoded into a value of type
+// t.
+func (w *dayWalk) walkAll(ns []*yaml.Node, t reflect.Type) {
+	for _, n := range ns {
+		w.walk(n, t)
 	}
 }
 
@@ -158,19 +170,26 @@ func (w *dayWalk) mapping(n *yaml.Node, t reflect.Type) {
 // as written.
 func dayEdit(data []byte, starts []int, n *yaml.Node) (edit, bool) {
 	d, ok := days(n.Value)
-	if !ok || n.Line < 1 || n.Line > len(starts) || n.Column < 1 {
+	if !ok || outside(n.Line, 1, len(starts)) || n.Column < 1 {
 		return edit{}, false
 	}
-	line := data[starts[n.Line-1]:]
-	if i := strings.IndexByte(string(line), '\n'); i >= 0 {
-		line = line[:i]
-	}
+	line := lineAt(data, starts, n.Line)
 	at := columnOffset(string(line), n.Column)
 	raw, ok := asWritten(n)
 	if at < 0 || !ok || !strings.HasPrefix(string(line[at:]), raw) {
 		return edit{}, false
 	}
 	return edit{at: starts[n.Line-1] + at, n: len(raw), text: d.String()}, true
+}
+
+// lineAt returns the line numbered line (from 1) of data, whose lines
+// start at starts, without its newline.
+func lineAt(data []byte, starts []int, line int) []byte {
+	l := data[starts[line-1]:]
+	if i := bytes.IndexByte(l, '\n'); i >= 0 {
+		return l[:i]
+	}
+	return l
 }
 
 // columnOffset returns the byte offset in line of the column col
@@ -209,18 +228,13 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 		tag := f.Tag.Get("yaml")
 		name, opts, _ := strings.Cut(tag, ",")
 		if strings.Contains(opts, "inline") {
-			for k, v := range yamlFields(f.Type) {
-				m[k] = v
-			}
+			maps.Copy(m, yamlFields(f.Type))
 			continue
 		}
 		if name == "-" || !f.IsExported() {
 			continue
 		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		m[name] = f.Type
+		m[orDefault(name, strings.ToLower(f.Name))] = f.Type
 	}
 	return m
 }
