@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 )
@@ -46,24 +48,32 @@ func (c *compiler) serviceName(name string, env Env) string {
 // such a URL, a problem reported.
 func (c *compiler) tracesURL(field, endpoint string) string {
 	u, err := url.Parse(endpoint)
-	switch {
-	case err != nil:
+	if err != nil {
 		c.addf(field, "want the collector's OTLP/HTTP base URL, e.g. http://collector:4318: %v", err)
 		return ""
-	case u.Scheme != "http" && u.Scheme != "https":
-		c.addf(field, "want an http or https URL, e.g. http://collector:4318, got %q", endpoint)
-		return ""
-	case u.Host == "" || u.Hostname() == "":
-		c.addf(field, "want a URL with a host, e.g. http://collector:4318, got %q", endpoint)
-		return ""
-	case u.User != nil:
-		c.addf(field, "credentials in the URL would be logged; use OTEL_EXPORTER_OTLP_HEADERS")
-		return ""
-	case u.RawQuery != "" || u.Fragment != "":
-		c.addf(field, "want a base URL without query or fragment, got %q", endpoint)
+	}
+	if err := checkCollectorURL(u, endpoint); err != nil {
+		c.addf(field, "%v", err)
 		return ""
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
 	u.RawPath = ""
 	return u.String()
+}
+
+// checkCollectorURL reports why u, parsed from endpoint, is not a
+// collector's base URL: http or https, with a host, without credentials,
+// query or fragment.
+func checkCollectorURL(u *url.URL, endpoint string) error {
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("want an http or https URL, e.g. http://collector:4318, got %q", endpoint)
+	case u.Host == "" || u.Hostname() == "":
+		return fmt.Errorf("want a URL with a host, e.g. http://collector:4318, got %q", endpoint)
+	case u.User != nil:
+		return errors.New("credentials in the URL would be logged; use OTEL_EXPORTER_OTLP_HEADERS")
+	case u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("want a base URL without query or fragment, got %q", endpoint)
+	}
+	return nil
 }
