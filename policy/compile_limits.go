@@ -16,13 +16,9 @@ func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
 		c.addf(path+".time_zone", "time_zone is for calendar quotas (calendar: day or month)")
 		return tollgate.Limit{}, false
 	}
-	a := algo.GCRA
-	if s.Algorithm != "" {
-		var err error
-		if a, err = algo.ParseAlgorithm(s.Algorithm); err != nil {
-			c.addf(path+".algorithm", "%v", err)
-			return tollgate.Limit{}, false
-		}
+	a, ok := c.algorithm(path, s.Algorithm)
+	if !ok {
+		return tollgate.Limit{}, false
 	}
 	l := tollgate.Limit{Algorithm: a, Rate: s.Rate, Period: s.Period, Burst: s.Burst, MaxDelay: s.MaxDelay}
 	if s.Rate == 0 && s.Period == 0 {
@@ -34,6 +30,20 @@ func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
 		return l, false
 	}
 	return l, c.shapingBounds(path, l)
+}
+
+// algorithm compiles a limit's algorithm, name (GCRA by default); ok is
+// false for one unknown.
+func (c *compiler) algorithm(path, name string) (a algo.Algorithm, ok bool) {
+	if name == "" {
+		return algo.GCRA, true
+	}
+	a, err := algo.ParseAlgorithm(name)
+	if err != nil {
+		c.addf(path+".algorithm", "%v", err)
+		return a, false
+	}
+	return a, true
 }
 
 // shapingBounds reports whether a valid limit l holds requests no longer,

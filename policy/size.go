@@ -26,7 +26,7 @@ var byteUnits = map[string]float64{
 // ParseByteSize parses a size as a policy file writes it (see [ByteSize]).
 func ParseByteSize(s string) (ByteSize, error) {
 	t := strings.TrimSpace(s)
-	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	i := strings.IndexFunc(t, func(r rune) bool { return outside(r, '0', '9') && r != '.' })
 	if i < 0 {
 		i = len(t)
 	}
