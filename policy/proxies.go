@@ -89,15 +89,24 @@ func byFamily(trusted []netip.Prefix) (v4, v6, via64 []netip.Prefix) {
 			continue
 		}
 		v6 = append(v6, p)
-		switch {
-		case p.Bits() <= nat64.Bits() && p.Contains(nat64.Addr()):
-			via64 = append(via64, allIPv4)
-		case p.Bits() > nat64.Bits() && nat64.Contains(p.Addr()):
-			b := p.Addr().As16()
-			via64 = append(via64, netip.PrefixFrom(netip.AddrFrom4([4]byte(b[12:])), p.Bits()-96))
+		if q, ok := viaNAT64(p); ok {
+			via64 = append(via64, q)
 		}
 	}
 	return v4, v6, via64
+}
+
+// viaNAT64 returns the IPv4 addresses that the IPv6 prefix p holds as
+// NAT64 presents them; ok is false when p and nat64 do not overlap.
+func viaNAT64(p netip.Prefix) (v4 netip.Prefix, ok bool) {
+	switch {
+	case p.Bits() <= nat64.Bits() && p.Contains(nat64.Addr()):
+		return allIPv4, true
+	case p.Bits() > nat64.Bits() && nat64.Contains(p.Addr()):
+		b := p.Addr().As16()
+		return netip.PrefixFrom(netip.AddrFrom4([4]byte(b[12:])), p.Bits()-96), true
+	}
+	return netip.Prefix{}, false
 }
 
 // trustWarning returns the warning for a trusted set of one family
@@ -140,11 +149,17 @@ func covers(set []netip.Prefix, p netip.Prefix) bool {
 	if len(inner) == 0 {
 		return false
 	}
+	lo, hi := halves(p)
+	return covers(inner, lo) && covers(inner, hi)
+}
+
+// halves returns the two halves of p (which is not a single address).
+func halves(p netip.Prefix) (lo, hi netip.Prefix) {
 	b := p.Bits()
-	hi := p.Addr().AsSlice()
-	hi[b/8] |= 0x80 >> (b % 8)
-	hiAddr, _ := netip.AddrFromSlice(hi)
-	return covers(inner, netip.PrefixFrom(p.Addr(), b+1)) && covers(inner, netip.PrefixFrom(hiAddr, b+1))
+	a := p.Addr().AsSlice()
+	a[b/8] |= 0x80 >> (b % 8)
+	hiAddr, _ := netip.AddrFromSlice(a)
+	return netip.PrefixFrom(p.Addr(), b+1), netip.PrefixFrom(hiAddr, b+1)
 }
 
 // outermost returns the prefixes of set not inside another one: disjoint,
