@@ -415,25 +415,32 @@ func (c *compiler) keys(f *File, name string, env Env) (keys keyList, ok bool) {
 		return keys, true
 	}
 	kp := keysPath(name, f.KeysFile)
+	fileKeys, ok := c.readKeysFile(name, kp)
+	if !ok {
+		return keys, false
+	}
+	if len(f.APIKeys) > 0 && len(fileKeys.list) > 0 {
+		c.add(c.lines, name, "keys_file", "API keys are listed both here and in %s; keep them in one place", f.KeysFile)
+	}
+	if len(fileKeys.list) > 0 {
+		keys = fileKeys
+	}
+	return keys, true
+}
+
+// readKeysFile reads and decodes the keys file at kp that the policy
+// file name names; ok is false when it cannot be read or decoded.
+func (c *compiler) readKeysFile(name, kp string) (keys keyList, ok bool) {
 	data, err := os.ReadFile(kp)
 	if err != nil {
 		c.add(c.lines, name, "keys_file", "reading keys file: %v", err)
-		return keys, false
+		return keyList{}, false
 	}
 	var kf struct {
 		APIKeys []KeySpec `yaml:"api_keys"`
 	}
 	kl := c.decode(data, kp, &kf)
-	if len(c.problems) > 0 {
-		return keys, false
-	}
-	if len(f.APIKeys) > 0 && len(kf.APIKeys) > 0 {
-		c.add(c.lines, name, "keys_file", "API keys are listed both here and in %s; keep them in one place", f.KeysFile)
-	}
-	if len(kf.APIKeys) > 0 {
-		keys = keyList{list: kf.APIKeys, lines: kl, file: kp}
-	}
-	return keys, true
+	return keyList{list: kf.APIKeys, lines: kl, file: kp}, len(c.problems) == 0
 }
 
 // keysPath returns the path of the keys file keysFile that the policy
