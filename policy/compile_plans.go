@@ -46,27 +46,37 @@ func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
 	if spec.Unlimited {
 		return c.unlimitedPlan(path, name, spec)
 	}
-	pl := &Plan{Name: name}
-	inline := spec.LimitSpec != (LimitSpec{})
-	switch {
-	case inline && len(spec.Limits) > 0:
-		c.addf(path, "write the plan's limit inline or under limits, not both")
-		return nil
-	case inline:
-		if l, ok := c.limit(path, spec.LimitSpec); ok {
-			pl.Limits = []*Budget{newBudget(name, planID(name), l, spec.Shadow)}
-		}
-	case len(spec.Limits) > 0:
-		pl.Limits = c.planLimits(path, name, spec.Limits)
-	default:
-		c.addf(path, "a plan needs a limit (rate and period), limits, or unlimited: true")
+	limits, ok := c.planBudgets(path, name, spec)
+	if !ok {
 		return nil
 	}
+	pl := &Plan{Name: name, Limits: limits}
 	pl.Tenant = c.budgetOf(path+".tenant", spec.Tenant, name+".tenant", tenantID(name))
 	if len(pl.Limits) == 0 {
 		return nil
 	}
 	return pl
+}
+
+// planBudgets compiles a plan's limit, written inline, or its limits
+// listed under limits; ok is false when it has neither, or both.
+func (c *compiler) planBudgets(path, name string, spec PlanSpec) (limits []*Budget, ok bool) {
+	inline := spec.LimitSpec != (LimitSpec{})
+	switch {
+	case inline && len(spec.Limits) > 0:
+		c.addf(path, "write the plan's limit inline or under limits, not both")
+		return nil, false
+	case inline:
+		if l, ok := c.limit(path, spec.LimitSpec); ok {
+			limits = []*Budget{newBudget(name, planID(name), l, spec.Shadow)}
+		}
+	case len(spec.Limits) > 0:
+		limits = c.planLimits(path, name, spec.Limits)
+	default:
+		c.addf(path, "a plan needs a limit (rate and period), limits, or unlimited: true")
+		return nil, false
+	}
+	return limits, true
 }
 
 // unlimitedPlan compiles a plan of unlimited: true, which takes no limits.
