@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
@@ -224,6 +225,9 @@ func (c *compiler) compile(f *File, env Env) *Policy {
 	}
 	return p
 }
+
+// outside reports whether v is outside the range from lo to hi.
+func outside[T cmp.Ordered](v, lo, hi T) bool { return v < lo || v > hi }
 
 func orDefault[T comparable](v, d T) T {
 	var zero T
