@@ -242,7 +242,7 @@ func (s *Sentinel) Close() {
 // sentinelProc is a redis-server --sentinel process.
 type sentinelProc struct {
 	Addr string
-	logs *syncBuffer
+	logs *SyncBuffer
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -261,7 +261,7 @@ func startSentinelProc(bin, dir, masterName string, masterPort int) (*sentinelPr
 		if err != nil {
 			return nil, err
 		}
-		p := &sentinelProc{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), logs: &syncBuffer{}}
+		p := &sentinelProc{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), logs: &SyncBuffer{}}
 		if lastErr = p.launch(bin, dir, masterName, port, masterPort); lastErr == nil {
 			return p, nil
 		}
@@ -341,19 +341,22 @@ func (p *sentinelProc) kill() {
 	<-done
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent writes and reads: a
+// server's or a test's log.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p to the buffer.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+// String returns what was written so far.
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
