@@ -58,7 +58,7 @@ func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, 
 		}
 		pl, ok := p.Plans[k.Plan]
 		if !ok {
-			c.add(lines, file, path+".plan", "no plan named %q", k.Plan)
+			c.add(lines, file, path+".plan", "no plan named %q (the plans are %s)", k.Plan, planNames(p.Plans))
 			continue
 		}
 		p.Keys[k.Digest] = &APIKey{ID: k.ID, Tenant: k.Tenant, User: k.User, Plan: planInForce(pl, k.Tenant, p.TenantPlans), OwnPlan: pl}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // plans compiles the plans, and the plans identity names.
@@ -18,8 +19,12 @@ func (c *compiler) plans(p *Policy, f *File) {
 		}
 	}
 	id := f.Identity
-	c.rejectIf(id.AnonymousPlan == "", "identity.anonymous_plan", "name the plan for requests identified only by client IP")
-	p.AnonymousPlan = c.planRef(p, f, "identity.anonymous_plan", id.AnonymousPlan)
+	anonymous := id.AnonymousPlan
+	if anonymous == "" && len(f.Plans) == 1 {
+		anonymous = planNames(f.Plans) // a file's one plan is everyone's
+	}
+	c.rejectIf(anonymous == "" && len(f.Plans) > 1, "identity.anonymous_plan", "name the plan for requests identified only by client IP (one of %s)", planNames(f.Plans))
+	p.AnonymousPlan = c.planRef(p, f, "identity.anonymous_plan", anonymous)
 	p.UserPlan = c.planRef(p, f, "identity.user_plan", id.UserPlan)
 	if p.UserPlan == nil && id.UserPlan == "" {
 		p.UserPlan = p.AnonymousPlan
@@ -35,10 +40,15 @@ func (c *compiler) planRef(p *Policy, f *File, path, name string) *Plan {
 	pl, ok := p.Plans[name]
 	if !ok {
 		if _, defined := f.Plans[name]; !defined {
-			c.addf(path, "no plan named %q", name)
+			c.addf(path, "no plan named %q (the plans are %s)", name, planNames(f.Plans))
 		}
 	}
 	return pl
+}
+
+// planNames lists the names of plans, sorted, for a message.
+func planNames[P any](plans map[string]P) string {
+	return strings.Join(slices.Sorted(maps.Keys(plans)), ", ")
 }
 
 // plan compiles one plan.

@@ -334,3 +334,31 @@ func expectMatches(t *testing.T, p *policy.Policy, cases []struct{ method, path,
 		}
 	}
 }
+
+// TestAnonymousPlanDefault: a file with one plan needs no anonymous_plan,
+// that plan being everyone's; with several, leaving it out, or naming a
+// plan there is none of, is refused with the plans that exist.
+func TestAnonymousPlanDefault(t *testing.T) {
+	const one = `version: v1
+plans:
+  free: {rate: 100, period: 1m}
+routes:
+  - {name: api, path: /api/, upstream: builtin:echo}
+`
+	p, err := policy.Parse([]byte(one), "one.yaml")
+	if err != nil {
+		t.Fatalf("a one-plan file without anonymous_plan: %v", err)
+	}
+	if p.AnonymousPlan == nil || p.AnonymousPlan.Name != "free" || p.UserPlan != p.AnonymousPlan {
+		t.Errorf("anonymous plan %+v, user plan %+v: want both free", p.AnonymousPlan, p.UserPlan)
+	}
+	for _, c := range []struct{ name, text, want, why string }{
+		{"several plans", strings.Replace(valid, "  anonymous_plan: free\n", "", 1), "(one of free, pro)", "no plan is everyone's when there are several"},
+		{"unknown anonymous plan", strings.Replace(valid, "anonymous_plan: free", "anonymous_plan: gold", 1), `no plan named "gold" (the plans are free, pro)`, "a misspelt plan is told the plans there are"},
+		{"unknown key plan", strings.Replace(valid, "plan: free}", "plan: gold}", 1), `no plan named "gold" (the plans are free, pro)`, "as for a key's plan"},
+	} {
+		if _, err := policy.Parse([]byte(c.text), "p.yaml"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q (%s)", c.name, err, c.want, c.why)
+		}
+	}
+}
