@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -131,17 +132,125 @@ func (c *compiler) yamlProblems(file string, err error) {
 	}
 }
 
-var unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+var (
+	unknownField = regexp.MustCompile(`^field (\S+) not found in type (\S+)$`)
+	cannotDecode = regexp.MustCompile(`^cannot unmarshal (!!\w+)( .*)? into (\S+)$`)
+)
 
-// friendlier rewords the YAML decoder's messages for people.
+// friendlier rewords the YAML decoder's messages for people: no Go type
+// is named, and an unknown key is told the key it may have meant.
 func friendlier(m string) string {
 	if g := unknownField.FindStringSubmatch(m); g != nil {
-		return fmt.Sprintf("unknown field %q (misspelt?)", g[1])
+		return unknownKey(g[1], fileKeys[g[2]])
 	}
-	if strings.Contains(m, "into time.Duration") {
-		return m + " (want a duration such as 500ms, 30s, 1m, 1h, 7d)"
+	if g := cannotDecode.FindStringSubmatch(m); g != nil {
+		m = fmt.Sprintf("want %s, got %s%s", goTypeText(g[3]), yamlKinds[g[1]], g[2])
+		if g[3] == "time.Duration" {
+			m += " (a duration such as 500ms, 30s, 1m, 1h, 7d)"
+		}
 	}
 	return m
+}
+
+// unknownKey is the message of a key that is none of keys: the key meant,
+// if one is near, else the keys there are.
+func unknownKey(name string, keys []string) string {
+	best, dist := "", 3 // at most two edits away
+	for _, k := range keys {
+		if d := editDistance(name, k); d < dist {
+			best, dist = k, d
+		}
+	}
+	switch {
+	case best != "":
+		return fmt.Sprintf("unknown field %q: did you mean %q?", name, best)
+	case len(keys) > 0:
+		return fmt.Sprintf("unknown field %q (the keys here are %s)", name, strings.Join(keys, ", "))
+	}
+	return fmt.Sprintf("unknown field %q", name)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// yamlKinds names the YAML decoder's tags.
+var yamlKinds = map[string]string{"!!str": "a string", "!!int": "a number", "!!float": "a number", "!!bool": "a boolean",
+	"!!seq": "a list", "!!map": "a mapping", "!!null": "nothing", "!!timestamp": "a date"}
+
+// goTypeText names a Go type of the file's as its reference does.
+func goTypeText(t string) string {
+	switch {
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case strings.HasPrefix(t, "map["):
+		return "a mapping"
+	case t == "time.Duration":
+		return "a duration"
+	case t == "bool":
+		return "true or false"
+	case t == "string":
+		return "a string"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "a whole number"
+	}
+	name := strings.TrimPrefix(strings.TrimPrefix(t, "*"), "policy.")
+	return "a mapping (" + strings.ToLower(strings.TrimSuffix(name, "Spec")) + ")"
+}
+
+// fileKeys maps the Go name of each struct type of the file
+// (policy.LimitSpec) to its keys, those of inline fields included.
+var fileKeys = func() map[string][]string {
+	m := map[string][]string{}
+	var add func(t reflect.Type)
+	add = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || t == durationType || m[t.String()] != nil {
+			return
+		}
+		m[t.String()] = structKeys(t, add)
+	}
+	add(reflect.TypeFor[File]())
+	return m
+}()
+
+// structKeys lists the YAML keys of the struct type t, those of inline
+// fields in their place, calling visit on each field's type.
+func structKeys(t reflect.Type, visit func(reflect.Type)) []string {
+	keys := []string{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case opts == "inline":
+			keys = append(keys, structKeys(f.Type, visit)...)
+		case name != "" && name != "-":
+			keys = append(keys, name)
+			visit(f.Type)
+		}
+	}
+	return keys
 }
 
 // walk records the line of every mapping value and sequence item.

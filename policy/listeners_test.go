@@ -60,11 +60,11 @@ func TestConnLimitsInvalid(t *testing.T) {
 		{"header_timeout: 5m", "p.yaml:5: listeners.header_timeout: want 100ms to 1m, got 5m0s"},
 		{"idle_timeout: 1ms", "p.yaml:5: listeners.idle_timeout: want 100ms to 1h, got 1ms"},
 		{"send_timeout: 1h", "p.yaml:5: listeners.send_timeout: want 100ms to 10m, got 1h0m0s"},
-		{"body_timeout: 10", "p.yaml:5: cannot unmarshal !!int `10` into time.Duration (want a duration such as 500ms, 30s, 1m, 1h, 7d)"},
+		{"body_timeout: 10", "p.yaml:5: want a duration, got a number `10` (a duration such as 500ms, 30s, 1m, 1h, 7d)"},
 		{"max_conns_per_client: -1", "p.yaml:5: listeners.max_conns_per_client: want at least 1 connection, got -1"},
 		{"max_conns: -5", "p.yaml:5: listeners.max_conns: want at least 1 connection"},
 		{"admin_max_conns: -1", "p.yaml:5: listeners.admin_max_conns: want at least 1 connection, got -1"},
-		{"max_conns_per_clients: 5", `p.yaml:5: unknown field "max_conns_per_clients" (misspelt?)`},
+		{"max_conns_per_clients: 5", `p.yaml:5: unknown field "max_conns_per_clients": did you mean "max_conns_per_client"?`},
 	} {
 		_, err := policy.Parse([]byte(withListeners(tt.setting)), "p.yaml")
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -362,3 +362,27 @@ routes:
 		}
 	}
 }
+
+// TestDecodeMessages: the decoder's problems name keys and YAML kinds, never
+// a Go type, and a misspelt key is told the key it may have meant.
+func TestDecodeMessages(t *testing.T) {
+	for _, c := range []struct{ name, find, replace, want, why string }{
+		{"misspelt key", "  free: {rate: 100, period: 1m}", "  free: {rate: 100, perod: 1m}", `unknown field "perod": did you mean "period"?`, "one edit from a key of a limit"},
+		{"far key", "  free: {rate: 100, period: 1m}", "  free: {rate: 100, period: 1m, colour: red}", `unknown field "colour" (the keys here are algorithm, rate, period`, "no key is near: the keys are listed"},
+		{"moved limits", "  free: {rate: 100, period: 1m}", "  free: [{rate: 100, period: 1m}]", "want a mapping (plan), got a list", "a plan is a mapping, not a list"},
+		{"number for text", "version: v1", "version: [1]", "want a string, got a list", "the version is a string"},
+		{"text for number", "rate: 100, period: 1m}\n  pro", "rate: lots, period: 1m}\n  pro", "want a whole number, got a string `lots`", "a rate is a whole number"},
+	} {
+		if !strings.Contains(valid, c.find) {
+			t.Fatalf("%s: the test policy no longer holds %q", c.name, c.find)
+		}
+		_, err := policy.Parse([]byte(strings.Replace(valid, c.find, c.replace, 1)), "p.yaml")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q (%s)", c.name, err, c.want, c.why)
+			continue
+		}
+		if strings.Contains(err.Error(), "policy.") || strings.Contains(err.Error(), "int64") {
+			t.Errorf("%s: %v names a Go type", c.name, err)
+		}
+	}
+}

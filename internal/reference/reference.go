@@ -341,7 +341,7 @@ func description(k key) string {
 func valueSchema(t reflect.Type) map[string]any {
 	switch {
 	case t == durationType:
-		return map[string]any{"type": []string{"string", "integer"}, "pattern": durationPattern}
+		return map[string]any{"type": "string", "pattern": durationPattern}
 	case t == byteSizeType:
 		return map[string]any{"type": []string{"string", "integer"}}
 	}
