@@ -21,8 +21,8 @@ func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
 		return tollgate.Limit{}, false
 	}
 	l := tollgate.Limit{Algorithm: a, Rate: s.Rate, Period: s.Period, Burst: s.Burst, MaxDelay: s.MaxDelay}
-	if s.Rate == 0 && s.Period == 0 {
-		c.addf(path, "a limit needs rate and period (e.g. rate: 100, period: 1m)")
+	if missing := c.missingRateOrPeriod(path, s); missing != "" {
+		c.addf(path, "%s (e.g. rate: 100, period: 1m)", missing)
 		return l, false
 	}
 	if err := l.Validate(); err != nil {
@@ -30,6 +30,27 @@ func (c *compiler) limit(path string, s LimitSpec) (tollgate.Limit, bool) {
 		return l, false
 	}
 	return l, c.shapingBounds(path, l)
+}
+
+// missingRateOrPeriod says which of rate and period the limit at path
+// leaves out, "" for neither (one written as 0 is the limit's to refuse).
+func (c *compiler) missingRateOrPeriod(path string, s LimitSpec) string {
+	switch {
+	case s.Rate == 0 && s.Period == 0:
+		return "a limit needs rate and period"
+	case s.Rate == 0 && !c.written(path+".rate"):
+		return "rate is required"
+	case s.Period == 0 && !c.written(path+".period"):
+		return "period is required"
+	}
+	return ""
+}
+
+// written reports whether the file spells out the key at path (a policy
+// compiled from code, which has no lines, spells out every key).
+func (c *compiler) written(path string) bool {
+	_, ok := c.lines[path]
+	return ok || c.lines == nil
 }
 
 // algorithm compiles a limit's algorithm, name (GCRA by default); ok is

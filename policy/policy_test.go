@@ -372,6 +372,8 @@ func TestDecodeMessages(t *testing.T) {
 		{"moved limits", "  free: {rate: 100, period: 1m}", "  free: [{rate: 100, period: 1m}]", "want a mapping (plan), got a list", "a plan is a mapping, not a list"},
 		{"number for text", "version: v1", "version: [1]", "want a string, got a list", "the version is a string"},
 		{"text for number", "rate: 100, period: 1m}\n  pro", "rate: lots, period: 1m}\n  pro", "want a whole number, got a string `lots`", "a rate is a whole number"},
+		{"no period", "  free: {rate: 100, period: 1m}", "  free: {rate: 100}", "period is required", "a missing key is said missing, not out of range"},
+		{"no rate", "  free: {rate: 100, period: 1m}", "  free: {period: 1m}", "rate is required", "as for the rate"},
 	} {
 		if !strings.Contains(valid, c.find) {
 			t.Fatalf("%s: the test policy no longer holds %q", c.name, c.find)
