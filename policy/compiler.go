@@ -24,6 +24,27 @@ type compiler struct {
 	// fromCode: the File was built in Go (Compile), for a front that may
 	// limit every request by plan alone, so routes are optional.
 	fromCode bool
+	// unreadable: the file is no YAML the decoder could map onto File at
+	// all (a syntax error), so nothing in it can be compiled; a value of
+	// the wrong type leaves the rest decoded, and compiled.
+	unreadable bool
+}
+
+// withoutEchoes drops the problems after the first n (the decoder's)
+// that stand on a line one of those does: what the compiler says of a
+// value the decoder could not read is no news.
+func (c *compiler) withoutEchoes(n int) {
+	decoded := map[string]bool{}
+	for _, pr := range c.problems[:n] {
+		decoded[pr.File+":"+strconv.Itoa(pr.Line)] = true
+	}
+	kept := c.problems[:n]
+	for _, pr := range c.problems[n:] {
+		if !decoded[pr.File+":"+strconv.Itoa(pr.Line)] {
+			kept = append(kept, pr)
+		}
+	}
+	c.problems = kept
 }
 
 func (c *compiler) err() error {
@@ -120,6 +141,7 @@ func (c *compiler) yamlProblems(file string, err error) {
 		msgs = te.Errors
 	} else {
 		msgs = []string{strings.TrimPrefix(err.Error(), "yaml: ")}
+		c.unreadable = true
 	}
 	for _, m := range msgs {
 		pr := Issue{File: file, Msg: m}

@@ -372,9 +372,10 @@ func ParseEnv(data []byte, name string, env Env) (*Policy, error) {
 	c := &compiler{file: name}
 	var f File
 	c.lines = c.decode(data, name, &f)
-	if len(c.problems) > 0 {
+	if c.unreadable {
 		return nil, c.err()
 	}
+	decoded := len(c.problems)
 	keys, ok := c.keys(&f, name, env)
 	if !ok {
 		return nil, c.err()
@@ -382,6 +383,7 @@ func ParseEnv(data []byte, name string, env Env) (*Policy, error) {
 	p := c.compile(&f, env)
 	c.compileKeys(p, keys.list, keys.lines, keys.file)
 	c.allowlist(p, f.Allowlist)
+	c.withoutEchoes(decoded)
 	if len(c.problems) > 0 {
 		return nil, c.err()
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -385,6 +386,61 @@ func TestDecodeMessages(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "policy.") || strings.Contains(err.Error(), "int64") {
 			t.Errorf("%s: %v names a Go type", c.name, err)
+		}
+	}
+}
+
+// TestEveryProblemInOneRun: a file whose values the decoder cannot all
+// read is still compiled, so one run reports its decoding problems and
+// its other ones, each once, at its line.
+func TestEveryProblemInOneRun(t *testing.T) {
+	text := strings.NewReplacer(
+		"  free: {rate: 100, period: 1m}", "  free: {rate: 100, perod: 1m}", // line 7: decoding
+		"burst: 200}", "burst: many}", // line 8: decoding
+		"plan: free}", "plan: gold}", // line 10: compiling
+		"cost: 10}", "cost: -1}", // line 12: compiling
+	).Replace(valid)
+	_, err := policy.Parse([]byte(text), "p.yaml")
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{`p.yaml:7: unknown field "perod"`, "p.yaml:8: want a whole number", `p.yaml:10: api_keys[0].plan: no plan named "gold"`, "p.yaml:12: routes[0].cost: cost must be at least 1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("lacks %q:\n%v", want, err)
+		}
+	}
+	if n := strings.Count(err.Error(), "p.yaml:"); n != 4 {
+		t.Errorf("%d problems, want 4 (a value the decoder refused is not refused again):\n%v", n, err)
+	}
+}
+
+// TestWrongTypeAnywhere: a value of the wrong type at any key of the
+// shipped examples, a list or a mapping where a scalar stands, is
+// reported, and compiling the rest, which the decoder left partly empty,
+// neither panics nor loads.
+func TestWrongTypeAnywhere(t *testing.T) {
+	scalar := regexp.MustCompile(`(?m)^(\s*(?:- )?[a-z_]+: )([^\s\[{#|>][^#\n]*?)(\s*(#.*)?)$`)
+	for _, name := range []string{"../examples/quickstart.yaml", "../examples/jwt.yaml"} {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		env := policy.Env{Vars: map[string]string{"TOLLGATE_SECRET": "0123456789abcdef0123456789abcdef"}, Secret: []byte("0123456789abcdef0123")}
+		if _, err := policy.ParseEnv(b, name, env); err != nil {
+			t.Fatalf("%s as shipped: %v", name, err)
+		}
+		locs := scalar.FindAllStringSubmatchIndex(text, -1)
+		if len(locs) < 20 {
+			t.Fatalf("%s: found %d scalar values", name, len(locs))
+		}
+		for _, l := range locs {
+			for _, wrong := range []string{"[x]", "{x: 1}"} {
+				bad := text[:l[4]] + wrong + text[l[5]:]
+				if _, err := policy.ParseEnv([]byte(bad), name, env); err == nil {
+					t.Errorf("%s: %q accepted", name, strings.TrimSpace(text[l[2]:l[5]])+" -> "+wrong)
+				}
+			}
 		}
 	}
 }
