@@ -162,14 +162,15 @@ func (c *compiler) calendarFields(path string, s LimitSpec) bool {
 
 // calendarZone returns the time zone of a calendar quota: its own, else
 // the file's (nil for UTC); ok is false for a zone unknown.
-func (c *compiler) calendarZone(path, zone string) (z *time.Location, ok bool) {
-	zone = orDefault(zone, c.zone)
+func (c *compiler) calendarZone(path, own string) (z *time.Location, ok bool) {
+	zone := orDefault(own, c.zone)
 	if zone == "" {
 		return nil, true
 	}
 	z, err := time.LoadLocation(zone)
 	if err != nil {
-		c.addf(path+".time_zone", "unknown time zone %q", zone)
+		// The file's own time_zone is reported once, where it is written.
+		c.rejectIf(own != "", path+".time_zone", "unknown time zone %q", zone)
 		return z, false
 	}
 	return z, true

@@ -444,3 +444,31 @@ func TestWrongTypeAnywhere(t *testing.T) {
 		}
 	}
 }
+
+// TestBadTimeZoneOnce: a file's unknown time_zone is reported once, at
+// its own line, not again at each calendar quota that takes it.
+func TestBadTimeZoneOnce(t *testing.T) {
+	const text = `version: v1
+time_zone: Mars/Olympus
+plans:
+  free:
+    limits:
+      - {name: day, calendar: day, rate: 10}
+      - {name: month, calendar: month, rate: 100, time_zone: Venus/Maxwell}
+routes:
+  - {name: api, path: /api/, upstream: builtin:echo}
+`
+	_, err := policy.Parse([]byte(text), "tz.yaml")
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	want := []string{`tz.yaml:2: time_zone: unknown time zone "Mars/Olympus"`, `tz.yaml:7: plans.free.limits[1].time_zone: unknown time zone "Venus/Maxwell"`}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("lacks %q:\n%v", w, err)
+		}
+	}
+	if n := strings.Count(err.Error(), "unknown time zone"); n != 2 {
+		t.Errorf("%d reports, want 2 (each zone where it is written):\n%v", n, err)
+	}
+}
