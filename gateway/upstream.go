@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -74,12 +75,24 @@ func (g *Gateway) upstreams(p *policy.Policy) (http.Handler, error) {
 	}), nil
 }
 
+// issues is a list of issues as one error's text.
+func issues(list []policy.Issue) string {
+	s := make([]string, len(list))
+	for i, is := range list {
+		s[i] = is.String()
+	}
+	return strings.Join(s, "; ")
+}
+
 // proxies returns the reverse proxy of each upstream p's routes name
 // (builtin:echo aside), one per upstream however many routes share it. A
 // route without an upstream, or with one that is no URL, is an error.
 func (g *Gateway) proxies(p *policy.Policy) (map[string]http.Handler, error) {
 	transport := g.transport(p.UpstreamTimeout)
 	proxies := map[string]http.Handler{}
+	if len(p.GatewayIssues) > 0 {
+		return nil, fmt.Errorf("creating gateway: %v", issues(p.GatewayIssues))
+	}
 	for _, r := range p.Routes {
 		if r.Upstream == "" {
 			return nil, fmt.Errorf("creating gateway: route %s has no upstream (only the middleware serves routes without one)", r.Name)

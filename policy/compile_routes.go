@@ -33,6 +33,10 @@ func (c *compiler) routes(p *Policy, f *File) {
 		}
 		seenName[r.Name] = true
 		c.routeBasics(path, r, &rs)
+		if r.Upstream == "" && !c.fromCode {
+			p.GatewayIssues = append(p.GatewayIssues, problemAt(c.lines, c.file, path+".upstream",
+				"route %s has no upstream: the gateway needs one (only the middleware serves routes without one)", r.Name))
+		}
 		c.routeLimits(path, r, &rs)
 		c.compileMatch(p, path, r, &f.Routes[i], claims)
 		if m := r.Method + " " + r.shape() + " " + condKey(r); seenMatch[m] {

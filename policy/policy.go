@@ -82,6 +82,10 @@ type Policy struct {
 	// not an error (trusted_proxies covering every address): tollgate
 	// check prints them and tollgate serve logs them.
 	Warnings []Issue
+	// GatewayIssues lists, at their lines, what the gateway (tollgate
+	// serve) refuses in a policy the middleware takes: routes without an
+	// upstream. tollgate check refuses them as serve does.
+	GatewayIssues []Issue
 
 	// Conns bounds the listeners' connections and how slow a client may be.
 	Conns ConnLimits
