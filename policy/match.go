@@ -227,7 +227,27 @@ func (p *Policy) Ambiguous(req RouteRequest) string {
 			return fmt.Sprintf("the query parameter %q is given more than once", name)
 		}
 	}
-	return ""
+	return p.formatAmbiguous(req)
+}
+
+// formatAmbiguous returns why a path ending in '/' is matched by a route
+// under its whole last segment that is not the route Rails reads it as,
+// or "": Rails reads /export.json/ as /export, other servers as a segment
+// export.json (see requestKeys). Charged as the one, it may be served as
+// the other.
+func (p *Policy) formatAmbiguous(req RouteRequest) string {
+	if !strings.HasSuffix(req.Path, "/") {
+		return ""
+	}
+	path, deep := MatchKey(req.Path), prefixKey(req.Path)
+	if deep == path {
+		return "" // the usual case
+	}
+	rails, _ := p.matchKeyed(req, &requestKeys{path: path})
+	if chosen, _ := p.MatchRequest(req); chosen == rails {
+		return "" // charged as Rails reads it, as a path without '/' is
+	}
+	return "the request path ends in a segment with a dot and a '/', which servers read as different routes (Rails reads /export.json/ as /export); send it without the slash or the extension"
 }
 
 // ReadsHeaders reports whether some route matches or keys on a header.
@@ -251,6 +271,11 @@ func (p *Policy) MatchRequest(req RouteRequest) (*Route, Params) {
 	if strings.HasSuffix(req.Path, "/") {
 		k.deep = prefixKey(req.Path)
 	}
+	return p.matchKeyed(req, &k)
+}
+
+// matchKeyed is MatchRequest on the request path's keys k.
+func (p *Policy) matchKeyed(req RouteRequest, k *requestKeys) (*Route, Params) {
 	host := ""
 	if p.hostRoutes {
 		host = normalHost(req.Host)
@@ -260,7 +285,7 @@ func (p *Policy) MatchRequest(req RouteRequest) (*Route, Params) {
 		if r.Method != "" && r.Method != req.Method {
 			continue
 		}
-		ps, score, ok := r.matchKeys(&k)
+		ps, score, ok := r.matchKeys(k)
 		if !ok || !r.conditionsMet(host, req.Header, req.Query) {
 			continue
 		}

@@ -171,3 +171,33 @@ func TestClientChosenKeyWarns(t *testing.T) {
 		}
 	}
 }
+
+// TestFormatReadingsAmbiguous: a path ending in '/' whose last segment has
+// a dot reads as that segment to most servers and as the path without its
+// extension to Rails; when the two readings are different routes (an
+// exact /t of cost 10 and a prefix /t.v/ of cost 1), the request is
+// refused as ambiguous, so no client picks the cheaper one for the other.
+func TestFormatReadingsAmbiguous(t *testing.T) {
+	p, err := policy.Parse([]byte(valid+`  - {name: t, path: /t, upstream: builtin:echo, cost: 10}
+  - {name: tv, path: /t.v/, upstream: builtin:echo}
+`), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path      string
+		ambiguous bool
+		why       string
+	}{
+		{"/t.V/", true, "/t to Rails, under /t.v/ to others"},
+		{"/t.V/x", false, "the dot is not in the last segment: one reading"},
+		{"/t/", false, "no dot: one reading"},
+		{"/api/v1.0/", false, "both readings are under /api/"},
+		{"/t.json", false, "no trailing slash: the extension reading alone"},
+	} {
+		got := p.Ambiguous(policy.RouteRequest{Method: "GET", Path: c.path}) != ""
+		if got != c.ambiguous {
+			t.Errorf("%s: ambiguous %v, want %v (%s)", c.path, got, c.ambiguous, c.why)
+		}
+	}
+}
