@@ -70,25 +70,6 @@ func Generate(dir string) (schema, markdown []byte, err error) {
 	return schema, g.markdown(), nil
 }
 
-// Undocumented returns the keys, as type.key, whose field has no comment.
-func Undocumented(dir string) ([]string, error) {
-	docs, err := readDocs(dir)
-	if err != nil {
-		return nil, err
-	}
-	g := &generator{docs: docs, seen: map[reflect.Type]bool{}}
-	g.walk(reflect.TypeFor[policy.File]())
-	var missing []string
-	for _, s := range g.sections {
-		for _, k := range s.keys {
-			if k.meaning == "" {
-				missing = append(missing, s.typ.Name()+"."+k.name)
-			}
-		}
-	}
-	return missing, nil
-}
-
 // typeDocs are the doc comments of a package's struct types: the type's
 // own (under "") and each field's, by type and field name.
 type typeDocs map[string]map[string]string
