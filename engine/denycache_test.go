@@ -11,15 +11,19 @@ import (
 // TestDenyCacheFull: a cache filled with refusals that have not ended (by
 // an attacker with many addresses) still takes new ones, evicting the
 // entry that ends first among a few, rather than scanning the shard on
-// every put and then dropping the new refusal.
+// every put and then dropping the new refusal. The refusals come a
+// millisecond apart, so the newest end last: with equal ends the victim
+// is any of the sample, and the newest may go.
 func TestDenyCacheFull(t *testing.T) {
 	c := newDenyCache(16 * 1000)
-	now := time.Unix(1_800_000_000, 0)
+	start := time.Unix(1_800_000_000, 0)
 	req := func(i int) algo.Request {
 		return algo.Request{Name: "p", Subject: fmt.Sprint("s", i), Limit: algo.Limit{Rate: 1, Period: time.Hour}, Cost: 1}
 	}
 	refused := algo.Decision{Quota: 1, RetryAfter: time.Hour}
+	now := start
 	for i := 0; i < 100_000; i++ {
+		now = start.Add(time.Duration(i) * time.Millisecond)
 		c.put(req(i), refused, now)
 	}
 	total := 0
