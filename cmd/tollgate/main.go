@@ -1,9 +1,14 @@
 // Command tollgate runs and checks Tollgate gateways.
 //
 //	tollgate serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR]
+//	               [--state FILE] [--simulate-budget DURATION]
 //	                                   run the gateway; the policy reloads on
 //	                                   file change and SIGHUP
 //	tollgate check FILE                validate a policy and print what it enforces
+//	tollgate simulate --policy CANDIDATE --active FILE --recording FILE|URL
+//	                  [--json] [--svg FILE]
+//	                                   replay a gateway's recent calls under a
+//	                                   candidate policy
 //	tollgate hash-key [KEY]            print the digest to list an API key under
 //	                                   (the key is read from standard input
 //	                                   when not given, so it stays out of
@@ -42,15 +47,18 @@ import (
 )
 
 const usage = `usage:
-  tollgate serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR] [--state FILE]
+  tollgate serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR]
+                 [--state FILE] [--simulate-budget DURATION]
                                run the gateway (env TOLLGATE_CONFIG, TOLLGATE_REDIS_URL)
   tollgate check FILE          validate a policy and print what it would enforce
   tollgate simulate --policy CANDIDATE --active FILE --recording FILE|URL
+                    [--json] [--svg FILE]
                                replay a gateway's recent calls under a candidate policy
   tollgate hash-key [KEY]      print the digest under which to list an API key
                                (reads the key from standard input when not given)
   tollgate rls                 run Envoy's rate-limit service (envoyproxy/ratelimit's
-                               environment: RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...)
+                               environment: RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...,
+                               which tollgate rls --help lists)
   tollgate version             print the version and build
 Every command takes -h or --help.
 `
@@ -118,15 +126,22 @@ func flags(name, use string, stdout, stderr io.Writer) *flag.FlagSet {
 }
 
 // parse parses args into fs; done reports that the command must end with
-// code (help asked for, or bad flags).
+// code (help asked for, or bad flags). The usage is printed once: for
+// help to stdout, for a bad flag to stderr after the flag's error. (The
+// flag package would print it to stderr on help too, so it is silenced
+// while parsing.)
 func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, done bool) {
+	usage := fs.Usage
+	fs.Usage = func() {}
 	err := fs.Parse(args)
+	fs.Usage = usage
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fs.SetOutput(stdout)
 		fs.Usage()
 		return 0, true
 	case err != nil:
+		fs.Usage()
 		return 2, true
 	}
 	return 0, false
@@ -220,7 +235,7 @@ func buildRevision() string {
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {
-	fs := flags("serve", "serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR]", stdout, stderr)
+	fs := flags("serve", "serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR] [--state FILE] [--simulate-budget DURATION]", stdout, stderr)
 	var o serveOptions
 	fs.StringVar(&o.config, "config", os.Getenv("TOLLGATE_CONFIG"), "policy file (required; env TOLLGATE_CONFIG)")
 	fs.StringVar(&o.redisURL, "redis", os.Getenv("TOLLGATE_REDIS_URL"), "Redis URL; overrides the policy's store (env TOLLGATE_REDIS_URL)")

@@ -94,7 +94,8 @@ func rlsHealthcheck(srv *envoyrls.Server) http.HandlerFunc {
 // rls runs Envoy's rate-limit service, configured as envoyproxy/ratelimit
 // is: by its environment variables (see envoyrls.SettingsFromEnv).
 func rls(args []string, stdout, stderr io.Writer) int {
-	fs := flags("rls", "rls   (configured by envoyproxy/ratelimit's environment variables: RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...; see the README)", stdout, stderr)
+	fs := flags("rls", "rls", stdout, stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), "usage: tollgate rls\n", rlsEnvUsage) }
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
@@ -107,6 +108,51 @@ func rls(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// rlsEnvUsage describes the environment variables rls reads (see
+// envoyrls.SettingsFromEnv), with their defaults.
+const rlsEnvUsage = `Envoy's rate-limit service, configured as envoyproxy/ratelimit is, by the
+environment (defaults in brackets):
+  RUNTIME_ROOT                   the configuration's root [/srv/runtime_data/current]
+  RUNTIME_SUBDIRECTORY           the directory under it []
+  RUNTIME_APPDIRECTORY           the directory under that whose files are read [config]
+  RUNTIME_WATCH_ROOT             watch RUNTIME_ROOT (a symlink swapped on deployment)
+                                 too, not only the directory [true]
+  RUNTIME_IGNOREDOTFILES         skip files and directories named .* [false]
+  MERGE_DOMAIN_CONFIG            merge the files configuring one domain [false]
+  TOLLGATE_RLS_ON_STORE_FAILURE  fail_open or fail_closed while the store cannot decide,
+                                 for domains that do not set on_store_failure [fail_open]
+  GRPC_HOST, GRPC_PORT           the gRPC listener [0.0.0.0, 8081]
+  HOST, PORT                     /healthcheck and /metrics [0.0.0.0, 8080]
+  USE_PROMETHEUS                 serve metrics on PROMETHEUS_ADDR too [false]
+  PROMETHEUS_ADDR                the metrics' own address, with USE_PROMETHEUS [:9090]
+  PROMETHEUS_PATH                the metrics' path [/metrics]
+  NEAR_LIMIT_RATIO               the share of a limit, in (0, 1], past which hits count
+                                 as near_limit [0.8]
+  SHADOW_MODE                    answer OK whatever the limits say [false]
+  LIMIT_RESPONSE_HEADERS_ENABLED add the most restrictive descriptor's headers [false]
+  LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER
+                                 their names [RateLimit-Limit, RateLimit-Remaining,
+                                 RateLimit-Reset]
+  TOLLGATE_RLS_RATELIMIT_HEADERS add RateLimit-Policy and RateLimit as the gateway
+                                 writes them [false]
+  BACKEND_TYPE                   redis, or memory (one process) [redis]
+  REDIS_SOCKET_TYPE              unix or tcp [unix]
+  REDIS_URL                      the socket's path (unix), or host:port[,host:port...]
+                                 (tcp; SENTINEL: <master set>,host:port[,...])
+                                 [/var/run/nutcracker/ratelimit.sock]
+  REDIS_TYPE                     SINGLE, CLUSTER or SENTINEL [SINGLE]
+  REDIS_AUTH                     password or user:password []
+  REDIS_TLS                      connect over TLS (tcp) [false]
+  TOLLGATE_REDIS_URL             the store as Tollgate's Redis URL, in place of REDIS_*
+  TOLLGATE_STORE_TIMEOUT         each store call's deadline, as 20ms [20ms]
+  STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+                                 always true here; false is ignored with a warning
+Ignored with a warning: LOCAL_CACHE_SIZE_IN_BYTES, EXPIRATION_JITTER_MAX_SECONDS,
+CACHE_KEY_PREFIX, REDIS_POOL_SIZE, REDIS_PIPELINE_WINDOW, REDIS_PIPELINE_LIMIT,
+REDIS_PERSECOND, USE_STATSD, USE_DOG_STATSD, CONFIG_TYPE, RESPONSE_DYNAMIC_METADATA,
+QUOTA_MODE, TRACING_ENABLED, GRPC_SERVER_USE_TLS.
+`
 
 // serveRLS runs the rate-limit service the environment configures until
 // stopped (see runRLS), logging to log.
