@@ -18,14 +18,16 @@ import (
 	"github.com/tollgate/tollgate/policy"
 )
 
-// AdminHandler returns the admin handler: /healthz, /readyz, /metrics, the
-// policy and override endpoints and the dashboard, behind the checks of
-// guardAdmin (Host without a token, the token, and for state-changing
-// requests same-origin and Content-Type: application/json).
+// AdminHandler returns the admin handler: an index at /, /healthz,
+// /readyz, /metrics, the policy and override endpoints and the
+// dashboard, behind the checks of guardAdmin (Host without a token, the
+// token, and for state-changing requests same-origin and Content-Type:
+// application/json).
 func (g *Gateway) AdminHandler() http.Handler { return g.admin }
 
 func (g *Gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", adminIndex)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -45,6 +47,31 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux.HandleFunc("POST /policy/rollback", g.rollbackPolicy)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
 	return guardAdmin(mux, g.pol.AdminToken)
+}
+
+// adminIndexPage is the admin listener's index: links to its pages.
+const adminIndexPage = `<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><title>Tollgate admin</title></head>
+<body>
+<h1>Tollgate admin</h1>
+<ul>
+<li><a href="/dashboard">/dashboard</a>: traffic, refusals and policy replays</li>
+<li><a href="/metrics">/metrics</a>: Prometheus metrics</li>
+<li><a href="/policy">/policy</a>: the active policy's version, and those a rollback goes to</li>
+<li><a href="/healthz">/healthz</a>: liveness</li>
+<li><a href="/readyz">/readyz</a>: readiness, and the store's state</li>
+</ul>
+</body>
+</html>
+`
+
+// adminIndex answers the admin listener's root with links to its pages
+// (behind the admin checks, as every page is).
+func adminIndex(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; "+noFraming)
+	io.WriteString(w, adminIndexPage)
 }
 
 // readyz answers the readiness probe: ready, or degraded while the store
