@@ -1,17 +1,21 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
 
 // Echo is the built-in demo upstream (builtin:echo). It answers every
 // request with a JSON description of it, and POST /login with 200 when the
-// JSON body's password is "demo" and 401 otherwise. A ?sleep=D query
-// (at most 10s) makes it answer slowly, to try concurrency limits.
+// body's password (a JSON object's field, or a form's) is "demo" and 401
+// otherwise. A ?sleep=D query (at most 10s) makes it answer slowly, to
+// try concurrency limits.
 func Echo() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !echoSleep(r) {
@@ -48,20 +52,34 @@ func echoSleep(r *http.Request) bool {
 	}
 }
 
-// echoLogin answers POST /login: 200 when the JSON body's password is
+// echoLogin answers POST /login: 200 when the body's password is
 // "demo", 401 otherwise.
 func echoLogin(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Username string `json:"username"`
-		Password string `json:"password"`
-	}
-	json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&body)
-	if body.Password != "demo" {
+	if echoPassword(r) != "demo" {
 		w.WriteHeader(http.StatusUnauthorized)
 		w.Write([]byte(`{"ok":false,"error":"wrong username or password"}` + "\n"))
 		return
 	}
 	w.Write([]byte(`{"ok":true}` + "\n"))
+}
+
+// echoPassword returns the password of a login request's body (its
+// first 64 KiB): the form field password of an
+// application/x-www-form-urlencoded body that has one, else the JSON
+// object's field password (whatever the content type, as curl -d labels
+// JSON a form). The query string is not read.
+func echoPassword(r *http.Request) string {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/x-www-form-urlencoded" {
+		if form, _ := url.ParseQuery(string(body)); form.Has("password") {
+			return form.Get("password")
+		}
+	}
+	var login struct {
+		Password string `json:"password"`
+	}
+	json.NewDecoder(bytes.NewReader(body)).Decode(&login)
+	return login.Password
 }
 
 // echoHeaders returns the request headers Echo describes, each with its
