@@ -232,9 +232,14 @@ func (s *Settings) redis(e *envReader) error {
 	}
 	if strings.ToLower(e.get("REDIS_SOCKET_TYPE", "unix")) == "unix" {
 		if s.RedisMode != "standalone" {
-			return fmt.Errorf("REDIS_SOCKET_TYPE unix takes REDIS_TYPE SINGLE")
+			return fmt.Errorf("REDIS_SOCKET_TYPE unix (the default) takes REDIS_TYPE SINGLE: set REDIS_SOCKET_TYPE=tcp for %s", t)
 		}
-		u := url.URL{Scheme: "unix", Path: strings.TrimSpace(addrs[0]), User: user}
+		path := strings.TrimSpace(addrs[0])
+		if hostPort(path) {
+			return fmt.Errorf("REDIS_URL: REDIS_SOCKET_TYPE unix (the default) wants the socket's path, as /var/run/redis.sock, got %q, "+
+				"a TCP address: set REDIS_SOCKET_TYPE=tcp to connect to it", path)
+		}
+		u := url.URL{Scheme: "unix", Path: path, User: user}
 		s.RedisURL = u.String()
 		return nil
 	}
@@ -244,6 +249,20 @@ func (s *Settings) redis(e *envReader) error {
 	u := url.URL{Scheme: scheme, Host: strings.TrimSpace(addrs[0]), User: user, RawQuery: q.Encode()}
 	s.RedisURL = u.String()
 	return nil
+}
+
+// hostPort reports whether a is a TCP address, host:port with a port
+// number, rather than a socket's path (which has a slash, or no port).
+func hostPort(a string) bool {
+	if strings.Contains(a, "/") {
+		return false
+	}
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return false
+	}
+	_, err = strconv.ParseUint(port, 10, 16)
+	return err == nil
 }
 
 // redisUser is REDIS_AUTH, "password" or "user:password", as a URL's

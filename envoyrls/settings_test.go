@@ -42,3 +42,45 @@ func TestSettingsFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestSettingsRedisSocketType: REDIS_SOCKET_TYPE defaults to unix, so a
+// REDIS_URL that is a TCP address, or a cluster, without
+// REDIS_SOCKET_TYPE=tcp is refused with the setting that fixes it; a
+// socket's path is still taken.
+func TestSettingsRedisSocketType(t *testing.T) {
+	for _, c := range []struct {
+		env    map[string]string
+		url    string // the store URL, or "" for an error
+		errHas []string
+		reason string
+	}{
+		{map[string]string{"REDIS_URL": "redis:6379"}, "", []string{`"redis:6379"`, "REDIS_SOCKET_TYPE=tcp"},
+			"host:port under the default socket type: the migration's commonest slip"},
+		{map[string]string{"REDIS_URL": "127.0.0.1:6379"}, "", []string{"REDIS_SOCKET_TYPE=tcp"}, "an IPv4 address and port"},
+		{map[string]string{"REDIS_URL": "[::1]:6379"}, "", []string{"REDIS_SOCKET_TYPE=tcp"}, "an IPv6 address and port"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "redis:6379"}, "", []string{"REDIS_SOCKET_TYPE=tcp"},
+			"unix said outright, with a TCP address"},
+		{map[string]string{"REDIS_TYPE": "CLUSTER", "REDIS_URL": "a:7000,b:7001"}, "", []string{"REDIS_SOCKET_TYPE=tcp"},
+			"a cluster is reached over TCP only"},
+		{map[string]string{"REDIS_URL": "/run/redis/redis.sock"}, "unix:///run/redis/redis.sock", nil, "a socket's path is what unix takes"},
+		{map[string]string{"REDIS_URL": "/tmp/a:1"}, "unix:///tmp/a:1", nil, "a path with a colon is still a path"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, "redis://redis:6379", nil, "tcp takes host:port"},
+	} {
+		s, err := envoyrls.SettingsFromEnv(func(k string) string { return c.env[k] })
+		if c.url != "" {
+			if err != nil || s.RedisURL != c.url {
+				t.Errorf("%v (%s): %q, %v; want %q", c.env, c.reason, s.RedisURL, err, c.url)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%v (%s): %q, no error", c.env, c.reason, s.RedisURL)
+			continue
+		}
+		for _, want := range c.errHas {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%v (%s): error %q lacks %q", c.env, c.reason, err, want)
+			}
+		}
+	}
+}
