@@ -1,0 +1,200 @@
+package policy
+
+import "time"
+
+// The routes' part of the policy file's types (see File.Routes): what a
+// route matches, where it sends requests, and its own limits and guards.
+
+// RouteSpec maps requests to an upstream, a route group and a cost.
+type RouteSpec struct {
+	// Name names the route in errors and logs: 1 to 64 letters, digits,
+	// ".", "_" or "-", unique among the routes.
+	// Default: required.
+	Name string `yaml:"name"`
+	// Method is the one HTTP method the route matches, in upper case
+	// (e.g. POST); without it the route matches any.
+	// Default: none.
+	Method string `yaml:"method"`
+	// Path is the request path the route matches: exactly (and with a
+	// trailing slash), or, when it ends in "/", as a prefix (and without
+	// the slash). The most specific route wins: the request's own path,
+	// then the longest, then the one with more conditions (host, headers,
+	// query), then a method over any (see Policy.MatchRequest). Requests
+	// are matched on their decoded, cleaned path, so Path must be
+	// absolute, clean and literal but for {param} segments: no . or ..
+	// segments, repeated slashes, percent-encodings, backslashes, control
+	// or invisible characters, '?', '#' or other pattern syntax (:id, *).
+	// Default: required.
+	Path string `yaml:"path"`
+	// Match spells out how Path matches: exact (the path, and with a
+	// trailing slash) or prefix (the path and everything under it). A
+	// path may hold parameters, whole segments such as
+	// /users/{id}/export, each matching one non-empty segment.
+	// Default: prefix when path ends in "/", else exact.
+	// One of: exact, prefix.
+	Match string `yaml:"match"`
+	// Host, if set, is the host the request must name (Host header, port
+	// and case ignored): api.example.com, or *.example.com for any host
+	// under it.
+	// Default: none.
+	Host string `yaml:"host"`
+	// Headers, if set, maps header names to the value the request must
+	// carry, once, for the route to match (ignoring case; "*" for any
+	// value; 1 to 256 bytes). A request giving one of them twice is a
+	// 400. Credential, forwarding and framing headers are the gateway's,
+	// not a route's to match.
+	// Default: none.
+	Headers map[string]string `yaml:"headers"`
+	// Query, if set, maps query parameter names (1 to 64 bytes) to the
+	// value the request must carry, once, for the route to match
+	// (ignoring case; "*" for any value; 1 to 256 bytes). A request giving
+	// one of them twice is a 400.
+	// Default: none.
+	Query map[string]string `yaml:"query"`
+	// LimitKey lists what the route's limit is counted per, each part
+	// once: subject, host, header:<Name>, query:<name>, path:<param>,
+	// claim:<name> (a bearer JWT's), each value hashed into the store key
+	// like a subject. It needs limit; with limit_mode add it includes
+	// subject.
+	// Default: [subject].
+	LimitKey []string `yaml:"limit_key"`
+	// Upstream is where the route's requests go: an http(s) URL, or
+	// builtin:echo for the demo upstream. Only a policy for the
+	// middleware alone may leave it out; the gateway refuses such a
+	// route.
+	// Default: required.
+	Upstream string `yaml:"upstream"`
+	// Group names the route group in metrics and store keys (1 to 64
+	// letters, digits, ".", "_" or "-"); routes of one group share their
+	// route limits.
+	// Default: the route's name.
+	Group string `yaml:"group"`
+	// Cost is what one request on the route spends of every budget it is
+	// charged to; no more than the least of their capacities.
+	// Default: 1.
+	// Range: 1 to the least capacity of the budgets it is charged to.
+	Cost int64 `yaml:"cost"`
+	// Limit, if set, is a budget per subject (or per limit_key) for the
+	// route group, which replaces the subject's plan on this route or is
+	// charged with it (see limit_mode).
+	// Default: none.
+	Limit *LimitSpec `yaml:"limit"`
+	// LimitMode says how the route's limit meets the plan's: replace (the
+	// route's limit instead of the plan's) or add (both, all or nothing
+	// in one call). It needs limit.
+	// Default: replace.
+	// One of: replace, add.
+	LimitMode string `yaml:"limit_mode"`
+	// Refusal, if set, is what the route answers when a rate limit,
+	// quota or concurrency limit refuses a request, instead of the 429
+	// problem: another status, or a body of its own. Retry-After and the
+	// RateLimit headers are sent alike; other refusals (an invalid key, a
+	// locked account) keep their answers.
+	// Default: none.
+	Refusal *RefusalSpec `yaml:"refusal"`
+	// Global, if set, is one budget for the whole route, shared by every
+	// subject, charged after the subject's own limits (see Route.Global).
+	// Default: none.
+	Global *LimitSpec `yaml:"global"`
+	// ShadowLimit is a candidate limit per subject evaluated in shadow
+	// beside the enforced one: counted, never enforced.
+	// Default: none.
+	ShadowLimit *LimitSpec `yaml:"shadow_limit"`
+	// OnStoreFailure is what the route does while the store is
+	// unavailable: fail_open limits locally (see store.instances),
+	// fail_closed answers 503.
+	// Default: fail_open.
+	// One of: fail_open, fail_closed.
+	OnStoreFailure string `yaml:"on_store_failure"`
+	// Login marks a login route and guards it against password guessing.
+	// Default: none.
+	Login *LoginSpec `yaml:"login"`
+	// Concurrency bounds the requests in flight on this route.
+	// Default: none.
+	Concurrency *ConcurrencySpec `yaml:"concurrency"`
+}
+
+// RefusalSpec is a route's answer to a request its limits refuse; it
+// sets status, body or both.
+type RefusalSpec struct {
+	// Status is the HTTP status answered.
+	// Default: 429.
+	// Range: 400 to 599.
+	Status int `yaml:"status"`
+	// Body, if set, is the body answered (at most 4096 bytes); without it
+	// the answer is the problem+json body with Status.
+	// Default: none.
+	Body string `yaml:"body"`
+	// ContentType is the media type of Body; it needs body.
+	// Default: text/plain; charset=utf-8.
+	ContentType string `yaml:"content_type"`
+}
+
+// LoginSpec guards a login route. The account comes from a field of the
+// request body; the outcome from the upstream's status. Only failures
+// count: a user who logs in fine is never locked. MaxFailures failures
+// within FailureWindow lock the account for Lock; each further lock
+// within OffenceMemory doubles, up to MaxLock.
+type LoginSpec struct {
+	// AccountField names the JSON or form field of the request body
+	// holding the account.
+	// Default: username.
+	AccountField string `yaml:"account_field"`
+	// MaxBody is how many bytes of the body are read to find the account
+	// field (an integer); the body is passed on to the upstream intact.
+	// Default: 65536.
+	// Range: 1 to 1048576.
+	MaxBody int64 `yaml:"max_body"`
+	// FailureStatuses are the upstream statuses that count as a failed
+	// login; 2xx counts as a success.
+	// Default: [401, 403].
+	// Range: 300 to 599.
+	FailureStatuses []int `yaml:"failure_statuses"`
+	// MaxFailures is how many failed logins within failure_window lock
+	// the account.
+	// Default: 5.
+	// Range: at least 1.
+	MaxFailures int64 `yaml:"max_failures"`
+	// FailureWindow is how long a failed login counts towards a lock.
+	// Default: 15m.
+	// Range: 1ms to 365d.
+	FailureWindow time.Duration `yaml:"failure_window"`
+	// Lock is how long the first lock of an account lasts.
+	// Default: 1m.
+	// Range: 1ms to max_lock.
+	Lock time.Duration `yaml:"lock"`
+	// MaxLock is the longest a lock grows to, doubling with each lock
+	// within offence_memory.
+	// Default: 1h.
+	// Range: lock to 365d.
+	MaxLock time.Duration `yaml:"max_lock"`
+	// OffenceMemory is how long a lock is remembered, so that the next
+	// one lasts twice as long.
+	// Default: 24h.
+	// Range: 1ms to 365d.
+	OffenceMemory time.Duration `yaml:"offence_memory"`
+	// IPFailures limits failed logins per client IP across accounts, so
+	// one IP cannot spray accounts. It is a guard, always enforced: it
+	// cannot be in shadow.
+	// Default: {algorithm: fixed_window, rate: 20, period: 10m}.
+	IPFailures *LimitSpec `yaml:"ip_failures"`
+}
+
+// ConcurrencySpec bounds requests in flight.
+type ConcurrencySpec struct {
+	// Limit is the most requests in flight at once.
+	// Default: required.
+	// Range: at least 1.
+	Limit int64 `yaml:"limit"`
+	// Per says who shares Limit: subject (each subject gets Limit) or
+	// route (all subjects share it).
+	// Default: subject.
+	// One of: subject, route.
+	Per string `yaml:"per"`
+	// LeaseTTL bounds how long a slot stays taken if its release is lost
+	// (its gateway died, a store call failed). The default must itself be
+	// at most 1h, else lease_ttl is required.
+	// Default: upstream.timeout + 30s.
+	// Range: 1s to 1h.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+}
