@@ -325,7 +325,7 @@ type IdentitySpec struct {
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// AnonymousPlan names the plan that limits requests identified only
 	// by client IP.
-	// Default: required.
+	// Default: the only plan; required when there are several.
 	AnonymousPlan string `yaml:"anonymous_plan"`
 	// UserPlan names the plan that limits requests identified by user id
 	// (the user header's).
@@ -421,7 +421,7 @@ type LimitSpec struct {
 	// Rate is how many requests (units of cost) the limit admits per
 	// period, or per calendar day or month. Rate × period (in ms) must
 	// stay below 2^50, and sliding_log takes at most 100000.
-	// Default: required.
+	// Default: none; required unless the plan is unlimited or has limits.
 	// Range: at least 1.
 	Rate int64 `yaml:"rate"`
 	// Period is the time over which rate is admitted (e.g. 1m), in whole

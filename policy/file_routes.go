@@ -62,7 +62,7 @@ type RouteSpec struct {
 	// builtin:echo for the demo upstream. Only a policy for the
 	// middleware alone may leave it out; the gateway refuses such a
 	// route.
-	// Default: required.
+	// Default: none; the gateway requires it.
 	Upstream string `yaml:"upstream"`
 	// Group names the route group in metrics and store keys (1 to 64
 	// letters, digits, ".", "_" or "-"); routes of one group share their
