@@ -6,6 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/policy"
 )
 
 // link is a Markdown link's target.
@@ -53,4 +56,45 @@ func TestLinks(t *testing.T) {
 			t.Errorf("%s is linked from no page: an orphan", p)
 		}
 	}
+}
+
+// TestReadmePolicy: the README's policy is examples/minimal.yaml but for
+// its comments, it checks, and the key its comment names is the key its
+// digest is of.
+func TestReadmePolicy(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !ok || block == "" {
+		t.Fatal("the README has no yaml block")
+	}
+	file, err := os.ReadFile("../examples/minimal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := withoutComments(block), withoutComments(string(file)); got != want {
+		t.Errorf("the README's policy is not examples/minimal.yaml:\n%s\nwant:\n%s", got, want)
+	}
+	p, err := policy.Parse([]byte(block), "README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, ok := p.Keys[identity.KeyDigest("my-first-key")]; !ok || k.Plan.Name != "free" {
+		t.Errorf("my-first-key is not the README's key of plan free: %+v, %v", k, ok)
+	}
+}
+
+// withoutComments returns YAML without its comments and blank lines.
+func withoutComments(s string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if line = strings.TrimRight(line, " "); line != "" {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
