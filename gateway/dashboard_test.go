@@ -156,6 +156,7 @@ func TestDashboardCharts(t *testing.T) {
 	shot := filepath.Join(os.TempDir(), "tollgate-dashboard-charts.png")
 	os.Remove(shot)
 	dom := string(browse(t, g.admin+"/dashboard", 4*time.Second, "--dump-dom", "--screenshot="+shot, "--window-size=1280,900"))
+	docShot(t, "dashboard.png", shot)
 	points := `data-points="([2-9]|\d\d+)"`
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`<svg id="chart-decisions"[^>]*>.*data-series="[^"]+ · free" ` + points),

@@ -143,6 +143,7 @@ func TestSimulatePanel(t *testing.T) {
 		t.Fatalf("screenshot %s: %v", shot, err)
 	}
 	t.Logf("simulator screenshot: %s", shot)
+	docShot(t, "simulator.png", shot)
 	dom := tb.evalString(t, `document.documentElement.outerHTML`)
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`id="sim-status">101 calls replayed<`),
