@@ -42,21 +42,28 @@ func (c *compiler) compileKeys(p *Policy, keys []KeySpec, lines map[string]int, 
 	ids := map[string]bool{}
 	for i, k := range keys {
 		path := fmt.Sprintf("api_keys[%d]", i)
-		if !namePattern.MatchString(k.ID) {
+		switch {
+		case c.required(lines, file, path+".id", k.ID):
+		case !namePattern.MatchString(k.ID):
 			c.add(lines, file, path+".id", "key ids are 1-64 letters, digits, '.', '_' or '-' (got %q)", k.ID)
-		} else if ids[k.ID] {
+		case ids[k.ID]:
 			c.add(lines, file, path+".id", "key id %q is already used", k.ID)
 		}
 		ids[k.ID] = true
-		if !digestPattern.MatchString(k.Digest) {
+		switch {
+		case c.required(lines, file, path+".digest", k.Digest):
+		case !digestPattern.MatchString(k.Digest):
 			c.add(lines, file, path+".digest", `want "sha256:" and 64 lower-case hex digits (echo KEY | tollgate hash-key prints it); never the key itself`)
-		} else if _, dup := p.Keys[k.Digest]; dup {
+		case p.Keys[k.Digest] != nil:
 			c.add(lines, file, path+".digest", "the same key is listed twice")
 		}
 		if err := checkKeyNames(k); err != nil {
 			c.add(lines, file, path, "%v", err)
 		}
 		pl, ok := p.Plans[k.Plan]
+		if c.required(lines, file, path+".plan", k.Plan) {
+			continue
+		}
 		if !ok {
 			c.add(lines, file, path+".plan", "no plan named %q (the plans are %s)", k.Plan, planNames(p.Plans))
 			continue

@@ -26,9 +26,11 @@ func (c *compiler) routes(p *Policy, f *File) {
 	for i, rs := range f.Routes {
 		path := fmt.Sprintf("routes[%d]", i)
 		r := &Route{Name: rs.Name, Method: rs.Method, Path: rs.Path, Upstream: rs.Upstream, Group: rs.Group, Cost: rs.Cost}
-		if !namePattern.MatchString(r.Name) {
+		switch {
+		case c.required(c.lines, c.file, path+".name", r.Name):
+		case !namePattern.MatchString(r.Name):
 			c.addf(path+".name", "route names are 1-64 letters, digits, '.', '_' or '-' (got %q)", r.Name)
-		} else if seenName[r.Name] {
+		case seenName[r.Name]:
 			c.addf(path+".name", "a route named %q is already defined", r.Name)
 		}
 		seenName[r.Name] = true
@@ -58,7 +60,9 @@ func (c *compiler) routes(p *Policy, f *File) {
 // failure mode.
 func (c *compiler) routeBasics(path string, r *Route, rs *RouteSpec) {
 	c.rejectIf(r.Method != "" && !methodPattern.MatchString(r.Method), path+".method", "not an HTTP method: %q (use upper case, or leave empty for any)", r.Method)
-	c.addErr(path+".path", checkRoutePath(r.Path))
+	if !c.required(c.lines, c.file, path+".path", r.Path) {
+		c.addErr(path+".path", checkRoutePath(r.Path))
+	}
 	r.Prefix = strings.HasSuffix(r.Path, "/")
 	if err := checkUpstream(r.Upstream); r.Upstream != "" && err != nil {
 		c.addf(path+".upstream", "%v", err)

@@ -63,6 +63,18 @@ func (c *compiler) add(lines map[string]int, file, path, format string, args ...
 	c.problems = append(c.problems, problemAt(lines, file, path, format, args...))
 }
 
+// required records "KEY is required" at path (in lines, of file) when
+// the file leaves the key out, and reports whether it did; a key written
+// empty is its rule's to refuse. A policy built in code (no lines) leaves
+// nothing out.
+func (c *compiler) required(lines map[string]int, file, path, value string) bool {
+	if _, written := lines[path]; value != "" || written || lines == nil {
+		return false
+	}
+	c.add(lines, file, path, "%s is required", path[strings.LastIndex(path, ".")+1:])
+	return true
+}
+
 // addf records a problem at a path of the policy file.
 func (c *compiler) addf(path, format string, args ...any) {
 	c.add(c.lines, c.file, path, format, args...)
@@ -327,7 +339,7 @@ func (c *compiler) compile(f *File, env Env) *Policy {
 			c.addf("time_zone", "unknown time zone %q", f.TimeZone)
 		}
 	}
-	c.rejectIf(!versionPattern.MatchString(f.Version), "version", "version must be 1-32 letters, digits, '.', '_' or '-' (got %q)", f.Version)
+	c.rejectIf(!c.required(c.lines, c.file, "version", f.Version) && !versionPattern.MatchString(f.Version), "version", "version must be 1-32 letters, digits, '.', '_' or '-' (got %q)", f.Version)
 	c.listeners(p, f.Listeners, env)
 	c.logging(p, f.Logging)
 	c.tracing(p, f.Tracing, env)

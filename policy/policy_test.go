@@ -375,6 +375,12 @@ func TestDecodeMessages(t *testing.T) {
 		{"text for number", "rate: 100, period: 1m}\n  pro", "rate: lots, period: 1m}\n  pro", "want a whole number, got a string `lots`", "a rate is a whole number"},
 		{"no period", "  free: {rate: 100, period: 1m}", "  free: {rate: 100}", "period is required", "a missing key is said missing, not out of range"},
 		{"no rate", "  free: {rate: 100, period: 1m}", "  free: {period: 1m}", "rate is required", "as for the rate"},
+		{"no version", "version: v1\n", "", "p.yaml: version: version is required", "not a pattern the empty version does not match"},
+		{"no route name", "{name: api, path: /api/,", "{path: /api/,", "routes[1].name: name is required", "as for a route's name"},
+		{"no route path", "{name: api, path: /api/,", "{name: api,", "routes[1].path: path is required", "as for a route's path"},
+		{"no key id", "{id: k1, digest", "{digest", "api_keys[0].id: id is required", "as for a key's id"},
+		{"no key digest", `digest: "sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb", `, "", "api_keys[0].digest: digest is required", "as for its digest"},
+		{"no key plan", ", plan: free}", "}", "api_keys[0].plan: plan is required", "as for its plan, rather than no plan named \"\""},
 	} {
 		if !strings.Contains(valid, c.find) {
 			t.Fatalf("%s: the test policy no longer holds %q", c.name, c.find)
