@@ -235,9 +235,10 @@ var _ tollgate.Store = (*Store)(nil)
 // Store is the Redis [tollgate.Store]. It is safe for concurrent use.
 type Store struct {
 	client  atomic.Pointer[rueidis.Client]
-	decide  entryPoint // decide.lua: one request, or a batch
-	multi   entryPoint // multi.lua: several limits, all or nothing
-	lib     *library   // nil with Options.NoFunctions
+	connErr atomic.Pointer[error] // the last failed attempt of Open's to connect
+	decide  entryPoint            // decide.lua: one request, or a batch
+	multi   entryPoint            // multi.lua: several limits, all or nothing
+	lib     *library              // nil with Options.NoFunctions
 	lockout *rueidis.Lua
 	lease   *rueidis.Lua
 	reserve entryPoint // reserve.lua: attempts held on a rate limit
@@ -253,7 +254,8 @@ type Store struct {
 }
 
 // ErrNotConnected is returned by a store from [Open] that has not yet
-// reached Redis.
+// reached Redis, wrapped with the last attempt's error when there was
+// one (connection refused, a wrong password).
 var ErrNotConnected = errors.New("not connected to redis yet")
 
 // New returns a Store that decides through client. The caller keeps
@@ -330,11 +332,13 @@ func Open(opt rueidis.ClientOption, opts Options) (*Store, error) {
 	go func() {
 		defer close(s.done)
 		for {
-			if c, err := rueidis.NewClient(opt); err == nil {
+			c, err := rueidis.NewClient(opt)
+			if err == nil {
 				s.client.Store(&c)
 				s.preload(c)
 				return
 			}
+			s.connErr.Store(&err)
 			select {
 			case <-s.stop:
 				return
@@ -363,6 +367,18 @@ func (s *Store) Close() error {
 // Connected reports whether the store has a client (a store from Open may
 // not yet).
 func (s *Store) Connected() bool { return s.client.Load() != nil }
+
+// WaitConnected waits until the store has reached Redis and returns nil,
+// or until ctx ends or the store is closed and returns [ErrNotConnected]
+// with the last attempt's error.
+func (s *Store) WaitConnected(ctx context.Context) error {
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+	}
+	_, err := s.conn()
+	return err
+}
 
 // Allow implements [tollgate.Store]. A request with an explicit Now is one
 // call of decide.lua (FCALL, or EVALSHA where Redis refuses functions); one
@@ -503,6 +519,9 @@ func (s *Store) Client() (rueidis.Client, error) { return s.conn() }
 func (s *Store) conn() (rueidis.Client, error) {
 	c := s.client.Load()
 	if c == nil {
+		if err := s.connErr.Load(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNotConnected, *err)
+		}
 		return nil, ErrNotConnected
 	}
 	return *c, nil
