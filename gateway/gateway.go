@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -42,7 +44,9 @@ type Options struct {
 	Store tollgate.Store
 	// RedisURL, if set, overrides the policy's store with this Redis.
 	RedisURL string
-	// Logger receives JSON logs; nil means slog.Default().
+	// Logger receives JSON logs; nil means slog.Default(). Durations are
+	// slog duration values (tollgate serve's logger writes them as text,
+	// "10s").
 	Logger *slog.Logger
 	// ShutdownTimeout bounds how long in-flight requests may take to finish
 	// after shutdown starts (default 30s).
@@ -88,6 +92,7 @@ type Gateway struct {
 	opts  Options
 	pol   *policy.Policy // the policy it started with: store, listeners, admin token
 	store tollgate.Store
+	redis *rstore.Store // the Redis behind store; nil for another store
 	// denyCache is the engine's deny cache size: refusals are answered
 	// again without a store call in front of Redis, not of memory.
 	denyCache  int
@@ -235,7 +240,8 @@ func (g *Gateway) registerMetrics() error {
 // loadState applies the changes admins made before this run (or on other
 // gateways), from the state file when there is one and no store keeps
 // the state. Only a state file that cannot be read is an error: with
-// Redis not there yet, Serve's watch applies them once it is.
+// Redis not there yet (openRedis warned of it), Serve's watch applies
+// them once it is.
 func (g *Gateway) loadState() error {
 	if g.backend == nil && g.opts.StateFile != "" {
 		g.backend = &fileState{path: g.opts.StateFile}
@@ -243,6 +249,9 @@ func (g *Gateway) loadState() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := g.syncState(ctx); err != nil {
+		if errors.Is(err, rstore.ErrNotConnected) {
+			return nil
+		}
 		g.log.Warn("reading the runtime state (retried while serving)", slog.String("error", err.Error()))
 		if _, ok := g.backend.(*fileState); ok {
 			return err
@@ -293,10 +302,7 @@ func (g *Gateway) openStore() error {
 		g.store = g.opts.Store
 		return nil
 	}
-	spec := g.pol.Store
-	if g.opts.RedisURL != "" {
-		spec.Type, spec.URL = "redis", g.opts.RedisURL
-	}
+	spec := g.storeSpec()
 	if spec.Type == "redis" {
 		return g.openRedis(spec)
 	}
@@ -307,9 +313,24 @@ func (g *Gateway) openStore() error {
 	return nil
 }
 
+// storeSpec is the store of the policy, or Redis at Options.RedisURL
+// when that is set.
+func (g *Gateway) storeSpec() policy.StoreSpec {
+	spec := g.pol.Store
+	if g.opts.RedisURL != "" {
+		spec.Type, spec.URL = "redis", g.opts.RedisURL
+	}
+	return spec
+}
+
+// redisStartWait is how long a gateway waits for Redis when it opens it:
+// before it serves, it is normal not to have reached Redis yet.
+const redisStartWait = 2 * time.Second
+
 // openRedis opens the Redis store spec describes, behind the resilience
 // wrapper that falls back to a memory store while Redis fails, and keeps
-// the fleet's runtime state in it.
+// the fleet's runtime state in it. It waits up to redisStartWait for the
+// first connection, and warns if there is none by then.
 func (g *Gateway) openRedis(spec policy.StoreSpec) error {
 	opt, err := rueidis.ParseURL(spec.URL)
 	if err != nil {
@@ -331,6 +352,12 @@ func (g *Gateway) openRedis(spec policy.StoreSpec) error {
 		return fmt.Errorf("opening redis store: %w", err)
 	}
 	g.closers = append(g.closers, func() { rs.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), redisStartWait)
+	defer cancel()
+	if err := rs.WaitConnected(ctx); err != nil {
+		g.log.Warn("redis is not reachable: serving by each route's failure policy until it is",
+			slog.String("url", redactURL(spec.URL)), slog.Duration("waited", redisStartWait), slog.String("error", err.Error()))
+	}
 	calendar, err := resilience.ParseCalendarFallback(spec.CalendarFallback)
 	if err != nil {
 		return fmt.Errorf("opening redis store: %w", err)
@@ -346,7 +373,7 @@ func (g *Gateway) openRedis(spec policy.StoreSpec) error {
 	})
 	g.closers = append(g.closers, func() { res.Close() })
 	g.registry.MustRegister(res)
-	g.store, g.denyCache = res, engine.DefaultDenyCacheSize
+	g.store, g.denyCache, g.redis = res, engine.DefaultDenyCacheSize, rs
 	g.backend = &redisState{client: rs.Client, key: StateKey}
 	return nil
 }
@@ -404,7 +431,7 @@ func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 		}(servers[i], l)
 	}
 	g.log.Info("serving", slog.String("public", pub.Addr().String()), slog.String("admin", adm.Addr().String()),
-		slog.String("policy_version", g.Policy().Version),
+		slog.String("policy_version", g.Policy().Version), g.storeAttr(),
 		slog.Int("max_conns", maxConns), slog.Bool("max_conns_from_file_limit", derived),
 		slog.Int("max_conns_per_client", cl.MaxConnsPerClient), slog.Int("admin_max_conns", cl.AdminMaxConns),
 		slog.Duration("header_timeout", cl.HeaderTimeout), slog.Duration("body_timeout", cl.BodyTimeout),
@@ -420,6 +447,41 @@ func (g *Gateway) Serve(ctx context.Context, pub, adm net.Listener) error {
 	}
 	wg.Wait()
 	return err
+}
+
+// storeAttr describes the store for the serving line: its type and, for
+// Redis, the mode it answered in (the policy's until it has) and its URL
+// without the password.
+func (g *Gateway) storeAttr() slog.Attr {
+	if g.opts.Store != nil {
+		return slog.Group("store", slog.String("type", fmt.Sprintf("%T", g.opts.Store)))
+	}
+	spec := g.storeSpec()
+	if g.redis == nil {
+		return slog.Group("store", slog.String("type", spec.Type))
+	}
+	mode := spec.Mode
+	if c, err := g.redis.Client(); err == nil {
+		mode = string(c.Mode())
+	}
+	return slog.Group("store", slog.String("type", spec.Type), slog.String("mode", cmp.Or(mode, "not known until connected")),
+		slog.String("url", redactURL(spec.URL)))
+}
+
+// redactURL returns the Redis URL u without its password: it is replaced
+// by xxxxx, and so is a user without a password, which may be one.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable url)"
+	}
+	if p.User == nil {
+		return u
+	}
+	if _, has := p.User.Password(); !has {
+		p.User = url.User("xxxxx")
+	}
+	return p.Redacted()
 }
 
 // shutdown shuts the servers down gracefully, giving the requests in
