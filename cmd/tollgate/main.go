@@ -250,7 +250,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "serve:", err)
 		return 2
 	}
-	return exitCode(stderr, runServe(o, stderr))
+	return exitCode(stderr, runServe(context.Background(), o, stderr))
 }
 
 // serveOptions are serve's flags.
@@ -274,8 +274,8 @@ func checkServeArgs(o serveOptions, rest []string) error {
 }
 
 // runServe loads the policy file, logging to stderr as it asks, and
-// serves it until stopped.
-func runServe(o serveOptions, stderr io.Writer) error {
+// serves it until stopped (see runGateway).
+func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 	p, err := loadServePolicy(o)
 	if err != nil {
 		return err
@@ -284,7 +284,7 @@ func runServe(o serveOptions, stderr io.Writer) error {
 	if err := prepareServe(p, o.redisURL, log); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	return serveGateway(p, o, log)
+	return serveGateway(ctx, p, o, log)
 }
 
 // loadServePolicy loads the policy file with the listen addresses of
@@ -304,14 +304,14 @@ func loadServePolicy(o serveOptions) (*policy.Policy, error) {
 
 // serveGateway builds the gateway for p and runs it until stopped (see
 // runGateway).
-func serveGateway(p *policy.Policy, o serveOptions, log *slog.Logger) error {
+func serveGateway(ctx context.Context, p *policy.Policy, o serveOptions, log *slog.Logger) error {
 	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: o.redisURL, Logger: log, Public: o.listen, Admin: o.admin, Version: version,
 		StateFile: cmp.Or(o.state, o.config+".state.json"), SimulateBudget: o.simBudget})
 	if err != nil {
 		return err
 	}
 	defer g.Close()
-	if err := runGateway(g, p, o.config, log); err != nil {
+	if err := runGateway(ctx, g, p, o.config, log); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
@@ -340,7 +340,7 @@ var errStopped = errors.New("the gateway stopped")
 // takes all it may have (the public connection cap is derived from it
 // unless the policy sets listeners.max_conns).
 func serveLogger(p *policy.Policy, stderr io.Writer) *slog.Logger {
-	hopts := &slog.HandlerOptions{Level: p.Log.Level}
+	hopts := logOptions(p.Log.Level)
 	var handler slog.Handler = slog.NewJSONHandler(stderr, hopts)
 	if p.Log.Text {
 		handler = slog.NewTextHandler(stderr, hopts)
@@ -352,6 +352,21 @@ func serveLogger(p *policy.Policy, stderr io.Writer) *slog.Logger {
 		log.Info("file limit", slog.Uint64("soft", soft), slog.Uint64("hard", hard))
 	}
 	return log
+}
+
+// logOptions returns the options of tollgate's log handlers at level:
+// every duration is written as text ("10s", "20ms"), not as the JSON
+// handler's count of nanoseconds.
+func logOptions(level slog.Leveler) *slog.HandlerOptions {
+	return &slog.HandlerOptions{Level: level, ReplaceAttr: durationText}
+}
+
+// durationText is a ReplaceAttr that writes a duration as its String().
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // prepareServe refuses a Redis URL that cannot work for p, logs the
@@ -399,16 +414,16 @@ func logPolicyWarnings(p *policy.Policy, log *slog.Logger) {
 	}
 }
 
-// runGateway serves g on p's listeners until SIGTERM or SIGINT,
-// reloading the policy file config when it changes and on SIGHUP (an
+// runGateway serves g on p's listeners until ctx ends or SIGTERM or
+// SIGINT comes, reloading the policy file config when it changes and on SIGHUP (an
 // invalid file is refused and the active policy keeps serving). An error
 // serving is logged (errStopped).
-func runGateway(g *gateway.Gateway, p *policy.Policy, config string, log *slog.Logger) error {
+func runGateway(ctx context.Context, g *gateway.Gateway, p *policy.Policy, config string, log *slog.Logger) error {
 	pub, adm, err := listenGateway(p)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := g.Watch(ctx, config); err != nil {
 		log.Warn("not watching the policy file; SIGHUP still reloads", slog.String("error", err.Error()))

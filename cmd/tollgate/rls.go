@@ -103,7 +103,7 @@ func rls(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rls: takes no arguments; it reads envoyproxy/ratelimit's environment variables (RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...)")
 		return 2
 	}
-	if err := serveRLS(slog.New(slog.NewJSONHandler(stderr, nil))); err != nil {
+	if err := serveRLS(slog.New(slog.NewJSONHandler(stderr, logOptions(slog.LevelInfo)))); err != nil {
 		return exitCode(stderr, fmt.Errorf("rls: %w", err))
 	}
 	return 0

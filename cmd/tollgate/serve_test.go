@@ -68,17 +68,8 @@ type served struct {
 // free ports) after the shell command ulimit, and waits until it serves.
 func startServe(t *testing.T, ulimit string) *served {
 	t.Helper()
-	b, err := os.ReadFile("../../examples/quickstart.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := strings.Replace(strings.Replace(string(b), "public: 127.0.0.1:8080", "public: 127.0.0.1:0", 1), "admin: 127.0.0.1:9090", "admin: 127.0.0.2:0", 1)
-	path := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	s := &served{cmd: exec.Command("sh", "-c", ulimit+` && exec "$0" -test.run='^$'`, os.Args[0])}
-	s.cmd.Env = append(os.Environ(), serveEnv+"="+path)
+	s.cmd.Env = append(os.Environ(), serveEnv+"="+quickstartOnFreePorts(t))
 	out, err := s.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +116,22 @@ func startServe(t *testing.T, ulimit string) *served {
 		}
 	}()
 	return s
+}
+
+// quickstartOnFreePorts writes the quickstart policy listening on free
+// ports (public on 127.0.0.1, admin on 127.0.0.2) and returns its path.
+func quickstartOnFreePorts(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(strings.Replace(string(b), "public: 127.0.0.1:8080", "public: 127.0.0.1:0", 1), "admin: 127.0.0.1:9090", "admin: 127.0.0.2:0", 1)
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // stop sends SIGTERM and waits for a clean exit.
