@@ -5,6 +5,7 @@
 //	                                   run the gateway; the policy reloads on
 //	                                   file change and SIGHUP
 //	tollgate check FILE                validate a policy and print what it enforces
+//	tollgate schema                    print the policy file's JSON Schema
 //	tollgate simulate --policy CANDIDATE --active FILE --recording FILE|URL
 //	                  [--json] [--svg FILE]
 //	                                   replay a gateway's recent calls under a
@@ -51,6 +52,7 @@ const usage = `usage:
                  [--state FILE] [--simulate-budget DURATION]
                                run the gateway (env TOLLGATE_CONFIG, TOLLGATE_REDIS_URL)
   tollgate check FILE          validate a policy and print what it would enforce
+  tollgate schema              print the policy file's JSON Schema (for editors)
   tollgate simulate --policy CANDIDATE --active FILE --recording FILE|URL
                     [--json] [--svg FILE]
                                replay a gateway's recent calls under a candidate policy
@@ -93,6 +95,7 @@ var commands = map[string]command{
 	"serve":    withoutStdin(serve),
 	"rls":      withoutStdin(rls),
 	"check":    withoutStdin(check),
+	"schema":   withoutStdin(printSchema),
 	"simulate": withoutStdin(simulateCmd),
 	"hash-key": hashKey,
 	"version":  withoutStdin(printVersion),
@@ -166,6 +169,20 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
 	describe(stdout, p)
+	return 0
+}
+
+// printSchema prints the policy file's JSON Schema.
+func printSchema(args []string, stdout, stderr io.Writer) int {
+	fs := flags("schema", "schema", stdout, stderr)
+	if code, done := parse(fs, args, stdout); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	stdout.Write(policy.Schema)
 	return 0
 }
 

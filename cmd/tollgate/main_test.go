@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/tollgate/tollgate/policy"
 )
 
 func TestCheckQuickstart(t *testing.T) {
@@ -35,6 +37,21 @@ func TestCheckBadFile(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "bad.yaml:3:") {
 		t.Errorf("error lacks file:line:\n%s", errb.String())
+	}
+}
+
+// TestSchema: tollgate schema prints policy.Schema, valid JSON, and
+// nothing else.
+func TestSchema(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"schema"}, nil, &out, &errb); code != 0 || errb.Len() != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	if !bytes.Equal(out.Bytes(), policy.Schema) {
+		t.Errorf("stdout is not policy.Schema:\n%s", out.String())
+	}
+	if !json.Valid(out.Bytes()) {
+		t.Errorf("stdout is not valid JSON:\n%s", out.String())
 	}
 }
 
