@@ -65,9 +65,10 @@ const usage = `usage:
 Every command takes -h or --help.
 `
 
-// version is the release, set at build time:
+// version, when set at build time, is the version reported in place of
+// the module's:
 // go build -ldflags "-X main.version=v1.2.3" ./cmd/tollgate
-var version = "dev"
+var version string
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
@@ -228,16 +229,37 @@ func printVersion(args []string, stdout, stderr io.Writer) int {
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	fmt.Fprintf(stdout, "tollgate %s, commit %s, %s %s/%s\n", version, buildRevision(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	bi, _ := debug.ReadBuildInfo()
+	fmt.Fprintf(stdout, "tollgate %s, commit %s, %s %s/%s\n", releaseVersion(version, bi), buildRevision(bi), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return 0
 }
 
-// buildRevision returns the commit the binary was built from, marked
-// "(modified)" if the tree had uncommitted changes; "unknown" without
-// the build's VCS information.
-func buildRevision() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
+// buildVersion returns the version of this binary (see releaseVersion).
+func buildVersion() string {
+	bi, _ := debug.ReadBuildInfo()
+	return releaseVersion(version, bi)
+}
+
+// releaseVersion returns the version tollgate reports: override (set at
+// build time) if any, else the module's version in the build information
+// bi when it has one (go install ...@v1.2.3 or @latest sets it; a build
+// from a tagged checkout, v1.2.3+dirty when modified), else "dev" (go
+// build or go run without VCS information: see buildRevision).
+func releaseVersion(override string, bi *debug.BuildInfo) string {
+	switch {
+	case override != "":
+		return override
+	case bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)":
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// buildRevision returns the commit the binary was built from (bi's),
+// marked "(modified)" if the tree had uncommitted changes; "unknown"
+// without the build's VCS information.
+func buildRevision(bi *debug.BuildInfo) string {
+	if bi == nil {
 		return "unknown"
 	}
 	settings := make(map[string]string, len(bi.Settings))
@@ -322,7 +344,7 @@ func loadServePolicy(o serveOptions) (*policy.Policy, error) {
 // serveGateway builds the gateway for p and runs it until stopped (see
 // runGateway).
 func serveGateway(ctx context.Context, p *policy.Policy, o serveOptions, log *slog.Logger) error {
-	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: o.redisURL, Logger: log, Public: o.listen, Admin: o.admin, Version: version,
+	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: o.redisURL, Logger: log, Public: o.listen, Admin: o.admin, Version: buildVersion(),
 		StateFile: cmp.Or(o.state, o.config+".state.json"), SimulateBudget: o.simBudget})
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -178,6 +179,37 @@ func TestVersion(t *testing.T) {
 	if code := run([]string{"version"}, nil, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "tollgate dev, commit ") ||
 		!strings.Contains(out.String(), runtime.Version()) {
 		t.Fatalf("exit %d: %q %q", code, out.String(), errb.String())
+	}
+}
+
+// TestReleaseVersion: the version reported is the one set at build time,
+// else the module's from the build information when it is a version,
+// else dev; the commit is the VCS revision, marked when modified.
+func TestReleaseVersion(t *testing.T) {
+	vcs := []debug.BuildSetting{{Key: "vcs.revision", Value: "c197ef9ca010"}, {Key: "vcs.modified", Value: "true"}}
+	for _, c := range []struct {
+		override string
+		bi       *debug.BuildInfo
+		version  string
+		commit   string
+		reason   string
+	}{
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}, "v1.2.3", "unknown", "go install ...@v1.2.3 sets the module's version, and no VCS information"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261203092606-c197ef9ca010"}}, "v0.0.0-20261203092606-c197ef9ca010", "unknown",
+			"go install ...@latest of an untagged commit sets a pseudo-version: a version all the same"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.3+dirty"}, Settings: vcs}, "v1.2.3+dirty", "c197ef9ca010 (modified)",
+			"a build from a modified checkout of a tag says so"},
+		{"", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs[:1]}, "dev", "c197ef9ca010", "go build without VCS stamping: (devel) is no version"},
+		{"", &debug.BuildInfo{}, "dev", "unknown", "a test binary has no module version"},
+		{"", nil, "dev", "unknown", "a binary without build information"},
+		{"v9.9.9", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}, "v9.9.9", "unknown", "-ldflags -X main.version overrides the module's version"},
+	} {
+		if got := releaseVersion(c.override, c.bi); got != c.version {
+			t.Errorf("%s: version %q, want %q", c.reason, got, c.version)
+		}
+		if got := buildRevision(c.bi); got != c.commit {
+			t.Errorf("%s: commit %q, want %q", c.reason, got, c.commit)
+		}
 	}
 }
 
