@@ -88,7 +88,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	}{
 		{"serve", "--state and --simulate-budget were missing from its usage line"},
 		{"simulate", "--json and --svg are optional, but flags all the same"},
-		{"check", "takes no flags: nothing to miss"},
+		{"check", "takes serve's flags, which decide what it refuses, and --middleware"},
 		{"hash-key", "takes no flags: nothing to miss"},
 	} {
 		var out bytes.Buffer

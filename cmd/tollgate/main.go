@@ -4,7 +4,12 @@
 //	               [--state FILE] [--simulate-budget DURATION]
 //	                                   run the gateway; the policy reloads on
 //	                                   file change and SIGHUP
-//	tollgate check FILE                validate a policy and print what it enforces
+//	tollgate check [--middleware] [--redis URL] [--listen ADDR] [--admin ADDR]
+//	               [--state FILE] FILE
+//	                                   validate a policy and print what it
+//	                                   enforces; it refuses what serve would
+//	                                   (with the same flags), or with
+//	                                   --middleware what the middleware would
 //	tollgate schema                    print the policy file's JSON Schema
 //	tollgate simulate --policy CANDIDATE --active FILE --recording FILE|URL
 //	                  [--json] [--svg FILE]
@@ -45,13 +50,18 @@ import (
 	"github.com/tollgate/tollgate/identity"
 	"github.com/tollgate/tollgate/internal/logsample"
 	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/store/memory"
 )
 
 const usage = `usage:
   tollgate serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR]
                  [--state FILE] [--simulate-budget DURATION]
                                run the gateway (env TOLLGATE_CONFIG, TOLLGATE_REDIS_URL)
-  tollgate check FILE          validate a policy and print what it would enforce
+  tollgate check [--middleware] [--redis URL] [--listen ADDR] [--admin ADDR]
+                 [--state FILE] FILE
+                               validate a policy and print what it would enforce;
+                               refuse what serve (with those flags) refuses, or with
+                               --middleware what the net/http middleware refuses
   tollgate schema              print the policy file's JSON Schema (for editors)
   tollgate simulate --policy CANDIDATE --active FILE --recording FILE|URL
                     [--json] [--svg FILE]
@@ -152,7 +162,10 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, done bo
 }
 
 func check(args []string, stdout, stderr io.Writer) int {
-	fs := flags("check", "check FILE", stdout, stderr)
+	fs := flags("check", "check [--middleware] [--redis URL] [--listen ADDR] [--admin ADDR] [--state FILE] FILE", stdout, stderr)
+	middleware := fs.Bool("middleware", false, "check the file for the net/http middleware alone (package httplimit), which needs no listener and no upstream, not for serve")
+	var o serveOptions
+	gatewayFlags(fs, &o)
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
@@ -160,7 +173,12 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	p, err := policy.Load(fs.Arg(0))
+	if *middleware && fs.NFlag() > 1 {
+		fmt.Fprintln(stderr, "check: --middleware checks the file for the middleware alone: it takes none of serve's flags")
+		return 2
+	}
+	o.config = fs.Arg(0)
+	p, err := checkPolicy(o, *middleware)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -171,6 +189,44 @@ func check(args []string, stdout, stderr io.Writer) int {
 	}
 	describe(stdout, p)
 	return 0
+}
+
+// checkPolicy loads the policy file o.config as check does: for the
+// middleware alone, or else as serve would serve it with o, refusing all
+// that serve refuses before it listens.
+func checkPolicy(o serveOptions, middleware bool) (*policy.Policy, error) {
+	if middleware {
+		return policy.Load(o.config)
+	}
+	p, err := loadServePolicy(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := tryGateway(p, o); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// tryGateway builds the gateway serve would build for p with o, and
+// closes it: what gateway.New refuses (a runtime state file it cannot
+// read, ...), check refuses. It connects to nothing: a memory store
+// stands in for Redis, and a policy on Redis keeps its runtime state
+// there, so no state file is read for it.
+func tryGateway(p *policy.Policy, o serveOptions) error {
+	store := memory.New(memory.Options{})
+	defer store.Close()
+	opts := gatewayOptions(p, o, slog.New(slog.DiscardHandler))
+	opts.Store, opts.RecordSize = store, -1
+	if o.redisURL != "" || p.Store.Type == "redis" {
+		opts.StateFile = ""
+	}
+	g, err := gateway.New(opts)
+	if err != nil {
+		return err
+	}
+	g.Close()
+	return nil
 }
 
 // printSchema prints the policy file's JSON Schema.
@@ -277,10 +333,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	fs := flags("serve", "serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR] [--state FILE] [--simulate-budget DURATION]", stdout, stderr)
 	var o serveOptions
 	fs.StringVar(&o.config, "config", os.Getenv("TOLLGATE_CONFIG"), "policy file (required; env TOLLGATE_CONFIG)")
-	fs.StringVar(&o.redisURL, "redis", os.Getenv("TOLLGATE_REDIS_URL"), "Redis URL; overrides the policy's store (env TOLLGATE_REDIS_URL)")
-	fs.StringVar(&o.listen, "listen", "", "public listen address (host:port); overrides listeners.public")
-	fs.StringVar(&o.admin, "admin", "", "admin listen address (host:port); overrides listeners.admin, which off loopback needs listeners.admin_token_env")
-	fs.StringVar(&o.state, "state", "", "where admin changes (keys, tenants, rollbacks) are kept without Redis (default: the policy file's path + .state.json; with Redis they are kept there)")
+	gatewayFlags(fs, &o)
 	fs.DurationVar(&o.simBudget, "simulate-budget", gateway.DefaultSimulateBudget, "the CPU time a dashboard or POST /simulate replay may take before it is stopped (answered 503)")
 	if code, done := parse(fs, args, stdout); done {
 		return code
@@ -290,6 +343,15 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return exitCode(stderr, runServe(context.Background(), o, stderr))
+}
+
+// gatewayFlags defines on fs the flags that say how serve serves its
+// policy file, which check takes too, to refuse what serve would.
+func gatewayFlags(fs *flag.FlagSet, o *serveOptions) {
+	fs.StringVar(&o.redisURL, "redis", os.Getenv("TOLLGATE_REDIS_URL"), "Redis URL; overrides the policy's store (env TOLLGATE_REDIS_URL)")
+	fs.StringVar(&o.listen, "listen", "", "public listen address (host:port); overrides listeners.public")
+	fs.StringVar(&o.admin, "admin", "", "admin listen address (host:port); overrides listeners.admin, which off loopback needs listeners.admin_token_env")
+	fs.StringVar(&o.state, "state", "", "where admin changes (keys, tenants, rollbacks) are kept without Redis (default: the policy file's path + .state.json; with Redis they are kept there)")
 }
 
 // serveOptions are serve's flags.
@@ -320,14 +382,13 @@ func runServe(ctx context.Context, o serveOptions, stderr io.Writer) error {
 		return err
 	}
 	log := serveLogger(p, stderr)
-	if err := prepareServe(p, o.redisURL, log); err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
+	prepareServe(p, log)
 	return serveGateway(ctx, p, o, log)
 }
 
-// loadServePolicy loads the policy file with the listen addresses of
-// the flags, and refuses one without a public listener.
+// loadServePolicy loads the policy file as serve serves it with o (its
+// listen addresses in place of the file's), and refuses what the gateway
+// cannot serve (see gatewayIssues).
 func loadServePolicy(o serveOptions) (*policy.Policy, error) {
 	env := policy.ProcessEnv()
 	env.Public, env.Admin = o.listen, o.admin
@@ -335,17 +396,44 @@ func loadServePolicy(o serveOptions) (*policy.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Public == "" {
-		return nil, errors.New("serve: the policy has no public listener: set listeners.public or --listen")
+	if err := gatewayIssues(p, o.redisURL); err != nil {
+		return nil, err
 	}
 	return p, nil
+}
+
+// gatewayIssues returns all that the gateway refuses in p, a policy the
+// middleware takes, served with the Redis URL redisURL if any: no public
+// listener, routes without an upstream (at their lines), and a Redis URL
+// that cannot work for p (see checkServeRedis). It returns nil for none.
+func gatewayIssues(p *policy.Policy, redisURL string) error {
+	var issues []policy.Issue
+	if p.Public == "" {
+		issues = append(issues, policy.Issue{File: p.Source, Path: "listeners.public",
+			Msg: "no public listener: the gateway needs one (set it, or pass --listen)"})
+	}
+	issues = append(issues, p.GatewayIssues...)
+	var err error
+	if len(issues) > 0 {
+		err = &policy.ValidationError{Issues: issues}
+	}
+	if rerr := checkServeRedis(p, redisURL); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("--redis: %w", rerr))
+	}
+	return err
+}
+
+// gatewayOptions returns the options of the gateway serve builds for p
+// with o, logging to log.
+func gatewayOptions(p *policy.Policy, o serveOptions, log *slog.Logger) gateway.Options {
+	return gateway.Options{Policy: p, RedisURL: o.redisURL, Logger: log, Public: o.listen, Admin: o.admin, Version: buildVersion(),
+		StateFile: cmp.Or(o.state, o.config+".state.json"), SimulateBudget: o.simBudget}
 }
 
 // serveGateway builds the gateway for p and runs it until stopped (see
 // runGateway).
 func serveGateway(ctx context.Context, p *policy.Policy, o serveOptions, log *slog.Logger) error {
-	g, err := gateway.New(gateway.Options{Policy: p, RedisURL: o.redisURL, Logger: log, Public: o.listen, Admin: o.admin, Version: buildVersion(),
-		StateFile: cmp.Or(o.state, o.config+".state.json"), SimulateBudget: o.simBudget})
+	g, err := gateway.New(gatewayOptions(p, o, log))
 	if err != nil {
 		return err
 	}
@@ -408,12 +496,9 @@ func durationText(_ []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// prepareServe refuses a Redis URL that cannot work for p, logs the
-// policy's warnings, and sends the trace exporter's errors to the log.
-func prepareServe(p *policy.Policy, redisURL string, log *slog.Logger) error {
-	if err := checkServeRedis(p, redisURL); err != nil {
-		return err
-	}
+// prepareServe logs the policy's warnings, and sends the trace
+// exporter's errors to the log.
+func prepareServe(p *policy.Policy, log *slog.Logger) {
 	logPolicyWarnings(p, log)
 	if p.Tracing.On() {
 		// The trace exporter's errors (a collector down or refusing) go to
@@ -423,12 +508,12 @@ func prepareServe(p *policy.Policy, redisURL string, log *slog.Logger) error {
 			sampled.Warn("sending traces failed", slog.String("error", err.Error()))
 		}))
 	}
-	return nil
 }
 
 // checkServeRedis refuses a Redis URL, if given, that is invalid, or
-// that p cannot share: every instance on one store must hash subjects
-// with the same identity secret.
+// that p cannot use: every instance on one store must hash subjects with
+// the same identity secret, and a sentinel store (store.mode) needs its
+// master set named.
 func checkServeRedis(p *policy.Policy, redisURL string) error {
 	if redisURL == "" {
 		return nil
@@ -436,8 +521,11 @@ func checkServeRedis(p *policy.Policy, redisURL string) error {
 	if err := policy.CheckRedisURL(redisURL); err != nil {
 		return err
 	}
-	if p.SecretGenerated {
+	switch {
+	case p.SecretGenerated:
 		return errors.New("a shared Redis store needs identity.secret or identity.secret_env in the policy, so every instance hashes subjects alike")
+	case p.Store.Mode == "sentinel" && !strings.Contains(redisURL, "master_set="):
+		return errors.New("the policy's store.mode sentinel needs ?master_set=<name> in the url")
 	}
 	return nil
 }

@@ -254,20 +254,139 @@ func TestServeListenOverride(t *testing.T) {
 	}
 }
 
-// TestServeRefusesMiddlewarePolicy: a policy for the middleware alone (no
-// listeners, no upstreams) loads, but serve says what the gateway lacks.
-func TestServeRefusesMiddlewarePolicy(t *testing.T) {
-	var out, errb bytes.Buffer
-	if code := run([]string{"check", "../../examples/middleware.yaml"}, nil, &out, &errb); code != 0 {
-		t.Fatalf("check: exit %d: %s", code, errb.String())
+// gatewayBase is a policy serve serves: on PUBLIC, with an upstream and
+// an identity secret.
+const gatewayBase = `version: v1
+listeners: {public: "PUBLIC", admin: "127.0.0.2:0"}
+identity: {anonymous_plan: free, secret: "0123456789abcdef0123"}
+plans:
+  free: {rate: 100, period: 1m}
+routes:
+  - {name: api, path: /api/, upstream: builtin:echo}
+`
+
+// TestCheckRefusesWhatServeRefuses: check, with serve's flags, exits 1
+// with every reason serve would refuse the policy, and serve refuses it
+// saying the same; what check passes, serve starts with (it gets as far
+// as binding PUBLIC, taken here).
+func TestCheckRefusesWhatServeRefuses(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	errb.Reset()
-	if code := serve([]string{"--config", "../../examples/middleware.yaml"}, io.Discard, &errb); code != 1 || !strings.Contains(errb.String(), "no public listener") {
-		t.Fatalf("without a listener: exit %d: %s", code, errb.String())
+	defer taken.Close()
+	middleware, err := os.ReadFile("../../examples/middleware.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	errb.Reset()
-	if code := serve([]string{"--config", "../../examples/middleware.yaml", "--listen", "127.0.0.1:0"}, io.Discard, &errb); code != 1 || !strings.Contains(errb.String(), "has no upstream") {
-		t.Fatalf("without upstreams: exit %d: %s", code, errb.String())
+	for _, c := range []struct {
+		name   string
+		policy string   // PUBLIC is the taken address
+		state  string   // the runtime state file's content, if any
+		flags  []string // serve's, which check takes too
+		code   int      // check's exit code
+		msgs   []string // in check's stderr and serve's; FILE is the policy file
+		reason string
+	}{
+		{"gateway", gatewayBase, "", nil, 0, nil, "a policy for the gateway: both take it"},
+		{"middleware", string(middleware), "", nil, 1, []string{
+			"FILE: listeners.public: no public listener",
+			"FILE:20: routes[0].upstream: route export has no upstream",
+			"FILE:21: routes[1].upstream: route api has no upstream",
+		}, "a policy for the middleware alone: every reason at its line, not only the first"},
+		{"middleware listening", string(middleware), "", []string{"--listen", "PUBLIC"}, 1, []string{
+			"FILE:20: routes[0].upstream: route export has no upstream",
+		}, "--listen gives it a listener, not upstreams"},
+		{"no listener", strings.Replace(gatewayBase, `public: "PUBLIC", `, "", 1), "", nil, 1, []string{
+			"FILE: listeners.public: no public listener: the gateway needs one (set it, or pass --listen)",
+		}, "the gateway needs a public listener"},
+		{"listen flag", strings.Replace(gatewayBase, `public: "PUBLIC", `, "", 1), "", []string{"--listen", "PUBLIC"}, 0, nil,
+			"--listen is the public listener, for check as for serve"},
+		{"invalid", strings.Replace(gatewayBase, "rate: 100", "rate: -3", 1), "", nil, 1, []string{
+			"FILE:5: plans.free: invalid limit: rate must be at least 1, got -3",
+		}, "what the policy package refuses"},
+		{"admin off loopback", gatewayBase, "", []string{"--admin", "0.0.0.0:9999"}, 1, []string{
+			"listeners.admin: the admin listener on 0.0.0.0:9999 is not loopback",
+		}, "--admin is checked as the file's address is"},
+		{"bad redis", gatewayBase, "", []string{"--redis", "bogus://x"}, 1, []string{
+			`--redis: parsing redis url: unknown scheme "bogus"`,
+		}, "a Redis URL the store cannot open"},
+		{"redis without secret", strings.Replace(gatewayBase, `, secret: "0123456789abcdef0123"`, "", 1), "", []string{"--redis", "redis://127.0.0.1:1"}, 1, []string{
+			"--redis: a shared Redis store needs identity.secret",
+		}, "instances sharing a store must hash subjects alike"},
+		{"redis sentinel", strings.Replace(gatewayBase, "identity:", "store: {mode: sentinel}\nidentity:", 1), "", []string{"--redis", "redis://127.0.0.1:1"}, 1, []string{
+			"--redis: the policy's store.mode sentinel needs ?master_set=<name> in the url",
+		}, "the gateway cannot open a sentinel store without its master set"},
+		{"bad state", gatewayBase, "{", nil, 1, []string{
+			"creating gateway: reading the runtime state FILE.state.json: unexpected end of JSON input",
+		}, "the gateway refuses a runtime state it cannot read, which check reads without connecting anywhere"},
+		{"state flag", gatewayBase, "{", []string{"--state", "STATE"}, 1, []string{
+			"creating gateway: reading the runtime state STATE: unexpected end of JSON input",
+		}, "--state names the state file, for check as for serve"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "p.yaml")
+			state := f + ".state.json"
+			os.WriteFile(f, []byte(strings.ReplaceAll(c.policy, "PUBLIC", taken.Addr().String())), 0o600)
+			if c.state != "" {
+				os.WriteFile(state, []byte(c.state), 0o600)
+			}
+			subst := strings.NewReplacer("PUBLIC", taken.Addr().String(), "STATE", state, "FILE", f)
+			flags := make([]string, len(c.flags))
+			for i, fl := range c.flags {
+				flags[i] = subst.Replace(fl)
+			}
+			var out, errb bytes.Buffer
+			code := run(append(append([]string{"check"}, flags...), f), nil, &out, &errb)
+			if code != c.code {
+				t.Errorf("%s: check exits %d, want %d: %s", c.reason, code, c.code, errb.String())
+			}
+			var serveErr bytes.Buffer
+			if code := serve(append([]string{"--config", f}, flags...), io.Discard, &serveErr); code != 1 {
+				t.Fatalf("%s: serve exits %d, want 1: %s", c.reason, code, serveErr.String())
+			}
+			if c.code == 0 && !strings.Contains(serveErr.String(), "address already in use") {
+				t.Errorf("%s: check passes what serve refuses before it listens: %s", c.reason, serveErr.String())
+			}
+			for _, m := range c.msgs {
+				m = subst.Replace(m)
+				if !strings.Contains(errb.String(), m) {
+					t.Errorf("%s: check's stderr lacks %q:\n%s", c.reason, m, errb.String())
+				}
+				if !strings.Contains(serveErr.String(), m) {
+					t.Errorf("%s: serve's stderr lacks %q:\n%s", c.reason, m, serveErr.String())
+				}
+			}
+		})
+	}
+}
+
+// TestCheckMiddleware: check --middleware checks a file for the
+// middleware alone, which needs no listener and no upstream, and takes
+// none of serve's flags.
+func TestCheckMiddleware(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		code   int
+		out    string // in stdout, or stderr if the exit is not 0
+		reason string
+	}{
+		{[]string{"--middleware", "../../examples/middleware.yaml"}, 0, "policy app-1 (../../examples/middleware.yaml): OK",
+			"a policy for the middleware: no listener, no upstreams"},
+		{[]string{"--middleware", "../../examples/quickstart.yaml"}, 0, "policy quickstart-1", "a gateway's policy is the middleware's too"},
+		{[]string{"--middleware", "testdata/nonexistent.yaml"}, 1, "no such file", "the file is still loaded and checked"},
+		{[]string{"--middleware", "--listen", "127.0.0.1:8080", "../../examples/middleware.yaml"}, 2,
+			"--middleware checks the file for the middleware alone: it takes none of serve's flags", "a listener is serve's, not the middleware's"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"check"}, c.args...), nil, &out, &errb)
+		got := out.String()
+		if c.code != 0 {
+			got = errb.String()
+		}
+		if code != c.code || !strings.Contains(got, c.out) {
+			t.Errorf("%v (%s): exit %d, want %d; output lacks %q:\n%s%s", c.args, c.reason, code, c.code, c.out, out.String(), errb.String())
+		}
 	}
 }
 
