@@ -118,8 +118,9 @@ func commandEntry(usage, name string) string {
 	return entry
 }
 
-// TestRLSHelpListsEnvironment: rls --help names every environment
-// variable the service reads, each as a word.
+// TestRLSHelpListsEnvironment: the variables rls lists (rlsVars and
+// rlsIgnored) are those envoyrls.SettingsFromEnv reads, and rls --help
+// names each, as a word.
 func TestRLSHelpListsEnvironment(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"rls", "--help"}, nil, &out, &errb); code != 0 {
@@ -142,7 +143,22 @@ func TestRLSHelpListsEnvironment(t *testing.T) {
 			t.Fatalf("%s: %v", c.reason, err)
 		}
 	}
+	listed := map[string]bool{}
+	for _, v := range rlsVars {
+		listed[v.name] = true
+	}
+	for _, name := range rlsIgnored {
+		listed[name] = true
+	}
 	for name := range read {
+		if !listed[name] {
+			t.Errorf("SettingsFromEnv reads %s, which rlsVars and rlsIgnored do not list", name)
+		}
+	}
+	for name := range listed {
+		if !read[name] {
+			t.Errorf("rlsVars or rlsIgnored lists %s, which SettingsFromEnv does not read", name)
+		}
 		if !regexp.MustCompile(`\b` + name + `\b`).MatchString(out.String()) {
 			t.Errorf("rls --help does not name %s:\n%s", name, out.String())
 		}

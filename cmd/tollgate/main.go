@@ -23,7 +23,10 @@
 //	                                   envoyproxy/ratelimit's environment variables
 //	tollgate version                   print the version and build
 //
-// Every command prints its usage with -h or --help.
+// Every command prints its usage with -h or --help; docs/reference/cli.md
+// lists every command, flag and environment variable.
+//
+//go:generate go test -run ^TestCLIReference$ . -update
 package main
 
 import (
@@ -126,59 +129,32 @@ func help(_ []string, _ io.Reader, stdout, _ io.Writer) int {
 	return 0
 }
 
-// flags returns a flag set for a command whose usage line is use: -h and
-// --help print it with the flags to stdout (exit 0), a bad flag prints
-// it to stderr (exit 2).
-func flags(name, use string, stdout, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: tollgate %s\n", use)
-		fs.PrintDefaults()
-	}
+// checkFlags returns check's flags: --middleware, and serve's that
+// decide what it refuses.
+func checkFlags(o *serveOptions, middleware *bool) *flag.FlagSet {
+	fs := flags("check", "check [--middleware] [--redis URL] [--listen ADDR] [--admin ADDR] [--state FILE] FILE")
+	fs.BoolVar(middleware, "middleware", false, "check the file for the net/http middleware alone (package httplimit), which needs no listener and no upstream, not for serve")
+	gatewayFlags(fs, o)
 	return fs
 }
 
-// parse parses args into fs; done reports that the command must end with
-// code (help asked for, or bad flags). The usage is printed once: for
-// help to stdout, for a bad flag to stderr after the flag's error. (The
-// flag package would print it to stderr on help too, so it is silenced
-// while parsing.)
-func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, done bool) {
-	usage := fs.Usage
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	fs.Usage = usage
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return 0, true
-	case err != nil:
-		fs.Usage()
-		return 2, true
-	}
-	return 0, false
-}
-
 func check(args []string, stdout, stderr io.Writer) int {
-	fs := flags("check", "check [--middleware] [--redis URL] [--listen ADDR] [--admin ADDR] [--state FILE] FILE", stdout, stderr)
-	middleware := fs.Bool("middleware", false, "check the file for the net/http middleware alone (package httplimit), which needs no listener and no upstream, not for serve")
 	var o serveOptions
-	gatewayFlags(fs, &o)
-	if code, done := parse(fs, args, stdout); done {
+	var middleware bool
+	fs := checkFlags(&o, &middleware)
+	if code, done := parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
 	}
-	if *middleware && fs.NFlag() > 1 {
+	if middleware && fs.NFlag() > 1 {
 		fmt.Fprintln(stderr, "check: --middleware checks the file for the middleware alone: it takes none of serve's flags")
 		return 2
 	}
 	o.config = fs.Arg(0)
-	p, err := checkPolicy(o, *middleware)
+	p, err := checkPolicy(o, middleware)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -229,10 +205,12 @@ func tryGateway(p *policy.Policy, o serveOptions) error {
 	return nil
 }
 
+func schemaFlags() *flag.FlagSet { return flags("schema", "schema") }
+
 // printSchema prints the policy file's JSON Schema.
 func printSchema(args []string, stdout, stderr io.Writer) int {
-	fs := flags("schema", "schema", stdout, stderr)
-	if code, done := parse(fs, args, stdout); done {
+	fs := schemaFlags()
+	if code, done := parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	if fs.NArg() > 0 {
@@ -243,9 +221,13 @@ func printSchema(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+func hashKeyFlags() *flag.FlagSet {
+	return flags("hash-key", "hash-key [KEY]   (without KEY, the key is read from standard input)")
+}
+
 func hashKey(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flags("hash-key", "hash-key [KEY]   (without KEY, the key is read from standard input)", stdout, stderr)
-	if code, done := parse(fs, args, stdout); done {
+	fs := hashKeyFlags()
+	if code, done := parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	if fs.NArg() > 1 {
@@ -280,9 +262,11 @@ func readKey(stdin io.Reader, stderr io.Writer) (key string, code int) {
 	return key, 0
 }
 
+func versionFlags() *flag.FlagSet { return flags("version", "version") }
+
 func printVersion(args []string, stdout, stderr io.Writer) int {
-	fs := flags("version", "version", stdout, stderr)
-	if code, done := parse(fs, args, stdout); done {
+	fs := versionFlags()
+	if code, done := parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	bi, _ := debug.ReadBuildInfo()
@@ -329,13 +313,19 @@ func buildRevision(bi *debug.BuildInfo) string {
 	return rev
 }
 
-func serve(args []string, stdout, stderr io.Writer) int {
-	fs := flags("serve", "serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR] [--state FILE] [--simulate-budget DURATION]", stdout, stderr)
-	var o serveOptions
-	fs.StringVar(&o.config, "config", os.Getenv("TOLLGATE_CONFIG"), "policy file (required; env TOLLGATE_CONFIG)")
-	gatewayFlags(fs, &o)
+// serveFlags returns serve's flags.
+func serveFlags(o *serveOptions) *flag.FlagSet {
+	fs := flags("serve", "serve [--config FILE] [--redis URL] [--listen ADDR] [--admin ADDR] [--state FILE] [--simulate-budget DURATION]")
+	envFlag(fs, &o.config, "config", "TOLLGATE_CONFIG", "the policy `file`, required")
+	gatewayFlags(fs, o)
 	fs.DurationVar(&o.simBudget, "simulate-budget", gateway.DefaultSimulateBudget, "the CPU time a dashboard or POST /simulate replay may take before it is stopped (answered 503)")
-	if code, done := parse(fs, args, stdout); done {
+	return fs
+}
+
+func serve(args []string, stdout, stderr io.Writer) int {
+	var o serveOptions
+	fs := serveFlags(&o)
+	if code, done := parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	if err := checkServeArgs(o, fs.Args()); err != nil {
@@ -348,10 +338,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 // gatewayFlags defines on fs the flags that say how serve serves its
 // policy file, which check takes too, to refuse what serve would.
 func gatewayFlags(fs *flag.FlagSet, o *serveOptions) {
-	fs.StringVar(&o.redisURL, "redis", os.Getenv("TOLLGATE_REDIS_URL"), "Redis URL; overrides the policy's store (env TOLLGATE_REDIS_URL)")
-	fs.StringVar(&o.listen, "listen", "", "public listen address (host:port); overrides listeners.public")
-	fs.StringVar(&o.admin, "admin", "", "admin listen address (host:port); overrides listeners.admin, which off loopback needs listeners.admin_token_env")
-	fs.StringVar(&o.state, "state", "", "where admin changes (keys, tenants, rollbacks) are kept without Redis (default: the policy file's path + .state.json; with Redis they are kept there)")
+	envFlag(fs, &o.redisURL, "redis", "TOLLGATE_REDIS_URL", "Redis `URL`; overrides the policy's store")
+	fs.StringVar(&o.listen, "listen", "", "the public listen `address` (host:port); overrides listeners.public")
+	fs.StringVar(&o.admin, "admin", "", "the admin listen `address` (host:port); overrides listeners.admin, which off loopback needs listeners.admin_token_env")
+	fs.StringVar(&o.state, "state", "", "the `file` where admin changes (keys, tenants, rollbacks) are kept without Redis (default: the policy file's path + .state.json; with Redis they are kept there)")
 }
 
 // serveOptions are serve's flags.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -94,9 +96,8 @@ func rlsHealthcheck(srv *envoyrls.Server) http.HandlerFunc {
 // rls runs Envoy's rate-limit service, configured as envoyproxy/ratelimit
 // is: by its environment variables (see envoyrls.SettingsFromEnv).
 func rls(args []string, stdout, stderr io.Writer) int {
-	fs := flags("rls", "rls", stdout, stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), "usage: tollgate rls\n", rlsEnvUsage) }
-	if code, done := parse(fs, args, stdout); done {
+	fs := rlsFlags()
+	if code, done := parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	if fs.NArg() > 0 {
@@ -109,50 +110,108 @@ func rls(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// rlsEnvUsage describes the environment variables rls reads (see
-// envoyrls.SettingsFromEnv), with their defaults.
-const rlsEnvUsage = `Envoy's rate-limit service, configured as envoyproxy/ratelimit is, by the
-environment (defaults in brackets):
-  RUNTIME_ROOT                   the configuration's root [/srv/runtime_data/current]
-  RUNTIME_SUBDIRECTORY           the directory under it []
-  RUNTIME_APPDIRECTORY           the directory under that whose files are read [config]
-  RUNTIME_WATCH_ROOT             watch RUNTIME_ROOT (a symlink swapped on deployment)
-                                 too, not only the directory [true]
-  RUNTIME_IGNOREDOTFILES         skip files and directories named .* [false]
-  MERGE_DOMAIN_CONFIG            merge the files configuring one domain [false]
-  TOLLGATE_RLS_ON_STORE_FAILURE  fail_open or fail_closed while the store cannot decide,
-                                 for domains that do not set on_store_failure [fail_open]
-  GRPC_HOST, GRPC_PORT           the gRPC listener [0.0.0.0, 8081]
-  HOST, PORT                     /healthcheck and /metrics [0.0.0.0, 8080]
-  USE_PROMETHEUS                 serve metrics on PROMETHEUS_ADDR too [false]
-  PROMETHEUS_ADDR                the metrics' own address, with USE_PROMETHEUS [:9090]
-  PROMETHEUS_PATH                the metrics' path [/metrics]
-  NEAR_LIMIT_RATIO               the share of a limit, in (0, 1], past which hits count
-                                 as near_limit [0.8]
-  SHADOW_MODE                    answer OK whatever the limits say [false]
-  LIMIT_RESPONSE_HEADERS_ENABLED add the most restrictive descriptor's headers [false]
-  LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER
-                                 their names [RateLimit-Limit, RateLimit-Remaining,
-                                 RateLimit-Reset]
-  TOLLGATE_RLS_RATELIMIT_HEADERS add RateLimit-Policy and RateLimit as the gateway
-                                 writes them [false]
-  BACKEND_TYPE                   redis, or memory (one process) [redis]
-  REDIS_SOCKET_TYPE              unix or tcp [unix]
-  REDIS_URL                      the socket's path (unix), or host:port[,host:port...]
-                                 (tcp; SENTINEL: <master set>,host:port[,...])
-                                 [/var/run/nutcracker/ratelimit.sock]
-  REDIS_TYPE                     SINGLE, CLUSTER or SENTINEL [SINGLE]
-  REDIS_AUTH                     password or user:password []
-  REDIS_TLS                      connect over TLS (tcp) [false]
-  TOLLGATE_REDIS_URL             the store as Tollgate's Redis URL, in place of REDIS_*
-  TOLLGATE_STORE_TIMEOUT         each store call's deadline, as 20ms [20ms]
-  STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
-                                 always true here; false is ignored with a warning
-Ignored with a warning: LOCAL_CACHE_SIZE_IN_BYTES, EXPIRATION_JITTER_MAX_SECONDS,
-CACHE_KEY_PREFIX, REDIS_POOL_SIZE, REDIS_PIPELINE_WINDOW, REDIS_PIPELINE_LIMIT,
-REDIS_PERSECOND, USE_STATSD, USE_DOG_STATSD, CONFIG_TYPE, RESPONSE_DYNAMIC_METADATA,
-QUOTA_MODE, TRACING_ENABLED, GRPC_SERVER_USE_TLS.
-`
+// rlsFlags returns rls's flags: none, its help listing the environment
+// instead.
+func rlsFlags() *flag.FlagSet {
+	fs := flags("rls", "rls")
+	fs.Usage = func() { fmt.Fprint(fs.Output(), "usage: tollgate rls\n", rlsEnvUsage()) }
+	return fs
+}
+
+// An rlsVar is an environment variable rls reads.
+type rlsVar struct {
+	name, def, meaning string // def: the value when unset, "" for none
+}
+
+// rlsVars are the environment variables rls reads, as
+// envoyrls.SettingsFromEnv does, but rlsIgnored; envoyproxy/ratelimit's
+// names, and TOLLGATE_* for what it lacks. Its help and the CLI
+// reference list them.
+var rlsVars = []rlsVar{
+	{"RUNTIME_ROOT", "/srv/runtime_data/current", "the configuration's root"},
+	{"RUNTIME_SUBDIRECTORY", "", "the directory under it"},
+	{"RUNTIME_APPDIRECTORY", "config", "the directory under that whose files are read"},
+	{"RUNTIME_WATCH_ROOT", "true", "watch RUNTIME_ROOT (a symlink swapped on deployment) too, not only the directory"},
+	{"RUNTIME_IGNOREDOTFILES", "false", "skip files and directories named .*"},
+	{"MERGE_DOMAIN_CONFIG", "false", "merge the files configuring one domain"},
+	{"TOLLGATE_RLS_ON_STORE_FAILURE", "fail_open", "fail_open or fail_closed while the store cannot decide, for domains that do not set on_store_failure"},
+	{"GRPC_HOST", "0.0.0.0", "the gRPC listener's host"},
+	{"GRPC_PORT", "8081", "the gRPC listener's port"},
+	{"HOST", "0.0.0.0", "the host of /healthcheck and /metrics"},
+	{"PORT", "8080", "the port of /healthcheck and /metrics"},
+	{"USE_PROMETHEUS", "false", "serve metrics on PROMETHEUS_ADDR too"},
+	{"PROMETHEUS_ADDR", ":9090", "the metrics' own address, with USE_PROMETHEUS"},
+	{"PROMETHEUS_PATH", "/metrics", "the metrics' path"},
+	{"NEAR_LIMIT_RATIO", "0.8", "the share of a limit, in (0, 1], past which hits count as near_limit"},
+	{"SHADOW_MODE", "false", "answer OK whatever the limits say"},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", "add the most restrictive descriptor's headers"},
+	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", "the name of the limit's header"},
+	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", "the name of the remaining count's header"},
+	{"LIMIT_RESET_HEADER", "RateLimit-Reset", "the name of the reset time's header"},
+	{"TOLLGATE_RLS_RATELIMIT_HEADERS", "false", "add RateLimit-Policy and RateLimit as the gateway writes them"},
+	{"BACKEND_TYPE", "redis", "redis, or memory (one process)"},
+	{"REDIS_SOCKET_TYPE", "unix", "unix or tcp"},
+	{"REDIS_URL", "/var/run/nutcracker/ratelimit.sock", "the socket's path (unix), or host:port[,host:port...] (tcp; SENTINEL: <master set>,host:port[,...])"},
+	{"REDIS_TYPE", "SINGLE", "SINGLE, CLUSTER or SENTINEL"},
+	{"REDIS_AUTH", "", "password or user:password"},
+	{"REDIS_TLS", "false", "connect over TLS (tcp)"},
+	{"TOLLGATE_REDIS_URL", "", "the store as Tollgate's Redis URL, in place of REDIS_*"},
+	{"TOLLGATE_STORE_TIMEOUT", "20ms", "each store call's deadline, as 20ms"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true", "always true here; false is ignored with a warning"},
+}
+
+// rlsIgnored are envoyproxy/ratelimit's variables that rls reads only to
+// warn that they take no effect.
+var rlsIgnored = []string{"LOCAL_CACHE_SIZE_IN_BYTES", "EXPIRATION_JITTER_MAX_SECONDS", "CACHE_KEY_PREFIX",
+	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_PERSECOND", "USE_STATSD", "USE_DOG_STATSD",
+	"CONFIG_TYPE", "RESPONSE_DYNAMIC_METADATA", "QUOTA_MODE", "TRACING_ENABLED", "GRPC_SERVER_USE_TLS"}
+
+// rlsEnvUsage describes the environment variables rls reads, with their
+// defaults, for its help.
+func rlsEnvUsage() string {
+	var b strings.Builder
+	b.WriteString("Envoy's rate-limit service, configured as envoyproxy/ratelimit is, by the\nenvironment (defaults in brackets):\n")
+	const indent = "                                   "
+	for _, v := range rlsVars {
+		text := v.meaning
+		if v.def != "" {
+			text += " [" + v.def + "]"
+		}
+		lines := wrap(text, 92-len(indent))
+		if len(v.name) > len(indent)-4 {
+			fmt.Fprintf(&b, "  %s\n", v.name)
+		} else {
+			fmt.Fprintf(&b, "  %-*s", len(indent)-2, v.name)
+			b.WriteString(lines[0] + "\n")
+			lines = lines[1:]
+		}
+		for _, l := range lines {
+			b.WriteString(indent + l + "\n")
+		}
+	}
+	for _, l := range wrap("Ignored with a warning: "+strings.Join(rlsIgnored, ", ")+".", 92) {
+		b.WriteString(l + "\n")
+	}
+	return b.String()
+}
+
+// wrap breaks text into lines of at most width bytes, between words (a
+// longer word has a line of its own).
+func wrap(text string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(text) {
+		if line != "" && len(line)+1+len(w) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	return append(lines, line)
+}
 
 // serveRLS runs the rate-limit service the environment configures until
 // stopped (see runRLS), logging to log.

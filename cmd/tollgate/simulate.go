@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,21 +20,34 @@ import (
 // simulateCmd replays a gateway's recording of recent calls under the
 // active policy and a candidate, and prints where they differ.
 func simulateCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flags("simulate", "simulate --policy CANDIDATE --active FILE --recording FILE|URL [--json] [--svg FILE]", stdout, stderr)
-	cand := fs.String("policy", "", "the candidate policy file")
-	active := fs.String("active", os.Getenv("TOLLGATE_CONFIG"), "the policy the gateway ran when it recorded (env TOLLGATE_CONFIG)")
-	from := fs.String("recording", "", "the recording: a file saved from the admin listener's /recording, or its URL "+
-		"(the admin token, if any, from env TOLLGATE_ADMIN_TOKEN)")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	svg := fs.String("svg", "", "also write a chart of both policies' refusals over the recorded window to this SVG file")
-	if code, done := parse(fs, args, stdout); done {
+	var o simulateOptions
+	fs := simulateFlags(&o)
+	if code, done := parse(fs, args, stdout, stderr); done {
 		return code
 	}
-	if slices.Contains([]string{*cand, *active, *from}, "") || fs.NArg() > 0 {
+	if slices.Contains([]string{o.cand, o.active, o.from}, "") || fs.NArg() > 0 {
 		fs.Usage()
 		return 2
 	}
-	return exitCode(stderr, runSimulate(stdout, *active, *cand, *from, *svg, *asJSON))
+	return exitCode(stderr, runSimulate(stdout, o.active, o.cand, o.from, o.svg, o.asJSON))
+}
+
+// simulateOptions are simulate's flags.
+type simulateOptions struct {
+	cand, active, from, svg string
+	asJSON                  bool
+}
+
+// simulateFlags returns simulate's flags.
+func simulateFlags(o *simulateOptions) *flag.FlagSet {
+	fs := flags("simulate", "simulate --policy CANDIDATE --active FILE --recording FILE|URL [--json] [--svg FILE]")
+	fs.StringVar(&o.cand, "policy", "", "the candidate policy `file`")
+	envFlag(fs, &o.active, "active", "TOLLGATE_CONFIG", "the policy `file` the gateway ran when it recorded")
+	fs.StringVar(&o.from, "recording", "", "the recording: a `file` saved from the admin listener's /recording, or its URL "+
+		"(the admin token, if any, from env TOLLGATE_ADMIN_TOKEN)")
+	fs.BoolVar(&o.asJSON, "json", false, "print the report as JSON")
+	fs.StringVar(&o.svg, "svg", "", "also write a chart of both policies' refusals over the recorded window to this SVG `file`")
+	return fs
 }
 
 // runSimulate replays the recording from under the active policy file
