@@ -12,13 +12,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/lestrrat-go/httprc/v3"
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/lestrrat-go/jwx/v3/jws"
@@ -31,101 +28,9 @@ import (
 // maxClaimLength bounds the subject and tenant read from a token.
 const maxClaimLength = 256
 
-// ErrInvalid is wrapped by every error of Verify: the token is not one
-// to accept.
+// ErrInvalid is wrapped by the errors of Verify for a token that is not
+// one to accept (see also ErrKeysUnavailable).
 var ErrInvalid = errors.New("invalid token")
-
-// Keys is a cache of JWKS documents by URL, refreshed in the background
-// (github.com/lestrrat-go/jwx's jwk.Cache): one per process is enough,
-// shared by every policy a gateway loads, so a reload keeps the keys.
-type Keys struct {
-	cache  *jwk.Cache
-	client *http.Client
-	cancel context.CancelFunc
-
-	mu   sync.Mutex
-	urls map[string]*source
-}
-
-// source is one JWKS URL's bookkeeping.
-type source struct {
-	mu          sync.Mutex // held while a refresh an unknown kid asked for runs
-	lastRefresh time.Time  // the last refresh an unknown kid triggered
-}
-
-// KeysOptions configures a Keys; the zero value is the default.
-type KeysOptions struct {
-	// HTTPClient fetches the JWKS (default: a client with a 10s timeout).
-	HTTPClient *http.Client
-}
-
-// NewKeys starts a JWKS cache; Close stops it.
-func NewKeys(opts KeysOptions) (*Keys, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cache, err := jwk.NewCache(ctx, httprc.NewClient())
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("starting the JWKS cache: %w", err)
-	}
-	client := opts.HTTPClient
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
-	}
-	return &Keys{cache: cache, client: client, cancel: cancel, urls: map[string]*source{}}, nil
-}
-
-// Close stops the cache's background refreshes.
-func (k *Keys) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = k.cache.Shutdown(ctx)
-	k.cancel()
-}
-
-var (
-	sharedOnce sync.Once
-	shared     *Keys
-	sharedErr  error
-)
-
-// Shared returns the process's JWKS cache, started on first use and
-// never closed.
-func Shared() (*Keys, error) {
-	sharedOnce.Do(func() { shared, sharedErr = NewKeys(KeysOptions{}) })
-	return shared, sharedErr
-}
-
-// register makes sure url is in the cache, refreshed between min and
-// max (as its Cache-Control asks, within those bounds), without waiting
-// for the first fetch.
-func (k *Keys) register(ctx context.Context, url string, minInterval, maxInterval time.Duration) (*source, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if s, ok := k.urls[url]; ok {
-		return s, nil
-	}
-	err := k.cache.Register(ctx, url,
-		jwk.WithMinInterval(minInterval), jwk.WithMaxInterval(maxInterval),
-		jwk.WithHTTPClient(k.client), jwk.WithWaitReady(false))
-	if err != nil {
-		return nil, fmt.Errorf("registering the JWKS: %w", err)
-	}
-	s := &source{}
-	k.urls[url] = s
-	return s, nil
-}
-
-// set returns url's keys, waiting (up to ctx) for the first fetch.
-func (k *Keys) set(ctx context.Context, url string) (jwk.Set, error) {
-	r, err := k.cache.LookupResource(ctx, url)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.Ready(ctx); err != nil {
-		return nil, fmt.Errorf("fetching the JWKS: %w", err)
-	}
-	return r.Resource(), nil
-}
 
 // Claims are who a verified token names.
 type Claims struct {
@@ -196,11 +101,10 @@ func signatureAlgorithms(names []string) (map[string]jwa.SignatureAlgorithm, err
 	return algs, nil
 }
 
-// fetchWait bounds how long a request waits for the JWKS.
-const fetchWait = 3 * time.Second
-
 // Verify checks token and returns the claims it names. Every error wraps
-// ErrInvalid.
+// ErrInvalid, but for a token that cannot be checked because its JWKS
+// cannot be fetched: that error wraps ErrKeysUnavailable. It waits for
+// the JWKS at most fetchWait, and not at all once it is known down.
 func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	if err := screen(token); err != nil {
 		return Claims{}, err
@@ -209,14 +113,30 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	defer cancel()
 	opts := v.parseOptions(ctx, v.now())
 	tok, err := jwt.ParseString(token, opts...)
-	// Only keys from the JWKS (v.src) are looked up by key id.
-	if errors.Is(err, errUnknownKID) && v.refresh(ctx) {
+	// Only keys from the JWKS (v.src) are looked up by key id, or can
+	// be unavailable: a token the keys at hand do not decide asks for a
+	// fetch, and is parsed again after it.
+	if (errors.Is(err, errUnknownKID) || errors.Is(err, ErrKeysUnavailable)) && v.keys.refresh(ctx, v.src, v.s.MinRefreshInterval) {
 		tok, err = jwt.ParseString(token, opts...)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrKeysUnavailable), err != nil && v.src != nil && ctx.Err() != nil:
+		// (jwx answers for a context that ended while it verified with
+		// an error of its own: the keys did not come in time.)
+		return Claims{}, v.unavailable()
+	case err != nil:
 		return Claims{}, fmt.Errorf("%w: %v", ErrInvalid, reason(err))
 	}
 	return v.claims(tok)
+}
+
+// unavailable returns why a token cannot be checked: the last fetch's
+// failure, else that the JWKS was not fetched in time.
+func (v *Verifier) unavailable() error {
+	if err := v.src.fetchError(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the JWKS was not fetched in time", ErrKeysUnavailable)
 }
 
 // parseOptions returns the options a token is parsed and validated with
@@ -332,22 +252,6 @@ func scalarClaim(t jwt.Token, name string) (string, bool) {
 	return "", false
 }
 
-// refresh fetches the JWKS again because a token named a key id it does
-// not hold (a key just rotated in), at most once per MinRefreshInterval
-// whatever the tokens name; it reports whether it did.
-func (v *Verifier) refresh(ctx context.Context) bool {
-	s := v.src
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	if !s.lastRefresh.IsZero() && now.Sub(s.lastRefresh) < v.s.MinRefreshInterval {
-		return false
-	}
-	s.lastRefresh = now
-	_, err := v.keys.cache.Refresh(ctx, v.s.JWKSURL)
-	return err == nil
-}
-
 var (
 	errUnknownKID  = errors.New("no key with the token's key id")
 	errAlgorithm   = errors.New("algorithm not allowed")
@@ -397,7 +301,7 @@ func (v *Verifier) allowedAlgorithm(h jws.Headers) (jwa.SignatureAlgorithm, erro
 // offerJWKS offers sink the JWKS keys that fit alg, only those of kid if
 // the token names one (hasKID).
 func (v *Verifier) offerJWKS(ctx context.Context, sink jws.KeySink, alg jwa.SignatureAlgorithm, kid string, hasKID bool) error {
-	set, err := v.keys.set(ctx, v.s.JWKSURL)
+	set, err := v.keys.set(ctx, v.src)
 	if err != nil {
 		return err
 	}
@@ -408,10 +312,15 @@ func (v *Verifier) offerJWKS(ctx context.Context, sink jws.KeySink, alg jwa.Sign
 	switch {
 	case len(keys) > 0:
 		return nil
-	case hasKID:
-		return errUnknownKID
+	case !hasKID:
+		return errNoKeyForAlg
 	}
-	return errNoKeyForAlg
+	if err := v.src.fetchError(); err != nil {
+		// The key may have been rotated in since the JWKS was last
+		// fetched: the token cannot be checked.
+		return fmt.Errorf("%w: %w", errUnknownKID, err)
+	}
+	return errUnknownKID
 }
 
 // matchingKeys returns the keys of set that fit alg, only those of kid

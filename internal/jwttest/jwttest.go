@@ -81,6 +81,13 @@ type IdP struct {
 	Fetches atomic.Int64 // JWKS requests served
 	mu      sync.Mutex
 	keys    []*Key
+	broken  *brokenAnswer // nil: the keys are served
+}
+
+// brokenAnswer is what a broken IdP answers for its JWKS.
+type brokenAnswer struct {
+	status int
+	body   string
 }
 
 // NewIdP serves keys until the test ends.
@@ -97,7 +104,13 @@ func NewIdP(t testing.TB, keys ...*Key) *IdP {
 		for _, k := range p.keys {
 			_ = set.AddKey(k.pub)
 		}
+		broken := p.broken
 		p.mu.Unlock()
+		if broken != nil {
+			w.WriteHeader(broken.status)
+			_, _ = w.Write([]byte(broken.body))
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(set)
 	}))
@@ -112,6 +125,21 @@ func (p *IdP) JWKSURL() string { return p.URL + "/jwks.json" }
 func (p *IdP) SetKeys(keys ...*Key) {
 	p.mu.Lock()
 	p.keys = keys
+	p.mu.Unlock()
+}
+
+// Break makes the IdP answer its JWKS with status and body instead of
+// its keys (a 503, or a 200 that is no JWKS), until Mend.
+func (p *IdP) Break(status int, body string) {
+	p.mu.Lock()
+	p.broken = &brokenAnswer{status, body}
+	p.mu.Unlock()
+}
+
+// Mend makes the IdP serve its keys again.
+func (p *IdP) Mend() {
+	p.mu.Lock()
+	p.broken = nil
 	p.mu.Unlock()
 }
 
