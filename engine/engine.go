@@ -393,9 +393,11 @@ func restricts(d, b tollgate.Decision) bool {
 
 // checkKey applies the invalid-key limit to a call that presented an API
 // key. An address over its budget gets no answer about any key, valid or
-// not; an invalid key is charged to the address's budget. It reports
-// whether the call goes on (a valid key from an address in good
-// standing); otherwise the verdict is final.
+// not; an invalid key is charged to the address's budget; a bearer JWT
+// that cannot be checked (KeyUnchecked) fails closed, charged nothing:
+// the caller is not at fault. It reports whether the call goes on (a
+// valid key from an address in good standing); otherwise the verdict is
+// final.
 func (e *Engine) checkKey(ctx context.Context, v *Verdict, c Call) bool {
 	ik := e.policy.InvalidKey
 	client := c.Subject.Client
@@ -404,8 +406,13 @@ func (e *Engine) checkKey(ctx context.Context, v *Verdict, c Call) bool {
 		v.Outcome, v.Reason, v.RetryAfter = Refused, ReasonInvalidKeys, until.Sub(e.now())
 		return false
 	}
-	if c.Key == KeyValid {
+	switch c.Key {
+	case KeyValid:
 		return true
+	case KeyUnchecked:
+		e.count("jwks", v.group, v.plan, "fail_closed")
+		v.Outcome, v.Reason, v.Err, v.RetryAfter = FailClosed, ReasonKeysUnavailable, jwtauth.ErrKeysUnavailable, time.Second
+		return false
 	}
 	ds, err := e.decide(ctx, ik.Name, []tollgate.Request{ik.Request(client, "", 1)})
 	if err == nil && !ds[0].Allowed {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/jwtauth"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -56,7 +57,8 @@ type Credentials struct {
 // plan its tenant's override gives, else the one its plan claim names,
 // else the policy's JWT default plan; an invalid one is an invalid key
 // (KeyUnknown, or KeyMalformed), charged to the client address's
-// invalid-key budget. Identify verifies without a deadline of its own
+// invalid-key budget; one that cannot be checked, its JWKS unavailable,
+// is KeyUnchecked, refused by Check as unavailable and charged nothing. Identify verifies without a deadline of its own
 // beyond the JWKS fetch's; fronts call IdentifyContext.
 func (e *Engine) Identify(c Credentials) (Call, *policy.APIKey) {
 	return e.IdentifyContext(context.Background(), c)
@@ -133,7 +135,10 @@ func (e *Engine) identifyJWT(ctx context.Context, token string, sub Subject) (Ca
 		return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil, rawIDs{}
 	}
 	cl, err := e.jwt.Verify(ctx, token)
-	if err != nil {
+	switch {
+	case errors.Is(err, jwtauth.ErrKeysUnavailable):
+		return Call{Subject: sub, Key: KeyUnchecked, JWT: true}, nil, rawIDs{}
+	case err != nil:
 		return Call{Subject: sub, Key: KeyUnknown, JWT: true}, nil, rawIDs{}
 	}
 	sub.Kind, sub.ID, sub.Plan = "jwt", e.hasher.Hash("u", cl.Subject), p.JWT.DefaultPlan

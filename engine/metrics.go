@@ -12,7 +12,7 @@ import (
 // configuration. The budget label is a budget's header name, as
 // RateLimit-Policy lists it ("free.minute", "global.search"), or one of
 // the checks that are not budgets ("concurrency.<group>", "login_lock",
-// "login_body").
+// "login_body", "jwks": a bearer JWT its JWKS cannot check).
 type Metrics struct {
 	// Decisions counts decisions by budget, route group, plan and outcome
 	// (allowed, refused, invalid_key, fail_open, fail_closed).

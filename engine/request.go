@@ -128,7 +128,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) *Verdict {
 	if req.Cost != nil {
 		call.Cost = req.Cost()
 	}
-	if m.route != nil && m.route.Login != nil && call.Key != KeyUnknown && call.Key != KeyMalformed {
+	if m.route != nil && m.route.Login != nil && (call.Key == KeyNone || call.Key == KeyValid) {
 		if v := e.readLogin(ctx, req, m.route.Login, id, &call); v != nil {
 			return v
 		}

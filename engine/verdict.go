@@ -56,6 +56,9 @@ const (
 	KeyValid                      // a configured key: the Subject is its
 	KeyUnknown                    // well formed, but no configured key
 	KeyMalformed                  // not a key at all
+	// KeyUnchecked: a bearer JWT that cannot be checked, its identity
+	// provider's keys unavailable (jwtauth.ErrKeysUnavailable).
+	KeyUnchecked
 )
 
 // Subject is who a call is charged to.
@@ -118,7 +121,9 @@ const (
 	// without it (no local fallback decided either).
 	FailOpen
 	// FailClosed: the store could not decide and the route (or the
-	// budget) does not proceed without it.
+	// budget) does not proceed without it; or a bearer JWT cannot be
+	// checked, its identity provider's keys unavailable
+	// (ReasonKeysUnavailable).
 	FailClosed
 	// Invalid: the call cannot be decided as made: an invalid API key,
 	// a cost no limit could admit, or a limit the store refuses (see
@@ -150,6 +155,7 @@ const (
 	ReasonCostExceedsBurst        // the call's cost is more than a limit could ever admit
 	ReasonMisconfigured           // the store refused a limit as invalid
 	ReasonCanceled                // the caller went away before a decision
+	ReasonKeysUnavailable         // a bearer JWT cannot be checked: its JWKS cannot be fetched
 
 	// The reasons of requests refused as presented, before any check
 	// (Outcome Invalid; see Engine.Decide).
@@ -216,7 +222,8 @@ type Verdict struct {
 	// wait before it proceeds.
 	Delay time.Duration
 	// Err is the store's error, for a call not decided by it; or, for
-	// ReasonUnreadable and ReasonBadLogin, the front's reader's.
+	// ReasonUnreadable and ReasonBadLogin, the front's reader's; or, for
+	// ReasonKeysUnavailable, jwtauth.ErrKeysUnavailable.
 	Err error
 	// Detail says why a request was refused as presented (see
 	// ReasonBadRequest); Allow, for ReasonLoginElsewhere, is the method

@@ -111,6 +111,8 @@ func grpcAnswer(err error, st *transportStream, kind string) decidetest.Answer {
 		a.Refusal = decidetest.InvalidKey
 	case s.Code() == codes.InvalidArgument:
 		a.Refusal = decidetest.BadRequest
+	case s.Code() == codes.Unavailable && strings.Contains(s.Message(), "identity provider's keys"):
+		a.Refusal = decidetest.KeysUnavailable
 	case s.Code() == codes.Unavailable:
 		a.Refusal = decidetest.Unavailable
 	case s.Code() == codes.Unimplemented:

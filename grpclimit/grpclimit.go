@@ -341,6 +341,8 @@ func retryableRefusal(call engine.Call, v *engine.Verdict) (codes.Code, string) 
 		return codes.ResourceExhausted, "too many calls with invalid API keys from this address"
 	case engine.ReasonUnavailable:
 		return codes.Unavailable, "the rate limiter is unavailable and this method does not proceed without it"
+	case engine.ReasonKeysUnavailable:
+		return codes.Unavailable, "the bearer token cannot be checked: the identity provider's keys are unavailable"
 	}
 	// login reasons: login routes are refused before the engine
 	return codes.ResourceExhausted, "refused"

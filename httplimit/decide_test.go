@@ -156,6 +156,8 @@ func httpAnswer(rec *httptest.ResponseRecorder, kind string) decidetest.Answer {
 		a.Refusal = decidetest.BadLogin
 	case p.Type == httplimit.ProblemUnavailable && p.Status == http.StatusServiceUnavailable:
 		a.Refusal = decidetest.Unavailable
+	case p.Type == httplimit.ProblemKeysUnavailable && p.Status == http.StatusServiceUnavailable:
+		a.Refusal = decidetest.KeysUnavailable
 	case p.Type == httplimit.ProblemNotFound && p.Status == http.StatusNotFound:
 		a.Refusal = decidetest.NoRoute
 	default:

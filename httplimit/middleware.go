@@ -379,6 +379,10 @@ func refusalProblem(h http.Header, v *engine.Verdict, pr Problem) (Problem, bool
 			pr.Detail = "login is unavailable while the rate limiter is"
 		}
 		return pr, true
+	case engine.ReasonKeysUnavailable:
+		pr.Type, pr.Title, pr.Status = ProblemKeysUnavailable, "Identity provider's keys unavailable", http.StatusServiceUnavailable
+		pr.Detail = fmt.Sprintf("The bearer token cannot be checked: the identity provider's signing keys cannot be fetched; retry after %d s.", pr.RetryAfter)
+		return pr, true
 	}
 	var ok bool
 	pr.Type, pr.Detail, ok = tooManyProblem(v, pr.RetryAfter)
@@ -509,14 +513,18 @@ const (
 	ProblemRateLimited = "urn:tollgate:problem:rate-limited"
 	ProblemInvalidKey  = "urn:tollgate:problem:invalid-api-key"
 	// ProblemInvalidToken answers a bearer JWT that does not verify.
-	ProblemInvalidToken  = "urn:tollgate:problem:invalid-token"
-	ProblemUnavailable   = "urn:tollgate:problem:limiter-unavailable"
-	ProblemNotFound      = "urn:tollgate:problem:no-route"
-	ProblemBadRequest    = "urn:tollgate:problem:bad-request"
-	ProblemBadGateway    = "urn:tollgate:problem:bad-gateway"
-	ProblemUpstreamSlow  = "urn:tollgate:problem:gateway-timeout"
-	ProblemLoginLocked   = "urn:tollgate:problem:login-locked"
-	ProblemTooManyFailed = "urn:tollgate:problem:too-many-failures"
+	ProblemInvalidToken = "urn:tollgate:problem:invalid-token"
+	ProblemUnavailable  = "urn:tollgate:problem:limiter-unavailable"
+	// ProblemKeysUnavailable answers a bearer JWT that cannot be
+	// checked because the identity provider's JWKS cannot be fetched (a
+	// 503 with a Retry-After, not a 401: the token may be good).
+	ProblemKeysUnavailable = "urn:tollgate:problem:identity-provider-keys-unavailable"
+	ProblemNotFound        = "urn:tollgate:problem:no-route"
+	ProblemBadRequest      = "urn:tollgate:problem:bad-request"
+	ProblemBadGateway      = "urn:tollgate:problem:bad-gateway"
+	ProblemUpstreamSlow    = "urn:tollgate:problem:gateway-timeout"
+	ProblemLoginLocked     = "urn:tollgate:problem:login-locked"
+	ProblemTooManyFailed   = "urn:tollgate:problem:too-many-failures"
 	// ProblemTooManyInFlight answers a request over a concurrency limit.
 	ProblemTooManyInFlight = "urn:tollgate:problem:too-many-in-flight"
 	// ProblemBadLogin answers a login request whose account the guard

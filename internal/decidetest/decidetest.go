@@ -12,6 +12,7 @@ package decidetest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -100,18 +101,19 @@ type Refusal string
 
 // The refusals.
 const (
-	None           Refusal = ""
-	Rate           Refusal = "rate"            // engine.ReasonRate
-	Concurrency    Refusal = "concurrency"     // engine.ReasonConcurrency
-	InvalidKey     Refusal = "invalid_key"     // engine.ReasonInvalidKey
-	InvalidKeys    Refusal = "invalid_keys"    // engine.ReasonInvalidKeys
-	LoginLocked    Refusal = "login_locked"    // engine.ReasonLoginLocked
-	BadRequest     Refusal = "bad_request"     // engine.ReasonBadRequest
-	LoginElsewhere Refusal = "login_elsewhere" // engine.ReasonLoginElsewhere
-	BadLogin       Refusal = "bad_login"       // engine.ReasonBadLogin
-	Unavailable    Refusal = "unavailable"     // engine.ReasonUnavailable
-	NoRoute        Refusal = "no_route"        // engine.ReasonNoRoute
-	Other          Refusal = "other"
+	None            Refusal = ""
+	Rate            Refusal = "rate"             // engine.ReasonRate
+	Concurrency     Refusal = "concurrency"      // engine.ReasonConcurrency
+	InvalidKey      Refusal = "invalid_key"      // engine.ReasonInvalidKey
+	InvalidKeys     Refusal = "invalid_keys"     // engine.ReasonInvalidKeys
+	LoginLocked     Refusal = "login_locked"     // engine.ReasonLoginLocked
+	BadRequest      Refusal = "bad_request"      // engine.ReasonBadRequest
+	LoginElsewhere  Refusal = "login_elsewhere"  // engine.ReasonLoginElsewhere
+	BadLogin        Refusal = "bad_login"        // engine.ReasonBadLogin
+	Unavailable     Refusal = "unavailable"      // engine.ReasonUnavailable
+	KeysUnavailable Refusal = "keys_unavailable" // engine.ReasonKeysUnavailable
+	NoRoute         Refusal = "no_route"         // engine.ReasonNoRoute
+	Other           Refusal = "other"
 )
 
 // Of returns the refusal a verdict's reason is.
@@ -137,6 +139,8 @@ func Of(r engine.Reason) Refusal {
 		return BadLogin
 	case engine.ReasonUnavailable:
 		return Unavailable
+	case engine.ReasonKeysUnavailable:
+		return KeysUnavailable
 	case engine.ReasonNoRoute:
 		return NoRoute
 	}
@@ -201,6 +205,10 @@ type Case struct {
 	// StoreDown says the store is down throughout the case: Run gives
 	// the front a store whose Redis is gone (DownStore).
 	StoreDown bool
+	// JWKSDown says the identity provider's JWKS cannot be fetched
+	// throughout the case: Run gives the policy a JWKS URL nothing
+	// listens at.
+	JWKSDown bool
 	// RequireRoute says the front refuses calls no route matches, as the
 	// gateway does (Front.RequireRoute).
 	RequireRoute bool
@@ -292,6 +300,14 @@ var Cases = []Case{
 			{Path: "/t.V/Read", RemoteAddr: ip("40"), Token: &Token{Subject: "dave"}, Want: ok("users", 4, "jwt")},
 			{Path: "/t.V/Read", RemoteAddr: ip("40"), Token: &Token{Subject: "carol", Plan: "pro", Forged: true}, Want: refused(InvalidKey, "", 0, 0)},
 			{Path: "/t.V/Read", RemoteAddr: ip("40"), Want: ok("free", 2, "ip")},
+		}},
+	{Name: "jwks down", JWKSDown: true, Why: "a bearer JWT that cannot be checked because the JWKS cannot be fetched is refused as unavailable, with a retry, and is not charged as an invalid key; API keys and anonymous calls still pass",
+		Calls: []Call{
+			{Path: "/t.V/Read", RemoteAddr: ip("44"), Token: &Token{Subject: "carol", Plan: "pro"}, Want: refused(KeysUnavailable, "", 0, 1)},
+			{Path: "/t.V/Read", RemoteAddr: ip("44"), Token: &Token{Subject: "carol", Plan: "pro"}, Want: refused(KeysUnavailable, "", 0, 1)},
+			{Path: "/t.V/Read", RemoteAddr: ip("44"), Token: &Token{Subject: "carol", Plan: "pro", Forged: true}, Want: refused(KeysUnavailable, "", 0, 1)},
+			{Path: "/t.V/Read", RemoteAddr: ip("44"), Header: bearer(Key), Want: ok("pro.pro", 99, "key")},
+			{Path: "/t.V/Read", RemoteAddr: ip("44"), Want: ok("free", 2, "ip")},
 		}},
 	{Name: "jwt tenant", Why: "the tokens of one tenant share its plan's tenant budget, as its API keys do",
 		Calls: []Call{
@@ -402,7 +418,11 @@ func Run(t *testing.T, cases []Case, newStore func(t *testing.T) tollgate.Store,
 			if c.StoreDown {
 				s = DownStore
 			}
-			call, end := newFront(t, Front{Policy: Policy(t, idp.JWKSURL()), Store: s(t), RequireRoute: c.RequireRoute})
+			jwks := idp.JWKSURL()
+			if c.JWKSDown {
+				jwks = closedURL(t)
+			}
+			call, end := newFront(t, Front{Policy: Policy(t, jwks), Store: s(t), RequireRoute: c.RequireRoute})
 			defer end()
 			for i, cl := range c.Calls {
 				if tk := cl.Token; tk != nil {
@@ -414,6 +434,16 @@ func Run(t *testing.T, cases []Case, newStore func(t *testing.T) tollgate.Store,
 			}
 		})
 	}
+}
+
+// closedURL returns a JWKS URL on a loopback port nothing listens at.
+func closedURL(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String() + "/jwks.json"
 }
 
 // sign returns tk signed with keys[0], the IdP's, or if forged with
