@@ -60,7 +60,7 @@ const adminIndexPage = `<!doctype html>
 <li><a href="/metrics">/metrics</a>: Prometheus metrics</li>
 <li><a href="/policy">/policy</a>: the active policy's version, and those a rollback goes to</li>
 <li><a href="/healthz">/healthz</a>: liveness</li>
-<li><a href="/readyz">/readyz</a>: readiness, and the store's state</li>
+<li><a href="/readyz">/readyz</a>: readiness, and the store's and the JWKS's state</li>
 </ul>
 </body>
 </html>
@@ -76,10 +76,14 @@ func adminIndex(w http.ResponseWriter, r *http.Request) {
 
 // readyz answers the readiness probe: ready, or degraded while the store
 // is unavailable (the gateway still serves, by each route's failure
-// policy).
+// policy) or the active policy's JWKS cannot be fetched.
 func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	// A gateway whose store is down still serves, by each route's
-	// failure policy: it is ready, but says it is degraded.
+	// failure policy: it is ready, but says it is degraded. So is one
+	// whose JWKS cannot be fetched: it still serves API keys, anonymous
+	// calls and the tokens the keys it has check (the others get 503).
+	// Another instance would fetch the same JWKS no better, so taking
+	// this one out of rotation (a 503 here) would help no one.
 	status, detail := "ready", "store ok"
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
@@ -88,6 +92,11 @@ func (g *Gateway) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	if d, ok := g.store.(interface{ Degraded() bool }); ok && d.Degraded() && status == "ready" {
 		status, detail = "degraded", "store circuit breaker not closed"
+	}
+	if j := g.Policy().JWT; j != nil && j.JWKSURL != "" {
+		if err := g.keys.FetchError(j.JWKSURL); err != nil {
+			status, detail = "degraded", detail+"; jwks unavailable: "+err.Error()
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if r.Context().Value(probeOnly{}) != nil {

@@ -30,6 +30,7 @@ import (
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/logsample"
+	"github.com/tollgate/tollgate/jwtauth"
 	"github.com/tollgate/tollgate/policy"
 	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
@@ -102,10 +103,13 @@ type Gateway struct {
 	simulating sync.Mutex        // held while POST /simulate replays
 	registry   *prometheus.Registry
 	metrics    *httplimit.Metrics
-	public     http.Handler
-	admin      http.Handler
-	log        *slog.Logger
-	proxyLog   *log.Logger // ReverseProxy's own errors, into log as JSON
+	// keys are the JWKS of every policy the gateway serves, kept across
+	// reloads; /readyz says when the active policy's cannot be fetched.
+	keys     *jwtauth.Keys
+	public   http.Handler
+	admin    http.Handler
+	log      *slog.Logger
+	proxyLog *log.Logger // ReverseProxy's own errors, into log as JSON
 
 	mu         sync.Mutex // serialises reloads, overrides and so builds
 	transports map[time.Duration]*http.Transport
@@ -206,14 +210,19 @@ func newRecording(opts Options) *engine.Recording {
 }
 
 // registerMetrics makes the gateway's metrics (the middleware's, the
-// policy's reloads and version, the build, connections and requests) and
-// registers them.
+// JWKS fetches', the policy's reloads and version, the build,
+// connections and requests) and registers them.
 func (g *Gateway) registerMetrics() error {
 	metrics, err := httplimit.NewMetrics(g.registry)
 	if err != nil {
 		return err
 	}
 	g.metrics = metrics
+	if g.keys, err = jwtauth.NewKeys(jwtauth.KeysOptions{Logger: g.log}); err != nil {
+		return err
+	}
+	g.closers = append(g.closers, g.keys.Close)
+	g.registry.MustRegister(g.keys)
 	g.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_policy_reloads_total",
 		Help: "Policy reloads by result (ok, invalid, refused, rollback).",
@@ -276,7 +285,7 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 	}
 	// One engine decides for the middleware and forward-auth alike.
 	eng, err := engine.New(engine.Options{Policy: p, Store: g.store, Logger: g.log, Metrics: g.metrics, Now: g.opts.Clock,
-		DenyCacheSize: g.denyCache, Tracer: g.tracer, Recording: g.recording})
+		DenyCacheSize: g.denyCache, Tracer: g.tracer, Recording: g.recording, JWKS: g.keys})
 	if err != nil {
 		return nil, fmt.Errorf("building policy %s: %w", p.Version, err)
 	}
