@@ -14,8 +14,8 @@ import (
 
 // TestShadowFileKeepsGuards: with every rate limit of the file in shadow
 // (shadow: true), the login guard and concurrency limits are still
-// enforced, as the README promises: the sixth wrong password for an
-// account is refused (and so never reaches the upstream).
+// enforced, as docs/guides/shadow-and-simulate.md promises: the sixth
+// wrong password for an account is refused (and so never reaches the upstream).
 func TestShadowFileKeepsGuards(t *testing.T) {
 	c := fixture.StillClock()
 	fixture.OnStores(t, c.Now, func(t *testing.T, s tollgate.Store, _ *redistest.Server) {

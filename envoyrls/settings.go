@@ -12,7 +12,8 @@ import (
 
 // Settings are what `tollgate rls` reads from the environment, under
 // envoyproxy/ratelimit's variable names where they mean the same thing
-// (see README.md, "Envoy's rate-limit service", for the whole table).
+// (see docs/integrations/envoy-rls.md, "Migrating from envoyproxy/ratelimit",
+// for the whole table).
 type Settings struct {
 	// ConfigDir is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
 	ConfigDir string

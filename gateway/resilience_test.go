@@ -394,10 +394,10 @@ func TestStartsWithoutRedis(t *testing.T) {
 // and Redis then its own rest: about 200 in one window. Now the fallback
 // starts from what Redis last said remained and charges Redis what it
 // admitted, so that one instance admits at most the limit and what was in
-// flight (the README's worst case, C + k). Meanwhile a daily quota that
-// was used up on Redis is never granted again: refused (the deny cache
-// remembers the refusal) or failing closed (503), and so after a restart
-// of the gateway with Redis down.
+// flight (the worst case of docs/operations/redis-failure-and-fallback.md,
+// C + k). Meanwhile a daily quota that was used up on Redis is never
+// granted again: refused (the deny cache remembers the refusal) or failing
+// closed (503), and so after a restart of the gateway with Redis down.
 func TestFallbackWorstCase(t *testing.T) {
 	t.Parallel() // its own Redis and gateways; it mostly waits out the windows, and what it counts only load can lower
 	const (

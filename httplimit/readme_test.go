@@ -10,8 +10,9 @@ import (
 	"github.com/tollgate/tollgate/store/memory"
 )
 
-// TestReadmeMiddleware runs the README's middleware snippet as written,
-// on examples/middleware.yaml: a policy without listeners or upstreams.
+// TestReadmeMiddleware runs the middleware snippet of
+// docs/integrations/go-library.md as written, on examples/middleware.yaml:
+// a policy without listeners or upstreams.
 func TestReadmeMiddleware(t *testing.T) {
 	store := memory.New(memory.Options{})
 	defer store.Close()

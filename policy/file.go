@@ -257,8 +257,7 @@ type StoreSpec struct {
 	// One of: standalone, cluster, sentinel.
 	Mode string `yaml:"mode"`
 	// MaxBytes bounds the in-memory store's state, e.g. 256MiB. When
-	// full, it evicts what costs least to forget; see the README's Stores
-	// section.
+	// full, it evicts what costs least to forget; see docs/design/stores.md.
 	// Default: 256MiB.
 	// Range: at least 1MiB.
 	MaxBytes ByteSize `yaml:"max_bytes"`

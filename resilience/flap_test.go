@@ -55,8 +55,8 @@ func TestFlappingLateAnswers(t *testing.T) {
 
 // TestFlappingLateAnswersFleet: the same attack on two instances taking
 // turns, each holding half of each limit in its fallback. The bound is
-// A + N × s + k (README, "What the fallback admits"): 100 + 2 × 50 here,
-// plus the calls in flight.
+// A + N × s + k (docs/operations/redis-failure-and-fallback.md, "What the
+// fallback admits"): 100 + 2 × 50 here, plus the calls in flight.
 func TestFlappingLateAnswersFleet(t *testing.T) {
 	t.Parallel()
 	fp, err := faultproxy.Start(srv.Addr)

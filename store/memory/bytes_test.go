@@ -15,7 +15,7 @@ import (
 // TestBytesPerKey measures, over 100,000 keys of each kind, the heap a key
 // takes (the heap's growth, after a GC, per key) and what the store
 // charges for it against Options.MaxBytes, and checks that the two agree
-// within 10%. README's table comes from its log (go test -run
+// within 10%. The table in docs/design/stores.md comes from its log (go test -run
 // TestBytesPerKey -v ./store/memory).
 func TestBytesPerKey(t *testing.T) {
 	n := 100_000
