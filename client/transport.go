@@ -363,7 +363,8 @@ func Never(*http.Response) bool { return false }
 // service a 429 or 503 answered by a Tollgate gateway itself: an
 // application/problem+json body whose type is Tollgate's rate-limited,
 // too-many-in-flight, limiter-unavailable, login-locked,
-// too-many-failures or login-attempts-in-progress problem, which the
+// too-many-failures, login-attempts-in-progress or
+// identity-provider-keys-unavailable problem, which the
 // gateway answers before forwarding anything. Nothing else is accepted: a
 // bare 429 or 503 from another server may have come after the work was
 // done. (A service behind the gateway could forge such a body; the
@@ -385,7 +386,8 @@ func DefaultNotProcessed(resp *http.Response) bool {
 	switch p.Type {
 	case "urn:tollgate:problem:rate-limited", "urn:tollgate:problem:too-many-in-flight",
 		"urn:tollgate:problem:limiter-unavailable", "urn:tollgate:problem:login-locked",
-		"urn:tollgate:problem:too-many-failures", "urn:tollgate:problem:login-attempts-in-progress":
+		"urn:tollgate:problem:too-many-failures", "urn:tollgate:problem:login-attempts-in-progress",
+		"urn:tollgate:problem:identity-provider-keys-unavailable":
 		return true
 	}
 	return false
