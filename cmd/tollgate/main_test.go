@@ -291,11 +291,11 @@ func TestCheckRefusesWhatServeRefuses(t *testing.T) {
 		{"gateway", gatewayBase, "", nil, 0, nil, "a policy for the gateway: both take it"},
 		{"middleware", string(middleware), "", nil, 1, []string{
 			"FILE: listeners.public: no public listener",
-			"FILE:20: routes[0].upstream: route export has no upstream",
-			"FILE:21: routes[1].upstream: route api has no upstream",
+			fmt.Sprintf("FILE:%d: routes[0].upstream: route export has no upstream", lineOf(t, middleware, "name: export")),
+			fmt.Sprintf("FILE:%d: routes[1].upstream: route api has no upstream", lineOf(t, middleware, "name: api")),
 		}, "a policy for the middleware alone: every reason at its line, not only the first"},
 		{"middleware listening", string(middleware), "", []string{"--listen", "PUBLIC"}, 1, []string{
-			"FILE:20: routes[0].upstream: route export has no upstream",
+			fmt.Sprintf("FILE:%d: routes[0].upstream: route export has no upstream", lineOf(t, middleware, "name: export")),
 		}, "--listen gives it a listener, not upstreams"},
 		{"no listener", strings.Replace(gatewayBase, `public: "PUBLIC", `, "", 1), "", nil, 1, []string{
 			"FILE: listeners.public: no public listener: the gateway needs one (set it, or pass --listen)",
@@ -410,4 +410,16 @@ func TestCheckJWTExample(t *testing.T) {
 			t.Errorf("check output lacks %q:\n%s", want, out.String())
 		}
 	}
+}
+
+// lineOf returns the number of the first line of text that holds s.
+func lineOf(t *testing.T, text []byte, s string) int {
+	t.Helper()
+	for i, line := range strings.Split(string(text), "\n") {
+		if strings.Contains(line, s) {
+			return i + 1
+		}
+	}
+	t.Fatalf("no line holds %q", s)
+	return 0
 }
