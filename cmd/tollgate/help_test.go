@@ -31,6 +31,9 @@ var helpCases = []helpCase{
 	{[]string{"rls", "-h"}, "rls's help, short form"},
 	{[]string{"hash-key", "--help"}, "hash-key's usage, not a key named --help"},
 	{[]string{"version", "--help"}, "version's usage"},
+	{[]string{"dev-jwks", "--help"}, "dev-jwks's subcommands"},
+	{[]string{"dev-jwks", "serve", "--help"}, "dev-jwks serve's flags"},
+	{[]string{"dev-jwks", "token", "-h"}, "dev-jwks token's flags, short form"},
 }
 
 // TestHelpOnce: help, asked for in any way, is the usage once, on
@@ -65,6 +68,9 @@ func TestBadUsage(t *testing.T) {
 		{[]string{"rls", "--bogus"}, "rls takes no flags"},
 		{[]string{"hash-key", "--bogus"}, "a flag hash-key does not take"},
 		{[]string{"version", "--bogus"}, "version takes no flags"},
+		{[]string{"dev-jwks"}, "dev-jwks without a subcommand says which there are"},
+		{[]string{"dev-jwks", "--bogus"}, "dev-jwks takes a subcommand, not a flag"},
+		{[]string{"dev-jwks", "token", "--bogus"}, "a flag dev-jwks token does not take"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(c.args, nil, &out, &errb)

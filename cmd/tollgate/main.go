@@ -21,6 +21,8 @@
 //	                                   shell history)
 //	tollgate rls                       run Envoy's rate-limit service, configured by
 //	                                   envoyproxy/ratelimit's environment variables
+//	tollgate dev-jwks serve|token      for development: serve a JWKS on loopback
+//	                                   and mint tokens it verifies
 //	tollgate version                   print the version and build
 //
 // Every command prints its usage with -h or --help; docs/reference/cli.md
@@ -73,6 +75,11 @@ const usage = `usage:
   tollgate rls                 run Envoy's rate-limit service (envoyproxy/ratelimit's
                                environment: RUNTIME_ROOT, GRPC_PORT, REDIS_URL, ...,
                                which tollgate rls --help lists)
+  tollgate dev-jwks serve [--listen ADDR] [--key FILE]
+  tollgate dev-jwks token --sub SUBJECT [--plan PLAN] [--claim NAME=VALUE]...
+                          [--ttl DURATION] [--iss ISSUER] [--aud AUDIENCE] [--key FILE]
+                               for development: serve a JWKS on loopback, and print
+                               tokens signed with its key
   tollgate version             print the version and build
 Every command takes -h or --help.
 `
@@ -111,6 +118,7 @@ var commands = map[string]command{
 	"schema":   withoutStdin(printSchema),
 	"simulate": withoutStdin(simulateCmd),
 	"hash-key": hashKey,
+	"dev-jwks": withoutStdin(devJWKS),
 	"version":  withoutStdin(printVersion),
 	"-h":       help,
 	"--help":   help,
