@@ -88,8 +88,7 @@ func TestSimulateCandidateFetchesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cand := strings.Replace(string(b), "https://idp.example.com/.well-known/jwks.json", idp.URL+"/internal/jwks", 1)
-	cand = strings.Replace(cand, "secret_env: TOLLGATE_SECRET", "secret: simulate-test-secret-0123456789", 1)
+	cand := strings.Replace(string(b), "http://127.0.0.1:8088/.well-known/jwks.json", idp.URL+"/internal/jwks", 1)
 	if status, out := postCandidate(t, g, cand); status != http.StatusOK {
 		t.Fatalf("/simulate: %d %s", status, out)
 	}

@@ -61,17 +61,17 @@ func TestJWTExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const url = "https://idp.example.com/.well-known/jwks.json"
+	const url = "http://127.0.0.1:8088/.well-known/jwks.json"
 	if !strings.Contains(string(b), url) {
 		t.Fatalf("examples/jwt.yaml no longer names %s; update the test", url)
 	}
 	src := strings.Replace(string(b), url, idp.JWKSURL(), 1)
-	p, err := policy.ParseEnv([]byte(src), "jwt-test.yaml", policy.Env{Vars: map[string]string{"TOLLGATE_SECRET": "0123456789abcdef0123"}})
+	p, err := policy.Parse([]byte(src), "jwt-test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := start(t, p, "")
-	c := jwttest.Valid("alice", time.Now()).With("iss", "https://idp.example.com/").With("aud", []string{"tollgate-api"})
+	c := jwttest.Valid("alice", time.Now()).With("iss", "tollgate-dev-jwks").With("aud", []string{"tollgate-api"})
 	pro := "Bearer " + jwttest.Sign(t, ec, c.With("plan", "pro").With("org", "acme"))
 	if resp := get(t, g.public+"/api/items", "Authorization", pro); resp.StatusCode != 200 ||
 		!strings.Contains(resp.Header.Get("RateLimit-Policy"), `"pro.minute";q=1000`) || !strings.Contains(resp.Header.Get("RateLimit-Policy"), `"pro.tenant"`) {
