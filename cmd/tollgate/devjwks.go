@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -66,24 +67,49 @@ func devJWKS(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// devJWKSServeFlags returns dev-jwks serve's flag set, which sets listen
+// and keyFile.
+func devJWKSServeFlags(listen, keyFile *string) *flag.FlagSet {
+	fs := flags("dev-jwks serve", "dev-jwks serve [--listen ADDR] [--key FILE]")
+	fs.StringVar(listen, "listen", devJWKSAddr, "the loopback address to serve on (host:port)")
+	fs.StringVar(keyFile, "key", "", devKeyHelp)
+	return fs
+}
+
+// devJWKSTokenFlags returns dev-jwks token's flag set, which sets t and
+// keyFile.
+func devJWKSTokenFlags(t *tokenSpec, keyFile *string) *flag.FlagSet {
+	fs := flags("dev-jwks token", "dev-jwks token --sub SUBJECT [--plan PLAN] [--claim NAME=VALUE]... [--ttl DURATION] [--iss ISSUER] [--aud AUDIENCE] [--key FILE]")
+	fs.StringVar(&t.sub, "sub", "", "the subject, the sub claim (required)")
+	fs.StringVar(&t.plan, "plan", "", "the plan claim, e.g. pro")
+	fs.Func("claim", "another claim, NAME=VALUE with a string value (repeatable), e.g. org=acme", func(s string) error {
+		t.claims = append(t.claims, s)
+		return nil
+	})
+	fs.DurationVar(&t.ttl, "ttl", time.Hour, "how long the token is valid")
+	fs.StringVar(&t.iss, "iss", devIssuer, "the issuer, the iss claim")
+	fs.StringVar(&t.aud, "aud", devAudience, "the audience, the aud claim")
+	fs.StringVar(keyFile, "key", "", devKeyHelp)
+	return fs
+}
+
 // devJWKSServe serves the key's public half as a JWKS until SIGINT or
 // SIGTERM.
 func devJWKSServe(args []string, stdout, stderr io.Writer) int {
-	fs := flags("dev-jwks serve", "dev-jwks serve [--listen ADDR] [--key FILE]", stdout, stderr)
-	listen := fs.String("listen", devJWKSAddr, "the loopback address to serve on (host:port)")
-	keyFile := fs.String("key", "", devKeyHelp)
-	if code, done := parse(fs, args, stdout); done {
+	var listen, keyFile string
+	fs := devJWKSServeFlags(&listen, &keyFile)
+	if code, done := parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
 		return 2
 	}
-	if err := checkLoopback(*listen); err != nil {
+	if err := checkLoopback(listen); err != nil {
 		fmt.Fprintln(stderr, "dev-jwks serve:", err)
 		return 2
 	}
-	key, file, err := loadDevKey(*keyFile)
+	key, file, err := loadDevKey(keyFile)
 	if err != nil {
 		fmt.Fprintln(stderr, "dev-jwks serve:", err)
 		return 1
@@ -93,7 +119,7 @@ func devJWKSServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dev-jwks serve:", err)
 		return 1
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		fmt.Fprintln(stderr, "dev-jwks serve:", err)
 		return 1
@@ -159,19 +185,10 @@ func serveUntil(ctx context.Context, ln net.Listener, h http.Handler) error {
 
 // devJWKSToken prints a JWT signed with the key.
 func devJWKSToken(args []string, stdout, stderr io.Writer) int {
-	fs := flags("dev-jwks token", "dev-jwks token --sub SUBJECT [--plan PLAN] [--claim NAME=VALUE]... [--ttl DURATION] [--iss ISSUER] [--aud AUDIENCE] [--key FILE]", stdout, stderr)
 	var t tokenSpec
-	fs.StringVar(&t.sub, "sub", "", "the subject, the sub claim (required)")
-	fs.StringVar(&t.plan, "plan", "", "the plan claim, e.g. pro")
-	fs.Func("claim", "another claim, NAME=VALUE with a string value (repeatable), e.g. org=acme", func(s string) error {
-		t.claims = append(t.claims, s)
-		return nil
-	})
-	fs.DurationVar(&t.ttl, "ttl", time.Hour, "how long the token is valid")
-	fs.StringVar(&t.iss, "iss", devIssuer, "the issuer, the iss claim")
-	fs.StringVar(&t.aud, "aud", devAudience, "the audience, the aud claim")
-	keyFile := fs.String("key", "", devKeyHelp)
-	if code, done := parse(fs, args, stdout); done {
+	var keyFile string
+	fs := devJWKSTokenFlags(&t, &keyFile)
+	if code, done := parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	claims, err := t.build(time.Now())
@@ -183,7 +200,7 @@ func devJWKSToken(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	key, _, err := loadDevKey(*keyFile)
+	key, _, err := loadDevKey(keyFile)
 	if err == nil {
 		var tok string
 		if tok, err = signToken(key, claims); err == nil {

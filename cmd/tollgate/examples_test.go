@@ -210,18 +210,22 @@ type shippedPolicy struct {
 	env     []string // what the file's secret_env and admin_token_env name
 	redis   bool     // its store is Redis: serve it on a real one
 	refusal string   // serve's refusal; "" if it must serve
+	check   []string // check's flags
+	jwks    bool     // its jwks_url is dev-jwks's: serve one, on a free port
 	reason  string
 }
 
 // TestShippedPolicies: every policy under examples/ and deploy/ passes
 // check without a warning, and serve on it starts and answers ready on
-// /readyz; one for the middleware alone is refused by serve, saying why.
+// /readyz; one for the middleware alone passes check --middleware, and
+// is refused by serve, saying why.
 func TestShippedPolicies(t *testing.T) {
 	secrets := []string{"TOLLGATE_SECRET=shipped-policies-test-secret", "TOLLGATE_ADMIN_TOKEN=shipped-policies-test-admin-token-0123456789"}
 	cases := []shippedPolicy{
 		{file: "examples/quickstart.yaml", reason: "the README's first command: it runs as written, on the memory store"},
-		{file: "examples/jwt.yaml", reason: "runs as written too: its JWKS (dev-jwks's) is fetched in the background, and readiness is the store's"},
-		{file: "examples/middleware.yaml", refusal: "has no upstream",
+		{file: "examples/minimal.yaml", reason: "the README's own policy: one plan, one key, one route"},
+		{file: "examples/jwt.yaml", jwks: true, reason: "runs as written too, beside dev-jwks serve: ready once its JWKS is fetched"},
+		{file: "examples/middleware.yaml", check: []string{"--middleware"}, refusal: "has no upstream",
 			reason: "for the net/http middleware alone: it loads, but the gateway needs upstreams to send requests to"},
 		{file: "deploy/policy.yaml", env: secrets, redis: true, reason: "the image's policy: on Redis, with the secrets the deployment provides"},
 		{file: "deploy/k8s/configmap.yaml", env: secrets, redis: true, reason: "the ConfigMap's policy.yaml, as Kubernetes mounts it"},
@@ -237,9 +241,13 @@ func TestShippedPolicies(t *testing.T) {
 				name, v, _ := strings.Cut(e, "=")
 				t.Setenv(name, v)
 			}
-			file := copyPolicy(t, c.file)
+			var edits []string
+			if c.jwks {
+				edits = []string{"http://" + devJWKSAddr + devJWKSPath, startDevJWKS(t)}
+			}
+			file := copyPolicy(t, c.file, edits...)
 			var out, errb bytes.Buffer
-			if code := run([]string{"check", file}, nil, &out, &errb); code != 0 || errb.Len() != 0 {
+			if code := run(append(append([]string{"check"}, c.check...), file), nil, &out, &errb); code != 0 || errb.Len() != 0 {
 				t.Fatalf("%s: check: exit %d, want 0 with nothing on stderr: %s", c.reason, code, errb.String())
 			}
 			args := []string{"serve", "--config", file, "--listen", "127.0.0.1:0", "--admin", "127.0.0.2:0"}
@@ -260,6 +268,21 @@ func TestShippedPolicies(t *testing.T) {
 			gw.stop(t)
 		})
 	}
+}
+
+// startDevJWKS starts dev-jwks serve (with args) on a free port, until
+// the test ends, and returns its JWKS's URL.
+func startDevJWKS(t *testing.T, args ...string) string {
+	t.Helper()
+	if len(args) == 0 {
+		args = []string{"--key", filepath.Join(t.TempDir(), "key.json")}
+	}
+	jwks := startTollgate(t, nil, append([]string{"dev-jwks", "serve", "--listen", "127.0.0.1:0"}, args...)...)
+	const at = "development JWKS at "
+	line := jwks.waitLine(t, "the JWKS's address", func(l string) bool { return strings.HasPrefix(l, at) })
+	url, _, _ := strings.Cut(strings.TrimPrefix(line, at), " ")
+	t.Cleanup(func() { jwks.stop(t) }) // it stops cleanly on SIGTERM
+	return url
 }
 
 // awaitReady asks the gateway's admin listener /readyz until it answers
@@ -293,10 +316,7 @@ func awaitReady(t *testing.T, admin string) (status, body string) {
 func TestJWTExampleWithDevJWKS(t *testing.T) {
 	dir := t.TempDir()
 	key := filepath.Join(dir, "key.json")
-	jwks := startTollgate(t, nil, "dev-jwks", "serve", "--listen", "127.0.0.1:0", "--key", key)
-	const at = "development JWKS at "
-	line := jwks.waitLine(t, "the JWKS's address", func(l string) bool { return strings.HasPrefix(l, at) })
-	url, _, _ := strings.Cut(strings.TrimPrefix(line, at), " ")
+	url := startDevJWKS(t, "--key", key)
 
 	mint := func(args ...string) string {
 		t.Helper()
@@ -340,5 +360,4 @@ func TestJWTExampleWithDevJWKS(t *testing.T) {
 		}
 	}
 	gw.stop(t)
-	jwks.stop(t)
 }

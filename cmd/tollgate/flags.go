@@ -17,6 +17,8 @@ var flagSets = []func() *flag.FlagSet{
 	func() *flag.FlagSet { return simulateFlags(new(simulateOptions)) },
 	hashKeyFlags,
 	rlsFlags,
+	func() *flag.FlagSet { return devJWKSServeFlags(new(string), new(string)) },
+	func() *flag.FlagSet { return devJWKSTokenFlags(new(tokenSpec), new(string)) },
 	versionFlags,
 }
 
