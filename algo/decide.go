@@ -16,8 +16,13 @@ import (
 //	TokenBucket           A: tokens missing in 1/Period units, B: last update (ms)
 //	LeakyBucket           A: level in 1/Period units, B: last update (ms)
 //	FixedWindow           A: window index (a calendar window: its end, ms), B: count
-//	SlidingWindowCounter  A: window index, B: current count, C: previous count
+//	SlidingWindowCounter  A: window index, B: current count, C: previous count,
+//	                      D: the time of the settle that wrote the state (ms; 0: a decision did)
 //	SlidingWindowLog      Log
+//
+// A settle ([Prepared.Settle]) may leave a state owing more than the
+// capacity (a debt): a TAT more than Burst × Period / Rate ahead, more
+// than Burst tokens missing, a count above Rate.
 //
 // [Lockout] uses A to E.
 type State struct {
@@ -34,6 +39,10 @@ type Result struct {
 	ResetAfter int64 // ms
 	RetryAfter int64 // ms
 	Delay      int64 // ms
+	// Debt is, for a settle ([Prepared.Settle]), how far the budget is
+	// below zero after it: the units owed beyond the capacity, rounded
+	// up. Decisions leave it 0.
+	Debt int64
 }
 
 // Decision converts r to a Decision.
@@ -88,6 +97,7 @@ func (l Limit) Prepare() (Prepared, error) {
 		return Prepared{}, err
 	}
 	p.capU = p.cap * p.period
+	p.owe = p.oweLimit()
 	return Prepared{p: p}, nil
 }
 
@@ -154,9 +164,10 @@ func (pl *Prepared) For(req *Request) (*Prepared, error) {
 //
 // If nowMS is earlier than the state s (a clock stepped back), the request
 // is decided as of the last update s records (TokenBucket, LeakyBucket,
-// SlidingWindowLog), as of the earliest time s could have been written
-// (GCRA, SlidingWindowCounter, which record none), or in the window s
-// counts (FixedWindow). That is never looser than deciding at the last
+// SlidingWindowLog, a SlidingWindowCounter a settle wrote), as of the
+// earliest time s could have been written (GCRA, SlidingWindowCounter,
+// which record none: for GCRA in debt, when the debt is paid back), or
+// in the window s counts (FixedWindow). That is never looser than deciding at the last
 // update, a cost of 0 is always allowed, and the durations in the result
 // are still measured from nowMS.
 func Decide(l Limit, s *State, nowMS, cost int64) (r Result, ttl int64, err error) {
@@ -214,7 +225,7 @@ func (pl *Prepared) DecideInto(r *Result, s *State, nowMS, cost int64) (ttl int6
 				retry += off
 			}
 		}
-		r.Allowed, r.Quota, r.Remaining, r.ResetAfter, r.RetryAfter, r.Delay = ok, p.cap, remaining, reset, retry, 0
+		r.Allowed, r.Quota, r.Remaining, r.ResetAfter, r.RetryAfter, r.Delay, r.Debt = ok, p.cap, remaining, reset, retry, 0, 0
 		return reset, nil
 	case TokenBucket, LeakyBucket:
 		*r, eff = leakyBucket(*p, s, nowMS, cost)
@@ -291,6 +302,7 @@ func gcra(p *params, s *State, now, cost int64) (allowed bool, remaining, resetA
 // counting the tokens themselves would start it empty at the Unix epoch. As a shaper it lets the
 // level rise past the capacity by up to delay×n units (the queue); a
 // request that ends above the capacity waits until it has drained back.
+// A token bucket's level rises past the capacity only by a settle's debt.
 //
 // A shaper decides a request met before the state's last update (a clock
 // behind another instance's, or a schedule pushed back, see [PushBack]) as
@@ -308,8 +320,12 @@ func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 	if now < last {
 		now = last
 	}
-	if lvl > limU {
-		lvl = limU
+	maxU := limU
+	if p.alg == TokenBucket {
+		maxU = p.owe // a settle's debt: more missing than the burst
+	}
+	if lvl > maxU {
+		lvl = maxU
 	}
 	if el := now - last; el >= ceilDiv(lvl, p.n) {
 		lvl = 0
@@ -324,7 +340,7 @@ func leakyBucket(p params, s *State, now, cost int64) (Result, int64) {
 	if need := cost * p.period; lvl+need <= admitU || cost == 0 {
 		r.Allowed = true
 		lvl += need
-		if lvl > capU {
+		if lvl > capU && p.delay > 0 {
 			r.Delay = ceilDiv(lvl-capU, p.n)
 		}
 		if cost > 0 {
@@ -398,7 +414,7 @@ func fixedWindow(p params, s *State, now, cost int64) (Result, int64) {
 		count = s.B
 	}
 	r := Result{Quota: p.cap}
-	if count+cost <= p.n {
+	if count+cost <= p.n || cost == 0 { // a count above n is a settle's debt
 		r.Allowed = true
 		count += cost
 		if cost > 0 {
@@ -417,36 +433,16 @@ func fixedWindow(p params, s *State, now, cost int64) (Result, int64) {
 // slidingCounter estimates usage over the last period as
 // prev×(period-elapsed)/period + cur, computed in 1/period units.
 func slidingCounter(p params, s *State, now, cost int64) (Result, int64) {
-	w := now / p.period
-	if w < s.A {
-		w, now = s.A, s.A*p.period
-	}
-	var cur, prev int64
-	switch s.A {
-	case w:
-		cur, prev = s.B, s.C
-	case w - 1:
-		prev = s.B
-	}
-	start := w * p.period
-	if s.A == w && prev > 0 && cur <= p.n {
-		// The state was written in this window when the counts fitted
-		// the capacity: no earlier than start+emin, the first moment
-		// prev×(period-e) + cur×period <= n×period. A request timed
-		// before that (a clock that stepped back) is decided then.
-		if emin := p.period - (p.n-cur)*p.period/prev; now < start+emin {
-			now = start + emin
-		}
-	}
+	w, start, now, cur, prev := slidingView(&p, s, now)
 	e := now - start
 	carried := prev * (p.period - e) // previous window's weight, in 1/period units
 	capU := p.n * p.period
 	r := Result{Quota: p.cap}
-	if carried+(cur+cost)*p.period <= capU {
+	if carried+(cur+cost)*p.period <= capU || cost == 0 { // above capU: a settle's debt
 		r.Allowed = true
 		cur += cost
 		if cost > 0 {
-			s.A, s.B, s.C = w, cur, prev
+			s.A, s.B, s.C, s.D = w, cur, prev, 0
 		}
 	} else if room := p.n - cur - cost; room >= 0 {
 		// Allowed later in this window, once enough of prev has slid out:
@@ -465,6 +461,39 @@ func slidingCounter(p params, s *State, now, cost int64) (Result, int64) {
 		r.ResetAfter = start + p.period - now
 	}
 	return r, now
+}
+
+// slidingView returns what a sliding counter with state s decides by at
+// now: the window w and its start, the time it decides as of (now, or
+// later for a clock that stepped back) and the counts of w and of the
+// window before it.
+func slidingView(p *params, s *State, now int64) (w, start, at, cur, prev int64) {
+	w = now / p.period
+	if w < s.A {
+		w, now = s.A, s.A*p.period
+	}
+	switch s.A {
+	case w:
+		cur, prev = s.B, s.C
+	case w - 1:
+		prev = s.B
+	}
+	start = w * p.period
+	switch {
+	case s.A == w && s.D > 0:
+		// A settle wrote the state at D, whatever its counts: a request
+		// timed before that is decided then.
+		now = max(now, s.D)
+	case s.A == w && prev > 0 && cur <= p.n:
+		// A decision wrote the state in this window when the counts
+		// fitted the capacity: no earlier than start+emin, the first
+		// moment prev×(period-e) + cur×period <= n×period. A request
+		// timed before that (a clock that stepped back) is decided then.
+		if emin := p.period - (p.n-cur)*p.period/prev; now < start+emin {
+			now = start + emin
+		}
+	}
+	return w, start, now, cur, prev
 }
 
 // Handle is a limit prepared once, when a policy is compiled or a

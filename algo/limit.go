@@ -214,6 +214,7 @@ type params struct {
 
 	// Set by Prepare.
 	capU int64 // cap × period
+	owe  int64 // the most a settle lets the state owe (oweLimit)
 
 	// Set by Taking and GivingBack.
 	place *Place // set: Decide reports there the place a charge took (Taking)
