@@ -2,11 +2,14 @@ package algo_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"sort"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/algo"
+	"github.com/tollgate/tollgate/internal/testenv"
 )
 
 // t0 is the tests' time zero: on a whole second, and sday on a UTC day.
@@ -282,5 +285,299 @@ func TestSettleUnsupported(t *testing.T) {
 	var r algo.Result
 	if _, err := zero.Settle(&r, &s, t0, t0, 1, 2); !errors.Is(err, algo.ErrInvalidLimit) {
 		t.Errorf("zero Prepared settled: %v, want ErrInvalidLimit", err)
+	}
+}
+
+// reservation is one admitted reservation of the bound's simulation:
+// admitted at seq (the simulation's event count) and time at, settled at
+// event settled (math.MaxInt: never).
+type reservation struct {
+	seq, settled int
+	at, est, act int64
+}
+
+func (r reservation) excess() int64 { return max(0, r.act-r.est) }
+
+// simulate reserves and settles at random on one state per limit (all of
+// them deciding alike: GCRA and TokenBucket are checked in lockstep) and
+// returns the reservations admitted, in order. Estimates are at least
+// their actual cost unless over is set.
+func simulate(t *testing.T, ls []algo.Limit, over bool, maxStep int64) []reservation {
+	rng := testenv.Rand(t)
+	pls := make([]algo.Prepared, len(ls))
+	for i, l := range ls {
+		var err error
+		if pls[i], err = l.Prepare(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	states := make([]algo.State, len(ls))
+	var admitted []reservation
+	var inflight []int
+	now, seq := t0, 0
+	var refused, refunds, debts int
+	capacity := ls[0].Capacity()
+	for range 4000 {
+		now += rng.Int64N(maxStep)
+		var rs [2]algo.Result
+		var ttls [2]int64
+		if len(inflight) > 0 && rng.IntN(2) == 0 {
+			k := rng.IntN(len(inflight))
+			res := &admitted[inflight[k]]
+			inflight = append(inflight[:k], inflight[k+1:]...)
+			res.settled = seq
+			for i := range pls {
+				var err error
+				if ttls[i], err = pls[i].Settle(&rs[i], &states[i], now, res.at, res.est, res.act); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if res.act < res.est {
+				refunds++
+			} else if res.act > res.est {
+				debts++
+			}
+		} else {
+			est := 1 + rng.Int64N(capacity)
+			act := rng.Int64N(est + 1)
+			if over {
+				act = rng.Int64N(2*est + 1)
+			}
+			for i := range pls {
+				var err error
+				if ttls[i], err = pls[i].DecideInto(&rs[i], &states[i], now, est); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rs[0].Allowed {
+				inflight = append(inflight, len(admitted))
+				admitted = append(admitted, reservation{seq: seq, settled: math.MaxInt, at: now, est: est, act: act})
+			} else {
+				refused++
+			}
+		}
+		if len(pls) > 1 && (rs[0] != rs[1] || ttls[0] != ttls[1]) {
+			t.Fatalf("at %d: %v %+v ttl %d, %v %+v ttl %d", now-t0, ls[0].Algorithm, rs[0], ttls[0], ls[1].Algorithm, rs[1], ttls[1])
+		}
+		seq++
+	}
+	if refused == 0 || refunds == 0 || (over && debts == 0) || len(admitted) < 100 {
+		t.Fatalf("a vacuous run: %d admitted, %d refused, %d refunds, %d debts", len(admitted), refused, refunds, debts)
+	}
+	return admitted
+}
+
+// TestSettleOvershootBound holds random reservations, settled later at
+// random, to Settle's bound. A bucket: over any interval [t_i, t_j]
+// between admissions, the actual cost admitted in it is at most Burst +
+// Rate × (t_j − t_i) / Period + the excess (actual − estimate, when
+// positive) of those admitted in it still unsettled at t_j. A window:
+// the actual cost of a window's reservations is at most Rate + the
+// excess of those unsettled at its last admission. With no estimate
+// below its actual, no excess: the limit holds exactly.
+func TestSettleOvershootBound(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ls      []algo.Limit
+		maxStep int64
+	}{
+		{[]algo.Limit{{Algorithm: algo.GCRA, Rate: 10, Period: time.Second}, {Algorithm: algo.TokenBucket, Rate: 10, Period: time.Second}}, 150},
+		{[]algo.Limit{{Algorithm: algo.GCRA, Rate: 3, Period: 700 * time.Millisecond, Burst: 11}, {Algorithm: algo.TokenBucket, Rate: 3, Period: 700 * time.Millisecond, Burst: 11}}, 400},
+		{[]algo.Limit{{Algorithm: algo.GCRA, Rate: 5000, Period: time.Second, Burst: 300}, {Algorithm: algo.TokenBucket, Rate: 5000, Period: time.Second, Burst: 300}}, 30},
+		{[]algo.Limit{{Algorithm: algo.FixedWindow, Rate: 10, Period: time.Second}}, 150},
+		{[]algo.Limit{{Algorithm: algo.SlidingWindowCounter, Rate: 10, Period: time.Second}}, 150},
+		{[]algo.Limit{{Algorithm: algo.SlidingWindowCounter, Rate: 7, Period: 333 * time.Millisecond}}, 80},
+		{[]algo.Limit{{Algorithm: algo.FixedWindow, Rate: 1000, Period: algo.Day, Calendar: algo.Daily, Zone: ny}}, 2 * hour},
+	} {
+		l := c.ls[0]
+		for _, over := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/over=%v", l, over), func(t *testing.T) {
+				admitted := simulate(t, c.ls, over, c.maxStep)
+				if l.Algorithm == algo.GCRA {
+					checkBucketBound(t, l, admitted)
+				} else {
+					checkWindowBound(t, l, admitted)
+				}
+			})
+		}
+	}
+}
+
+// checkBucketBound checks the bound on every interval between two
+// admissions, in units of 1/Period of a token.
+func checkBucketBound(t *testing.T, l algo.Limit, admitted []reservation) {
+	period, n := l.Period.Milliseconds(), l.Rate
+	capU := l.Capacity() * period
+	// settledBefore[j]: the reservations settled between admissions j-1 and j.
+	settledBefore := make([][]int, len(admitted))
+	for k, r := range admitted {
+		if r.settled == math.MaxInt {
+			continue
+		}
+		j := sort.Search(len(admitted), func(j int) bool { return admitted[j].seq > r.settled })
+		if j < len(admitted) {
+			settledBefore[j] = append(settledBefore[j], k)
+		}
+	}
+	for i := range admitted {
+		var used, excess int64
+		for j := i; j < len(admitted); j++ {
+			for _, k := range settledBefore[j] {
+				if k >= i {
+					excess -= admitted[k].excess()
+				}
+			}
+			used += admitted[j].act
+			excess += admitted[j].excess()
+			if bound := capU + n*(admitted[j].at-admitted[i].at) + excess*period; used*period > bound {
+				t.Fatalf("admitted %d in [%d, %d] ms: %d/%d tokens past the bound (%d in flight over their estimates)",
+					used, admitted[i].at-t0, admitted[j].at-t0, used*period-bound, period, excess)
+			}
+		}
+	}
+}
+
+// checkWindowBound checks the bound on every window.
+func checkWindowBound(t *testing.T, l algo.Limit, admitted []reservation) {
+	window := func(at int64) int64 {
+		if l.Calendar != algo.NoCalendar {
+			return l.CalendarBounds(at)[2]
+		}
+		return at / l.Period.Milliseconds()
+	}
+	for i := 0; i < len(admitted); {
+		w := window(admitted[i].at)
+		j := i
+		for j < len(admitted) && window(admitted[j].at) == w {
+			j++
+		}
+		last := admitted[j-1].seq
+		var used, excess int64
+		for _, r := range admitted[i:j] {
+			used += r.act
+			if r.settled > last {
+				excess += r.excess()
+			}
+		}
+		if used > l.Rate+excess {
+			t.Fatalf("window %d: admitted %d, past %d + %d in flight over their estimates", w, used, l.Rate, excess)
+		}
+		i = j
+	}
+}
+
+var fuzzPeriods = []time.Duration{time.Millisecond, 7 * time.Millisecond, 250 * time.Millisecond, time.Second, time.Minute, time.Hour}
+
+// FuzzSettle decodes a limit that can settle and a timeline of decisions
+// and settles, and requires that no settle panics or fails on valid input,
+// that a failed one changes nothing, and that every state a settle leaves
+// is one DecideInto decides soundly (checkDecidable).
+//
+// Layout: data[0] algorithm (4: calendar days), data[1] rate, data[2]
+// period, data[3] burst; then groups of 4 bytes (op, x, y, z). op's low
+// bit picks a settle (else a decision of cost x); op>>1 advances the
+// clock by that many 64ths of the period. A settle's estimate is x (past
+// the capacity: an error), its actual y << (z%48), or 2^63-1 for z >= 240,
+// and its reservation (z-32) 16ths of the period before now.
+func FuzzSettle(f *testing.F) {
+	for a := range byte(5) {
+		f.Add([]byte{a, 9, 3, 12, 0, 9, 0, 0, 1, 9, 30, 3, 1, 1, 0, 240, 64, 1, 0, 0, 3, 0, 1, 40})
+		f.Add([]byte{a, 3, 1, 0, 0, 3, 0, 0, 33, 3, 200, 2, 0x81, 1, 0, 32, 17, 2, 0, 0, 0xff, 1, 0, 0})
+		f.Add([]byte{a, 15, 4, 19, 7, 15, 0, 0, 9, 15, 1, 33, 9, 14, 3, 20, 64, 7, 0, 0, 1, 20, 255, 250})
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 4 {
+			return
+		}
+		l := algo.Limit{Algorithm: []algo.Algorithm{algo.GCRA, algo.TokenBucket, algo.FixedWindow, algo.SlidingWindowCounter, algo.FixedWindow}[data[0]%5],
+			Rate: 1 + int64(data[1]%32), Period: fuzzPeriods[int(data[2])%len(fuzzPeriods)]}
+		if l.Algorithm == algo.GCRA || l.Algorithm == algo.TokenBucket {
+			l.Burst = int64(data[3] % 40)
+		}
+		if data[0]%5 == 4 {
+			l.Calendar, l.Period, l.Zone = algo.Daily, algo.Day, time.UTC
+		}
+		pl, err := l.Prepare()
+		if err != nil {
+			return
+		}
+		period := l.Period.Milliseconds()
+		var s algo.State
+		now := t0 + int64(data[3])*37
+		for ops := data[4:]; len(ops) >= 4; ops = ops[4:] {
+			op, x, y, z := ops[0], int64(ops[1]), int64(ops[2]), ops[3]
+			now += int64(op>>1) * max(1, period/64)
+			var r algo.Result
+			if op&1 == 0 {
+				if _, err := pl.DecideInto(&r, &s, now, x%(l.Capacity()+1)); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			act := y << (z % 48)
+			if z >= 240 {
+				act = math.MaxInt64
+			}
+			res := max(0, now-(int64(z)-32)*max(1, period/16))
+			before := s
+			if _, err := pl.Settle(&r, &s, now, res, x, act); err != nil {
+				if x <= l.Capacity() || !errors.Is(err, algo.ErrCostExceedsBurst) || s != before {
+					t.Fatalf("settle of %d (actual %d) at %d: %v, state %+v -> %+v", x, act, now, err, before, s)
+				}
+				continue
+			}
+			if !r.Allowed || r.Remaining < 0 || r.Debt < 0 || r.RetryAfter != 0 || (r.Debt > 0 && r.Remaining != 0) {
+				t.Fatalf("settle of %d (actual %d) at %d: %+v", x, act, now, r)
+			}
+			checkDecidable(t, &pl, l, s, now)
+		}
+	})
+}
+
+// checkDecidable requires DecideInto to decide state s soundly at now for
+// a query, a cost of 1 and the whole capacity: no error, no negative or
+// over-long field, a query allowed, a refusal that changes nothing and
+// whose RetryAfter is exact, and a state that is fresh once its ttl has
+// passed.
+func checkDecidable(t *testing.T, pl *algo.Prepared, l algo.Limit, s algo.State, now int64) {
+	t.Helper()
+	decide := func(at, cost int64) (algo.Result, int64, algo.State) {
+		c := s
+		var r algo.Result
+		ttl, err := pl.DecideInto(&r, &c, at, cost)
+		if err != nil {
+			t.Fatalf("state %+v at %d, cost %d: %v", s, at, cost, err)
+		}
+		return r, ttl, c
+	}
+	h := algo.MaxHorizon.Milliseconds()
+	for _, cost := range []int64{0, 1, l.Capacity()} {
+		r, ttl, after := decide(now, cost)
+		switch {
+		case r.Remaining < 0 || r.Remaining > r.Quota || r.ResetAfter < 0 || r.ResetAfter > h || r.RetryAfter < 0 || r.RetryAfter > h ||
+			r.Delay != 0 || r.Debt != 0 || ttl != r.ResetAfter:
+			t.Fatalf("state %+v at %d, cost %d: %+v ttl %d", s, now, cost, r, ttl)
+		case cost == 0 && !r.Allowed:
+			t.Fatalf("state %+v at %d: a query refused: %+v", s, now, r)
+		case !r.Allowed && (after != s || r.RetryAfter < 1):
+			t.Fatalf("state %+v at %d, cost %d: refused with RetryAfter %d, state -> %+v", s, now, cost, r.RetryAfter, after)
+		case !r.Allowed:
+			if pr, _, _ := decide(now+r.RetryAfter, cost); !pr.Allowed {
+				t.Fatalf("state %+v at %d, cost %d: refused at its RetryAfter %d: %+v", s, now, cost, r.RetryAfter, pr)
+			}
+			if pr, _, _ := decide(now+r.RetryAfter-1, cost); r.RetryAfter > 1 && pr.Allowed {
+				t.Fatalf("state %+v at %d, cost %d: allowed 1 ms before its RetryAfter %d", s, now, cost, r.RetryAfter)
+			}
+		}
+	}
+	q, ttl, _ := decide(now, 0)
+	got, _, _ := decide(now+ttl, 0)
+	var fresh algo.State
+	var want algo.Result
+	if _, err := pl.DecideInto(&want, &fresh, now+ttl, 0); err != nil || got != want {
+		t.Fatalf("state %+v at %d (%+v): at its ttl %d it decides %+v, a fresh key %+v", s, now, q, ttl, got, want)
 	}
 }
