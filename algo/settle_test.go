@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/internal/testenv"
+	"github.com/tollgate/tollgate/internal/vectors"
 )
 
 // t0 is the tests' time zero: on a whole second, and sday on a UTC day.
@@ -218,6 +219,27 @@ func TestSettle(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSettleVectors runs the shared settle vectors against Settle.
+func TestSettleVectors(t *testing.T) {
+	vectors.RunSettle(t, func(t *testing.T) (vectors.DecideFunc, vectors.SettleFunc) {
+		var s algo.State
+		decide := func(l algo.Limit, now time.Time, a vectors.Ask) (algo.Decision, error) {
+			r, _, err := algo.Decide(l, &s, now.UnixMilli(), a.Cost)
+			return r.Decision(), err
+		}
+		settle := func(l algo.Limit, now time.Time, a vectors.SettleAsk) (algo.Result, error) {
+			pl, err := l.Prepare()
+			if err != nil {
+				return algo.Result{}, err
+			}
+			var r algo.Result
+			_, err = pl.Settle(&r, &s, now.UnixMilli(), a.ReservedAt.UnixMilli(), a.Estimate, a.Actual)
+			return r, err
+		}
+		return decide, settle
+	})
 }
 
 // TestSettleErrors: a settle with a bad cost or time is refused with its

@@ -1,6 +1,8 @@
 // Package vectors loads the shared JSON test vectors in testdata/vectors and
 // checks any decision function against them, so the pure algorithms, the
 // in-memory store and the Redis scripts are held to one set of answers.
+// The vectors that settle reservations ([RunSettle]) also need a settle
+// function.
 package vectors
 
 import (
@@ -9,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 	_ "time/tzdata" // the vectors name IANA zones
@@ -34,17 +37,33 @@ type Vector struct {
 
 // Step is one request and what it must return.
 type Step struct {
-	At        int64  `json:"at"`
-	Cost      int64  `json:"cost"`
-	Within    int64  `json:"within"` // the request's queue threshold (ms), algo.Request.Within
-	Push      int64  `json:"push"`   // ms: the step is a push back (algo.PushBack) instead of a request
-	Allowed   bool   `json:"allowed"`
-	Remaining int64  `json:"remaining"`
-	Reset     int64  `json:"reset"`
-	Retry     int64  `json:"retry"`
-	Delay     int64  `json:"delay"`
-	Error     string `json:"error"`
-	Note      string `json:"note"`
+	At        int64   `json:"at"`
+	Cost      int64   `json:"cost"`
+	Within    int64   `json:"within"` // the request's queue threshold (ms), algo.Request.Within
+	Push      int64   `json:"push"`   // ms: the step is a push back (algo.PushBack) instead of a request
+	Settle    *Settle `json:"settle"` // set: the step settles a reservation (algo.Prepared.Settle) instead
+	Allowed   bool    `json:"allowed"`
+	Remaining int64   `json:"remaining"`
+	Reset     int64   `json:"reset"`
+	Retry     int64   `json:"retry"`
+	Delay     int64   `json:"delay"`
+	Debt      int64   `json:"debt"` // a settle's algo.Result.Debt
+	Error     string  `json:"error"`
+	Note      string  `json:"note"`
+}
+
+// Settle is a settle step's reservation: made at ReservedAt (ms after
+// the vector's start_ms) at Estimate, and costing Actual.
+type Settle struct {
+	ReservedAt int64 `json:"reserved_at"`
+	Estimate   int64 `json:"estimate"`
+	Actual     int64 `json:"actual"`
+}
+
+// Settles reports whether the vector has a settle step: [RunSettle]
+// checks it, [Run] leaves it out.
+func (v Vector) Settles() bool {
+	return slices.ContainsFunc(v.Steps, func(s Step) bool { return s.Settle != nil })
 }
 
 // LimitFor returns the vector's limit under algorithm a.
@@ -127,32 +146,69 @@ type Ask struct {
 // enclosing Run, keyed by nothing else.
 type DecideFunc func(l algo.Limit, now time.Time, a Ask) (algo.Decision, error)
 
-// Run checks every vector, for every algorithm it names, as a subtest of t.
-// newDecider is called once per (vector, algorithm) and must return a
-// decision function over fresh state.
+// Run checks every vector but those that settle, for every algorithm it
+// names, as a subtest of t. newDecider is called once per (vector,
+// algorithm) and must return a decision function over fresh state.
 func Run(t *testing.T, newDecider func(t *testing.T) DecideFunc) {
+	run(t, false, func(t *testing.T) (DecideFunc, SettleFunc) { return newDecider(t), nil })
+}
+
+// SettleAsk is what a settle step asks: settle at the step's time the
+// reservation made at ReservedAt of Estimate, whose cost was Actual.
+type SettleAsk struct {
+	ReservedAt       time.Time
+	Estimate, Actual int64
+}
+
+// SettleFunc settles one reservation for the test, on the state of the
+// DecideFunc it was made with, and returns the result with its Debt.
+type SettleFunc func(l algo.Limit, now time.Time, a SettleAsk) (algo.Result, error)
+
+// RunSettle checks the vectors that settle (settle.json), as Run checks
+// the others. newSettler is called once per (vector, algorithm) and must
+// return a decision and a settle function over one fresh state.
+func RunSettle(t *testing.T, newSettler func(t *testing.T) (DecideFunc, SettleFunc)) {
+	run(t, true, newSettler)
+}
+
+// errorNames are the errors a step may expect, by name.
+var errorNames = map[string]error{"cost_exceeds_burst": algo.ErrCostExceedsBurst, "negative_cost": algo.ErrNegativeCost,
+	"invalid_request": algo.ErrInvalidRequest, "settle_unsupported": algo.ErrSettleUnsupported}
+
+// run checks the vectors that settle, or those that do not.
+func run(t *testing.T, settles bool, newSettler func(t *testing.T) (DecideFunc, SettleFunc)) {
 	vs, err := Load()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, v := range vs {
+		if v.Settles() != settles {
+			continue
+		}
 		for _, name := range v.Algorithms {
 			a, err := algo.ParseAlgorithm(name)
 			if err != nil {
 				t.Fatalf("vector %q: %v", v.Name, err)
 			}
 			t.Run(name+"/"+v.Name, func(t *testing.T) {
-				decide := newDecider(t)
+				decide, settle := newSettler(t)
 				l, err := v.LimitFor(a)
 				if err != nil {
 					t.Fatal(err)
 				}
 				for i, s := range v.Steps {
 					now := time.UnixMilli(v.StartMS + s.At)
-					d, err := decide(l, now, Ask{Cost: s.Cost, Within: time.Duration(s.Within) * time.Millisecond, Push: time.Duration(s.Push) * time.Millisecond})
+					var d algo.Decision
+					var debt int64
+					if s.Settle != nil {
+						var r algo.Result
+						r, err = settle(l, now, SettleAsk{ReservedAt: time.UnixMilli(v.StartMS + s.Settle.ReservedAt), Estimate: s.Settle.Estimate, Actual: s.Settle.Actual})
+						d, debt = r.Decision(), r.Debt
+					} else {
+						d, err = decide(l, now, Ask{Cost: s.Cost, Within: time.Duration(s.Within) * time.Millisecond, Push: time.Duration(s.Push) * time.Millisecond})
+					}
 					if s.Error != "" {
-						want := map[string]error{"cost_exceeds_burst": algo.ErrCostExceedsBurst, "negative_cost": algo.ErrNegativeCost,
-							"invalid_request": algo.ErrInvalidRequest}[s.Error]
+						want := errorNames[s.Error]
 						if want == nil {
 							t.Fatalf("step %d: unknown error name %q", i, s.Error)
 						}
@@ -164,14 +220,14 @@ func Run(t *testing.T, newDecider func(t *testing.T) DecideFunc) {
 					if err != nil {
 						t.Fatalf("step %d (at %d cost %d): %v", i, s.At, s.Cost, err)
 					}
-					got := Step{At: s.At, Cost: s.Cost, Within: s.Within, Push: s.Push, Allowed: d.Allowed, Remaining: d.Remaining,
-						Reset: d.ResetAfter.Milliseconds(), Retry: d.RetryAfter.Milliseconds(), Delay: d.Delay.Milliseconds()}
+					got := Step{At: s.At, Cost: s.Cost, Within: s.Within, Push: s.Push, Settle: s.Settle, Allowed: d.Allowed, Remaining: d.Remaining,
+						Reset: d.ResetAfter.Milliseconds(), Retry: d.RetryAfter.Milliseconds(), Delay: d.Delay.Milliseconds(), Debt: debt}
 					want := s
 					want.Note = ""
 					if got != want {
-						t.Errorf("step %d (at %d cost %d):\n got allowed=%v remaining=%d reset=%d retry=%d delay=%d\nwant allowed=%v remaining=%d reset=%d retry=%d delay=%d",
-							i, s.At, s.Cost, got.Allowed, got.Remaining, got.Reset, got.Retry, got.Delay,
-							want.Allowed, want.Remaining, want.Reset, want.Retry, want.Delay)
+						t.Errorf("step %d (at %d cost %d):\n got allowed=%v remaining=%d reset=%d retry=%d delay=%d debt=%d\nwant allowed=%v remaining=%d reset=%d retry=%d delay=%d debt=%d",
+							i, s.At, s.Cost, got.Allowed, got.Remaining, got.Reset, got.Retry, got.Delay, got.Debt,
+							want.Allowed, want.Remaining, want.Reset, want.Retry, want.Delay, want.Debt)
 					}
 					if d.Quota != l.Capacity() {
 						t.Errorf("step %d: Limit = %d, want %d", i, d.Quota, l.Capacity())
