@@ -240,6 +240,12 @@ func (s *Settings) redis(e *envReader) error {
 			return fmt.Errorf("REDIS_URL: REDIS_SOCKET_TYPE unix (the default) wants the socket's path, as /var/run/redis.sock, got %q, "+
 				"a TCP address: set REDIS_SOCKET_TYPE=tcp to connect to it", path)
 		}
+		// A relative path is the working directory's, as a dialer reads
+		// it; a URL holds an absolute one.
+		path, err := filepath.Abs(path)
+		if err != nil {
+			return fmt.Errorf("REDIS_URL: finding the socket's path: %w", err)
+		}
 		u := url.URL{Scheme: "unix", Path: path, User: user}
 		s.RedisURL = u.String()
 		return nil

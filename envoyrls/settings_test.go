@@ -1,6 +1,8 @@
 package envoyrls_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -48,6 +50,10 @@ func TestSettingsFromEnv(t *testing.T) {
 // REDIS_SOCKET_TYPE=tcp is refused with the setting that fixes it; a
 // socket's path is still taken.
 func TestSettingsRedisSocketType(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		env    map[string]string
 		url    string // the store URL, or "" for an error
@@ -64,6 +70,8 @@ func TestSettingsRedisSocketType(t *testing.T) {
 			"a cluster is reached over TCP only"},
 		{map[string]string{"REDIS_URL": "/run/redis/redis.sock"}, "unix:///run/redis/redis.sock", nil, "a socket's path is what unix takes"},
 		{map[string]string{"REDIS_URL": "/tmp/a:1"}, "unix:///tmp/a:1", nil, "a path with a colon is still a path"},
+		{map[string]string{"REDIS_URL": "redis.sock"}, "unix://" + filepath.Join(wd, "redis.sock"), nil,
+			"a relative path is the working directory's, as a dialer reads it"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, "redis://redis:6379", nil, "tcp takes host:port"},
 	} {
 		s, err := envoyrls.SettingsFromEnv(func(k string) string { return c.env[k] })
