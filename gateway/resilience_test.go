@@ -78,21 +78,7 @@ func evalCalls(t *testing.T, s *redistest.Server) int64 {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\r\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"} {
-			if strings.HasPrefix(line, cmd) {
-				f := strings.TrimPrefix(strings.Split(line, ",")[0], cmd+"calls=")
-				v, _ := strconv.ParseInt(f, 10, 64)
-				n += v
-			}
-		}
-	}
-	return n
+	return redistest.Calls(t, c, "evalsha", "eval", "fcall")
 }
 
 func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {

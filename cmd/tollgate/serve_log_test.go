@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -239,20 +238,7 @@ func sentinelTarget(t *testing.T) serveTarget {
 }
 
 // getCalls returns how many GETs the Redis of c has answered.
-func getCalls(t *testing.T, c rueidis.Client) int64 {
-	t.Helper()
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_get:calls="); ok {
-			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
+func getCalls(t *testing.T, c rueidis.Client) int64 { return redistest.Calls(t, c, "get") }
 
 // TestLogDurations: tollgate's log handlers write every duration as
 // text, whichever way it reaches them.

@@ -23,28 +23,7 @@ import (
 // scriptCalls returns the EVALSHA, EVAL and FCALL calls the server behind
 // c has counted (INFO commandstats).
 func scriptCalls(tb testing.TB, c rueidis.Client) int64 {
-	tb.Helper()
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval" && name != "cmdstat_fcall") {
-			continue
-		}
-		for _, kv := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					tb.Fatalf("commandstats line %q: %v", line, err)
-				}
-				total += n
-			}
-		}
-	}
-	return total
+	return redistest.Calls(tb, c, "evalsha", "eval", "fcall")
 }
 
 // TestCoalescing makes 64 concurrent callers decide on Redis' clock: far

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -138,19 +137,7 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 }
 
 // fcalls returns the FCALL calls the server behind c has counted.
-func fcalls(t *testing.T, c rueidis.Client) int64 {
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "cmdstat_fcall:calls="); ok {
-			n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
+func fcalls(t *testing.T, c rueidis.Client) int64 { return redistest.Calls(t, c, "fcall") }
 
 // TestTTLOnEveryKey checks the TTL each script sets against Redis' own
 // clock: present, and never longer than the time until the state is fresh.
