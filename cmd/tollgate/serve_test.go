@@ -17,16 +17,6 @@ import (
 	"time"
 )
 
-// serveEnv makes this test binary run `tollgate serve --config <value>`
-// instead of its tests.
-const serveEnv = "TOLLGATE_TEST_SERVE"
-
-func init() {
-	if config := os.Getenv(serveEnv); config != "" {
-		os.Exit(run([]string{"serve", "--config", config}, os.Stdin, os.Stdout, os.Stderr))
-	}
-}
-
 // openFiles reads the soft and hard "Max open files" of a process.
 func openFiles(t *testing.T, pid int) (soft, hard uint64) {
 	t.Helper()
@@ -69,7 +59,8 @@ type served struct {
 func startServe(t *testing.T, ulimit string) *served {
 	t.Helper()
 	s := &served{cmd: exec.Command("sh", "-c", ulimit+` && exec "$0" -test.run='^$'`, os.Args[0])}
-	s.cmd.Env = append(os.Environ(), serveEnv+"="+quickstartOnFreePorts(t))
+	args, _ := json.Marshal([]string{"serve", "--config", quickstartOnFreePorts(t)})
+	s.cmd.Env = append(os.Environ(), argsEnv+"="+string(args))
 	out, err := s.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
