@@ -98,6 +98,7 @@ type Store interface {
 	// resetting a key never seen does nothing.
 	Reset(ctx context.Context, reqs []Request) error
 	Reserver
+	Settler
 	Shaper
 	Guard
 	Leaser
@@ -177,6 +178,21 @@ type Reserver interface {
 	// charges the request as Allow would, reporting that decision;
 	// without, it reports the limit's state.
 	Settle(ctx context.Context, req Request, h Hold, charge bool) (Decision, error)
+}
+
+// Settler settles reservations: requests that AllowAll admitted at an
+// estimate of a cost known only once they were served (the tokens an LLM
+// call used), charged their actual cost afterwards. See [algo.Settlement]
+// and, for what a settle does to each limit, [algo.Prepared.Settle].
+type Settler interface {
+	// SettleAll applies s atomically and once per s.ID: it gives back
+	// what each estimate overstated, within what the reservation still
+	// holds, and charges what it understated as debt, past the limit,
+	// which later requests of the subject wait for. A settle of an ID
+	// already settled, or past s.TTL, changes nothing (its Outcome says
+	// which); a reservation never settled keeps its estimate. An error
+	// about one item is an [ItemError].
+	SettleAll(ctx context.Context, s algo.Settlement) (algo.Settled, error)
 }
 
 // Leaser hands out concurrency slots as leases with a TTL.

@@ -54,6 +54,7 @@ func (r Result) Decision() Decision {
 		ResetAfter: Millis(r.ResetAfter),
 		RetryAfter: Millis(r.RetryAfter),
 		Delay:      Millis(r.Delay),
+		Debt:       r.Debt,
 	}
 }
 

@@ -356,6 +356,10 @@ type Decision struct {
 	// ([Limit.MaxDelay]), how long the caller must wait before letting it
 	// through. It is zero otherwise.
 	Delay time.Duration
+	// Debt is, after a settle ([Settlement]), how far the budget is below
+	// zero: the units owed beyond the capacity, which later requests wait
+	// for. Decisions leave it 0.
+	Debt int64
 }
 
 // Request is one question put to a store: may Subject spend Cost under the
@@ -409,7 +413,8 @@ const MaxGroup = 16
 
 // ErrMixedGroup reports requests decided together that do not share a
 // group or a time.
-var ErrMixedGroup = errors.New("requests decided together must share one group and one time")
+// It is an [ErrInvalidRequest]: retrying or failing over will not help.
+var ErrMixedGroup = fmt.Errorf("%w: requests decided together must share one group and one time", ErrInvalidRequest)
 
 // ItemError is the error of one request of a group that could not be
 // decided (an invalid limit or cost, a request that repeats another):
@@ -430,7 +435,7 @@ func (e *ItemError) Unwrap() error { return e.Err }
 // was made). An error about one request is an [ItemError].
 func CheckGroup(reqs []Request) error {
 	if len(reqs) == 0 || len(reqs) > MaxGroup {
-		return fmt.Errorf("deciding together: %d requests (want 1 to %d)", len(reqs), MaxGroup)
+		return fmt.Errorf("deciding together: %w: %d requests (want 1 to %d)", ErrInvalidRequest, len(reqs), MaxGroup)
 	}
 	for i := range reqs {
 		if err := checkMember(reqs, i); err != nil {

@@ -1,6 +1,9 @@
 package algo
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Settlement: a cost known only after the request was served (the
 // tokens an LLM call used) is reserved at an estimate, with
@@ -285,3 +288,104 @@ func addCapped(a, b, lim int64) int64 {
 	}
 	return a + b
 }
+
+// A Settlement settles, in a store, one reservation: the requests of one
+// group that AllowAll admitted at an estimate of a cost known only after
+// they were served, each with its actual cost. A store applies it
+// atomically, once per ID: a retried settle of the same reservation
+// changes nothing.
+type Settlement struct {
+	// ID names the reservation, 1 to 128 bytes, unique among the
+	// reservations of its group (a random id is).
+	ID string
+	// Age is how long ago the reservation was made, measured by the
+	// caller from before it sent the AllowAll (so never short): the store
+	// settles as of its own clock less Age. A refund decays with it.
+	Age time.Duration
+	// TTL bounds the reservation's life, 1ms to [MaxSettleTTL]: a settle
+	// older than TTL is not applied (the estimate stands, [SettleExpired]),
+	// and the store remembers a settled ID until then.
+	TTL time.Duration
+	// Items are the reservation's requests, as AllowAll admitted them
+	// (Cost the estimate; Now the settle's time, the zero Time for the
+	// store's clock), with their actual costs. Requests whose cost is
+	// known up front (one request per request) need no item.
+	Items []SettleItem
+}
+
+// MaxSettleTTL bounds [Settlement.TTL]: a day, the longest an LLM
+// provider's batch API takes to answer.
+const MaxSettleTTL = 24 * time.Hour
+
+// SettleItem is one limit of a [Settlement].
+type SettleItem struct {
+	Request Request // Cost: the estimate charged
+	Actual  int64   // the cost it turned out to have
+}
+
+// SettleOutcome is what a store did with a [Settlement].
+type SettleOutcome uint8
+
+const (
+	// SettleApplied: the settlement was applied.
+	SettleApplied SettleOutcome = iota
+	// SettleRepeated: its ID was settled already; nothing changed.
+	SettleRepeated
+	// SettleExpired: it came after its TTL; the estimate stands.
+	SettleExpired
+)
+
+func (o SettleOutcome) String() string {
+	switch o {
+	case SettleApplied:
+		return "applied"
+	case SettleRepeated:
+		return "repeated"
+	case SettleExpired:
+		return "expired"
+	}
+	return fmt.Sprintf("SettleOutcome(%d)", uint8(o))
+}
+
+// Settled is a store's answer to a [Settlement].
+type Settled struct {
+	Outcome SettleOutcome
+	// Decisions are the items' limits after it, in order: each a query
+	// (cost 0), with its Debt.
+	Decisions []Decision
+}
+
+// Check validates a settlement: its ID and TTL, and its items as a group
+// AllowAll could have admitted (see [CheckGroup]), each under an
+// algorithm that can settle ([Limit.CanSettle]) with an actual cost of
+// at least 0. An error about one item is an [ItemError].
+func (s *Settlement) Check() error {
+	switch {
+	case s.ID == "" || len(s.ID) > 128:
+		return fmt.Errorf("%w: the reservation id must be 1 to 128 bytes", ErrInvalidRequest)
+	case s.TTL < time.Millisecond || s.TTL > MaxSettleTTL:
+		return fmt.Errorf("%w: the reservation TTL must be 1ms to %v", ErrInvalidRequest, MaxSettleTTL)
+	case s.Age < 0:
+		return fmt.Errorf("%w: the reservation's age %v is negative", ErrInvalidRequest, s.Age)
+	}
+	reqs := make([]Request, len(s.Items))
+	for i := range s.Items {
+		reqs[i] = s.Items[i].Request
+	}
+	if err := CheckGroup(reqs); err != nil {
+		return fmt.Errorf("settling: %w", err)
+	}
+	for i := range s.Items {
+		it := &s.Items[i]
+		switch {
+		case !it.Request.Limit.CanSettle():
+			return fmt.Errorf("settling: %w", &ItemError{i, fmt.Errorf("under %s: %w", it.Request.Limit.Algorithm, ErrSettleUnsupported)})
+		case it.Actual < 0:
+			return fmt.Errorf("settling: %w", &ItemError{i, fmt.Errorf("%w: actual cost %d", ErrNegativeCost, it.Actual)})
+		}
+	}
+	return nil
+}
+
+// Expired reports whether the settlement comes after its TTL.
+func (s *Settlement) Expired() bool { return s.Age >= s.TTL }

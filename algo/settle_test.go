@@ -229,14 +229,14 @@ func TestSettleVectors(t *testing.T) {
 			r, _, err := algo.Decide(l, &s, now.UnixMilli(), a.Cost)
 			return r.Decision(), err
 		}
-		settle := func(l algo.Limit, now time.Time, a vectors.SettleAsk) (algo.Result, error) {
+		settle := func(l algo.Limit, now time.Time, a vectors.SettleAsk) (algo.Decision, error) {
 			pl, err := l.Prepare()
 			if err != nil {
-				return algo.Result{}, err
+				return algo.Decision{}, err
 			}
 			var r algo.Result
 			_, err = pl.Settle(&r, &s, now.UnixMilli(), a.ReservedAt.UnixMilli(), a.Estimate, a.Actual)
-			return r, err
+			return r.Decision(), err
 		}
 		return decide, settle
 	})

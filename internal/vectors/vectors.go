@@ -161,8 +161,8 @@ type SettleAsk struct {
 }
 
 // SettleFunc settles one reservation for the test, on the state of the
-// DecideFunc it was made with, and returns the result with its Debt.
-type SettleFunc func(l algo.Limit, now time.Time, a SettleAsk) (algo.Result, error)
+// DecideFunc it was made with, and returns the decision with its Debt.
+type SettleFunc func(l algo.Limit, now time.Time, a SettleAsk) (algo.Decision, error)
 
 // RunSettle checks the vectors that settle (settle.json), as Run checks
 // the others. newSettler is called once per (vector, algorithm) and must
@@ -201,9 +201,8 @@ func run(t *testing.T, settles bool, newSettler func(t *testing.T) (DecideFunc, 
 					var d algo.Decision
 					var debt int64
 					if s.Settle != nil {
-						var r algo.Result
-						r, err = settle(l, now, SettleAsk{ReservedAt: time.UnixMilli(v.StartMS + s.Settle.ReservedAt), Estimate: s.Settle.Estimate, Actual: s.Settle.Actual})
-						d, debt = r.Decision(), r.Debt
+						d, err = settle(l, now, SettleAsk{ReservedAt: time.UnixMilli(v.StartMS + s.Settle.ReservedAt), Estimate: s.Settle.Estimate, Actual: s.Settle.Actual})
+						debt = d.Debt
 					} else {
 						d, err = decide(l, now, Ask{Cost: s.Cost, Within: time.Duration(s.Within) * time.Millisecond, Push: time.Duration(s.Push) * time.Millisecond})
 					}
