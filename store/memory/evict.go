@@ -207,8 +207,8 @@ func (e *entry) spent(ms int64) int64 {
 			return 1024
 		}
 		return min(1024, 64*e.st.A)
-	case leaseKind:
-		return 0 // no live lease: nothing
+	case leaseKind, settleKind:
+		return 0 // no live lease or settled id: nothing
 	case algo.FixedWindow:
 		n = e.st.B
 	case algo.SlidingWindowCounter:

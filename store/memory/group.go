@@ -131,6 +131,17 @@ func (g *group) unlock() {
 // decide finds the state of request i, r, and decides it on a copy,
 // reporting whether it is allowed.
 func (g *group) decide(i int, r *algo.Request) (bool, error) {
+	it := g.find(i, r)
+	var err error
+	if it.res, it.ttl, err = it.pl.Decide(&it.state, g.ms, r.Cost); err != nil {
+		return false, err
+	}
+	return it.res.Allowed, nil
+}
+
+// find finds the state of request i, r, and returns its item, with a
+// copy of the state to decide on.
+func (g *group) find(i int, r *algo.Request) *groupItem {
 	it := &g.items[i]
 	e := g.s.findLocked(g.sh, it.hash, it.kb, g.held...)
 	if e != nil {
@@ -152,11 +163,7 @@ func (g *group) decide(i int, r *algo.Request) (bool, error) {
 		it.state = it.base
 	}
 	it.state.Log = it.state.Log.Clone()
-	var err error
-	if it.res, it.ttl, err = it.pl.Decide(&it.state, g.ms, r.Cost); err != nil {
-		return false, err
-	}
-	return it.res.Allowed, nil
+	return it
 }
 
 // fromSlot starts request i, r, of a new key from its overflow slot's

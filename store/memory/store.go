@@ -487,6 +487,7 @@ func decision(d *algo.Decision, r *algo.Result) {
 	d.ResetAfter = algo.Millis(r.ResetAfter)
 	d.RetryAfter = algo.Millis(r.RetryAfter)
 	d.Delay = algo.Millis(r.Delay)
+	d.Debt = r.Debt
 }
 
 // setState sets the state of e, which the caller has locked, to *st,

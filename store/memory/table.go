@@ -224,11 +224,12 @@ func (s *Store) hashes(k *key) (uint64, *shard) {
 	return h, &s.shards[maphash.String(s.seed, k.tag)>>s.shift]
 }
 
-// Pseudo-algorithms that keep the login guard's and the leases' state in
-// the same shards.
+// Pseudo-algorithms that keep the login guard's and the leases' state,
+// and the ids of a group's settled reservations, in the same shards.
 const (
 	lockoutKind algo.Algorithm = 250
 	leaseKind   algo.Algorithm = 251
+	settleKind  algo.Algorithm = 252
 )
 
 // inlineKey is how many bytes of its key an entry holds in place; longer

@@ -1,0 +1,99 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate/algo"
+)
+
+// SettleAll implements [tollgate.Settler]. The settlement's ID is first
+// remembered among its group's settled IDs until its TTL ends (holds on
+// the group's settle key, as leases are), then its items are settled
+// under the shard lock, as AllowAll decides a group. An ID remembered
+// already changes nothing. When the store has no room to remember an ID
+// the settlement is still applied: the tokens were spent, and this
+// process's own retries are the caller's to avoid (a [tollgate.Limiter]
+// reservation settles once).
+func (s *Store) SettleAll(ctx context.Context, st algo.Settlement) (algo.Settled, error) {
+	if err := ctx.Err(); err != nil {
+		return algo.Settled{}, fmt.Errorf("settling in memory: %w", err)
+	}
+	if err := st.Check(); err != nil {
+		return algo.Settled{}, fmt.Errorf("settling in memory: %w", err)
+	}
+	reqs := make([]algo.Request, len(st.Items))
+	for i := range st.Items {
+		reqs[i] = st.Items[i].Request
+	}
+	var g group
+	if err := g.prepare(s, reqs); err != nil {
+		return algo.Settled{}, fmt.Errorf("settling in memory: %w", err)
+	}
+	out := algo.Settled{Outcome: algo.SettleExpired, Decisions: make([]algo.Decision, len(reqs))}
+	if !st.Expired() {
+		fresh, err := s.remember(reqs[0].Group(), st.ID, g.ms, g.ms+ceilMS(st.TTL-st.Age))
+		if err != nil {
+			return algo.Settled{}, fmt.Errorf("settling in memory: %w", err)
+		}
+		out.Outcome = algo.SettleRepeated
+		if fresh {
+			out.Outcome = algo.SettleApplied
+		}
+	}
+	g.sh.mu.Lock()
+	defer g.sh.mu.Unlock()
+	defer g.unlock()
+	reservedAt := g.ms - ceilMS(st.Age)
+	for i := range reqs {
+		it := g.find(i, &reqs[i])
+		var err error
+		if out.Outcome == algo.SettleApplied {
+			it.ttl, err = it.pl.Settle(&it.res, &it.state, g.ms, reservedAt, reqs[i].Cost, st.Items[i].Actual)
+		} else {
+			it.ttl, err = it.pl.DecideInto(&it.res, &it.state, g.ms, 0)
+		}
+		if err != nil {
+			return algo.Settled{}, fmt.Errorf("settling in memory: %w", &algo.ItemError{Index: i, Err: err})
+		}
+		out.Decisions[i] = it.res.Decision()
+	}
+	if out.Outcome != algo.SettleApplied {
+		return out, nil
+	}
+	for i := range reqs {
+		if err := g.charge(i); err != nil {
+			return algo.Settled{}, fmt.Errorf("settling in memory: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// remember adds id to the settled ids of group at ms, to be forgotten at
+// until, and reports whether it was new. With no room to remember it, it
+// reports it new.
+func (s *Store) remember(group, id string, ms, until int64) (fresh bool, err error) {
+	k := &key{alg: settleKind, subject: group}
+	h, sh := s.hashes(k)
+	var buf [96]byte
+	kb := k.appendTo(buf[:0])
+	fresh = true
+	err = s.updateHeld(sh, h, kb, func() []byte { return s.slotKey(settleKind, "", "", group, 0) }, algo.State{}, ms,
+		func(_ *algo.State, ids algo.Holds) (bool, int64, bool) {
+			if _, ok := ids[id]; ok {
+				fresh = false
+				return false, 0, false
+			}
+			ids[id] = until
+			return true, 0, false
+		}, nil)
+	if errors.Is(err, errNoRoom) || errors.Is(err, ErrFull) {
+		return true, nil
+	}
+	return fresh, err
+}
+
+// ceilMS returns d in whole milliseconds, rounded up.
+func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
