@@ -91,17 +91,17 @@ func (s *Store) State() string { return s.cb.State().String() }
 type Stats struct {
 	Calls     uint64 // calls made to the shared store
 	Fallbacks uint64 // decisions made by Fallback
-	// PendingReleases is how many lease releases wait for the store to
-	// answer again.
-	PendingReleases int
+	// Pending is how many lease releases and settles wait for the store
+	// to answer again.
+	Pending int
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	s.releases.mu.Lock()
-	pending := len(s.releases.queue)
-	s.releases.mu.Unlock()
-	return Stats{Calls: s.calls.Load(), Fallbacks: s.fallbacks.Load(), PendingReleases: pending}
+	s.pending.mu.Lock()
+	pending := len(s.pending.queue)
+	s.pending.mu.Unlock()
+	return Stats{Calls: s.calls.Load(), Fallbacks: s.fallbacks.Load(), Pending: pending}
 }
 
 // logStateChange logs the breaker's change of state from from to to: a

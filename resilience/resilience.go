@@ -185,7 +185,7 @@ type Store struct {
 	calls, fallbacks atomic.Uint64
 	lastErr          atomic.Value // string: the last failure the breaker counted
 
-	releases pendingReleases
+	pending pendingCalls
 
 	descState, descCalls *prometheus.Desc
 }
@@ -208,7 +208,7 @@ func New(primary, local tollgate.Store, opts Options) *Store {
 			"Calls made to the shared store (after the breaker).", nil, nil),
 	}
 	s.log = logsample.Logger(s.log)
-	s.releases.stop = make(chan struct{})
+	s.pending.stop = make(chan struct{})
 	if opts.RememberSize > 0 {
 		s.memo = newMemo(opts.RememberSize)
 	}
@@ -253,11 +253,11 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Close stops retrying releases (what is still pending is tried once more,
-// while the store answers; the rest expires by its TTL) and releases the
-// local fallback store.
+// Close stops retrying releases and settles (what is still pending is
+// tried once more, while the store answers; the rest expires by its TTL)
+// and releases the local fallback store.
 func (s *Store) Close() error {
-	s.releases.close()
+	s.pending.close()
 	return s.local.Close()
 }
 
