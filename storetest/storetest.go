@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Guard", func(t *testing.T) { RunGuard(t, newStore(t)) })
 	t.Run("Reserver", func(t *testing.T) { RunReserver(t, newStore(t)) })
 	t.Run("Leases", func(t *testing.T) { RunLeases(t, newStore(t)) })
+	t.Run("Settler", func(t *testing.T) { RunSettler(t, newStore) })
 	t.Run("Multi", func(t *testing.T) { RunMulti(t, newStore) })
 	t.Run("Health", func(t *testing.T) { testHealth(t, newStore) })
 	t.Run("Reset", func(t *testing.T) { RunReset(t, newStore(t)) })
