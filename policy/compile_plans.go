@@ -112,7 +112,9 @@ func (c *compiler) planLimits(path, plan string, limits []NamedLimitSpec) []*Bud
 		c.rejectIf(!namePattern.MatchString(ln) || seen[ln], lp+".name", "limit names are unique in a plan, 1-64 letters, digits, '.', '_' or '-' (got %q)", ls.Name)
 		seen[ln] = true
 		if l, ok := c.limit(lp, ls.LimitSpec); ok {
-			out = append(out, newBudget(plan+"."+ln, planLimitID(plan, ln), l, ls.Shadow))
+			b := newBudget(plan+"."+ln, planLimitID(plan, ln), l, ls.Shadow)
+			c.budgetUnit(lp, b, ls)
+			out = append(out, b)
 		}
 	}
 	return out

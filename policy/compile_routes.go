@@ -52,7 +52,29 @@ func (c *compiler) routes(p *Policy, f *File) {
 		if rs.Concurrency != nil {
 			r.Concurrency = c.concurrency(path+".concurrency", rs.Concurrency, r.Group, f.Upstream.Timeout)
 		}
+		if rs.Tokens != nil {
+			r.Tokens = c.tokens(path+".tokens", rs.Tokens, f.Upstream.Timeout)
+		}
 		p.Routes = append(p.Routes, r)
+	}
+	c.tokenLimitsUsed(p)
+}
+
+// tokenLimitsUsed warns of plan limits that count tokens or name models
+// when no route has tokens: no call would charge them.
+func (c *compiler) tokenLimitsUsed(p *Policy) {
+	for _, r := range p.Routes {
+		if r.Tokens != nil {
+			return
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(p.Plans)) {
+		for _, b := range p.Plans[n].Limits {
+			if !b.Applies(false, "") {
+				c.warnf("plans."+n, "limit %s counts %s of calls to token routes, and no route has tokens: nothing charges it", b.Name, b.Unit)
+				return
+			}
+		}
 	}
 }
 
@@ -241,6 +263,9 @@ func (c *compiler) costs(p *Policy) {
 				c.checkCost(path, r.Cost, p.Plans[n], fmt.Sprintf("plan %q", n), where)
 			}
 		}
+		if r.Tokens != nil {
+			c.checkTokens(fmt.Sprintf("routes[%d].tokens.default_output", i), r.Tokens, p, where)
+		}
 		if g := r.Global; g != nil && r.Cost > g.Limit.Capacity() {
 			c.addf(path, "cost %d exceeds the global budget's capacity %d%s: no request could pass", r.Cost, g.Limit.Capacity(), where)
 		}
@@ -254,9 +279,25 @@ func (c *compiler) checkCost(path string, cost int64, pl *Plan, what, where stri
 		all = append(all, pl.Tenant)
 	}
 	for _, b := range all {
+		if b.Unit != UnitRequests {
+			continue // charged tokens, not the route's cost
+		}
 		if capacity := b.Limit.Capacity(); cost > capacity {
 			c.addf(path, "cost %d exceeds %s's capacity %d (%s)%s: no request on it could pass", cost, what, capacity, b.Name, where)
 			return
+		}
+	}
+}
+
+// checkTokens reports a token route whose default estimate no token
+// budget (of tokens or output_tokens) of some plan could admit.
+func (c *compiler) checkTokens(path string, t *Tokens, p *Policy, where string) {
+	for _, n := range slices.Sorted(maps.Keys(p.Plans)) {
+		for _, b := range p.Plans[n].Limits {
+			if (b.Unit == UnitTokens || b.Unit == UnitOutputTokens) && t.DefaultOutput > b.Limit.Capacity() {
+				c.addf(path, "%d exceeds the capacity %d of %s%s: no call without a bound could pass", t.DefaultOutput, b.Limit.Capacity(), b.Name, where)
+				return
+			}
 		}
 	}
 }

@@ -158,6 +158,25 @@ type NamedLimitSpec struct {
 	// LimitSpec is the limit itself, written inline beside name (rate,
 	// period, algorithm, ...).
 	LimitSpec `yaml:",inline"`
+	// Unit is what the limit counts: requests (each at its route's cost)
+	// or, on routes with tokens (an LLM API), the tokens a call uses:
+	// tokens (input and output), input_tokens or output_tokens. A token
+	// limit is charged an estimate when the call arrives and settled at
+	// the usage its response reports, so its algorithm must be one that
+	// settles (gcra, token_bucket, fixed_window, sliding_counter, or a
+	// calendar quota); routes without tokens do not charge it.
+	// Default: requests.
+	// One of: requests, tokens, input_tokens, output_tokens.
+	Unit string `yaml:"unit"`
+	// Models, if set, lists the models (a token route's request's JSON
+	// "model", compared exactly) the limit applies to; a call for
+	// another model, or on a route without tokens, is not charged it.
+	// Default: none (every call).
+	Models []string `yaml:"models"`
+	// PerModel counts the limit apart for each of models, as providers
+	// publish their limits per model. It needs models.
+	// Default: false.
+	PerModel bool `yaml:"per_model"`
 }
 
 // RegionSpec splits every budget across regions that each count against

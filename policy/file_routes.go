@@ -112,6 +112,56 @@ type RouteSpec struct {
 	// Concurrency bounds the requests in flight on this route.
 	// Default: none.
 	Concurrency *ConcurrencySpec `yaml:"concurrency"`
+	// Tokens makes the route an LLM API charged by the token: the plans'
+	// token limits are charged an estimate from the request when it
+	// arrives, and settled at the usage its response reports.
+	// Default: none.
+	Tokens *TokensSpec `yaml:"tokens"`
+}
+
+// TokensSpec makes a route an LLM API, charged by the token. The plans'
+// token limits (unit: tokens, input_tokens or output_tokens) are charged,
+// when a call arrives, an estimate read from its JSON body (read once,
+// within identity.max_body, and passed on as it came), and settled at the
+// usage its response reports as it passes to the client: an OpenAI or
+// Anthropic usage object, in a JSON body or in a text/event-stream event.
+// A body that is not one JSON object, or gives a bound that is not a
+// whole number, is refused (400), never charged at a default.
+type TokensSpec struct {
+	// MaxTokensFields lists the request's JSON fields that bound its
+	// output, the first present winning.
+	// Default: [max_completion_tokens, max_tokens, max_output_tokens].
+	MaxTokensFields []string `yaml:"max_tokens_fields"`
+	// DefaultOutput is the output estimate of a request that gives none
+	// of max_tokens_fields.
+	// Default: 4096.
+	// Range: 1 to max_output.
+	DefaultOutput int64 `yaml:"default_output"`
+	// MaxOutput caps the output estimate: a request asking for more is
+	// estimated at max_output, and what it uses beyond is charged as debt
+	// when it settles.
+	// Default: 32768.
+	// Range: at least 1.
+	MaxOutput int64 `yaml:"max_output"`
+	// BytesPerInputToken estimates the input as the request body's bytes
+	// divided by it, rounded up. 1 estimates each call at its ceiling (no
+	// token is shorter than a byte), so that no call uses more than its
+	// estimate; 0 leaves the input out of the estimate, charged when the
+	// call settles.
+	// Default: 4.
+	// Range: 0 to 64.
+	BytesPerInputToken int64 `yaml:"bytes_per_input_token"`
+	// MaxUsage is the most tokens one response may report in each count
+	// (input, output); a count above it, or one that is not a whole
+	// number of at least 0, is taken as max_usage, logged and counted.
+	// Default: 2000000.
+	// Range: at least 1.
+	MaxUsage int64 `yaml:"max_usage"`
+	// UsageHeader, if set, names a response header giving the tokens the
+	// call used in all, which then settles the call in place of the
+	// body's usage.
+	// Default: none.
+	UsageHeader string `yaml:"usage_header"`
 }
 
 // RefusalSpec is a route's answer to a request its limits refuse; it

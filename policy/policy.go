@@ -133,6 +133,13 @@ type Budget struct {
 	// requests of the budget (see Request): stores neither validate nor
 	// prepare it again.
 	Handle *algo.Handle
+	// Unit is what the budget counts: requests, or tokens on a token
+	// route (Route.Tokens).
+	Unit Unit
+	// Models, when non-nil, are the models the budget applies to (a token
+	// route's calls for them); PerModel counts each apart.
+	Models   map[string]bool
+	PerModel bool
 
 	id string // the kind and names part of StoreName
 }
@@ -159,7 +166,7 @@ func newBudget(name, id string, l tollgate.Limit, shadow bool) *Budget {
 // setLimit makes l the budget's limit, and names its state after it.
 func (b *Budget) setLimit(l tollgate.Limit) {
 	b.Limit = l
-	b.StoreName = storeName(b.id, l)
+	b.StoreName = storeName(unitID(b.id, b.Unit), l)
 }
 
 // Plan is what a subject is entitled to.
@@ -271,6 +278,9 @@ type Route struct {
 	Concurrency *Concurrency
 	// Steps are the checks its calls take, in order (see Step).
 	Steps []Step
+	// Tokens, when non-nil, makes the route an LLM API charged by the
+	// token (TokensSpec compiled).
+	Tokens *Tokens
 }
 
 // Refusal is a route's answer to a refused request (RefusalSpec

@@ -15,6 +15,7 @@ import (
 //
 //	plan/<plan>@<hash>           a plan's one limit (Plan.Limits[0])
 //	plan/<plan>/<limit>@<hash>   one of a plan's several limits
+//	plan/<plan>/<limit>~<unit>@<hash>  one of them counting tokens (Budget.Unit)
 //	tenant/<plan>@<hash>         a plan's tenant budget (Plan.Tenant)
 //	route/<group>@<hash>         a route group's own limit (Route.Limit)
 //	global/<group>@<hash>        a route group's global budget (Route.Global)
@@ -42,6 +43,15 @@ func planID(plan string) string { return storeID(string(RolePlan), plan) }
 
 // planLimitID is the id of one of a plan's several limits.
 func planLimitID(plan, limit string) string { return storeID(string(RolePlan), plan, limit) }
+
+// unitID is id for a budget of unit u: a budget counting tokens keeps
+// its state apart from one counting requests.
+func unitID(id string, u Unit) string {
+	if u == UnitRequests {
+		return id
+	}
+	return id + "~" + u.String()
+}
 
 // tenantID is the id of a plan's tenant budget.
 func tenantID(plan string) string { return storeID(string(RoleTenant), plan) }
