@@ -107,11 +107,13 @@ type Store interface {
 	Close() error
 }
 
-// LimiterStore is what a [Limiter] asks of its store: decisions, and the
-// shaping queue that Wait takes places in. Every [Store] is one.
+// LimiterStore is what a [Limiter] asks of its store: decisions, the
+// shaping queue that Wait takes places in, and settles of reservations
+// (Reserve). Every [Store] is one.
 type LimiterStore interface {
 	Allow(ctx context.Context, req Request) (Decision, error)
 	Shaper
+	Settler
 }
 
 // ItemError is the error of one request of a group; see [algo.ItemError].
@@ -232,6 +234,11 @@ type Options struct {
 	// [LimitName], e.g. "gcra_100_60000ms_100": limiters of one store with
 	// default names share state exactly when their limits enforce alike.
 	Name string
+	// ReservationTTL is how long after [Limiter.Reserve] a reservation can
+	// be settled ([Reservation.Settle]); a later settle leaves the
+	// estimate charged. The store remembers each settled reservation this
+	// long. Zero means DefaultReservationTTL; at most algo.MaxSettleTTL.
+	ReservationTTL time.Duration
 }
 
 // LimitName returns a name for what a valid limit enforces: its
@@ -262,6 +269,8 @@ type Limiter struct {
 	store  LimiterStore
 	handle *algo.Handle
 	wait   waitState // Wait's clock and waiting lines (wait.go)
+	// reservationTTL bounds a reservation's settle (Options.ReservationTTL).
+	reservationTTL time.Duration
 }
 
 // NewLimiter returns a Limiter enforcing limit through store. It fails if
@@ -281,7 +290,14 @@ func NewLimiter(store LimiterStore, limit Limit, opts Options) (*Limiter, error)
 	if err != nil {
 		return nil, fmt.Errorf("creating limiter: %w", err)
 	}
-	return &Limiter{store: store, handle: h}, nil
+	ttl := opts.ReservationTTL
+	switch {
+	case ttl == 0:
+		ttl = DefaultReservationTTL
+	case ttl < time.Millisecond || ttl > algo.MaxSettleTTL:
+		return nil, fmt.Errorf("creating limiter: %w: a reservation TTL of %v is not within 1ms to %v", algo.ErrInvalidRequest, ttl, algo.MaxSettleTTL)
+	}
+	return &Limiter{store: store, handle: h, reservationTTL: ttl}, nil
 }
 
 // Limit returns the limit the Limiter enforces.

@@ -77,7 +77,7 @@ type waiter struct {
 // and sleep for real. The two Limiters share state but not their lines of
 // waiters.
 func (l *Limiter) WithClock(c Clock) *Limiter {
-	return &Limiter{store: l.store, handle: l.handle, wait: waitState{clock: c}}
+	return &Limiter{store: l.store, handle: l.handle, wait: waitState{clock: c}, reservationTTL: l.reservationTTL}
 }
 
 func (l *Limiter) clock() Clock {
@@ -478,113 +478,4 @@ func (l *Limiter) leave(subject string, ln *line, w *waiter) {
 	} else {
 		delete(l.wait.lines, subject)
 	}
-}
-
-// Reservation is the answer to [Limiter.Reserve]: whether the cost was
-// admitted, and when to act on it.
-type Reservation struct {
-	decision Decision
-	clock    Clock
-	act      time.Time // when the holder may act
-	limiter  *Limiter
-	subject  string
-	cost     int64
-	mu       sync.Mutex // guards place: Cancel may be called at once from several goroutines
-	place    algo.Place // the place taken in a shaping queue, if any
-}
-
-// Reserve asks the store for cost now and charges it if admitted, as
-// Allow does, without waiting; it is golang.org/x/time/rate's ReserveN for a
-// limit kept in a store. The cost must be at most the limit's capacity
-// ([ErrCostExceedsBurst] otherwise).
-//
-// On a shaping limit (a [LeakyBucket] with MaxDelay) an admitted
-// reservation may lie in the future: the store has placed the cost in its
-// queue, shared by every instance, and Delay says how long until its turn.
-// On every other limit an admitted reservation is for now (Delay is zero):
-// no other algorithm can charge a future time. Where x/time/rate would
-// reserve further ahead than the limit allows, Reserve is refused: OK is
-// false, nothing is charged, and RetryAfter says when the same cost would
-// be admitted.
-//
-// What [Reservation.Cancel] gives back, on both stores: a place in a
-// shaping queue still ahead, if it is still the last one in the queue
-// (nothing was charged after it), and then returns nil, the queue as if
-// the reservation had never been made; a place others have queued behind
-// stays spent, and Cancel says so with [ErrCannotGiveBack]. A refused
-// reservation, and one whose time to act has come (every reservation on
-// a limit that does not shape), has nothing to give back, as with
-// x/time/rate, and Cancel returns nil. To decide whether to act before
-// anything is charged, use Allow's refusal (RetryAfter) instead, or a
-// store's holds ([Reserver]) to hold a cost while an outcome is pending.
-func (l *Limiter) Reserve(ctx context.Context, subject string, cost int64) (*Reservation, error) {
-	return l.ReserveWith(ctx, subject, cost, WaitOptions{})
-}
-
-// ReserveWith is [Limiter.Reserve] with options: on a shaping limit, a
-// reservation whose turn would come later than o.Within is refused (see
-// [WaitOptions]).
-func (l *Limiter) ReserveWith(ctx context.Context, subject string, cost int64, o WaitOptions) (*Reservation, error) {
-	if err := l.handle.Limit().CheckCost(cost); err != nil {
-		return nil, fmt.Errorf("reserving: %w", err)
-	}
-	if err := l.checkOptions(o); err != nil {
-		return nil, fmt.Errorf("reserving: %w", err)
-	}
-	c := l.clock()
-	d, at, err := l.takeAt(ctx, subject, cost, c.Now(), o)
-	if err != nil {
-		return nil, fmt.Errorf("reserving: %w", err)
-	}
-	// Delay counts from the store's answer, which this side sees no
-	// earlier than the store gave it.
-	return &Reservation{decision: d, clock: c, act: c.Now().Add(d.Delay), limiter: l, subject: subject, cost: cost, place: at}, nil
-}
-
-// OK reports whether the cost was admitted (and charged).
-func (r *Reservation) OK() bool { return r.decision.Allowed }
-
-// Decision returns the store's decision.
-func (r *Reservation) Decision() Decision { return r.decision }
-
-// RetryAfter returns, for a refused reservation, the time from the
-// reservation until the same cost would be admitted; zero if admitted.
-func (r *Reservation) RetryAfter() time.Duration { return r.decision.RetryAfter }
-
-// Delay is DelayFrom at the limiter's clock's now.
-func (r *Reservation) Delay() time.Duration { return r.DelayFrom(r.clock.Now()) }
-
-// DelayFrom returns how long after t the holder must wait before acting:
-// zero to act at once, [InfDuration] for a refused reservation.
-func (r *Reservation) DelayFrom(t time.Time) time.Duration {
-	if !r.OK() {
-		return InfDuration
-	}
-	return max(r.act.Sub(t), 0)
-}
-
-// Cancel is CancelAt at the limiter's clock's now.
-func (r *Reservation) Cancel() error { return r.CancelAt(r.clock.Now()) }
-
-// CancelAt says that the holder will not act on the reservation at t, and
-// gives back what can be given back: see [Limiter.Reserve]. It returns nil
-// when there is nothing to give back (a refused reservation, or one whose
-// time to act has come by t) or the place was given back, and
-// [ErrCannotGiveBack] for a place in a shaping queue still ahead of t
-// that others have queued behind, which stays spent.
-func (r *Reservation) CancelAt(t time.Time) error {
-	if !r.OK() || !t.Before(r.act) {
-		return nil
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ok, err := r.limiter.giveBack(context.Background(), r.subject, r.cost, r.place)
-	if err != nil {
-		return fmt.Errorf("canceling a reservation %v ahead: giving its place back: %w", r.act.Sub(t), err)
-	}
-	if ok {
-		r.place = algo.Place{}
-		return nil
-	}
-	return fmt.Errorf("canceling a reservation %v ahead: %w: others have queued behind its place, which stays spent", r.act.Sub(t), ErrCannotGiveBack)
 }

@@ -46,6 +46,13 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
+// Advance moves the clock d on, waking no one.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
 func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err

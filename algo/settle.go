@@ -1,6 +1,7 @@
 package algo
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -9,6 +10,10 @@ import (
 // tokens an LLM call used) is reserved at an estimate, with
 // [Prepared.DecideInto] at cost = estimate, and settled at the actual
 // cost when it is known, with [Prepared.Settle].
+
+// ErrSettleExpired reports a settle that came after its reservation's
+// TTL ([Settlement.TTL]): the estimate stands.
+var ErrSettleExpired = errors.New("the reservation expired before it was settled: its estimate stands")
 
 // ErrSettleUnsupported reports a settle under an algorithm that cannot
 // carry one (see [Limit.CanSettle]). It is an [ErrInvalidRequest].
