@@ -162,8 +162,10 @@ func TestSpacedGCRAInBatches(t *testing.T) {
 	}
 }
 
-// TestSpacedGCRAMatchesAlgo: the spaced path decides as the algorithm
-// does from the same debt, over random limits, costs and debts. A key is
+// TestSpacedGCRAMatchesAlgo: the spaced path, and the usual path reading
+// the same key (multi.lua's, through AllowAll), decide as the algorithm does from the same debt, over
+// random limits, costs and debts, up to three times the burst (a settle's
+// debt, a TAT far past the burst). A key is
 // set to a debt (its TTL) the way the spaced path keeps it, decided once
 // on Redis' clock, and compared with algo.Decide from a state owing that
 // debt; debts lie half a spacing off the multiples, so the time between
@@ -185,7 +187,9 @@ func TestSpacedGCRAMatchesAlgo(t *testing.T) {
 		}
 		capacity := l.Capacity()
 		cost := rng.Int64N(capacity + 1)
-		debt := rng.Int64N(capacity+2)*spacing + spacing/2 // may exceed the capacity: a limit that shrank
+		// The debt may exceed the capacity: a settle's, or a limit's that shrank.
+		debt := rng.Int64N(3*capacity+2)*spacing + spacing/2
+		usual := trial%2 == 1 // else the spaced path
 		req := algo.Request{Name: unique("spaced-rand"), Subject: "s", Limit: l, Cost: cost}
 		key := rstore.KeyFor(req)
 		// slack is the most the trial's own time may take off the debt.
@@ -197,9 +201,17 @@ func TestSpacedGCRAMatchesAlgo(t *testing.T) {
 			if err := c.Do(ctx, c.B().Set().Key(key).Value("").Px(time.Duration(debt)*time.Millisecond).Build()).Error(); err != nil {
 				t.Fatal(err)
 			}
-			var err error
-			if got, err = s.Allow(ctx, req); err != nil {
-				t.Fatal(err)
+			if usual {
+				ds, err := s.AllowAll(ctx, []algo.Request{req})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = ds[0]
+			} else {
+				var err error
+				if got, err = s.Allow(ctx, req); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if slack = time.Since(start).Milliseconds() + 1; slack < spacing/2 {
 				break
@@ -220,7 +232,7 @@ func TestSpacedGCRAMatchesAlgo(t *testing.T) {
 			return d <= 0 && d >= -slack
 		}
 		if got.Allowed != want.Allowed || got.Remaining != want.Remaining || !near(got.ResetAfter, want.ResetAfter) || !near(got.RetryAfter, want.RetryAfter) {
-			t.Fatalf("trial %d: %v, cost %d, debt %d ms:\nspaced %+v\n  algo %+v", trial, l, cost, debt, got, want)
+			t.Fatalf("trial %d (usual path %v): %v, cost %d, debt %d ms:\nredis %+v\n algo %+v", trial, usual, l, cost, debt, got, want)
 		}
 		if ttl, _ := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64(); want.Allowed && cost > 0 {
 			if wantTTL := st.A - now; ttl > wantTTL || ttl < wantTTL-time.Since(start).Milliseconds()-1 {

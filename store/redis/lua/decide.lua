@@ -86,8 +86,8 @@ local function lone()
     if not ok then return false, r1 end
     return r1, r2, r3, r4, r5
   end
-  local x, y, z = read(key, a, redis.call('GET', key))
-  local allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, y, z, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb)
+  local x, y, z, d = read(key, a, redis.call('GET', key))
+  local allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, y, z, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb, d)
   if w1 then store(key, a, w1, w2, w3, ttl) end
   return allowed, rem, reset, retry, delay
 end

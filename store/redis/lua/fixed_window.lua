@@ -20,7 +20,7 @@ algs[3] = function(a, b, _, n, period, cap, cost, md, cal, b0, b1, b2, b3)
   local count = 0
   if a == w then count = b end
   local allowed, retry, ttl = 0, 0
-  if count + cost <= n then
+  if count + cost <= n or cost == 0 then -- a count above n is a settle's debt
     allowed = 1
     count = count + cost
     if cost > 0 then ttl = e - now end

@@ -8,8 +8,10 @@
 -- With pb > 0 it pushes the schedule back by pb ms instead (algo.pushBack):
 -- the state becomes the later of the stored one and a full bucket at
 -- NOW + pb, and it reports a query of that.
+-- top, when set, is the most the stored level may hold (the token bucket's:
+-- a settle's debt); else the capacity and the queue, limU.
 STATE[2] = '<dd'
-algs[2] = function(lvl, last, _, n, period, cap, cost, md, _, _, _, _, _, wd, pb)
+algs[2] = function(lvl, last, _, n, period, cap, cost, md, _, _, _, _, _, wd, pb, _, top)
   local now = NOW
   local capU = cap * period
   local limU = capU + md * n
@@ -52,14 +54,15 @@ algs[2] = function(lvl, last, _, n, period, cap, cost, md, _, _, _, _, _, wd, pb
     return allowed, rem, reset, retry, delay, w1, w2, nil, ttl
   end
   if now < last then now = last end
-  if lvl > limU then lvl = limU end
+  local maxU = top or limU
+  if lvl > maxU then lvl = maxU end
   local el = now - last
   if el >= ceil(lvl / n) then lvl = 0 else lvl = lvl - el * n end
   local allowed, retry, delay, w1, w2, ttl = 0, 0, 0
   if lvl + need <= admitU or cost == 0 then
     allowed = 1
     lvl = lvl + need
-    if lvl > capU then delay = ceil((lvl - capU) / n) end
+    if md > 0 and lvl > capU then delay = ceil((lvl - capU) / n) end
     if cost > 0 then w1, w2, ttl = lvl, now, ceil(lvl / n) end
   else
     retry = ceil((lvl + need - admitU) / n)

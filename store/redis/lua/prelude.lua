@@ -43,14 +43,18 @@ end
 -- and b > 0: a quotient that is not an integer lies at least 1/b from the
 -- nearest one, more than half the spacing of doubles there (|a/b| 2^-53),
 -- so the correctly rounded division cannot land on the integer; the
--- scripts keep every value below 2^50.
+-- scripts keep every value below 2^50, but a settle's debt (at most 2^51,
+-- algo.maxOweUnits) and sums with it, which stay below 2^53.
 -- Algorithms. Every one but the sliding log (see log below) is a pure
 -- function algs[<algo.Algorithm>](s1, s2, s3, n, period, cap, cost, md,
--- cal, b0, b1, b2, b3, wd, pb) of its stored state (s1 nil when there is none) that returns
+-- cal, b0, b1, b2, b3, wd, pb, s4) of its stored state (s1 nil when there
+-- is none; s4 only a sliding counter's: algo.State.D, false for 0) that returns
 -- allowed (0/1), remaining, reset_after_ms, retry_after_ms, delay_ms, then
 -- the state to store w1, w2, w3 (w1 nil: store nothing) and its TTL in ms
--- from NOW. STATE[a] is the struct format the state is stored in: two or
--- three little-endian doubles.
+-- from NOW. A decision never writes s4 (algo: a decision that charges
+-- leaves D 0). STATE[a] is the struct format the state is stored in: two or
+-- three little-endian doubles (a sliding counter a settle wrote: four, D
+-- the fourth, see state.lua's parse).
 local algs, STATE = {}, {}
 -- log is the sliding log (sliding_log.lua), which reads and writes Redis
 -- itself; nil in a script built without it.

@@ -11,7 +11,8 @@
 -- so requests on one key see each other's effect in order, exactly as
 -- separate calls would.
 -- The cache: slot[key] is the key's index j in the parallel arrays KEY,
--- S1, S2, S3 (its state; S1[j] false when there is none), ALG (its
+-- S1, S2, S3, S4 (its state; S1[j] false when there is none, S4[j] a
+-- sliding counter's D, false when 0), ALG (its
 -- algorithm) and TTL (the TTL to write, false while nothing is charged);
 -- the call has NK keys so far, and DIRTY[1..ND] are the charged ones'
 -- indexes in order; FRESH[j] is true for a key prefetch found no string
@@ -20,7 +21,7 @@
 -- to allocate and collect on each decision.
 local REQS
 local REQ = 104
-local slot, KEY, S1, S2, S3, ALG, TTL, DIRTY, FRESH = {}, {}, {}, {}, {}, {}, {}, {}, {}
+local slot, KEY, S1, S2, S3, S4, ALG, TTL, DIRTY, FRESH = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 local NK, ND = 0, 0
 -- reset starts the requests of a call, begun: an empty cache.
 local function reset()
@@ -33,14 +34,25 @@ local SIZE = { ['<dd'] = 16, ['<ddd'] = 24 }
 local function whole(x) return x >= 0 and x < 9007199254740992 and x == floor(x) end
 -- parse returns the state stored as v in format f (nil when there is
 -- none): two or three values, or nothing when v is absent or unreadable,
--- which reads as no state.
+-- which reads as no state. A sliding counter ('<ddd') a settle wrote holds
+-- a fourth, D (algo.State.D, the settle's time), returned fourth; one a
+-- decision wrote holds three (D 0), as before settles existed.
 local function parse(f, v)
-  if not v or #v ~= SIZE[f] then return end
-  local x, y, z = unpack_(f, v)
-  if f == '<dd' then z = 0 end
+  if not v then return end
+  local x, y, z, d
+  if #v == SIZE[f] then
+    x, y, z = unpack_(f, v)
+    if f == '<dd' then z = 0 end
+  elseif f == '<ddd' and #v == 32 then
+    x, y, z, d = unpack_('<dddd', v)
+    if not whole(d) then return end
+    if d == 0 then d = nil end
+  else
+    return
+  end
   if whole(x) and whole(y) and whole(z) then
     if f == '<dd' then return x, y end
-    return x, y, z
+    return x, y, z, d
   end
 end
 -- read returns the state of key, of algorithm a, from its value v: what
@@ -64,8 +76,8 @@ local function load(key, a)
   if type(v) == 'table' then return nil, v end
   NK = NK + 1
   j = NK
-  local x, y, z = read(key, a, v)
-  slot[key], KEY[j], S1[j], S2[j], S3[j], ALG[j], TTL[j], FRESH[j] = j, key, x or false, y or false, z or false, a, false, false
+  local x, y, z, d = read(key, a, v)
+  slot[key], KEY[j], S1[j], S2[j], S3[j], S4[j], ALG[j], TTL[j], FRESH[j] = j, key, x or false, y or false, z or false, d or false, a, false, false
   return j
 end
 -- prefetch reads the state of the keys of a call's k requests (but the
@@ -84,8 +96,8 @@ local function prefetch(k, skip)
       if a ~= 4 then
         NK = NK + 1
         local j, v = NK, vals[i]
-        local x, y, z = read(key, a, v)
-        slot[key], KEY[j], S1[j], S2[j], S3[j], ALG[j], TTL[j], FRESH[j] = j, key, x or false, y or false, z or false, a, false, not v
+        local x, y, z, d = read(key, a, v)
+        slot[key], KEY[j], S1[j], S2[j], S3[j], S4[j], ALG[j], TTL[j], FRESH[j] = j, key, x or false, y or false, z or false, d or false, a, false, not v
       end
     end
   end
@@ -114,7 +126,7 @@ local function decide(i, write, zero, over)
   local x = S1[j]
   local allowed, rem, reset, retry, delay, w1, w2, w3, ttl
   if x then
-    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, S2[j], S3[j], n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb)
+    allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](x, S2[j], S3[j], n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb, S4[j])
   else
     allowed, rem, reset, retry, delay, w1, w2, w3, ttl = algs[a](nil, nil, nil, n, period, cap, cost, md, cal, b0, b1, b2, b3, wd, pb)
   end
@@ -123,24 +135,27 @@ local function decide(i, write, zero, over)
       ND = ND + 1
       DIRTY[ND] = j
     end
-    S1[j], S2[j], S3[j], TTL[j] = w1, w2, w3 or false, ttl
+    S1[j], S2[j], S3[j], S4[j], TTL[j] = w1, w2, w3 or false, false, ttl
   end
   return allowed, rem, reset, retry, delay
 end
--- store stores state w1, w2, w3 of algorithm a under key with a TTL of
+-- store stores state w1, w2, w3 (and a sliding counter's w4, D, when
+-- positive: see parse) of algorithm a under key with a TTL of
 -- ttl ms from NOW, checking first that the key holds no other type when
 -- fresh; a failure (a key of another type) fails the call. save is store
 -- in a pcall: it returns true, or false and the error. On Redis'
 -- clock the expiry is given as an absolute time (PXAT), which Redis
 -- propagates as it is; a relative one (PX) it rewrites into an absolute
 -- one first.
-local function store(key, a, w1, w2, w3, ttl, fresh)
+local function store(key, a, w1, w2, w3, ttl, fresh, w4)
   local opt, at = 'PX', ttl + slack
   if REDIS_CLOCK then opt, at = 'PXAT', ttl + NOW end
+  local v
+  if w4 and w4 > 0 then v = pack('<dddd', w1, w2, w3, w4) else v = pack(STATE[a], w1, w2, w3) end
   if fresh then
-    return redis.call('SET', key, pack(STATE[a], w1, w2, w3), opt, at, 'GET')
+    return redis.call('SET', key, v, opt, at, 'GET')
   end
-  return redis.call('SET', key, pack(STATE[a], w1, w2, w3), opt, at)
+  return redis.call('SET', key, v, opt, at)
 end
 local function save(key, a, w1, w2, w3, ttl, fresh)
   return pcall(store, key, a, w1, w2, w3, ttl, fresh)
