@@ -18,8 +18,9 @@ import (
 
 // TestCluster runs the whole conformance suite — the test vectors for every
 // algorithm, multi-limit and hierarchy groups, exact admission under 200
-// goroutines — on a real Redis Cluster of 3 masters and 3 replicas, then
-// checks that every key has a TTL and that one subject's keys share a slot.
+// goroutines — and a settle of a group on a real Redis Cluster of 3
+// masters and 3 replicas, then checks that every key has a TTL and that
+// one subject's keys share a slot.
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 1)
 	newStore := func(t *testing.T) tollgate.Store {
@@ -35,6 +36,7 @@ func TestCluster(t *testing.T) {
 		stores[i] = newStore(t)
 	}
 	t.Run("MultiFourClients", func(t *testing.T) { storetest.RunMultiConcurrency(t, stores) })
+	t.Run("Settle", func(t *testing.T) { testClusterSettle(t, cl) })
 
 	keys, err := cl.Keys(rstore.KeyPrefix + "*")
 	if err != nil || len(keys) == 0 {
@@ -113,6 +115,38 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("user key %s on %v, tenant key %s on %v (%v %v)", user, a, tenant, b, err1, err2)
 	}
 	t.Run("BatchDuringMigration", func(t *testing.T) { testBatchDuringMigration(t, cl) })
+}
+
+// testClusterSettle settles a reservation of a group of two limits (a
+// user's, a tenant's) on the cluster: one call, its keys and the
+// marker in the group's slot, applied once.
+func testClusterSettle(t *testing.T, cl *redistest.Cluster) {
+	ctx := context.Background()
+	s, err := rstore.New(cl.NewClient(t), rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := []algo.Request{
+		{Name: "settle-user", Subject: "u1", Tag: "tenant-s", Limit: algo.Limit{Algorithm: algo.TokenBucket, Rate: 100, Period: time.Hour}, Cost: 40},
+		{Name: "settle-tenant", Subject: "tenant-s", Tag: "tenant-s", Limit: algo.Limit{Algorithm: algo.FixedWindow, Rate: 1000, Period: 24 * time.Hour}, Cost: 40},
+	}
+	if _, err := s.AllowAll(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	st := algo.Settlement{ID: "res-1", Age: time.Millisecond, TTL: time.Minute,
+		Items: []algo.SettleItem{{Request: reqs[0], Actual: 10}, {Request: reqs[1], Actual: 10}}}
+	for _, want := range []algo.SettleOutcome{algo.SettleApplied, algo.SettleRepeated} {
+		out, err := s.SettleAll(ctx, st)
+		if err != nil || out.Outcome != want || out.Decisions[0].Remaining < 89 || out.Decisions[1].Remaining != 990 {
+			t.Fatalf("settling 10 of 40 on the cluster: %+v %v, want %v, 30 given back to each", out, err, want)
+		}
+	}
+	m, err := cl.MasterFor(rstore.SettledKey("tenant-s", "res-1"))
+	for _, r := range reqs {
+		if n, err2 := cl.MasterFor(rstore.KeyFor(r)); err != nil || err2 != nil || n != m {
+			t.Fatalf("the marker on %v, %s on %v (%v %v)", m, rstore.KeyFor(r), n, err, err2)
+		}
+	}
 }
 
 // testBatchDuringMigration decides a batch of two keys of one slot while

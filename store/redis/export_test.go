@@ -99,6 +99,8 @@ var (
 	HeldKey  = heldKey
 	LockKeys = lockKeys
 	LeaseKey = leaseKey
+	// SettledKey is the key of a settled reservation's marker.
+	SettledKey = settledKey
 )
 
 // Outcomes decodes a script's answer to k requests under l: each one's

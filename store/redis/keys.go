@@ -22,19 +22,24 @@ import (
 // <subject> (present only for a request whose Tag groups it with other
 // subjects) its Subject, made safe as the group is; both are escaped, '%' as %25 and ':' as %3A, so neither holds a colon.
 // <kind> is the algorithm's (gcra, tb, lb, fw, slc, sc), or lock for a login
-// guard's state and lease for leases; ":held" follows for the set of held
+// guard's state and lease for leases, or settled for the marker of a
+// settled reservation (see [Store.SettleAll]), whose <name> is then the
+// reservation's ID (made safe and escaped as a name is) and <group> its
+// group's; ":held" follows for the set of held
 // attempts beside a rate limit's or a login guard's state. So the fields
 // between the colons after the tag are the name, perhaps the subject,
 // then one of the kinds, perhaps followed by held: no kind is "held", so
-// the fields read one way only, and no two requests' states share a key.
+// the fields read one way only, and no two requests' states share a key,
+// nor a state and a marker.
 // Names without '%' or ':' appear as they are: rl:v3:{user-42}:api:gcra.
 
 // Key kinds beside the algorithms' (see keySuffix), and the suffix of a
 // held set.
 const (
-	lockSuffix  = ":lock"
-	leaseSuffix = ":lease"
-	heldSuffix  = ":held"
+	lockSuffix    = ":lock"
+	leaseSuffix   = ":lease"
+	settledSuffix = ":settled"
+	heldSuffix    = ":held"
 )
 
 // buildKey returns rl:v3:{<group>}:<name>[:<subject>]<suffix>, where
@@ -125,6 +130,10 @@ func lockKeys(policy, subject string) (state, held string) {
 	state = buildKey(subject, policy, "", lockSuffix)
 	return state, state + heldSuffix
 }
+
+// settledKey returns the key of the marker of reservation id of group
+// (see [Store.SettleAll]), in the group's slot.
+func settledKey(group, id string) string { return buildKey(group, id, "", settledSuffix) }
 
 // leaseKey returns the key of a subject's leases under policy.
 func leaseKey(policy, subject string) string { return buildKey(subject, policy, "", leaseSuffix) }

@@ -31,13 +31,14 @@ func TestTaggedSubjectKeepsItsOwnState(t *testing.T) {
 }
 
 // parsedKey is what a key says it holds, read by the documented layout
-// alone: rl:v3:{<group>}:<policy>[:<subject>]:<kind>[:held].
+// alone: rl:v3:{<group>}:<policy>[:<subject>]:<kind>[:held] (a settled
+// reservation's marker: its ID in the policy's place, kind settled).
 type parsedKey struct {
 	group, policy, subject, kind string
 	held                         bool
 }
 
-var keyKinds = map[string]bool{"gcra": true, "tb": true, "lb": true, "fw": true, "slc": true, "sc": true, "lock": true, "lease": true}
+var keyKinds = map[string]bool{"gcra": true, "tb": true, "lb": true, "fw": true, "slc": true, "sc": true, "lock": true, "lease": true, "settled": true}
 
 // parseKey reads key back, or fails if it does not follow the layout.
 func parseKey(key string) (parsedKey, error) {
@@ -54,7 +55,7 @@ func parseKey(key string) (parsedKey, error) {
 		case 1:
 			return keyKinds[f[0]]
 		case 2:
-			return keyKinds[f[0]] && f[0] != "lease" && f[1] == "held"
+			return keyKinds[f[0]] && f[0] != "lease" && f[0] != "settled" && f[1] == "held"
 		}
 		return false
 	}
@@ -141,6 +142,7 @@ func FuzzKeyLayout(f *testing.F) {
 			{lock, parsedKey{rstore.SafeTag(subject), name, "", "lock", false}},
 			{lockHeld, parsedKey{rstore.SafeTag(subject), name, "", "lock", true}},
 			{rstore.LeaseKey(policy, subject), parsedKey{rstore.SafeTag(subject), name, "", "lease", false}},
+			{rstore.SettledKey(req.Group(), policy), parsedKey{rstore.SafeTag(req.Group()), name, "", "settled", false}},
 		} {
 			got, err := parseKey(c.key)
 			if err != nil || got != c.want {
@@ -157,7 +159,7 @@ func FuzzKeyLayout(f *testing.F) {
 // escapes and kind names, and checks that no two inputs share one.
 func TestKeysDistinct(t *testing.T) {
 	parts := []string{"", "p", "q", "u", ":", "%", "%3A", "%25", "p:q", "q:u", "h:x", "{u}", "gcra", "lock", "held",
-		"lease", "q:gcra", "lock:held", "gcra:held",
+		"lease", "settled", "q:gcra", "lock:held", "gcra:held", "q:settled",
 		strings.Repeat("n", 128), strings.Repeat("n", 129), strings.Repeat("n", 128) + "m", "h:" + strings.Repeat("0", 32)}
 	seen := map[string]string{}
 	add := func(key, what string) {
@@ -184,6 +186,7 @@ func TestKeysDistinct(t *testing.T) {
 			add(lock, fmt.Sprintf("the guard state of (%q, %q)", p, tag))
 			add(held, fmt.Sprintf("the guard's holds of (%q, %q)", p, tag))
 			add(rstore.LeaseKey(p, tag), fmt.Sprintf("the leases of (%q, %q)", p, tag))
+			add(rstore.SettledKey(tag, p), fmt.Sprintf("the marker of reservation %q of group %q", p, tag))
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// A library is decide.lua, multi.lua, reserve.lua and place.lua as a Redis function library: its definitions
+// A library is decide.lua, multi.lua, reserve.lua, place.lua and settle.lua as a Redis function library: its definitions
 // made once, when the library is loaded, instead of on every EVALSHA, which
 // is most of what a lone decision costs Redis. Its name holds a hash of its
 // source, so gateways of different versions load libraries side by side.
@@ -24,26 +24,27 @@ type library struct {
 	name, src              string
 	decide, multi, reserve string // the functions of decide.lua, multi.lua and reserve.lua
 	place                  string // the function of place.lua
+	settle                 string // the function of settle.lua
 	one                    string // decide.lua's decide_one: a lone request on Redis' clock
 	refused                atomic.Bool
 	mu                     sync.Mutex // one load at a time
 }
 
-// newLibrary returns the library of decide.lua, multi.lua, reserve.lua and place.lua.
+// newLibrary returns the library of decide.lua, multi.lua, reserve.lua, place.lua and settle.lua.
 func newLibrary() (*library, error) {
-	defs, err := definitions("decide.lua", "multi.lua", "reserve.lua", "place.lua")
+	defs, err := definitions("decide.lua", "multi.lua", "reserve.lua", "place.lua", "settle.lua")
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256([]byte(defs))
 	tag := hex.EncodeToString(sum[:6])
 	l := &library{name: "tollgate_" + tag, decide: "tollgate_decide_" + tag, multi: "tollgate_multi_" + tag, reserve: "tollgate_reserve_" + tag,
-		place: "tollgate_place_" + tag, one: "tollgate_one_" + tag}
+		place: "tollgate_place_" + tag, settle: "tollgate_settle_" + tag, one: "tollgate_one_" + tag}
 	register := func(fn, entry string) string {
 		return "redis.register_function('" + fn + "', function(keys, args) begin(keys, args, true) reset() return " + entry + "() end)\n"
 	}
 	l.src = "#!lua name=" + l.name + "\n" + defs + register(l.decide, "decide_all") + register(l.multi, "multi_all") +
-		register(l.reserve, "reserve_one") + register(l.place, "place_op") +
+		register(l.reserve, "reserve_one") + register(l.place, "place_op") + register(l.settle, "settle_all") +
 		"redis.register_function('" + l.one + "', function(keys, args) return decide_one(keys, args) end)\n"
 	return l, nil
 }

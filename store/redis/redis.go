@@ -2,14 +2,15 @@
 // that many gateway instances spend one budget.
 //
 // Every decision is made atomically by Lua code (decide.lua, multi.lua
-// for all-or-nothing groups, reserve.lua for held attempts and place.lua
-// for places in a shaping queue, embedded in the binary with one
-// file per algorithm), loaded as a function library and called with
-// FCALL, or, where Redis refuses functions, run as scripts with EVALSHA;
+// for all-or-nothing groups, reserve.lua for held attempts, place.lua
+// for places in a shaping queue and settle.lua for settled reservations,
+// embedded in the binary with one file per algorithm), loaded as a
+// function library and called with FCALL, or, where Redis refuses functions, run as scripts with EVALSHA;
 // both are loaded again when Redis has lost them. The code reads the time
 // from Redis itself (TIME), so all instances share one clock, and gives
 // every key its TTL in the same call that writes it. State is two or three
-// little-endian doubles in one string (16 or 24 bytes), and a request's
+// little-endian doubles in one string (16 or 24 bytes; 32 for a sliding
+// counter a settle wrote, which records the settle's time), and a request's
 // parameters travel the same way, so Redis spends its time deciding rather
 // than parsing decimal text. The Lua mirrors package algo operation for
 // operation on integers below 2^53, so the Redis store and the in-memory
@@ -107,6 +108,10 @@ func ReserveScript() (string, error) { return script("reserve.lua", "reserve_one
 // PlaceScript returns the source of the script that takes and gives back
 // places in a shaping queue (see [Store.TakePlace]).
 func PlaceScript() (string, error) { return script("place.lua", "place_op") }
+
+// SettleScript returns the source of the script that settles a
+// reservation (see [Store.SettleAll]).
+func SettleScript() (string, error) { return script("settle.lua", "settle_all") }
 
 // script returns the source of a script for rate-limit requests: the
 // definitions with entry, then a call of entry's function fn.
@@ -243,6 +248,7 @@ type Store struct {
 	lease   *rueidis.Lua
 	reserve entryPoint // reserve.lua: attempts held on a rate limit
 	place   entryPoint // place.lua: places in a shaping queue
+	settle  entryPoint // settle.lua: settled reservations
 	one     entryPoint // decide.lua's decide_one: a lone request on Redis' clock
 	owned   bool       // Open made the client; Close closes it
 	log     *slog.Logger
@@ -290,7 +296,8 @@ func newStore(opts Options) (*Store, error) {
 		dst *entryPoint
 		fn  string
 		src func() (string, error)
-	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}, {&s.place, lib.place, PlaceScript}, {&s.one, lib.one, OneScript}} {
+	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}, {&s.place, lib.place, PlaceScript},
+		{&s.settle, lib.settle, SettleScript}, {&s.one, lib.one, OneScript}} {
 		src, err := x.src()
 		if err != nil {
 			return nil, fmt.Errorf("creating redis store: %w", err)

@@ -91,6 +91,7 @@ func TestKeyLayout(t *testing.T) {
 		{lock, "rl:v3:{acct}:login/api:lock"},
 		{held, "rl:v3:{acct}:login/api:lock:held"},
 		{rstore.LeaseKey("conc/api", "k_user"), "rl:v3:{k_user}:conc/api:lease"},
+		{rstore.SettledKey("acme", "res-7f3a"), "rl:v3:{acme}:res-7f3a:settled"},
 		{rstore.KeyFor(algo.Request{Name: "P", Subject: "q", Tag: "u"}), "rl:v3:{u}:P:q:gcra"},
 		{rstore.Key("P:q", "u", algo.GCRA), "rl:v3:{u}:P%3Aq:gcra"},
 		{rstore.Key("100%", "u", algo.GCRA), "rl:v3:{u}:100%25:gcra"},
