@@ -32,6 +32,10 @@ func (s *Store) SettleAll(ctx context.Context, st algo.Settlement) (algo.Settled
 	if err := g.prepare(s, reqs); err != nil {
 		return algo.Settled{}, fmt.Errorf("settling in memory: %w", err)
 	}
+	reservedAt := g.ms - ceilMS(st.Age)
+	if reservedAt < 0 {
+		return algo.Settled{}, fmt.Errorf("settling in memory: %w: a reservation %v before %d ms is before the Unix epoch", algo.ErrInvalidRequest, st.Age, g.ms)
+	}
 	out := algo.Settled{Outcome: algo.SettleExpired, Decisions: make([]algo.Decision, len(reqs))}
 	if !st.Expired() {
 		fresh, err := s.remember(reqs[0].Group(), st.ID, g.ms, g.ms+ceilMS(st.TTL-st.Age))
@@ -46,14 +50,15 @@ func (s *Store) SettleAll(ctx context.Context, st algo.Settlement) (algo.Settled
 	g.sh.mu.Lock()
 	defer g.sh.mu.Unlock()
 	defer g.unlock()
-	reservedAt := g.ms - ceilMS(st.Age)
 	for i := range reqs {
 		it := g.find(i, &reqs[i])
 		var err error
 		if out.Outcome == algo.SettleApplied {
 			it.ttl, err = it.pl.Settle(&it.res, &it.state, g.ms, reservedAt, reqs[i].Cost, st.Items[i].Actual)
 		} else {
-			it.ttl, err = it.pl.DecideInto(&it.res, &it.state, g.ms, 0)
+			// At the estimate: nothing changes, and the result says
+			// what the subject owes, as the Redis store's does.
+			it.ttl, err = it.pl.Settle(&it.res, &it.state, g.ms, reservedAt, reqs[i].Cost, reqs[i].Cost)
 		}
 		if err != nil {
 			return algo.Settled{}, fmt.Errorf("settling in memory: %w", &algo.ItemError{Index: i, Err: err})
