@@ -135,7 +135,7 @@ func FuzzSettleAlgo(f *testing.F) {
 				ids++
 				id = fmt.Sprintf("%s-r%d", policy, ids) // the markers of every run share group f
 			}
-			st := algo.Settlement{ID: id, Age: time.Duration(int64(arg>>5)*pms/4) * time.Millisecond, TTL: algo.MaxHoldTTL}
+			st := algo.Settlement{ID: id, Age: time.Duration(int64(arg>>5)*pms/4) * time.Millisecond, TTL: algo.MaxSettleTTL}
 			for _, m := range lims {
 				req := m.req
 				req.Cost, req.Now = est, now

@@ -25,17 +25,15 @@ func result(d algo.Decision) algo.Result {
 
 // settlement returns the settlement id of one reservation of req (its
 // Cost the estimate) made age before req.Now, costing actual, with a TTL of
-// algo.MaxHoldTTL.
+// algo.MaxSettleTTL.
 func settlement(id string, req algo.Request, age time.Duration, actual int64) algo.Settlement {
-	return algo.Settlement{ID: id, Age: age, TTL: algo.MaxHoldTTL, Items: []algo.SettleItem{{Request: req, Actual: actual}}}
+	return algo.Settlement{ID: id, Age: age, TTL: algo.MaxSettleTTL, Items: []algo.SettleItem{{Request: req, Actual: actual}}}
 }
 
 // TestSettleVectors runs the shared settle vectors (settle.json) on the
 // store, through the function library and through the scripts: each
 // settle step is a settlement of its own (a new ID) with a TTL of
-// algo.MaxHoldTTL, which a step settling a reservation that old finds
-// expired (the estimate stands: what the vector expects of a refund that
-// old, which gives nothing back).
+// algo.MaxSettleTTL, longer than any vector's reservations live.
 func TestSettleVectors(t *testing.T) {
 	ctx := context.Background()
 	for _, noFn := range []bool{false, true} {
@@ -49,12 +47,12 @@ func TestSettleVectors(t *testing.T) {
 				decide := func(l algo.Limit, now time.Time, a vectors.Ask) (algo.Decision, error) {
 					return s.Allow(ctx, algo.Request{Name: p, Subject: "v", Limit: l, Cost: a.Cost, Now: now, Within: a.Within})
 				}
-				settle := func(l algo.Limit, now time.Time, a vectors.SettleAsk) (algo.Result, error) {
+				settle := func(l algo.Limit, now time.Time, a vectors.SettleAsk) (algo.Decision, error) {
 					req := algo.Request{Name: p, Subject: "v", Limit: l, Cost: a.Estimate, Now: now}
 					st := settlement(unique("r"), req, now.Sub(a.ReservedAt), a.Actual)
 					out, err := s.SettleAll(ctx, st)
 					if err != nil {
-						return algo.Result{}, err
+						return algo.Decision{}, err
 					}
 					want := algo.SettleApplied
 					if st.Expired() {
@@ -63,7 +61,7 @@ func TestSettleVectors(t *testing.T) {
 					if out.Outcome != want || len(out.Decisions) != 1 {
 						t.Errorf("settle at %v: outcome %v with %d decisions, want %v with 1", now, out.Outcome, len(out.Decisions), want)
 					}
-					return result(out.Decisions[0]), nil
+					return out.Decisions[0], nil
 				}
 				return decide, settle
 			})
@@ -136,7 +134,7 @@ func TestSettleOnce(t *testing.T) {
 		// An explicit time: the marker lives the reservation's TTL less
 		// its age, plus the slack every key gets with one.
 		marker := rstore.SettledKey(sub, step.id)
-		if p := pttl(t, c, marker); p <= 10*time.Minute.Milliseconds() || p > (10*time.Minute+algo.MaxHoldTTL-50*time.Millisecond).Milliseconds() {
+		if p := pttl(t, c, marker); p <= 10*time.Minute.Milliseconds() || p > (10*time.Minute+algo.MaxSettleTTL-50*time.Millisecond).Milliseconds() {
 			t.Errorf("step %d: the marker's PTTL is %d ms", i, p)
 		}
 	}
@@ -304,7 +302,7 @@ func TestSettleInvalid(t *testing.T) {
 		{"an invalid limit", func(st *algo.Settlement) { st.Items[1].Request.Limit.Rate = 0 }, algo.ErrInvalidLimit, 1},
 		{"no ID", func(st *algo.Settlement) { st.ID = "" }, algo.ErrInvalidRequest, -1},
 		{"an ID over 128 bytes", func(st *algo.Settlement) { st.ID = strings.Repeat("i", 129) }, algo.ErrInvalidRequest, -1},
-		{"a TTL over MaxHoldTTL", func(st *algo.Settlement) { st.TTL = algo.MaxHoldTTL + time.Millisecond }, algo.ErrInvalidRequest, -1},
+		{"a TTL over MaxSettleTTL", func(st *algo.Settlement) { st.TTL = algo.MaxSettleTTL + time.Millisecond }, algo.ErrInvalidRequest, -1},
 		{"a negative age", func(st *algo.Settlement) { st.Age = -time.Millisecond }, algo.ErrInvalidRequest, -1},
 		{"a reservation before the Unix epoch", func(st *algo.Settlement) {
 			for i := range st.Items {
