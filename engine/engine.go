@@ -281,7 +281,7 @@ func (e *Engine) limitCharges(ch *charges, c *Call, cost int64) {
 		if route != nil && plan == route.Limit {
 			who = ks
 		}
-		*ch = e.plannedCharges(plan, who, cost)
+		*ch = e.plannedCharges(plan, who, cost, c.Tokens)
 	}
 	if extra != nil {
 		// In the plan's group (its tenant's, if it has one, else the
@@ -293,7 +293,7 @@ func (e *Engine) limitCharges(ch *charges, c *Call, cost int64) {
 			tag = c.Subject.ID
 		}
 		for _, b := range extra.Limits {
-			ch.add(b, b.Request(ks.ID, tag, cost))
+			ch.add(b, b.Request(ks.ID, tag, cost)) // a route's limit counts requests
 		}
 	}
 }
@@ -332,13 +332,17 @@ func (ch *charges) add(b *policy.Budget, req tollgate.Request) {
 }
 
 // plannedCharges returns what charging cost to sub under plan takes: one
-// request per limit of the plan and, for a subject with a tenant, one for
-// the tenant's budget, all in the tenant's group so one call decides them.
-func (e *Engine) plannedCharges(plan *policy.Plan, sub Subject, cost int64) charges {
+// request per limit of the plan that applies to the call (a token
+// budget's charging the tokens estimated, on a token route: see
+// budgetRequest) and, for a subject with a tenant, one for the tenant's
+// budget, all in the tenant's group so one call decides them.
+func (e *Engine) plannedCharges(plan *policy.Plan, sub Subject, cost int64, tokens *Tokens) charges {
 	tag := chargeTag(plan, sub)
 	ch := charges{budgets: make([]*policy.Budget, 0, len(plan.Limits)+1), reqs: make([]tollgate.Request, 0, len(plan.Limits)+1)}
 	for _, b := range plan.Limits {
-		ch.add(b, b.Request(sub.ID, tag, cost))
+		if req, ok := budgetRequest(b, sub.ID, tag, cost, tokens); ok {
+			ch.add(b, req)
+		}
 	}
 	if tag != "" {
 		b := plan.Tenant

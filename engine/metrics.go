@@ -30,6 +30,15 @@ type Metrics struct {
 	// DenyHits counts refusals answered from the deny cache without a
 	// store call.
 	DenyHits prometheus.Counter
+	// Settles counts token calls' settles by route group, plan and
+	// outcome (settled, exact, unreported, capped, impossible, fallback,
+	// expired, repeated, failed).
+	Settles *prometheus.CounterVec
+	// Tokens counts token budgets' tokens by budget, route group, plan
+	// and kind: estimated when charged, settled (what they came to),
+	// refunded (estimated but not used) and debt (used beyond the
+	// estimate).
+	Tokens *prometheus.CounterVec
 	// TopRefused tracks the most refused subjects (pseudonyms) for the
 	// dashboard; it is not a Prometheus metric, so it adds no series.
 	TopRefused *TopRefused
@@ -64,10 +73,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tollgate_deny_cache_hits_total",
 			Help: "Refusals answered from the local deny cache without a store call.",
 		}),
+		Settles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_llm_settles_total",
+			Help: "Settles of token calls by route group, plan and outcome.",
+		}, []string{"route_group", "plan", "outcome"}),
+		Tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_llm_tokens_total",
+			Help: "Tokens of token budgets by budget, route group, plan and kind (estimated, settled, refunded, debt).",
+		}, []string{"budget", "route_group", "plan", "kind"}),
 		TopRefused: NewTopRefused(512),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors, m.Fallbacks, m.Shadow, m.DenyHits} {
+		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors, m.Fallbacks, m.Shadow, m.DenyHits, m.Settles, m.Tokens} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("registering metrics: %w", err)
 			}

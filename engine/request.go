@@ -66,6 +66,11 @@ type Body interface {
 	// error refuses the call (ReasonUnreadable, the error in
 	// Verdict.Err).
 	Credentials(client netip.Addr) (tokens []string, malformed bool, err error)
+	// Tokens reads what a call to a token route asks of the LLM behind
+	// (its JSON body, up to the credential body's bound, put back as it
+	// came). An error refuses the call: ReasonBadRequest for one wrapping
+	// ErrBadTokenRequest, else ReasonUnreadable.
+	Tokens(*policy.Tokens) (TokenRequest, error)
 	// Login reads the login a call to a login route makes
 	// (identity.ReadLogin), putting the canonical body back for the
 	// service. An error refuses the call (ReasonBadLogin for one
@@ -127,6 +132,11 @@ func (e *Engine) Decide(ctx context.Context, req Request) *Verdict {
 	e.route(&call, m.route, m.rr, m.params)
 	if req.Cost != nil {
 		call.Cost = req.Cost()
+	}
+	if m.route != nil && m.route.Tokens != nil && (call.Key == KeyNone || call.Key == KeyValid) {
+		if v := e.readTokens(ctx, req, m.route.Tokens, id, &call); v != nil {
+			return v
+		}
 	}
 	if m.route != nil && m.route.Login != nil && (call.Key == KeyNone || call.Key == KeyValid) {
 		if v := e.readLogin(ctx, req, m.route.Login, id, &call); v != nil {
@@ -281,6 +291,8 @@ func (e *Engine) serves(req Request, route *policy.Route) *Verdict {
 		why = fmt.Sprintf("route %q has a login guard, which reads the request body before the handler; gRPC has none to read", route.Name)
 	case req.Front == FrontForwardAuth && route.Login != nil:
 		why = fmt.Sprintf("route %q has a login guard, which reads the request body and learns the upstream's status; forward-auth sees neither, so serve this route through the gateway", route.Name)
+	case req.Front != FrontHTTP && route.Tokens != nil:
+		why = fmt.Sprintf("route %q is charged by the token, which reads the request body and the response's usage; only the gateway and the middleware see both", route.Name)
 	case req.Front == FrontForwardAuth && route.Concurrency != nil:
 		why = fmt.Sprintf("route %q has a concurrency limit, whose slot lasts until the response ends; forward-auth never sees it end, so serve this route through the gateway", route.Name)
 	default:

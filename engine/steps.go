@@ -93,6 +93,7 @@ func (e *Engine) charge(ctx context.Context, t *taking) bool {
 		e.count(unlimitedBudget(c.Subject), v.group, v.plan, "allowed")
 		return true
 	}
+	start := e.now()
 	ds, err := e.decide(ctx, ch.budgets[0].Name, ch.reqs)
 	if err != nil {
 		var ok bool
@@ -122,6 +123,7 @@ func (e *Engine) charge(ctx context.Context, t *taking) bool {
 	}
 	v.Outcome = Allowed
 	e.count(b.Name, v.group, v.plan, "allowed")
+	e.reserve(v, c, ch, start)
 	return true
 }
 

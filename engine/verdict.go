@@ -37,6 +37,9 @@ type Call struct {
 	// counted per (policy.JWT.KeyClaims), as the token has them: raw
 	// values, never logged. Nil without a token.
 	Claims map[string]string
+	// Tokens, on a token route (policy.Route.Tokens), is what the call
+	// is estimated to use, read from its request; nil elsewhere.
+	Tokens *Tokens
 	// LimitKey is the pseudonym the route's limit is counted per when
 	// the route has a policy.Route.LimitKey (see Engine.LimitKey); ""
 	// counts it per subject.
@@ -204,9 +207,8 @@ type Verdict struct {
 	// budget's capacity), so that each descriptor's hits are judged
 	// against what is left.
 	Queried bool
-	// done says Done was called (under mu). It sits beside the flags so
-	// that a verdict, allocated per call, stays in the 576-byte size
-	// class with its allocation header.
+	// done says Done was called (under mu). It sits beside the flags,
+	// which pack into one word of a verdict, allocated per call.
 	done bool
 	// Charges lists every enforced budget decided for the call, in the
 	// order of RateLimit-Policy; empty when a check before them refused
@@ -250,6 +252,7 @@ type Verdict struct {
 	lease  *lease
 	login  *loginAttempt
 	global *globalHold
+	tokens *tokenHold // a token call's reservation, settled by Done
 	mu     sync.Mutex
 	recSeq uint64 // the call's record in the engine's recording, if any
 }
@@ -285,12 +288,16 @@ func (v *Verdict) Answered(ctx context.Context, status int) {
 
 // Deferred reports whether Done has store calls to make (shadow budgets
 // to evaluate), so that a front can finish its response first.
-func (v *Verdict) Deferred() bool { return v.Outcome == Allowed && len(v.shadow) > 0 }
+func (v *Verdict) Deferred() bool {
+	return v.Outcome == Allowed && (len(v.shadow) > 0 || v.tokens != nil)
+}
 
 // Done ends an admitted call: it settles a login attempt the service did
-// not answer, releases the concurrency slot, and evaluates the shadow
-// budgets. Its caller calls it once the response is complete (or the
-// client went away); calling it again does nothing.
+// not answer, settles a token call's budgets at the usage its response
+// reported (Used; at the estimate without), releases the concurrency
+// slot, and evaluates the shadow budgets. Its caller calls it once the
+// response is complete (or the client went away); calling it again does
+// nothing.
 func (v *Verdict) Done(ctx context.Context) {
 	v.mu.Lock()
 	done := v.done
@@ -298,6 +305,12 @@ func (v *Verdict) Done(ctx context.Context) {
 	v.mu.Unlock()
 	if done {
 		return
+	}
+	if v.tokens != nil {
+		v.mu.Lock()
+		v.tokens.settled = true // Used records no more
+		v.mu.Unlock()
+		v.tokens.settle(ctx, v.group, v.plan)
 	}
 	v.giveBack(ctx)
 	if v.Outcome == Allowed && len(v.shadow) > 0 {

@@ -11,7 +11,9 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/llm"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -66,12 +68,28 @@ type requestBody struct {
 	m    *middleware
 	r    *http.Request
 	held func() // gives back what readCredentialBody holds; nil for none
+	kind identity.BodyKind
+	raw  []byte // the body read for credentials, if it was
 }
 
 func (b *requestBody) Credentials(client netip.Addr) ([]string, bool, error) {
 	body, err := b.m.readCredentialBody(b.r, client)
-	b.held = body.release
+	b.held, b.kind, b.raw = body.release, body.kind, body.raw
 	return body.tokens, body.malformed, err
+}
+
+// Tokens reads a token route's request from the JSON body read for
+// credentials (so read once, within identity.max_body, and passed on as
+// it came): anything else is refused.
+func (b *requestBody) Tokens(t *policy.Tokens) (engine.TokenRequest, error) {
+	if b.kind != identity.BodyJSON || b.raw == nil {
+		return engine.TokenRequest{}, fmt.Errorf("%w: a token route takes a JSON body (Content-Type: application/json)", engine.ErrBadTokenRequest)
+	}
+	req, err := llm.ParseRequest(b.raw, llm.RequestOptions{Fields: t.Fields})
+	if err != nil {
+		return engine.TokenRequest{}, fmt.Errorf("%w: %v", engine.ErrBadTokenRequest, err)
+	}
+	return engine.TokenRequest{Model: req.Model, MaxOutput: req.MaxOutput, Bytes: int64(len(b.raw))}, nil
 }
 
 func (b *requestBody) Login(lg *policy.Login) (*identity.Login, error) { return readLogin(b.r, lg) }
@@ -88,6 +106,8 @@ type bodyRead struct {
 	tokens    []string
 	malformed bool // a token field no key could be (identity.ErrMalformedKey)
 	release   func()
+	kind      identity.BodyKind
+	raw       []byte // the body read (nil for an opaque one, not read)
 }
 
 // A problemError is an error answered with its problem.
@@ -126,12 +146,12 @@ func (m *middleware) readCredentialBody(r *http.Request, client netip.Addr) (bod
 	tokens, err := fields.BodyTokens(kind, r.Header.Get("Content-Type"), raw)
 	switch {
 	case errors.Is(err, identity.ErrMalformedKey):
-		return bodyRead{malformed: true, release: release}, nil
+		return bodyRead{malformed: true, release: release, kind: kind, raw: raw}, nil
 	case err != nil:
 		release()
 		return none, badBody(http.StatusBadRequest, "the body does not parse as its Content-Type says, so the credentials it may hold cannot be read")
 	}
-	return bodyRead{tokens: tokens, release: release}, nil
+	return bodyRead{tokens: tokens, release: release, kind: kind, raw: raw}, nil
 }
 
 // credentialBodyKind returns the kind of r's body (identity.BodyKindOf),

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -266,6 +267,12 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Only the service's answer settles the attempt.
 		out = &statusRecorder{ResponseWriter: w, onStatus: func(status int) { v.Answered(r.Context(), status) }}
 	}
+	if route != nil && route.Tokens != nil {
+		// Its usage settles the call's token budgets (Done).
+		mw := meterTokens(out, r, route.Tokens)
+		defer func() { v.Used(mw.usage()) }()
+		out = mw
+	}
 	if !v.Wait(r.Context()) {
 		return // the client gave up while queued
 	}
@@ -312,6 +319,9 @@ func (m *middleware) decide(w http.ResponseWriter, r *http.Request, front engine
 	}
 	if f, ok := v.RateLimit(); ok {
 		setHeaders(w.Header(), f, m.opts.Policy.LegacyHeaders)
+	}
+	if m.opts.Policy.LLMHeaders && v.Call.Tokens != nil {
+		setTokenHeaders(w.Header(), v)
 	}
 	if rec, ok := RecordFrom(r.Context()); ok {
 		rec.fill(v, time.Since(start))
@@ -398,7 +408,11 @@ func tooManyProblem(v *engine.Verdict, retry int64) (typ, detail string, ok bool
 	case engine.ReasonRate:
 		c, _ := v.Reported()
 		b := c.Budget
-		return ProblemRateLimited, fmt.Sprintf("The %q limit of %d per %v is used up; retry after %d s.", b.Name, b.Limit.Rate, b.Limit.Period, retry), true
+		unit := ""
+		if b.Unit != policy.UnitRequests {
+			unit = " " + strings.ReplaceAll(b.Unit.String(), "_", " ")
+		}
+		return ProblemRateLimited, fmt.Sprintf("The %q limit of %d%s per %v is used up; retry after %d s.", b.Name, b.Limit.Rate, unit, b.Limit.Period, retry), true
 	case engine.ReasonConcurrency:
 		return ProblemTooManyInFlight, fmt.Sprintf("At most %d requests may be in flight here at once; retry shortly.", v.Call.Route.Concurrency.Limit), true
 	case engine.ReasonLoginAddress:

@@ -331,6 +331,7 @@ func (c *compiler) compile(f *File, env Env) *Policy {
 		Plans:           map[string]*Plan{},
 		Keys:            map[string]*APIKey{},
 		LegacyHeaders:   f.Headers.Legacy,
+		LLMHeaders:      f.Headers.LLM,
 		UpstreamTimeout: f.Upstream.Timeout,
 	}
 	c.zone = f.TimeZone

@@ -508,6 +508,11 @@ type HeaderSpec struct {
 	// the responses, beside the RateLimit ones.
 	// Default: false.
 	Legacy bool `yaml:"legacy"`
+	// LLM adds, on token routes, the x-ratelimit-limit-, -remaining- and
+	// -reset-requests and -tokens headers LLM clients read (as OpenAI
+	// sends them), for the most restrictive request and token budgets.
+	// Default: false.
+	LLM bool `yaml:"llm"`
 }
 
 // LogSpec configures the gateway's logs: JSON (or text) lines on

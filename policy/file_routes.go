@@ -152,8 +152,9 @@ type TokensSpec struct {
 	// Range: 0 to 64.
 	BytesPerInputToken int64 `yaml:"bytes_per_input_token"`
 	// MaxUsage is the most tokens one response may report in each count
-	// (input, output); a count above it, or one that is not a whole
-	// number of at least 0, is taken as max_usage, logged and counted.
+	// (input, output): a count above it is taken as max_usage, logged and
+	// counted. A count that is not a whole number of at least 0 is not
+	// believed: the call keeps its estimate, logged and counted too.
 	// Default: 2000000.
 	// Range: at least 1.
 	MaxUsage int64 `yaml:"max_usage"`

@@ -69,6 +69,8 @@ type Policy struct {
 	condHeaders, condQuery []string
 	hostRoutes             bool // some route names a host
 	LegacyHeaders          bool
+	// LLMHeaders adds the x-ratelimit-*-tokens headers (HeaderSpec.LLM).
+	LLMHeaders bool
 	// Log is how the gateway logs (LogSpec compiled).
 	Log             LogSettings
 	UpstreamTimeout time.Duration

@@ -71,10 +71,10 @@ func (t *Tokens) Estimate(maxOutput, bodyBytes int64) (input, output int64) {
 	return input, output
 }
 
-// Usage returns count as a response reported it, capped: a count that is
-// negative or above MaxUsage is MaxUsage, and capped says so.
+// Usage returns count, at least 0, as a response reported it, capped: a
+// count above MaxUsage is MaxUsage, and capped says so.
 func (t *Tokens) Usage(count int64) (n int64, capped bool) {
-	if count < 0 || count > t.MaxUsage {
+	if count > t.MaxUsage {
 		return t.MaxUsage, true
 	}
 	return count, false

@@ -12,6 +12,7 @@ package decidetest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -25,6 +26,7 @@ import (
 	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/internal/jwttest"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/llm"
 	"github.com/tollgate/tollgate/policy"
 	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
@@ -538,6 +540,18 @@ func (jsonBody) Credentials(netip.Addr) ([]string, bool, error) { return nil, fa
 func (b jsonBody) Login(lg *policy.Login) (*identity.Login, error) {
 	return identity.ReadLogin(identity.LoginRequest{Header: b.h, RawQuery: b.query, Body: strings.NewReader(b.body), Length: int64(len(b.body))},
 		lg.AccountField, lg.MaxBody)
+}
+
+// Tokens reads a token call's request as the middleware reads it.
+func (b jsonBody) Tokens(t *policy.Tokens) (engine.TokenRequest, error) {
+	if b.body == "" {
+		return engine.TokenRequest{}, fmt.Errorf("%w: a token route takes a JSON body", engine.ErrBadTokenRequest)
+	}
+	req, err := llm.ParseRequest([]byte(b.body), llm.RequestOptions{Fields: t.Fields})
+	if err != nil {
+		return engine.TokenRequest{}, fmt.Errorf("%w: %v", engine.ErrBadTokenRequest, err)
+	}
+	return engine.TokenRequest{Model: req.Model, MaxOutput: req.MaxOutput, Bytes: int64(len(b.body))}, nil
 }
 
 // AnswerOf returns the answer a verdict is.

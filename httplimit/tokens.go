@@ -1,0 +1,102 @@
+package httplimit
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/llm"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// A meterWriter passes a token call's response on to the client,
+// reading the usage it reports as it passes (llm.Meter), never holding
+// the body: a stream reaches the client as the upstream sends it.
+type meterWriter struct {
+	http.ResponseWriter
+	tokens *policy.Tokens
+	meter  *llm.Meter
+	status int
+	header int64 // the usage header's total, -1 for none
+}
+
+// meterTokens returns w wrapped to read a token call's usage, and r
+// made to ask the upstream for a response it can read (uncompressed).
+func meterTokens(w http.ResponseWriter, r *http.Request, t *policy.Tokens) *meterWriter {
+	r.Header.Del("Accept-Encoding")
+	return &meterWriter{ResponseWriter: w, tokens: t, header: -1}
+}
+
+func (w *meterWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+		h := w.Header()
+		if h.Get("Content-Encoding") == "" || strings.EqualFold(h.Get("Content-Encoding"), "identity") {
+			w.meter = llm.NewMeter(h.Get("Content-Type"), llm.MeterOptions{})
+		}
+		if name := w.tokens.UsageHeader; name != "" {
+			if n, err := strconv.ParseInt(strings.TrimSpace(h.Get(name)), 10, 64); err == nil {
+				w.header = n
+			}
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *meterWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.meter != nil {
+		w.meter.Write(p)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap returns the writer wrapped, for http.ResponseController
+// (flushing a stream event by event).
+func (w *meterWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// usage returns what the response reported: its usage header's total,
+// else the usage its body reported. An error answered without usage
+// (status 400 and above) used nothing: the provider refused the call.
+func (w *meterWriter) usage() engine.Usage {
+	if w.header >= 0 {
+		return engine.Usage{Output: w.header, Reported: true, TotalOnly: true}
+	}
+	if w.meter != nil {
+		if u, ok := w.meter.Usage(); ok {
+			return engine.Usage{Input: u.Input, Output: u.Output, Reported: true, Impossible: u.Malformed}
+		}
+	}
+	if w.status >= 400 {
+		return engine.Usage{Reported: true}
+	}
+	return engine.Usage{}
+}
+
+// setTokenHeaders writes the x-ratelimit-*-requests and -tokens headers
+// LLM clients read (as OpenAI sends them: the limit, what remains, and
+// the time until it is whole again) for the most restrictive request
+// budget and token budget of v.
+func setTokenHeaders(h http.Header, v *engine.Verdict) {
+	for _, k := range []struct {
+		tokens bool
+		suffix string
+	}{{false, "-requests"}, {true, "-tokens"}} {
+		c, ok := v.ReportedOf(k.tokens)
+		if !ok {
+			continue
+		}
+		d := c.Decision
+		reset := d.ResetAfter
+		if !d.Allowed {
+			reset = d.RetryAfter
+		}
+		h.Set("X-Ratelimit-Limit"+k.suffix, strconv.FormatInt(c.Budget.Limit.Rate, 10))
+		h.Set("X-Ratelimit-Remaining"+k.suffix, strconv.FormatInt(d.Remaining, 10))
+		h.Set("X-Ratelimit-Reset"+k.suffix, reset.Round(time.Millisecond).String())
+	}
+}
