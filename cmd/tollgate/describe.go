@@ -145,6 +145,14 @@ func describeLimits(r *policy.Route) string {
 	if rf := r.Refusal; rf != nil {
 		limit += ", " + describeRefusal(rf)
 	}
+	if t := r.Tokens; t != nil {
+		limit += fmt.Sprintf(", tokens (estimate: %s, default %d, at most %d",
+			strings.Join(t.Fields, "/"), t.DefaultOutput, t.MaxOutput)
+		if t.BytesPerInput > 0 {
+			limit += fmt.Sprintf(", + body bytes / %d", t.BytesPerInput)
+		}
+		limit += ")"
+	}
 	return limit
 }
 
@@ -280,6 +288,15 @@ func describePlan(pl *policy.Plan) string {
 	parts := make([]string, len(pl.Limits))
 	for i, b := range pl.Limits {
 		parts[i] = b.Limit.String()
+		if b.Unit != policy.UnitRequests {
+			parts[i] += " " + b.Unit.String()
+		}
+		if b.Models != nil {
+			parts[i] += " for " + strings.Join(slices.Sorted(maps.Keys(b.Models)), ", ")
+			if b.PerModel {
+				parts[i] += " (each)"
+			}
+		}
 	}
 	s := strings.Join(parts, " + ")
 	if pl.Tenant != nil {
