@@ -161,6 +161,8 @@ type call struct {
 	pending *Record // the usage the answer being written reports
 }
 
+// ServeHTTP answers one call of an API, and records the usage it
+// reported once the answer has ended.
 func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	api := map[string]string{"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}[r.URL.Path]
 	if api == "" {
