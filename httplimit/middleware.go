@@ -267,9 +267,10 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Only the service's answer settles the attempt.
 		out = &statusRecorder{ResponseWriter: w, onStatus: func(status int) { v.Answered(r.Context(), status) }}
 	}
+	var mw *meterWriter
 	if route != nil && route.Tokens != nil {
 		// Its usage settles the call's token budgets (Done).
-		mw := meterTokens(out, r, route.Tokens)
+		mw = meterTokens(out, r, route.Tokens)
 		defer func() { v.Used(mw.usage()) }()
 		out = mw
 	}
@@ -281,6 +282,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		dec = c.Decision
 	}
 	m.pass(out, r, route, v.Identity, dec, v.Path)
+	if mw != nil {
+		mw.whole = true
+	}
 	if v.Deferred() {
 		// Shadow budgets are evaluated after the response, not before
 		// its last bytes.

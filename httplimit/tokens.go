@@ -12,14 +12,19 @@ import (
 )
 
 // A meterWriter passes a token call's response on to the client,
-// reading the usage it reports as it passes (llm.Meter), never holding
-// the body: a stream reaches the client as the upstream sends it.
+// reading the usage in what reached the client (llm.Meter), never
+// holding the body: a stream reaches the client as the upstream sends
+// it.
 type meterWriter struct {
 	http.ResponseWriter
 	tokens *policy.Tokens
 	meter  *llm.Meter
 	status int
 	header int64 // the usage header's total, -1 for none
+	// whole says the handler returned (a proxy whose upstream or client
+	// failed mid-way panics instead); failed, that a write did not reach
+	// the client.
+	whole, failed bool
 }
 
 // meterTokens returns w wrapped to read a token call's usage, and r
@@ -34,7 +39,9 @@ func (w *meterWriter) WriteHeader(code int) {
 		w.status = code
 		h := w.Header()
 		if h.Get("Content-Encoding") == "" || strings.EqualFold(h.Get("Content-Encoding"), "identity") {
-			w.meter = llm.NewMeter(h.Get("Content-Type"), llm.MeterOptions{})
+			// An event as large as a JSON body: the responses API's
+			// response.completed carries the whole response.
+			w.meter = llm.NewMeter(h.Get("Content-Type"), llm.MeterOptions{MaxEvent: llm.DefaultMaxJSON})
 		}
 		if name := w.tokens.UsageHeader; name != "" {
 			if n, err := strconv.ParseInt(strings.TrimSpace(h.Get(name)), 10, 64); err == nil {
@@ -49,29 +56,40 @@ func (w *meterWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
+	n, err := w.ResponseWriter.Write(p)
 	if w.meter != nil {
-		w.meter.Write(p)
+		w.meter.Write(p[:n]) // what reached the client
 	}
-	return w.ResponseWriter.Write(p)
+	if err != nil {
+		w.failed = true
+	}
+	return n, err
 }
 
 // Unwrap returns the writer wrapped, for http.ResponseController
 // (flushing a stream event by event).
 func (w *meterWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// usage returns what the response reported: its usage header's total,
-// else the usage its body reported. An error answered without usage
-// (status 400 and above) used nothing: the provider refused the call.
+// usage returns what the response reported: its usage header's total;
+// else the usage its body reported, if that is the usage a response
+// ends with (llm.Usage.Final) and reached the client, or the response
+// was passed on whole; else, for an error (status 400 and above) passed
+// on whole, nothing used: the provider refused the call. A response cut
+// short before its final usage (the client went away, the upstream
+// failed) reports nothing, whatever it said so far (an Anthropic
+// stream's first event counts one output token): the call keeps its
+// estimate.
 func (w *meterWriter) usage() engine.Usage {
-	if w.header >= 0 {
+	whole := w.whole && !w.failed
+	if w.header >= 0 && whole {
 		return engine.Usage{Output: w.header, Reported: true, TotalOnly: true}
 	}
 	if w.meter != nil {
-		if u, ok := w.meter.Usage(); ok {
+		if u, ok := w.meter.Usage(); ok && (u.Final || whole) {
 			return engine.Usage{Input: u.Input, Output: u.Output, Reported: true, Impossible: u.Malformed}
 		}
 	}
-	if w.status >= 400 {
+	if w.status >= 400 && whole {
 		return engine.Usage{Reported: true}
 	}
 	return engine.Usage{}

@@ -31,6 +31,11 @@ type MeterOptions struct {
 // it gave none. Each count is the last the upstream reported for it.
 type Usage struct {
 	Input, Output, Total int64
+	// Final tells that the last report giving a count is one a response
+	// gives as it ends (a JSON body's, an OpenAI stream's usage chunk or
+	// response.completed, Anthropic's message_delta), not Anthropic's
+	// message_start, which gives the output so far.
+	Final bool
 	// Malformed tells that a count was reported as something other than
 	// a non-negative integer that fits an int64 (a negative, a fraction,
 	// an exponent, a string, a number too large), or that usage was not
@@ -338,6 +343,10 @@ type report struct {
 	n         [nCounts]int64
 	set       [nCounts]bool
 	malformed bool
+	// partial says a count came from a "message" (Anthropic's
+	// message_start), which a stream reports before its answer: its
+	// output so far, not the call's.
+	partial, inMessage bool
 }
 
 // read reads the usage objects of the JSON object b: its "usage", and
@@ -384,7 +393,10 @@ func (r *report) object(s *scanner, top bool) bool {
 			}
 		case top && (string(key) == "response" || string(key) == "message") && s.peek() == '{':
 			s.i++
-			if !r.object(s, false) {
+			r.inMessage = string(key) == "message"
+			ok := r.object(s, false)
+			r.inMessage = false
+			if !ok {
 				return false
 			}
 		default:
@@ -438,6 +450,7 @@ func (r *report) usage(s *scanner, depth int) bool {
 			}
 			if n, ok := count(num); ok {
 				r.n[k], r.set[k] = n, true
+				r.partial = r.partial || r.inMessage
 			} else {
 				r.malformed = true
 			}
@@ -456,12 +469,14 @@ type tally struct {
 	set       [nCounts]bool
 	malformed bool
 	seen      bool
+	final     bool // the last report that gave a count was not partial
 }
 
 func (t *tally) add(r *report) {
 	for k := range r.n {
 		if r.set[k] {
 			t.n[k], t.set[k], t.seen = r.n[k], true, true
+			t.final = !r.partial
 		}
 	}
 	if r.malformed {
@@ -473,7 +488,7 @@ func (t *tally) usage() (Usage, bool) {
 	if !t.seen {
 		return Usage{}, false
 	}
-	u := Usage{Malformed: t.malformed, Output: t.n[cOut]}
+	u := Usage{Malformed: t.malformed, Output: t.n[cOut], Final: t.final}
 	var over bool
 	u.Input, over = sum(t.n[cIn], t.n[cCacheWrite], t.n[cCacheRead])
 	u.Malformed = u.Malformed || over

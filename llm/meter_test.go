@@ -79,8 +79,16 @@ const (
 type meterCase struct {
 	name, ct, body string
 	o              llm.MeterOptions
-	want           llm.Usage
+	want           llm.Usage // its Final is set by write: see final
 	ok             bool
+	partial        bool // the last count came from Anthropic's message_start
+}
+
+// final is whether c's usage is Final: it gave a count, and its last did
+// not come from a message_start.
+func (c meterCase) final() bool {
+	w := c.want
+	return c.ok && !c.partial && !(w.Input == 0 && w.Output == 0 && w.Total == 0 && w.Malformed)
 }
 
 // TestMeter: the usage of every shape, read the same whatever the writes
@@ -105,8 +113,8 @@ func TestMeter(t *testing.T) {
 		{name: "Anthropic stream whose message_delta gives input too, and nulls", ct: sseCT,
 			body: strings.Replace(anthropicStream, `"usage":{"output_tokens":15}`, `"usage":{"input_tokens":30,"cache_creation_input_tokens":null,"cache_read_input_tokens":0,"output_tokens":15}`, 1),
 			want: llm.Usage{Input: 130, Output: 15, Total: 145}, ok: true},
-		{name: "a stream cut before message_delta: what was seen", ct: sseCT, body: anthropicStream[:strings.Index(anthropicStream, "event: message_delta")],
-			want: llm.Usage{Input: 175, Output: 1, Total: 176}, ok: true},
+		{name: "a stream cut before message_delta: what was seen, not final", ct: sseCT, body: anthropicStream[:strings.Index(anthropicStream, "event: message_delta")],
+			want: llm.Usage{Input: 175, Output: 1, Total: 176}, ok: true, partial: true},
 		{name: "an event not ended by a blank line is not read", ct: sseCT,
 			body: "data: {\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2}}\n"},
 		{name: "a JSON body cut short has no usage", ct: jsonCT, body: openaiChat[:len(openaiChat)-40]},
@@ -224,8 +232,10 @@ func (c meterCase) write(t *testing.T, how string, parts ...[]byte) {
 			t.Fatalf("%s: holds %d bytes, more than %d", how, m.Held(), m.Limit())
 		}
 	}
-	if u, ok := m.Usage(); u != c.want || ok != c.ok {
-		t.Fatalf("%s: got %+v, %v; want %+v, %v", how, u, ok, c.want, c.ok)
+	want := c.want
+	want.Final = c.final()
+	if u, ok := m.Usage(); u != want || ok != c.ok {
+		t.Fatalf("%s: got %+v, %v; want %+v, %v", how, u, ok, want, c.ok)
 	}
 }
 
@@ -235,11 +245,11 @@ func TestMeterPartway(t *testing.T) {
 	m := llm.NewMeter(sseCT, llm.MeterOptions{})
 	i := strings.Index(anthropicStream, "event: content_block_start")
 	m.Write([]byte(anthropicStream[:i]))
-	if u, ok := m.Usage(); !ok || u != (llm.Usage{Input: 175, Output: 1, Total: 176}) {
+	if u, ok := m.Usage(); !ok || u != (llm.Usage{Input: 175, Output: 1, Total: 176}) { // not Final: message_start's
 		t.Fatalf("after message_start: %+v, %v", u, ok)
 	}
 	m.Write([]byte(anthropicStream[i:]))
-	if u, ok := m.Usage(); !ok || u != (llm.Usage{Input: 175, Output: 15, Total: 190}) {
+	if u, ok := m.Usage(); !ok || u != (llm.Usage{Input: 175, Output: 15, Total: 190, Final: true}) {
 		t.Fatalf("at the end: %+v, %v", u, ok)
 	}
 
