@@ -376,3 +376,35 @@ func TestLLMAnthropicSDK(t *testing.T) {
 		t.Errorf("tokens budget settled at %d, the upstream reported %d", got, in+out)
 	}
 }
+
+// TestLLMStoreCalls: a token call that settles costs Redis two script
+// calls, its decision and its settle: one more than a call charged
+// up front.
+func TestLLMStoreCalls(t *testing.T) {
+	t.Parallel() // a Redis of its own, whose calls it counts
+	rs := redistest.Start(t)
+	_, g := llmGateway(t, llmfake.Options{OutputTokens: 1000}, "redis://"+rs.Addr+"/0", hourly, false)
+	c := rs.NewClient(t)
+	// The body's bytes overstate its input: each call has a refund to settle.
+	body := `{"model":"m","max_tokens":50,"messages":[{"role":"user","content":"hello"}]}`
+	const n = 20
+	before := redistest.Calls(t, c, "evalsha", "eval", "fcall")
+	for range n {
+		req, _ := http.NewRequest(http.MethodPost, g.public+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+openaiKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d", resp.StatusCode)
+		}
+	}
+	waitSettled(t, g, "chat", n)
+	if got := redistest.Calls(t, c, "evalsha", "eval", "fcall") - before; got != 2*n {
+		t.Errorf("%d script calls for %d token calls, want %d: a decision and a settle each", got, n, 2*n)
+	}
+}
