@@ -123,9 +123,9 @@ func (s *sized) total() int64 {
 	return n
 }
 
-func openaiClient(g *running, tr http.RoundTripper, retries int) openai.Client {
-	return openai.NewClient(ooption.WithBaseURL(g.public+"/v1/"), ooption.WithAPIKey(openaiKey),
-		ooption.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}), ooption.WithMaxRetries(retries))
+func openaiClient(g *running, tr http.RoundTripper, retries int, more ...ooption.RequestOption) openai.Client {
+	return openai.NewClient(append([]ooption.RequestOption{ooption.WithBaseURL(g.public + "/v1/"), ooption.WithAPIKey(openaiKey),
+		ooption.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}), ooption.WithMaxRetries(retries)}, more...)...)
 }
 
 // charged returns the tokens the gateway's store holds charged to the
@@ -248,7 +248,10 @@ func TestLLMOpenAISDK(t *testing.T) {
 func TestLLMConcurrentStreams(t *testing.T) {
 	t.Parallel() // its own gateway and Redis; its streams mostly wait
 	const streams, max = 64, 200
-	f, g := llmGateway(t, llmfake.Options{OutputTokens: 150, Chunks: 8, Delay: 50 * time.Millisecond},
+	// A chunk a token, 20 ms apart: a whole stream (8 tokens) takes
+	// 160 ms; one its client leaves asks for 200, seconds longer than
+	// its cancel takes to reach the upstream on a loaded machine.
+	f, g := llmGateway(t, llmfake.Options{OutputTokens: 8, Delay: 20 * time.Millisecond},
 		"redis://"+redistest.Start(t).Addr+"/0", budget{alg: "token_bucket", rate: llmCapacity, period: "1h"}, false)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -256,13 +259,16 @@ func TestLLMConcurrentStreams(t *testing.T) {
 	for i := range streams {
 		wg.Go(func() {
 			tr := &sized{}
+			leave := i%4 == 0
 			c := openaiClient(g, tr, 0)
+			if leave {
+				c = openaiClient(g, tr, 0, ooption.WithHeader(llmfake.HeaderOutputTokens, strconv.Itoa(max)))
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			s := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "gpt-4o-mini", MaxCompletionTokens: openai.Int(max),
 				Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("x", 100+i))},
 				StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
-			leave := i%4 == 0
 			for s.Next() {
 				if leave {
 					cancel()
@@ -406,5 +412,49 @@ func TestLLMStoreCalls(t *testing.T) {
 	waitSettled(t, g, "chat", n)
 	if got := redistest.Calls(t, c, "evalsha", "eval", "fcall") - before; got != 2*n {
 		t.Errorf("%d script calls for %d token calls, want %d: a decision and a settle each", got, n, 2*n)
+	}
+}
+
+// TestLLMStreamHoldsItsSlot: a token route's concurrency slot is held
+// until its stream ends, not until its headers are sent: a second call
+// meanwhile is refused, and one after it passes.
+func TestLLMStreamHoldsItsSlot(t *testing.T) {
+	t.Parallel() // its stream mostly waits
+	f := llmfake.New(llmfake.Options{OutputTokens: 10, Chunks: 10, Delay: 30 * time.Millisecond})
+	up := httptest.NewServer(f)
+	t.Cleanup(up.Close)
+	src := strings.NewReplacer("ALG", "fixed_window", "TPM", strconv.Itoa(llmCapacity), "TPERIOD", "1h", "TBURST", strconv.Itoa(llmCapacity),
+		"tokens: {bytes_per_input_token: 1, default_output: 100}}", "tokens: {bytes_per_input_token: 1, default_output: 100}, concurrency: {limit: 1}}").Replace(llmPolicy)
+	g := startStill(t, fixture.Parse(t, src, up.URL), "")
+	call := func(stream bool) *http.Response {
+		body := fmt.Sprintf(`{"model":"m","max_tokens":10,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+		req, _ := http.NewRequest(http.MethodPost, g.public+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+openaiKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	first := call(true)
+	if first.StatusCode != http.StatusOK {
+		t.Fatalf("the stream: %d", first.StatusCode)
+	}
+	// Its headers are here, its body still streaming (10 × 30 ms).
+	second := call(false)
+	io.Copy(io.Discard, second.Body)
+	second.Body.Close()
+	if second.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a call while the stream runs: %d, want 429 (the slot is the stream's)", second.StatusCode)
+	}
+	io.Copy(io.Discard, first.Body)
+	first.Body.Close()
+	waitSettled(t, g, "chat", 1)
+	third := call(false)
+	io.Copy(io.Discard, third.Body)
+	third.Body.Close()
+	if third.StatusCode != http.StatusOK {
+		t.Errorf("a call after the stream ended: %d, want 200", third.StatusCode)
 	}
 }

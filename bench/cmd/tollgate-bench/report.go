@@ -30,6 +30,7 @@ type report struct {
 	memory    []memoryRow
 	gateway   []gatewayRow
 	rls       []rlsRow
+	llm       []llmRow
 }
 
 func (r *report) machine() {
@@ -107,6 +108,9 @@ func (r *report) markdown(png string) string {
 	}
 	if len(r.rls) > 0 {
 		r.rlsMarkdown(w)
+	}
+	if len(r.llm) > 0 {
+		r.llmMarkdown(w)
 	}
 	if len(r.fleet) > 0 {
 		r.fleetMarkdown(w)

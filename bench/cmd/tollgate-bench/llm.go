@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate/gateway"
+	"github.com/tollgate/tollgate/internal/llmfake"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/policy"
+)
+
+// llmRow is one cell of the streaming table: one target, streams in
+// flight at once, closed loop.
+type llmRow struct {
+	target   string
+	streams  float64 // whole streams per second
+	lat      summary // of a whole stream
+	errors   int
+	firstErr string
+}
+
+// llmPolicy charges each stream an estimate and settles it at its usage:
+// requests and tokens budgets that never refuse.
+const llmPolicy = `version: bench
+identity: {secret: bench-secret-0123456789abcdef, anonymous_plan: open}
+plans:
+  open:
+    limits:
+      - {name: rpm, rate: 100000000, period: 1m}
+      - {name: tpm, rate: 1000000000000, period: 1m, unit: tokens}
+routes:
+  - {name: chat, method: POST, path: /v1/chat/completions, upstream: "UPSTREAM", tokens: {}}
+`
+
+// llmInFlight is the streams each cell keeps in flight.
+const llmInFlight = 64
+
+// llmBody is each stream's request: 64 tokens, streamed, with usage.
+const llmBody = `{"model":"bench","max_tokens":64,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Write about rate limits."}]}`
+
+// runLLMSuite streams the same chat completions (64 chunks each, from an
+// OpenAI-compatible upstream) through the plain proxy and through the
+// gateway on each store, settling each stream's tokens, side by side.
+func runLLMSuite(srv *redistest.Server, dur time.Duration) []llmRow {
+	up := serve(llmfake.New(llmfake.Options{OutputTokens: 64}))
+	u, _ := url.Parse(up)
+	plain := serve(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
+		Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, ErrorLog: log.New(io.Discard, "", 0)})
+	targets := []target{{"plain httputil.ReverseProxy", plain}}
+	for _, store := range []string{"memory", "redis"} {
+		p, err := policy.Parse([]byte(strings.ReplaceAll(llmPolicy, "UPSTREAM", up)), "bench.yaml")
+		if err != nil {
+			fatal(err)
+		}
+		redisURL := ""
+		if store == "redis" {
+			redisURL = "redis://" + srv.Addr + "/0"
+		}
+		g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			fatal(err)
+		}
+		pub, adm := listen(), listen()
+		go g.Serve(context.Background(), pub, adm)
+		targets = append(targets, target{"tollgate (" + store + " store)", "http://" + pub.Addr().String()})
+	}
+	time.Sleep(500 * time.Millisecond) // let the Redis store connect
+	var rows []llmRow
+	runs := make([][]llmRow, len(targets))
+	for range repeats {
+		for i, t := range targets {
+			row := streamLoad(t.name, t.url+"/v1/chat/completions", dur)
+			fmt.Fprintf(os.Stderr, "llm: %-28s %7.0f streams/s p50 %s p99 %s ms, %d errors %s\n",
+				row.target, row.streams, ms(row.lat.p50), ms(row.lat.p99), row.errors, row.firstErr)
+			runs[i] = append(runs[i], row)
+		}
+	}
+	for _, rs := range runs {
+		row := rs[0]
+		row.streams = median(rs, func(r llmRow) float64 { return r.streams })
+		row.lat = medianLatency(rs, func(r llmRow) summary { return r.lat })
+		for _, r := range rs[1:] {
+			row.errors += r.errors
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// streamLoad keeps llmInFlight streams to u in flight for dur, each read
+// to its end, and counts the whole ones.
+func streamLoad(name, u string, dur time.Duration) llmRow {
+	tr := &http.Transport{MaxIdleConnsPerHost: 1024, IdleConnTimeout: 5 * time.Second}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	var lats latencies
+	var mu sync.Mutex
+	var ok, errs atomic.Int64
+	row := llmRow{target: name}
+	start := time.Now()
+	stop := start.Add(dur)
+	var wg sync.WaitGroup
+	for range llmInFlight {
+		wg.Go(func() {
+			part := lats.part(1024)
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(llmBody))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := c.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					if errs.Add(1) == 1 {
+						mu.Lock()
+						row.firstErr = err.Error()
+						mu.Unlock()
+					}
+					continue
+				}
+				ok.Add(1)
+				part = append(part, time.Since(t0))
+			}
+			mu.Lock()
+			lats.add(part)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	row.streams = float64(ok.Load()) / time.Since(start).Seconds()
+	row.errors = int(errs.Load())
+	row.lat = lats.summary()
+	time.Sleep(time.Second) // let the servers drop the cell's connections
+	return row
+}
+
+// llmMarkdown writes the streaming table: each target's whole streams per
+// second, as a share of the plain proxy's in the same run.
+func (r *report) llmMarkdown(w func(string, ...any)) {
+	w("## Streaming LLM calls, settled by the token\n\n")
+	w("%d chat-completion streams in flight, each 64 chunks and a usage event from an OpenAI-compatible upstream in this process, read to the end, closed loop. Through the gateway each stream reserves its estimate and settles at its usage (one more store call).\n\n", llmInFlight)
+	w("| target | streams/s | of the plain proxy | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|---:|\n")
+	base := 0.0
+	for _, row := range r.llm {
+		if strings.HasPrefix(row.target, "plain") {
+			base = row.streams
+		}
+	}
+	for _, row := range r.llm {
+		share := "-"
+		if base > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*row.streams/base)
+		}
+		w("| %s | %.0f | %s | %s | %s | %d |\n", row.target, row.streams, share, ms(row.lat.p50), ms(row.lat.p99), row.errors)
+	}
+	w("\n")
+}
