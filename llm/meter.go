@@ -302,12 +302,33 @@ func (m *Meter) dispatch() {
 		return
 	}
 	data = data[:len(data)-1] // the last line's LF
-	if !bytes.Contains(data, []byte(`"usage"`)) {
+	if !mayReport(data) {
 		return
 	}
 	var r report
 	if r.read(data) {
 		m.tally.add(&r)
+	}
+}
+
+// mayReport reports whether an event's data may report usage: a
+// "usage" key whose value is not null. An OpenAI stream's every chunk
+// has "usage":null but its last; this keeps them from being parsed.
+func mayReport(data []byte) bool {
+	key := []byte(`"usage"`)
+	for {
+		i := bytes.Index(data, key)
+		if i < 0 {
+			return false
+		}
+		data = data[i+len(key):]
+		j := 0
+		for j < len(data) && (data[j] == ' ' || data[j] == '\t' || data[j] == '\n' || data[j] == '\r' || data[j] == ':') {
+			j++
+		}
+		if !bytes.HasPrefix(data[j:], []byte("null")) {
+			return true
+		}
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 )
 
 // SettleAll implements [tollgate.Settler]. The settlement's ID is first
-// remembered among its group's settled IDs until its TTL ends (holds on
-// the group's settle key, as leases are), then its items are settled
+// remembered as settled until its TTL ends (a hold on a key of its own,
+// as leases are held), then its items are settled
 // under the shard lock, as AllowAll decides a group. An ID remembered
 // already changes nothing. When the store has no room to remember an ID
 // the settlement is still applied: the tokens were spent, and this
@@ -76,22 +76,24 @@ func (s *Store) SettleAll(ctx context.Context, st algo.Settlement) (algo.Settled
 	return out, nil
 }
 
-// remember adds id to the settled ids of group at ms, to be forgotten at
-// until, and reports whether it was new. With no room to remember it, it
-// reports it new.
+// remember marks id settled in group at ms, until until, and reports
+// whether it was not yet. Each id is a key of its own, in the group's
+// shard, holding one hold until then: a group's settles cost the same
+// however many are remembered. With no room to remember it, it reports
+// it new.
 func (s *Store) remember(group, id string, ms, until int64) (fresh bool, err error) {
-	k := &key{alg: settleKind, subject: group}
+	k := &key{alg: settleKind, name: id, subject: group}
 	h, sh := s.hashes(k)
 	var buf [96]byte
 	kb := k.appendTo(buf[:0])
 	fresh = true
-	err = s.updateHeld(sh, h, kb, func() []byte { return s.slotKey(settleKind, "", "", group, 0) }, algo.State{}, ms,
+	err = s.updateHeld(sh, h, kb, func() []byte { return s.slotKey(settleKind, id, "", group, 0) }, algo.State{}, ms,
 		func(_ *algo.State, ids algo.Holds) (bool, int64, bool) {
-			if _, ok := ids[id]; ok {
+			if _, ok := ids[settledHold]; ok {
 				fresh = false
 				return false, 0, false
 			}
-			ids[id] = until
+			ids[settledHold] = until
 			return true, 0, false
 		}, nil)
 	if errors.Is(err, errNoRoom) || errors.Is(err, ErrFull) {
@@ -99,6 +101,9 @@ func (s *Store) remember(group, id string, ms, until int64) (fresh bool, err err
 	}
 	return fresh, err
 }
+
+// settledHold is the one hold of a settled id's key.
+const settledHold = "s"
 
 // ceilMS returns d in whole milliseconds, rounded up.
 func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }

@@ -39,7 +39,7 @@ plans:
   open:
     limits:
       - {name: rpm, rate: 100000000, period: 1m}
-      - {name: tpm, rate: 1000000000000, period: 1m, unit: tokens}
+      - {name: tpm, rate: 10000000000, period: 1m, unit: tokens}
 routes:
   - {name: chat, method: POST, path: /v1/chat/completions, upstream: "UPSTREAM", tokens: {}}
 `
@@ -59,8 +59,13 @@ func runLLMSuite(srv *redistest.Server, dur time.Duration) []llmRow {
 	plain := serve(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
 		Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, ErrorLog: log.New(io.Discard, "", 0)})
 	targets := []target{{"plain httputil.ReverseProxy", plain}}
-	for _, store := range []string{"memory", "redis"} {
-		p, err := policy.Parse([]byte(strings.ReplaceAll(llmPolicy, "UPSTREAM", up)), "bench.yaml")
+	for _, name := range []string{"memory store, requests only", "memory store", "redis store"} {
+		store, _, _ := strings.Cut(name, " ")
+		src := strings.ReplaceAll(llmPolicy, "UPSTREAM", up)
+		if strings.HasSuffix(name, "only") {
+			src = strings.ReplaceAll(src, ", tokens: {}", "") // the same gateway, charging requests alone
+		}
+		p, err := policy.Parse([]byte(src), "bench.yaml")
 		if err != nil {
 			fatal(err)
 		}
@@ -74,7 +79,7 @@ func runLLMSuite(srv *redistest.Server, dur time.Duration) []llmRow {
 		}
 		pub, adm := listen(), listen()
 		go g.Serve(context.Background(), pub, adm)
-		targets = append(targets, target{"tollgate (" + store + " store)", "http://" + pub.Addr().String()})
+		targets = append(targets, target{"tollgate (" + name + ")", "http://" + pub.Addr().String()})
 	}
 	time.Sleep(500 * time.Millisecond) // let the Redis store connect
 	var rows []llmRow
@@ -155,7 +160,7 @@ func streamLoad(name, u string, dur time.Duration) llmRow {
 // second, as a share of the plain proxy's in the same run.
 func (r *report) llmMarkdown(w func(string, ...any)) {
 	w("## Streaming LLM calls, settled by the token\n\n")
-	w("%d chat-completion streams in flight, each 64 chunks and a usage event from an OpenAI-compatible upstream in this process, read to the end, closed loop. Through the gateway each stream reserves its estimate and settles at its usage (one more store call).\n\n", llmInFlight)
+	w("%d chat-completion streams in flight, each 64 chunks and a usage event from an OpenAI-compatible upstream in this process, read to the end, closed loop. Through the gateway each stream reserves its estimate and settles at its usage (one more store call); \"requests only\" is the same gateway with the route charging requests alone, which isolates what settling costs.\n\n", llmInFlight)
 	w("| target | streams/s | of the plain proxy | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|---:|\n")
 	base := 0.0
 	for _, row := range r.llm {
