@@ -159,7 +159,7 @@ func streamLoad(name, u string, dur time.Duration) llmRow {
 // llmMarkdown writes the streaming table: each target's whole streams per
 // second, as a share of the plain proxy's in the same run.
 func (r *report) llmMarkdown(w func(string, ...any)) {
-	w("## Streaming LLM calls, settled by the token\n\n")
+	w("## 6. Streaming LLM calls, settled by the token\n\n")
 	w("%d chat-completion streams in flight, each 64 chunks and a usage event from an OpenAI-compatible upstream in this process, read to the end, closed loop. Through the gateway each stream reserves its estimate and settles at its usage (one more store call); \"requests only\" is the same gateway with the route charging requests alone, which isolates what settling costs.\n\n", llmInFlight)
 	w("| target | streams/s | of the plain proxy | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|---:|\n")
 	base := 0.0
@@ -175,5 +175,5 @@ func (r *report) llmMarkdown(w func(string, ...any)) {
 		}
 		w("| %s | %.0f | %s | %s | %s | %d |\n", row.target, row.streams, share, ms(row.lat.p50), ms(row.lat.p99), row.errors)
 	}
-	w("\n")
+	w("\nThe target is the gateway with settlement within 5%% of the plain proxy's streams per second.\n\n")
 }

@@ -109,11 +109,11 @@ func (r *report) markdown(png string) string {
 	if len(r.rls) > 0 {
 		r.rlsMarkdown(w)
 	}
-	if len(r.llm) > 0 {
-		r.llmMarkdown(w)
-	}
 	if len(r.fleet) > 0 {
 		r.fleetMarkdown(w)
+	}
+	if len(r.llm) > 0 {
+		r.llmMarkdown(w)
 	}
 	return b.String()
 }
