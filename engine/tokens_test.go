@@ -10,7 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/fixture"
+	"github.com/tollgate/tollgate/internal/testenv"
 	"github.com/tollgate/tollgate/policy"
+	"github.com/tollgate/tollgate/resilience"
 	"github.com/tollgate/tollgate/store/memory"
 )
 
@@ -157,5 +160,34 @@ func TestTokenCallsRefused(t *testing.T) {
 	}
 	if b := h2.chat(`{"model":"small","max_tokens":4000}`, engine.Usage{}); len(b.Charges) != 2 {
 		t.Errorf("another model: charged %v, want rpm and tpm only", b.Budgets())
+	}
+}
+
+// TestTokenCallFallback: a token call decided by the local fallback
+// while Redis is down keeps its estimate, never settled in a store that
+// did not charge it, and says so.
+func TestTokenCallFallback(t *testing.T) {
+	p, err := policy.Parse([]byte(tokenPolicy), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := resilience.New(fixture.DeadRedisStore(t), memory.New(memory.Options{}), resilience.Options{Timeout: testenv.ShortStoreTimeout})
+	t.Cleanup(func() { store.Close() })
+	mt, err := engine.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, p, store, nil, func(o *engine.Options) { o.Metrics = mt })
+	v := e.Decide(context.Background(), request(http.MethodPost, "/v1/chat/completions", "", `{"model":"m","max_tokens":100}`))
+	if v.Outcome != engine.Allowed || !v.Local {
+		t.Fatalf("outcome %v local %v, want allowed by the fallback", v.Outcome, v.Local)
+	}
+	v.Used(engine.Usage{Output: 10, Reported: true})
+	v.Done(context.Background())
+	if n := testutil.ToFloat64(mt.Settles.WithLabelValues("chat", "free", "fallback")); n != 1 {
+		t.Errorf("settles counted fallback: %v, want 1", n)
+	}
+	if n := store.Stats().Pending; n != 0 {
+		t.Errorf("%d store calls pending: the fallback's reservation was sent to settle in Redis", n)
 	}
 }
