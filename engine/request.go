@@ -69,7 +69,8 @@ type Body interface {
 	// Tokens reads what a call to a token route asks of the LLM behind
 	// (its JSON body, up to the credential body's bound, put back as it
 	// came). An error refuses the call: ReasonBadRequest for one wrapping
-	// ErrBadTokenRequest, else ReasonUnreadable.
+	// ErrBadTokenRequest, else ReasonUnreadable. A front without a Body
+	// (gRPC) has its token calls estimated at the route's default.
 	Tokens(*policy.Tokens) (TokenRequest, error)
 	// Login reads the login a call to a login route makes
 	// (identity.ReadLogin), putting the canonical body back for the
@@ -291,8 +292,8 @@ func (e *Engine) serves(req Request, route *policy.Route) *Verdict {
 		why = fmt.Sprintf("route %q has a login guard, which reads the request body before the handler; gRPC has none to read", route.Name)
 	case req.Front == FrontForwardAuth && route.Login != nil:
 		why = fmt.Sprintf("route %q has a login guard, which reads the request body and learns the upstream's status; forward-auth sees neither, so serve this route through the gateway", route.Name)
-	case req.Front != FrontHTTP && route.Tokens != nil:
-		why = fmt.Sprintf("route %q is charged by the token, which reads the request body and the response's usage; only the gateway and the middleware see both", route.Name)
+	case req.Front == FrontForwardAuth && route.Tokens != nil:
+		why = fmt.Sprintf("route %q is charged by the token, settled at the response's usage; forward-auth never sees the response, so serve this route through the gateway", route.Name)
 	case req.Front == FrontForwardAuth && route.Concurrency != nil:
 		why = fmt.Sprintf("route %q has a concurrency limit, whose slot lasts until the response ends; forward-auth never sees it end, so serve this route through the gateway", route.Name)
 	default:

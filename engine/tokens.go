@@ -59,9 +59,14 @@ type Usage struct {
 }
 
 // readTokens reads a token call's request (Body.Tokens) and puts its
-// estimate on call; on failure it returns the verdict, nothing held and
+// estimate on call (without a Body, the route's default); on failure it returns the verdict, nothing held and
 // no store asked.
 func (e *Engine) readTokens(ctx context.Context, req Request, t *policy.Tokens, id Identity, call *Call) *Verdict {
+	if req.Body == nil {
+		in, out := t.Estimate(-1, 0)
+		call.Tokens = &Tokens{Input: in, Output: out}
+		return nil
+	}
 	tr, err := req.Body.Tokens(t)
 	switch {
 	case errors.Is(err, ErrBadTokenRequest):

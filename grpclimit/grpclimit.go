@@ -145,7 +145,9 @@ func New(opts Options) (*Limiter, error) {
 	return &Limiter{opts: opts, engine: e}, nil
 }
 
-// Unary returns the unary server interceptor.
+// Unary returns the unary server interceptor. On a token route the
+// trailers the handler sets settle the call (InputTokensKey,
+// OutputTokensKey).
 func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		d, err := l.decide(ctx, info.FullMethod)
@@ -164,13 +166,21 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 		if !d.v.Wait(ctx) {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
-		return handler(l.handlerContext(ctx, d.info), req)
+		hctx := l.handlerContext(ctx, d.info)
+		if d.v.Call.Tokens == nil {
+			return handler(hctx, req)
+		}
+		var t trailers
+		resp, err := handler(withTrailers(hctx, &t), req)
+		d.v.Used(t.usage(err))
+		return resp, err
 	}
 }
 
 // Stream returns the stream server interceptor: a stream is one call,
 // decided when it opens, its concurrency slot held until it ends. The
-// messages on it are not counted.
+// messages on it are not counted; on a token route the trailers its
+// handler sets settle it (InputTokensKey, OutputTokensKey).
 func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
@@ -188,7 +198,14 @@ func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 		if !d.v.Wait(ctx) {
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		return handler(srv, &stream{ServerStream: ss, ctx: l.handlerContext(ctx, d.info)})
+		st := &stream{ServerStream: ss, ctx: l.handlerContext(ctx, d.info)}
+		if d.v.Call.Tokens == nil {
+			return handler(srv, st)
+		}
+		st.trailers = new(trailers)
+		err = handler(srv, st)
+		d.v.Used(st.trailers.usage(err))
+		return err
 	}
 }
 
@@ -210,13 +227,22 @@ func (l *Limiter) handlerContext(ctx context.Context, info *Info) context.Contex
 	return ctx
 }
 
-// stream is a ServerStream with the Info in its context.
+// stream is a ServerStream with the Info in its context and, on a token
+// route, the trailers its handler sets recorded.
 type stream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx      context.Context
+	trailers *trailers // nil off a token route
 }
 
 func (s *stream) Context() context.Context { return s.ctx }
+
+func (s *stream) SetTrailer(md metadata.MD) {
+	if s.trailers != nil {
+		s.trailers.add(md)
+	}
+	s.ServerStream.SetTrailer(md)
+}
 
 // done ends an admitted call's verdict, even if the client went away.
 func done(ctx context.Context, v *engine.Verdict) {
