@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
@@ -45,6 +46,14 @@ type Descriptor struct {
 	// what it charges (zero asks without charging).
 	Subject string
 	Hits    int64
+	// AfterResponse says the hits count a request already served (Envoy's
+	// apply_on_stream_done, hits_addend the tokens its response used):
+	// they are charged as debt, past the limit, never refused. A request
+	// of 0 hits on it (Envoy's check before the request) is charged 1,
+	// so that it is refused once nothing is left or while the debt lasts;
+	// on another limit 0 hits asks without charging, and a limit in debt
+	// would admit it.
+	AfterResponse bool
 }
 
 // DescriptorVerdict is what a descriptor of an RLS call came to.
@@ -58,6 +67,9 @@ type DescriptorVerdict struct {
 	// for none; Asked is what that charge asked for.
 	Charge int
 	Asked  int64
+	// check says an AfterResponse descriptor asked 0 hits: it is charged
+	// 1 with the call's other limits, not as debt.
+	check bool
 }
 
 // decideDescriptors decides an RLS call (FrontRLS): the descriptors'
@@ -78,6 +90,7 @@ func (e *Engine) decideDescriptors(ctx context.Context, ds Descriptors) *Verdict
 	}
 	name, failClosed := ds.Domain()
 	v := e.checkBudgets(ctx, budgetCall{Group: name, Tag: name, Charges: charges, FailClosed: failClosed})
+	e.chargeAfterResponse(ctx, v, dvs, name)
 	v.Descriptors, v.Queried = dvs, zero
 	for _, ch := range charges {
 		v.Queried = v.Queried || !ch.Budget.Shadow && ch.Cost > ch.Budget.Limit.Capacity()
@@ -99,6 +112,9 @@ func resolveDescriptors(ds Descriptors) ([]DescriptorVerdict, error) {
 			return nil, err
 		}
 		dvs[i] = DescriptorVerdict{Descriptor: d, Applied: d.Limited && !d.Unlimited, Charge: -1}
+		if d.AfterResponse && d.Hits == 0 {
+			dvs[i].Hits, dvs[i].check = 1, true // see Descriptor.AfterResponse
+		}
 		for _, r := range d.Replaces {
 			if replacing == nil {
 				replacing = map[string]bool{}
@@ -124,6 +140,7 @@ func descriptorCharges(dvs []DescriptorVerdict, charges []budgetCharge) ([]budge
 		dv := &dvs[i]
 		switch {
 		case !dv.Applied:
+		case dv.AfterResponse && !dv.check && dv.Budget != nil: // chargeAfterResponse's
 		case dv.Budget == nil:
 			zero = zero || dv.Hits > 0
 		default:
@@ -144,6 +161,65 @@ func descriptorCharges(dvs []DescriptorVerdict, charges []budgetCharge) ([]budge
 		}
 	}
 	return charges, zero, nil
+}
+
+// chargeAfterResponse charges the hits of the descriptors that count a
+// request already served (Descriptor.AfterResponse) as debt, in one
+// settle of the call's group tag (a reservation of 0 settled at the
+// hits: algo.Prepared.Settle), whatever the limit says and whatever the
+// call's other limits decided, and appends their decisions to v's
+// charges. Not while the store is down: the hits are then lost, logged
+// and counted as the store's errors.
+func (e *Engine) chargeAfterResponse(ctx context.Context, v *Verdict, dvs []DescriptorVerdict, tag string) {
+	var items []algo.SettleItem
+	var budgets []*policy.Budget
+	for i := range dvs {
+		dv := &dvs[i]
+		if !dv.Applied || !dv.AfterResponse || dv.check || dv.Budget == nil {
+			continue
+		}
+		j := -1 // the item of the same budget and subject, if any
+		for k := range items {
+			if budgets[k] == dv.Budget && items[k].Request.Subject == dv.Subject {
+				j = k
+			}
+		}
+		if j < 0 {
+			if len(items) == algo.MaxGroup {
+				continue // more than a group: descriptorCharges refuses such a call first
+			}
+			req := dv.Budget.Request(dv.Subject, tag, 0)
+			req.Now = e.clockTime()
+			items, budgets = append(items, algo.SettleItem{Request: req}), append(budgets, dv.Budget)
+			j = len(items) - 1
+		}
+		items[j].Actual = addHits(items[j].Actual, dv.Hits)
+		dv.Charge, dv.Asked = len(v.Charges)+j, items[j].Actual
+	}
+	if len(items) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	sctx, span := e.storeSpan(ctx, "tollgate.store SettleAll", budgets[0].Name, len(items))
+	start := time.Now()
+	out, err := e.store.SettleAll(sctx, algo.Settlement{ID: newLeaseID(), TTL: time.Minute, Items: items})
+	endStoreSpan(span, out.Outcome.String(), err)
+	e.observeStore(budgets[0].Name, start, err)
+	if err != nil {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "charging hits after a response (lost)", slog.String("budget", budgets[0].Name), slog.String("error", err.Error()))
+		for i := range dvs {
+			if dvs[i].AfterResponse && dvs[i].Charge >= len(v.Charges) {
+				dvs[i].Charge = -1
+				dvs[i].Applied = false
+			}
+		}
+		return
+	}
+	for i, d := range out.Decisions {
+		v.Charges = append(v.Charges, Charge{Budget: budgets[i], Decision: d})
+		e.count(budgets[i].Name, v.group, v.plan, "after_response")
+	}
 }
 
 // addCharge adds dv's hits on its budget for its subject to charges, and

@@ -106,8 +106,11 @@ type Limit struct {
 	Unit            rlspb.RateLimitResponse_RateLimit_Unit
 	Unlimited       bool
 	Shadow          bool
-	Name            string
-	Replaces        []string
+	// AfterResponse charges the limit's hits as debt, never refusing
+	// them (rateLimitYAML.AfterResponse).
+	AfterResponse bool
+	Name          string
+	Replaces      []string
 	DetailedMetric  bool
 	// StatKey is the descriptor's key in the metrics, as
 	// envoyproxy/ratelimit spells it: the domain, then each level's
@@ -171,16 +174,20 @@ type rateLimitYAML struct {
 		Name string `yaml:"name"`
 	} `yaml:"replaces"`
 	Algorithm string `yaml:"algorithm"`
+	// AfterResponse (Tollgate's) marks the limit Envoy charges when a
+	// response ends (apply_on_stream_done, its hits_addend the tokens the
+	// response used): its hits are charged as debt, never refused.
+	AfterResponse bool `yaml:"after_response"`
 }
 
 // validKeys are the keys a file may hold, at any depth, as
 // envoyproxy/ratelimit checks them (a known key in the wrong place is
-// ignored there, and here), with Tollgate's two.
+// ignored there, and here), with Tollgate's three.
 var validKeys = map[string]bool{
 	"domain": true, "key": true, "value": true, "descriptors": true, "rate_limit": true, "unit": true,
 	"requests_per_unit": true, "unlimited": true, "shadow_mode": true, "quota_mode": true, "name": true,
 	"replaces": true, "detailed_metric": true, "value_to_metric": true, "share_threshold": true, "metadata": true,
-	"on_store_failure": true, "algorithm": true,
+	"on_store_failure": true, "algorithm": true, "after_response": true,
 }
 
 // Load reads every file under dir (recursively, in lexical order), each
@@ -466,11 +473,16 @@ func (p *parser) limit(d *Domain, path []policy.RLSEntry, y descYAML) (*Limit, b
 	l := &Limit{
 		RequestsPerUnit: r.RequestsPerUnit, Unit: unit, Unlimited: r.Unlimited,
 		Shadow: y.ShadowMode, Name: r.Name, DetailedMetric: y.DetailedMetric, StatKey: d.Name + "." + statPath(path),
+		AfterResponse: r.AfterResponse,
 	}
 	if l.Replaces, ok = p.replaces(y); !ok {
 		return nil, false
 	}
 	if r.Unlimited {
+		if r.AfterResponse {
+			p.addf(y.line, "an unlimited descriptor has nothing to charge after the response")
+			return nil, false
+		}
 		return l, true
 	}
 	l.Period = unitPeriods[l.Unit]
@@ -479,6 +491,10 @@ func (p *parser) limit(d *Domain, path []policy.RLSEntry, y descYAML) (*Limit, b
 		return l, true
 	}
 	if l.Budget, ok = p.budget(d, path, y, l); !ok {
+		return nil, false
+	}
+	if l.AfterResponse && !l.Budget.Limit.CanSettle() {
+		p.addf(y.line, "after_response charges a response's hits as debt, which %s cannot carry: use fixed_window (the default), gcra, token_bucket or sliding_window_counter", l.Budget.Limit.Algorithm)
 		return nil, false
 	}
 	return l, true

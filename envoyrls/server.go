@@ -195,7 +195,8 @@ func (c *rlsCall) Resolve(i int) (engine.Descriptor, error) {
 	if lim == nil {
 		return engine.Descriptor{}, nil
 	}
-	ed := engine.Descriptor{Limited: true, Unlimited: lim.Unlimited, Budget: lim.Budget, Name: lim.Name, Replaces: lim.Replaces, Hits: hitsOf(c.req, d)}
+	ed := engine.Descriptor{Limited: true, Unlimited: lim.Unlimited, Budget: lim.Budget, Name: lim.Name, Replaces: lim.Replaces,
+		Hits: hitsOf(c.req, d), AfterResponse: lim.AfterResponse}
 	if lim.Budget != nil && !lim.Unlimited {
 		nodes := st.nodes
 		if nodes == nil {
