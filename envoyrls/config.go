@@ -108,10 +108,10 @@ type Limit struct {
 	Shadow          bool
 	// AfterResponse charges the limit's hits as debt, never refusing
 	// them (rateLimitYAML.AfterResponse).
-	AfterResponse bool
-	Name          string
-	Replaces      []string
-	DetailedMetric  bool
+	AfterResponse  bool
+	Name           string
+	Replaces       []string
+	DetailedMetric bool
 	// StatKey is the descriptor's key in the metrics, as
 	// envoyproxy/ratelimit spells it: the domain, then each level's
 	// key_value or key, joined by '.'.
