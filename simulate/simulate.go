@@ -35,7 +35,10 @@ import (
 // error wrapping ctx's cause, once ctx is done: a deadline bounds its CPU.
 func Replay(ctx context.Context, p *policy.Policy, recs []engine.Record) ([]string, error) {
 	var now time.Time
-	store := memory.New(memory.Options{})
+	// On the replay's clock: a sweep on the wall clock would drop, a
+	// second into a replay, every key of a recording older than its
+	// periods. Swept only as keys are touched: no goroutine reads now.
+	store := memory.New(memory.Options{Now: func() time.Time { return now }, SweepInterval: -1})
 	defer store.Close()
 	eng, err := engine.New(engine.Options{Policy: p, Store: store, Now: func() time.Time { return now }, DecideOnly: true,
 		Logger: slog.New(slog.DiscardHandler)})
