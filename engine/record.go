@@ -17,7 +17,8 @@ import (
 // route, who under which plan, at what cost, and what became of it.
 // Nothing in it is secret: subjects, tenants, client groups, accounts and
 // limit keys are the pseudonyms the store keys hold already, and no raw
-// header, token, claim or path is kept.
+// header, token, claim or path is kept; the one request value kept is a
+// token call's model, bounded (TokenRecord).
 type Record struct {
 	T         int64     `json:"t"`               // Unix ms
 	Route     string    `json:"route,omitempty"` // the route's name; "" for none
@@ -35,7 +36,62 @@ type Record struct {
 	Outcome   string    `json:"outcome"`
 	// Status is a login route's answer (zero: none, or not a login).
 	Status int `json:"status,omitempty"`
+	// Tokens, for a token call (Call.Tokens), is its estimate and what
+	// it settled at; nil for any other call (and in recordings older
+	// than token budgets).
+	Tokens *TokenRecord `json:"tokens,omitempty"`
 }
+
+// A TokenRecord is what a Record keeps of a token call: its estimate
+// and, once the call ended (Verdict.Done), what it settled at.
+type TokenRecord struct {
+	Input  int64 `json:"input"`
+	Output int64 `json:"output"`
+	// Model is the request's model, a request value kept as sent: a
+	// candidate's budgets name models. One longer than a policy can name
+	// (maxRecordedModel) is dropped, kept as "": no budget's models can
+	// hold either, so the replay charges it as the gateway did, where a
+	// truncated name could match a model of that length.
+	Model string `json:"model,omitempty"`
+	// Settled is what the call settled at once it ended: "" before (a
+	// record is written when the call is decided; a refused call never
+	// ends), SettledEstimate when its response reported no usage (or one
+	// not believed, Usage.Impossible), SettledUsage at Usage. It is what
+	// a store that answers settles at: a call the fallback decided, or
+	// whose settle the store failed, kept its estimate, and is recorded
+	// at its usage all the same.
+	Settled string `json:"settled,omitempty"`
+	// Usage, for SettledUsage, is what the response reported, before any
+	// tokens.max_usage cap (a replay applies its own policy's).
+	Usage RecordUsage `json:"usage,omitzero"`
+}
+
+// RecordUsage is a token call's usage as a TokenRecord keeps it (see
+// Usage).
+type RecordUsage struct {
+	Input     int64 `json:"input"`
+	Output    int64 `json:"output"`
+	TotalOnly bool  `json:"total_only,omitempty"`
+}
+
+// What a TokenRecord's call settled at.
+const (
+	SettledEstimate = "estimate"
+	SettledUsage    = "usage"
+)
+
+// Used returns the usage t's call reported, as Verdict.Used takes it: a
+// call that reported none (or has not ended) settles at its estimate.
+func (t *TokenRecord) Used() Usage {
+	if t.Settled != SettledUsage {
+		return Usage{}
+	}
+	return Usage{Input: t.Usage.Input, Output: t.Usage.Output, TotalOnly: t.Usage.TotalOnly, Reported: true}
+}
+
+// maxRecordedModel is the longest model a record keeps, in bytes: the
+// longest a policy's budgets can name (policy's maxModelName).
+const maxRecordedModel = 256
 
 // DefaultRecordSize is how many calls a gateway records.
 const DefaultRecordSize = 20_000
@@ -107,6 +163,12 @@ func (r *Recording) add(t time.Time, c Call, v *Verdict) uint64 {
 	if c.Subject.Plan != nil {
 		rec.Plan = c.Subject.Plan.Name
 	}
+	if t := c.Tokens; t != nil {
+		rec.Tokens = &TokenRecord{Input: t.Input, Output: t.Output}
+		if len(t.Model) <= maxRecordedModel {
+			rec.Tokens.Model = t.Model
+		}
+	}
 	seq := r.seq.Add(1)
 	sh, i := r.slot(seq)
 	sh.mu.Lock()
@@ -131,6 +193,23 @@ func (r *Recording) answered(seq uint64, status int) {
 	}
 }
 
+// settled notes what the token call of record seq settled at, the first
+// time, if the ring still holds it.
+func (r *Recording) settled(seq uint64, u Usage) {
+	sh, i := r.slot(seq)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.ring[i].Tokens
+	if sh.seqs[i] != seq || t == nil || t.Settled != "" {
+		return
+	}
+	if !u.Reported || u.Impossible || u.Input < 0 || u.Output < 0 {
+		t.Settled = SettledEstimate // as tokenHold.settle keeps it
+		return
+	}
+	t.Settled, t.Usage = SettledUsage, RecordUsage{Input: u.Input, Output: u.Output, TotalOnly: u.TotalOnly}
+}
+
 // Records returns the recorded calls, oldest first.
 func (r *Recording) Records() []Record {
 	type numbered struct {
@@ -143,7 +222,12 @@ func (r *Recording) Records() []Record {
 		sh.mu.Lock()
 		for j, seq := range sh.seqs {
 			if seq != 0 {
-				all = append(all, numbered{seq, sh.ring[j]})
+				rec := sh.ring[j]
+				if rec.Tokens != nil { // a copy: settled writes the ring's
+					t := *rec.Tokens
+					rec.Tokens = &t
+				}
+				all = append(all, numbered{seq, rec})
 			}
 		}
 		sh.mu.Unlock()
@@ -166,12 +250,24 @@ func (e *Engine) record(c Call, v *Verdict) {
 		t = e.opts.Now()
 	}
 	v.recSeq = e.opts.Recording.add(t, c, v)
+	if v.recSeq != 0 && c.Tokens != nil && v.tokens == nil && v.Outcome.Admitted() {
+		// No token budget to settle, but its usage is recorded for a
+		// candidate's: Used keeps it, Done records it.
+		v.tokens = &tokenHold{e: e, route: c.Route, tokens: *c.Tokens}
+	}
 }
 
 // recordAnswer notes a login route's answer in the call's record.
 func (v *Verdict) recordAnswer(_ context.Context, status int) {
 	if v.e != nil && v.e.opts.Recording != nil && v.recSeq != 0 {
 		v.e.opts.Recording.answered(v.recSeq, status)
+	}
+}
+
+// recordSettle notes, in a token call's record, what it settled at.
+func (v *Verdict) recordSettle(u Usage) {
+	if v.recSeq != 0 {
+		v.e.opts.Recording.settled(v.recSeq, u)
 	}
 }
 

@@ -112,7 +112,9 @@ func budgetRequest(b *policy.Budget, subject, tag string, cost int64, tokens *To
 }
 
 // A tokenHold is a token call's reservation: its token budgets' requests
-// as charged (at the estimate), to settle at its usage.
+// as charged (at the estimate), to settle at its usage. A recorded call
+// charged no token budget has one without any (see Engine.record), to
+// keep its usage for the recording.
 type tokenHold struct {
 	e       *Engine
 	route   *policy.Route
@@ -125,6 +127,10 @@ type tokenHold struct {
 	local   bool // the fallback decided it: the store never saw it
 	settled bool
 }
+
+// charged reports whether h (nil: none) has token budgets to settle: a
+// recorded call's hold may have none, only its usage to record.
+func (h *tokenHold) charged() bool { return h != nil && len(h.items) > 0 }
 
 // reserve keeps, on an admitted token call, what its token budgets were
 // charged, for Done to settle.

@@ -289,12 +289,13 @@ func (v *Verdict) Answered(ctx context.Context, status int) {
 // Deferred reports whether Done has store calls to make (shadow budgets
 // to evaluate), so that a front can finish its response first.
 func (v *Verdict) Deferred() bool {
-	return v.Outcome == Allowed && (len(v.shadow) > 0 || v.tokens != nil)
+	return v.Outcome == Allowed && (len(v.shadow) > 0 || v.tokens.charged())
 }
 
 // Done ends an admitted call: it settles a login attempt the service did
 // not answer, settles a token call's budgets at the usage its response
-// reported (Used; at the estimate without), releases the concurrency
+// reported (Used; at the estimate without) and notes it in the call's
+// record, if the recording holds one, releases the concurrency
 // slot, and evaluates the shadow budgets. Its caller calls it once the
 // response is complete (or the client went away); calling it again does
 // nothing.
@@ -306,11 +307,14 @@ func (v *Verdict) Done(ctx context.Context) {
 	if done {
 		return
 	}
-	if v.tokens != nil {
+	if h := v.tokens; h != nil {
 		v.mu.Lock()
-		v.tokens.settled = true // Used records no more
+		h.settled = true // Used records no more
 		v.mu.Unlock()
-		v.tokens.settle(ctx, v.group, v.plan)
+		v.recordSettle(h.usage)
+		if h.charged() {
+			h.settle(ctx, v.group, v.plan)
+		}
 	}
 	v.giveBack(ctx)
 	if v.Outcome == Allowed && len(v.shadow) > 0 {
