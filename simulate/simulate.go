@@ -7,10 +7,12 @@
 //
 // A replay knows what the recording keeps: each call's route (by name),
 // subject, plan (by name), tenant, client group, cost and credential
-// status. A candidate that renames a route or a plan, or moves keys
-// between plans, is replayed with the recorded names; a route it lacks
-// leaves its calls unmatched (the plan at cost 1). The recording has no
-// durations: a concurrency limit replays as if every call ended at once.
+// status, and a token call's estimate and the usage it settled at. A
+// candidate that renames a route or a plan, or moves keys between plans,
+// is replayed with the recorded names; a route it lacks leaves its calls
+// unmatched (the plan at cost 1). The recording has no durations: a
+// concurrency limit replays as if every call ended at once, and a token
+// call settles before the next call is decided.
 package simulate
 
 import (
@@ -61,9 +63,18 @@ func Replay(ctx context.Context, p *policy.Policy, recs []engine.Record) ([]stri
 				Client: rec.Client, Unlimited: rec.Unlimited},
 			Key: rec.Key, JWT: rec.JWT, Cost: rec.Cost, Account: rec.Account, LimitKey: rec.LimitKey,
 		}
+		if t := rec.Tokens; t != nil && c.Route != nil && c.Route.Tokens != nil {
+			// Its estimate, as the gateway read it; off a token route
+			// (the candidate made it a plain one) the call counts as a
+			// request alone, as there.
+			c.Tokens = &engine.Tokens{Input: t.Input, Output: t.Output, Model: t.Model}
+		}
 		v := eng.Check(ctx, c)
 		if v.Outcome.Admitted() {
 			v.Answered(ctx, rec.Status)
+			if rec.Tokens != nil {
+				v.Used(rec.Tokens.Used()) // settled at its usage; without one, at the estimate
+			}
 			v.Done(ctx)
 		}
 		out[i] = v.Outcome.String()

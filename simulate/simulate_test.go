@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +170,149 @@ func TestCompareStricter(t *testing.T) {
 	}
 	if svg := r.SVG(); !strings.Contains(svg, `<polyline id="candidate"`) {
 		t.Errorf("chart: %.300s", svg)
+	}
+}
+
+// chatPolicy is a plan of tpm tokens a minute ("" for none) and 100
+// requests, on a token route.
+func chatPolicy(t *testing.T, tpm string) *policy.Policy {
+	t.Helper()
+	return chatRoutePolicy(t, tpm, "tokens: {default_output: 1000}")
+}
+
+// chatRoutePolicy is chatPolicy with the chat route's tokens given.
+func chatRoutePolicy(t *testing.T, tpm, tokens string) *policy.Policy {
+	t.Helper()
+	limit := ""
+	if tpm != "" {
+		limit = "\n      - {name: tpm, algorithm: fixed_window, rate: " + tpm + ", period: 1m, unit: tokens}"
+	}
+	p, err := policy.Parse([]byte(`version: chat-`+tpm+`
+identity: {secret: 0123456789abcdef0123, anonymous_plan: free}
+plans:
+  free:
+    limits:
+      - {name: rpm, algorithm: fixed_window, rate: 100, period: 1m}`+limit+`
+routes:
+  - {name: chat, method: POST, path: /v1/chat/completions, upstream: builtin:echo, `+tokens+`}
+`), "chat.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// recordChats decides a timeline of token calls under p, each ended
+// before the next, and returns the recording: alice asks for 1000
+// output tokens a second for 26 s, all in one minute's window. Each
+// uses 300 (a refund of 700), but call 5 reports no usage (its estimate
+// stands) and call 20 uses 5000 (a debt of 4000).
+func recordChats(t *testing.T, p *policy.Policy) []engine.Record {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	now := start
+	clock := func() time.Time { return now }
+	st := memory.New(memory.Options{Now: clock, SweepInterval: -1})
+	defer st.Close()
+	rec := engine.NewRecording(1000, 1)
+	eng, err := engine.New(engine.Options{Policy: p, Store: st, Now: clock, Recording: rec, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := engine.Subject{Kind: "key", ID: "k_alice", Plan: p.Plans["free"]}
+	for i := range 26 {
+		now = start.Add(time.Duration(i) * time.Second)
+		u := engine.Usage{Input: 100, Output: 200, Reported: true}
+		switch i {
+		case 5:
+			u = engine.Usage{}
+		case 20:
+			u = engine.Usage{Output: 5000, Reported: true}
+		}
+		v := eng.Check(ctx, engine.Call{Route: p.Routes[0], Subject: alice, Key: engine.KeyValid, Tokens: &engine.Tokens{Output: 1000, Model: "gpt"}})
+		if v.Outcome.Admitted() {
+			v.Used(u)
+			v.Done(ctx)
+		}
+	}
+	return rec.Records()
+}
+
+// TestReplaySettles: a recording of token calls replays at the costs
+// they settled at, refunds and a debt, under the policy that recorded it
+// and under candidates, and a candidate's token budget refuses what the
+// active policy admitted; replayed at the estimates alone, the same
+// recording decides otherwise.
+func TestReplaySettles(t *testing.T) {
+	active := chatPolicy(t, "10000")
+	// Under 10,000 a minute: calls 0-19 settle at 300 each but call 5
+	// at 1000, 6700 in all; call 20 is admitted (7700 with its
+	// estimate) and settles at 5000, 11700: in debt, calls 21-25 are
+	// refused.
+	recs := recordChats(t, active)
+	var buf bytes.Buffer
+	if err := simulate.WriteRecords(&buf, recs); err != nil {
+		t.Fatal(err)
+	}
+	back, err := simulate.ReadRecords(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, recs) {
+		t.Fatalf("through a file: %+v, want %+v", back, recs)
+	}
+	estimates := make([]engine.Record, len(recs)) // as if no call had settled
+	for i, r := range recs {
+		tr := *r.Tokens
+		tr.Settled, tr.Usage = "", engine.RecordUsage{}
+		r.Tokens = &tr
+		estimates[i] = r
+	}
+	for _, c := range []struct {
+		why        string
+		active     *policy.Policy
+		recs       []engine.Record
+		candidate  *policy.Policy
+		mismatches int
+		want       simulate.GroupDiff
+	}{
+		{"the policy that recorded: every decision reproduced", active, back, active, 0,
+			simulate.GroupDiff{RefusedActive: 5, RefusedCandidate: 5}},
+		// 5000 a minute: before call k (k >= 6), 2500 + 300 (k - 6)
+		// are charged; its estimate of 1000 fits until k = 11. From
+		// call 12, 4300 charged, all are refused: 9 newly refused.
+		{"a smaller token budget refuses what the active admitted", active, back, chatPolicy(t, "5000"), 0,
+			simulate.GroupDiff{RefusedActive: 5, RefusedCandidate: 14, NewlyRefused: 9}},
+		// At 1000 each, calls 0-9 fill the minute: 11 of those the
+		// gateway admitted are refused, the replay's mismatches.
+		{"the estimates alone: costs that did not settle", active, estimates, active, 11,
+			simulate.GroupDiff{RefusedActive: 16, RefusedCandidate: 16}},
+		// Recorded with requests only, every call admitted, its usage
+		// kept: the candidate's tokens budget refuses calls 21-25, as
+		// the gateway would have.
+		{"a token budget where there was none", chatPolicy(t, ""), recordChats(t, chatPolicy(t, "")), active, 0,
+			simulate.GroupDiff{RefusedCandidate: 5, NewlyRefused: 5}},
+		// Its calls counted as requests alone, as the gateway would.
+		{"the route no longer a token route", active, back, chatRoutePolicy(t, "5000", "cost: 1"), 0,
+			simulate.GroupDiff{RefusedActive: 5, NewlyAdmitted: 5}},
+	} {
+		r, err := simulate.Compare(context.Background(), c.active, c.candidate, c.recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.want.Group, c.want.Plan, c.want.Calls = "chat", "free", 26
+		if r.Mismatches != c.mismatches || len(r.Groups) != 1 || r.Groups[0] != c.want {
+			t.Errorf("%s: %d mismatches, groups %+v; want %d, %+v", c.why, r.Mismatches, r.Groups, c.mismatches, c.want)
+		}
+	}
+}
+
+// TestReadOldRecords: a recording made before token budgets reads, its
+// calls without tokens.
+func TestReadOldRecords(t *testing.T) {
+	recs, err := simulate.ReadRecords(strings.NewReader(`{"t":1,"route":"api","kind":"key","subject":"k_a","outcome":"allowed"}` + "\n"))
+	if err != nil || len(recs) != 1 || recs[0].Tokens != nil {
+		t.Fatalf("%+v, %v: want one call without tokens", recs, err)
 	}
 }
