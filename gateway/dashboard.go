@@ -9,6 +9,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tollgate/tollgate/policy"
 )
 
 //go:embed dashboard/index.html
@@ -29,6 +31,21 @@ type dashboardData struct {
 	StoreP99   float64            `json:"store_p99_ms"`
 	TopRefused []topRefusedEntry  `json:"top_refused"`
 	Totals     map[string]float64 `json:"totals"`
+	Tokens     []tokenGroup       `json:"tokens,omitempty"` // by route group; none without token routes
+}
+
+// A tokenGroup is a token route group's token budgets and settles, as
+// cumulative counts. A call is charged to each of its plan's token
+// budgets, which count the same tokens (a minute's and a day's) or a part
+// of them (the input's, a model's): each kind of tokens is, for each
+// plan, the largest of its budgets' counts, summed over the plans.
+type tokenGroup struct {
+	Group     string             `json:"route_group"`
+	Estimated float64            `json:"estimated"`
+	Settled   float64            `json:"settled"`
+	Refunded  float64            `json:"refunded"`
+	Debt      float64            `json:"debt"`
+	Settles   map[string]float64 `json:"settles"` // by outcome
 }
 
 type labelled struct {
@@ -50,7 +67,7 @@ func (g *Gateway) dashboardPage(w http.ResponseWriter, r *http.Request) {
 
 func (g *Gateway) dashboardData(w http.ResponseWriter, r *http.Request) {
 	a := g.active.Load()
-	d := dashboardData{Time: time.Now().UTC(), Version: a.pol.Version, Hash: a.pol.Hash, Totals: map[string]float64{}}
+	d := dashboardData{Time: time.Now().UTC(), Version: a.pol.Version, Hash: a.pol.Hash, Totals: map[string]float64{}, Tokens: tokenGroups(a.pol)}
 	if b, ok := g.store.(interface{ State() string }); ok {
 		d.Breaker = b.State()
 	}
@@ -76,6 +93,71 @@ var dashboardReaders = map[string]func(*dashboardData, *dto.MetricFamily){
 	"tollgate_fallback_decisions_total": (*dashboardData).takeFallbacks,
 	"tollgate_store_calls_total":        (*dashboardData).takeStoreCalls,
 	"tollgate_store_duration_seconds":   (*dashboardData).takeStoreLatency,
+	"tollgate_llm_settles_total":        (*dashboardData).takeSettles,
+	"tollgate_llm_tokens_total":         (*dashboardData).takeTokens,
+}
+
+// tokenGroups returns a tokenGroup at zero for each route group of p
+// with a token route, by name.
+func tokenGroups(p *policy.Policy) []tokenGroup {
+	var out []tokenGroup
+	seen := map[string]bool{}
+	for _, r := range p.Routes {
+		if r.Tokens != nil && !seen[r.Group] {
+			seen[r.Group] = true
+			out = append(out, tokenGroup{Group: r.Group, Settles: map[string]float64{}})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
+	return out
+}
+
+// tokensOf returns the token route group named group, nil if the
+// policy has none (a group of an earlier policy).
+func (d *dashboardData) tokensOf(group string) *tokenGroup {
+	for i := range d.Tokens {
+		if d.Tokens[i].Group == group {
+			return &d.Tokens[i]
+		}
+	}
+	return nil
+}
+
+// takeSettles takes the token calls' settles, by route group and outcome.
+func (d *dashboardData) takeSettles(mf *dto.MetricFamily) {
+	for _, m := range mf.GetMetric() {
+		l := labels(m)
+		if tg := d.tokensOf(l["route_group"]); tg != nil {
+			tg.Settles[l["outcome"]] += m.GetCounter().GetValue()
+		}
+	}
+}
+
+// takeTokens takes the token budgets' tokens by route group and kind:
+// for each plan its largest budget's (see tokenGroup).
+func (d *dashboardData) takeTokens(mf *dto.MetricFamily) {
+	largest := map[[3]string]float64{} // by route group, plan and kind
+	for _, m := range mf.GetMetric() {
+		l := labels(m)
+		k := [3]string{l["route_group"], l["plan"], l["kind"]}
+		largest[k] = max(largest[k], m.GetCounter().GetValue())
+	}
+	for k, v := range largest {
+		tg := d.tokensOf(k[0])
+		if tg == nil {
+			continue
+		}
+		switch k[2] {
+		case "estimated":
+			tg.Estimated += v
+		case "settled":
+			tg.Settled += v
+		case "refunded":
+			tg.Refunded += v
+		case "debt":
+			tg.Debt += v
+		}
+	}
 }
 
 // takeDecisions takes the decisions, and totals them by outcome.
