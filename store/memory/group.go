@@ -245,6 +245,12 @@ func (g *group) charge(i int) error {
 		}
 	}
 	e.expire = ms + it.ttl
+	if it.ttl == 0 {
+		// A state as none (a settle's that gave everything back): gone
+		// for every clock, a clock behind this one's included, as the
+		// Redis store deletes its key.
+		e.expire = 0
+	}
 	markHeld(e, &it.res)
 	return nil
 }
