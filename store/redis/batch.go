@@ -32,6 +32,17 @@ import (
 // in a batch that fails fails alone (decide.lua catches its error); a batch
 // that Redis refuses with TRYAGAIN (its slot is migrating, with keys on
 // both nodes) is decided request by request.
+//
+// Settles on Redis' clock share the lanes: a pending request is a
+// decision or, with its settle set, a settlement (all of whose keys are
+// in one slot). A settle that finds a call free makes its own call of
+// settle_all; one queued behind busy calls goes out in the flusher's next
+// batch, where the batch's settles are sent as one call of settle_many
+// (after its decisions' one call of decide_all, in the same turn).
+// settle_many settles them in order, each as settle_all alone would,
+// once per ID and failing alone. Sharing the lanes, rather than giving
+// settles lanes of their own, keeps maxCalls the bound on what one
+// store runs at once on a Redis, and the machinery one.
 
 // defaultMaxBatch is the largest batch when Options.MaxBatch is zero.
 const defaultMaxBatch = 64
@@ -45,12 +56,15 @@ const clusterSlots = 16384
 // batch gathers; more would only make the batches smaller.
 var maxCalls = min(max(2, runtime.GOMAXPROCS(0)), 4)
 
-// pending is a request waiting in a lane's queue.
+// pending is a request waiting in a lane's queue: a decision, or a
+// settlement if settle is set (its answer then in settle.out, written
+// before res is sent).
 type pending struct {
 	ctx    context.Context
 	key    string
-	packed [reqSize]byte // see appendRequest
-	res    chan outcome  // buffered: the flusher never waits for the caller
+	packed [reqSize]byte // a decision's: see appendRequest
+	settle *settleCall
+	res    chan outcome // buffered: the flusher never waits for the caller
 }
 
 // pendings recycles the pendings (and their channels) of answered
@@ -175,29 +189,42 @@ func (s *Store) single(ctx context.Context, c rueidis.Client, key, now, slack st
 	return outs[0]
 }
 
-// coalesced decides a request on Redis' clock, alone if a call is free in
+// alone makes a request's own call on Redis' clock: of decide.lua for a
+// decision (packed), of settle.lua for a settlement (sc).
+func (s *Store) alone(ctx context.Context, c rueidis.Client, key string, packed *[reqSize]byte, sc *settleCall) outcome {
+	if sc != nil {
+		return s.settleOne(ctx, c, sc)
+	}
+	return s.single(ctx, c, key, "", "0", packed[:])
+}
+
+// coalesced decides a request on Redis' clock (packed), or settles a
+// settlement on it (sc, key its first item's), alone if a call is free in
 // its lane, else in the lane's next batch.
-func (s *Store) coalesced(ctx context.Context, c rueidis.Client, key string, packed *[reqSize]byte) outcome {
+func (s *Store) coalesced(ctx context.Context, c rueidis.Client, key string, packed *[reqSize]byte, sc *settleCall) outcome {
 	b := &s.batch
 	if b.closed.Load() {
-		return s.single(ctx, c, key, "", "0", packed[:])
+		return s.alone(ctx, c, key, packed, sc)
 	}
 	ln := b.laneFor(c, key)
 	ln.mu.Lock()
 	if ln.busy < maxCalls { // then the queue is empty: see release
 		ln.busy++
 		ln.mu.Unlock()
-		o := s.single(ctx, c, key, "", "0", packed[:])
+		o := s.alone(ctx, c, key, packed, sc)
 		s.release(ln)
 		return o
 	}
 	p := pendings.Get().(*pending)
-	p.ctx, p.key, p.packed = ctx, key, *packed
+	p.ctx, p.key, p.settle = ctx, key, sc
+	if sc == nil {
+		p.packed = *packed
+	}
 	ln.queue = append(ln.queue, p)
 	ln.mu.Unlock()
 	select {
 	case o := <-p.res:
-		p.ctx, p.key = nil, ""
+		p.ctx, p.key, p.settle = nil, "", nil
 		pendings.Put(p) // answered: nothing refers to it any more
 		return o
 	case <-ctx.Done():
@@ -254,23 +281,31 @@ func (s *Store) flush(ln *lane) {
 	}
 }
 
-// send decides a batch with one call of decide.lua and hands out the
-// results. Requests whose callers have gone are dropped; a lone request is
-// decided as a batch of one (single).
+// send sends a batch: its decisions with one call of decide.lua, then its
+// settles with one of settle_many (sendSettles), and hands out the
+// results. Requests whose callers have gone are dropped; a lone one
+// makes its own call (alone).
 func (s *Store) send(batch []*pending) {
 	live := batch[:0]
+	var settles []*pending
 	for _, p := range batch {
-		if p.ctx.Err() == nil {
+		switch {
+		case p.ctx.Err() != nil:
+		case p.settle != nil:
+			settles = append(settles, p)
+		default:
 			live = append(live, p)
 		}
 	}
 	c := *s.client.Load() // set: the requests were made through it
-	switch len(live) {
-	case 0:
-		return
-	case 1:
-		p := live[0]
-		p.res <- s.single(p.ctx, c, p.key, "", "0", p.packed[:])
+	s.sendDecisions(c, live)
+	s.sendSettles(c, settles)
+}
+
+// sendDecisions decides live decisions with one call of decide.lua.
+func (s *Store) sendDecisions(c rueidis.Client, live []*pending) {
+	if len(live) < 2 {
+		s.oneByOne(c, live)
 		return
 	}
 	ctx, cancel := batchContext(live)
@@ -282,15 +317,8 @@ func (s *Store) send(batch []*pending) {
 		packed = append(packed, p.packed[:]...)
 	}
 	res := s.exec(ctx, c, s.decide, keys, []string{"", "0", string(packed)})
-	if re, ok := rueidis.IsRedisErr(res.Error()); ok && re.IsTryAgain() {
-		// A Cluster slot in migration has some of the keys on each node,
-		// and Redis ran nothing: decide the requests one by one, each
-		// following its own redirection.
-		var wg sync.WaitGroup
-		for _, p := range live {
-			wg.Go(func() { p.res <- s.single(p.ctx, c, p.key, "", "0", p.packed[:]) })
-		}
-		wg.Wait()
+	if tryAgain(res) {
+		s.oneByOne(c, live)
 		return
 	}
 	outs, err := outcomes(res, len(live))
@@ -301,6 +329,29 @@ func (s *Store) send(batch []*pending) {
 			p.res <- outs[i]
 		}
 	}
+}
+
+// tryAgain reports whether Redis refused a batch with TRYAGAIN: a Cluster
+// slot in migration has some of its keys on each node, and Redis ran
+// nothing. Its requests are then sent one by one (oneByOne), each
+// following its own redirection.
+func tryAgain(res rueidis.RedisResult) bool {
+	re, ok := rueidis.IsRedisErr(res.Error())
+	return ok && re.IsTryAgain()
+}
+
+// oneByOne makes each of the live requests' own call, at once.
+func (s *Store) oneByOne(c rueidis.Client, live []*pending) {
+	if len(live) == 1 {
+		p := live[0]
+		p.res <- s.alone(p.ctx, c, p.key, &p.packed, p.settle)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, p := range live {
+		wg.Go(func() { p.res <- s.alone(p.ctx, c, p.key, &p.packed, p.settle) })
+	}
+	wg.Wait()
 }
 
 // batchContext returns the context of a batch's call: no cancellation (one

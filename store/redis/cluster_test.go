@@ -151,7 +151,8 @@ func testClusterSettle(t *testing.T, cl *redistest.Cluster) {
 
 // testBatchDuringMigration decides a batch of two keys of one slot while
 // the slot migrates and one key has moved: Redis answers TRYAGAIN to the
-// batch, and the store decides the two requests one by one instead.
+// batch, and the store decides the two requests one by one instead; so
+// too a batch of two settles.
 func testBatchDuringMigration(t *testing.T, cl *redistest.Cluster) {
 	ctx := context.Background()
 	c := cl.NewClient(t)
@@ -207,6 +208,19 @@ func testBatchDuringMigration(t *testing.T, cl *redistest.Cluster) {
 	}
 	if !ds[0].Allowed || ds[0].Remaining != 6 || !ds[1].Allowed || ds[1].Remaining != 9 {
 		t.Fatalf("batch during migration: %+v", ds)
+	}
+	// A batch of settles is refused alike, and each settle gets what it
+	// gets alone: TRYAGAIN too, since its marker is new and its keys are
+	// then split across the nodes (or missing on the source).
+	sts := []algo.Settlement{
+		{ID: "a", TTL: time.Hour, Items: []algo.SettleItem{{Request: reqA, Actual: 0}}},
+		{ID: "b", TTL: time.Hour, Items: []algo.SettleItem{{Request: reqB, Actual: 0}}}}
+	_, errs = s.SettleBatch(ctx, sts)
+	for i, st := range sts {
+		_, alone := s.SettleAll(ctx, st)
+		if errs[i] == nil || alone == nil || !strings.Contains(errs[i].Error(), "TRYAGAIN") || !strings.Contains(alone.Error(), "TRYAGAIN") {
+			t.Errorf("settle %s during migration: in a batch %v, alone %v, want TRYAGAIN", st.ID, errs[i], alone)
+		}
 	}
 	for _, m := range masters {
 		do(m.Addr, "CLUSTER", "SETSLOT", sl, "NODE", dstID)

@@ -118,3 +118,23 @@ func Outcomes(res rueidis.RedisResult, l algo.Limit, k int) ([]algo.Decision, []
 	}
 	return ds, errs, nil
 }
+
+// SettleBatch settles sts (on Redis' clock, all in one slot) as one
+// batch, as a flusher would, and returns each one's answer or error.
+func (s *Store) SettleBatch(ctx context.Context, sts []algo.Settlement) ([]algo.Settled, []error) {
+	batch := make([]*pending, len(sts))
+	outs, errs := make([]algo.Settled, len(sts)), make([]error, len(sts))
+	for i, st := range sts {
+		sc, err := newSettleCall(st)
+		if err != nil {
+			panic(err)
+		}
+		batch[i] = &pending{ctx: ctx, key: sc.keys[0], settle: sc, res: make(chan outcome, 1)}
+	}
+	s.send(batch)
+	for i, p := range batch {
+		errs[i] = (<-p.res).err
+		outs[i] = p.settle.out
+	}
+	return outs, errs
+}

@@ -24,7 +24,7 @@ type library struct {
 	name, src              string
 	decide, multi, reserve string // the functions of decide.lua, multi.lua and reserve.lua
 	place                  string // the function of place.lua
-	settle                 string // the function of settle.lua
+	settle, settleMany     string // the functions of settle.lua: one reservation, or several coalesced
 	one                    string // decide.lua's decide_one: a lone request on Redis' clock
 	refused                atomic.Bool
 	mu                     sync.Mutex // one load at a time
@@ -39,12 +39,13 @@ func newLibrary() (*library, error) {
 	sum := sha256.Sum256([]byte(defs))
 	tag := hex.EncodeToString(sum[:6])
 	l := &library{name: "tollgate_" + tag, decide: "tollgate_decide_" + tag, multi: "tollgate_multi_" + tag, reserve: "tollgate_reserve_" + tag,
-		place: "tollgate_place_" + tag, settle: "tollgate_settle_" + tag, one: "tollgate_one_" + tag}
+		place: "tollgate_place_" + tag, settle: "tollgate_settle_" + tag, settleMany: "tollgate_settle_many_" + tag, one: "tollgate_one_" + tag}
 	register := func(fn, entry string) string {
 		return "redis.register_function('" + fn + "', function(keys, args) begin(keys, args, true) reset() return " + entry + "() end)\n"
 	}
 	l.src = "#!lua name=" + l.name + "\n" + defs + register(l.decide, "decide_all") + register(l.multi, "multi_all") +
 		register(l.reserve, "reserve_one") + register(l.place, "place_op") + register(l.settle, "settle_all") +
+		register(l.settleMany, "settle_many") +
 		"redis.register_function('" + l.one + "', function(keys, args) return decide_one(keys, args) end)\n"
 	return l, nil
 }

@@ -16,7 +16,7 @@
 // operation on integers below 2^53, so the Redis store and the in-memory
 // store reach identical decisions.
 //
-// Under concurrency the store coalesces decisions: requests on Redis'
+// Under concurrency the store coalesces decisions (and settles): requests on Redis'
 // clock that arrive while earlier calls are still running are decided
 // together by one script call (see [Options.MaxBatch]), each in turn and
 // each on its own, as separate calls would decide them. This cuts Redis'
@@ -112,6 +112,10 @@ func PlaceScript() (string, error) { return script("place.lua", "place_op") }
 // SettleScript returns the source of the script that settles a
 // reservation (see [Store.SettleAll]).
 func SettleScript() (string, error) { return script("settle.lua", "settle_all") }
+
+// SettleManyScript returns the source of the script that settles several
+// reservations coalesced, each on its own (settle.lua's settle_many).
+func SettleManyScript() (string, error) { return script("settle.lua", "settle_many") }
 
 // script returns the source of a script for rate-limit requests: the
 // definitions with entry, then a call of entry's function fn.
@@ -249,6 +253,7 @@ type Store struct {
 	reserve entryPoint // reserve.lua: attempts held on a rate limit
 	place   entryPoint // place.lua: places in a shaping queue
 	settle  entryPoint // settle.lua: settled reservations
+	settles entryPoint // settle.lua's settle_many: several, coalesced
 	one     entryPoint // decide.lua's decide_one: a lone request on Redis' clock
 	owned   bool       // Open made the client; Close closes it
 	log     *slog.Logger
@@ -297,7 +302,7 @@ func newStore(opts Options) (*Store, error) {
 		fn  string
 		src func() (string, error)
 	}{{&s.decide, lib.decide, DecideScript}, {&s.multi, lib.multi, MultiScript}, {&s.reserve, lib.reserve, ReserveScript}, {&s.place, lib.place, PlaceScript},
-		{&s.settle, lib.settle, SettleScript}, {&s.one, lib.one, OneScript}} {
+		{&s.settle, lib.settle, SettleScript}, {&s.settles, lib.settleMany, SettleManyScript}, {&s.one, lib.one, OneScript}} {
 		src, err := x.src()
 		if err != nil {
 			return nil, fmt.Errorf("creating redis store: %w", err)
@@ -434,7 +439,7 @@ func (s *Store) allow(ctx context.Context, req algo.Request, push int64) (algo.D
 	appendPushBack(packed[:0], req, push)
 	var o outcome
 	if req.Now.IsZero() && s.batch.maxBatch > 1 {
-		o = s.coalesced(ctx, c, key, &packed)
+		o = s.coalesced(ctx, c, key, &packed, nil)
 	} else {
 		o = s.single(ctx, c, key, now, slack, packed[:])
 	}

@@ -178,3 +178,29 @@ local function settle_all()
   end
   return pack(f, unpack(OUT, 1, m))
 end
+-- settle_many is the entry point for n reservations settled together
+-- (coalesced: on Redis' clock, on Redis Cluster all in one hash slot):
+-- KEYS each one's keys as settle_all takes them, one after another; A[3]
+-- their items' requests, one after another; A[4] for each three
+-- little-endian doubles: its items' count, its age and its marker's life
+-- (settle_all's A[4] and A[5]); A[5] their items' actual costs, one after
+-- another. Each is settled in turn by settle_all, at one NOW, as separate
+-- calls made in the same millisecond would settle them, and each on its
+-- own: one that fails (a key of another type) gets its error and leaves
+-- the others standing. It answers an array of n replies: each what
+-- settle_all answers for that reservation, or its error.
+local function settle_many()
+  local keys, args = K, A
+  local r, ki, ri, ai = {}, 0, 0, 0
+  for j = 1, #args[4] / 24 do
+    local k, age, life = unpack_('<ddd', args[4], j * 24 - 23)
+    local sub = {}
+    for i = 1, k + 1 do sub[i] = keys[ki + i] end
+    K, A = sub, {args[1], args[2], string.sub(args[3], ri + 1, ri + k * REQ), age, life, string.sub(args[5], ai + 1, ai + k * 8)}
+    ki, ri, ai = ki + k + 1, ri + k * REQ, ai + k * 8
+    reset()
+    local ok, res = pcall(settle_all)
+    if ok then r[j] = res else r[j] = {err = errmsg(res)} end
+  end
+  return r
+end
