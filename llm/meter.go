@@ -396,16 +396,12 @@ func (r *report) object(s *scanner, top bool) bool {
 	}
 	var keyBuf [32]byte
 	for first := true; ; first = false {
-		raw, esc, more, err := s.next(first)
+		key, more, err := s.nextKey(first, keyBuf[:])
 		if err != nil {
 			return false
 		}
 		if !more {
 			return true
-		}
-		key := raw
-		if esc {
-			key = unescape(keyBuf[:0], raw)
 		}
 		switch {
 		case string(key) == "usage":
@@ -441,16 +437,12 @@ func (r *report) usage(s *scanner, depth int) bool {
 	}
 	var keyBuf [32]byte
 	for first := true; ; first = false {
-		raw, esc, more, err := s.next(first)
+		key, more, err := s.nextKey(first, keyBuf[:])
 		if err != nil {
 			return false
 		}
 		if !more {
 			return true
-		}
-		key := raw
-		if esc {
-			key = unescape(keyBuf[:0], raw)
 		}
 		k := countOf(key)
 		if k < 0 {

@@ -85,16 +85,12 @@ func ParseRequest(body []byte, o RequestOptions) (Request, error) {
 	s.i++
 	var keyBuf [64]byte
 	for first := true; ; first = false {
-		raw, esc, more, err := s.next(first)
+		key, more, err := s.nextKey(first, keyBuf[:])
 		if err != nil {
 			return Request{}, bad("not valid JSON: %v", err)
 		}
 		if !more {
 			break
-		}
-		key := raw
-		if esc {
-			key = unescape(keyBuf[:0], raw)
 		}
 		k := -1
 		for j, n := range names {

@@ -197,6 +197,16 @@ func (s *scanner) next(first bool) (raw []byte, esc, more bool, err error) {
 	return raw, esc, err == nil, err
 }
 
+// nextKey is next, with the key unescaped (into buf when it holds an
+// escape, so that a key spelt with escapes is the key it spells).
+func (s *scanner) nextKey(first bool, buf []byte) (key []byte, more bool, err error) {
+	raw, esc, more, err := s.next(first)
+	if esc {
+		raw = unescape(buf[:0], raw)
+	}
+	return raw, more, err
+}
+
 // skip reads and checks one value of any kind, nested ones included,
 // inside depth arrays and objects.
 func (s *scanner) skip(depth int) error {
