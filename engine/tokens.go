@@ -56,6 +56,10 @@ type Usage struct {
 	// policy.Tokens.UsageHeader's): budgets of input_tokens or
 	// output_tokens keep their estimates.
 	TotalOnly bool
+	// Failed says the upstream answered an error, whole (an HTTP status
+	// of 400 and above, a gRPC status other than OK): one that reported
+	// no usage used nothing, the provider having refused the call.
+	Failed bool
 }
 
 // readTokens reads a token call's request (Body.Tokens) and puts its
@@ -155,6 +159,9 @@ func (e *Engine) reserve(v *Verdict, c Call, ch charges, start time.Time) {
 // Done to settle the call's token budgets with. It does nothing for a
 // call that is not a token call, and once Done has settled.
 func (v *Verdict) Used(u Usage) {
+	if u.Failed && !u.Reported {
+		u = Usage{Reported: true} // see Usage.Failed
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.tokens != nil && !v.tokens.settled {

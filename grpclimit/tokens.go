@@ -45,10 +45,8 @@ func (t *trailers) usage(err error) engine.Usage {
 		return engine.Usage{Input: in, Output: out, Reported: true, Impossible: true}
 	case inOK || outOK:
 		return engine.Usage{Input: in, Output: out, Reported: true}
-	case err != nil:
-		return engine.Usage{Reported: true}
 	}
-	return engine.Usage{}
+	return engine.Usage{Failed: err != nil}
 }
 
 // count reads the one count md gives under key: ok when it gives one,

@@ -73,8 +73,8 @@ func (w *meterWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // usage returns what the response reported: its usage header's total;
 // else the usage its body reported, if that is the usage a response
 // ends with (llm.Usage.Final) and reached the client, or the response
-// was passed on whole; else, for an error (status 400 and above) passed
-// on whole, nothing used: the provider refused the call. A response cut
+// was passed on whole; else none, and whether it was an error (status
+// 400 and above) passed on whole (engine.Usage.Failed). A response cut
 // short before its final usage (the client went away, the upstream
 // failed) reports nothing, whatever it said so far (an Anthropic
 // stream's first event counts one output token): the call keeps its
@@ -89,10 +89,7 @@ func (w *meterWriter) usage() engine.Usage {
 			return engine.Usage{Input: u.Input, Output: u.Output, Reported: true, Impossible: u.Malformed}
 		}
 	}
-	if w.status >= 400 && whole {
-		return engine.Usage{Reported: true}
-	}
-	return engine.Usage{}
+	return engine.Usage{Failed: w.status >= 400 && whole}
 }
 
 // setTokenHeaders writes the x-ratelimit-*-requests and -tokens headers

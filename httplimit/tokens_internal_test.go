@@ -60,7 +60,7 @@ func TestMeterWriterUsage(t *testing.T) {
 		{"a final event written but not taken by the client", sse, 200, "", []string{start, delta}, len(start), false, engine.Usage{}},
 		{"a whole JSON body", "application/json", 200, "", []string{chat[:20], chat[20:]}, -1, true, engine.Usage{Input: 7, Output: 3, Reported: reported}},
 		{"a JSON body cut short", "application/json", 200, "", []string{chat[:20], chat[20:]}, 20, false, engine.Usage{}},
-		{"an error answered whole without usage: nothing used", "application/json", 429, "", []string{`{"error":"slow down"}`}, -1, true, engine.Usage{Reported: reported}},
+		{"an error answered whole without usage: failed (the engine settles it at nothing)", "application/json", 429, "", []string{`{"error":"slow down"}`}, -1, true, engine.Usage{Failed: true}},
 		{"an error cut short: the estimate", "application/json", 502, "", []string{`{"error":"bad gateway"}`}, 3, false, engine.Usage{}},
 		{"a usage header on a whole response: its total", "application/json", 200, "123", []string{`{}`}, -1, true, engine.Usage{Output: 123, Reported: reported, TotalOnly: true}},
 		{"a usage header on a response cut short: the estimate", "application/json", 200, "123", []string{`{}`}, 0, false, engine.Usage{}},
