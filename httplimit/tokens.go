@@ -39,9 +39,11 @@ func (w *meterWriter) WriteHeader(code int) {
 		w.status = code
 		h := w.Header()
 		if h.Get("Content-Encoding") == "" || strings.EqualFold(h.Get("Content-Encoding"), "identity") {
-			// An event as large as a JSON body: the responses API's
-			// response.completed carries the whole response.
-			w.meter = llm.NewMeter(h.Get("Content-Type"), llm.MeterOptions{MaxEvent: llm.DefaultMaxJSON})
+			// Each stream holds at most an event of llm.DefaultMaxEvent:
+			// a responses API stream whose response.completed (the whole
+			// output) is longer keeps its estimate, rather than every
+			// stream in flight holding a JSON body's worth.
+			w.meter = llm.NewMeter(h.Get("Content-Type"), llm.MeterOptions{})
 		}
 		if name := w.tokens.UsageHeader; name != "" {
 			if n, err := strconv.ParseInt(strings.TrimSpace(h.Get(name)), 10, 64); err == nil {
