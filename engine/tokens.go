@@ -22,9 +22,10 @@ import (
 type TokenRequest struct {
 	// Model is the request's model ("" when it names none).
 	Model string
-	// MaxOutput is the output the request bounds itself to, -1 when it
-	// names no bound.
-	MaxOutput int64
+	// MaxOutput is the output the request bounds each answer to, -1
+	// when it names no bound; Choices is how many answers it asks for
+	// (at least 1).
+	MaxOutput, Choices int64
 	// Bytes is the body's size.
 	Bytes int64
 }
@@ -67,7 +68,7 @@ type Usage struct {
 // no store asked.
 func (e *Engine) readTokens(ctx context.Context, req Request, t *policy.Tokens, id Identity, call *Call) *Verdict {
 	if req.Body == nil {
-		in, out := t.Estimate(-1, 0)
+		in, out := t.Estimate(-1, 1, 0)
 		call.Tokens = &Tokens{Input: in, Output: out}
 		return nil
 	}
@@ -81,7 +82,7 @@ func (e *Engine) readTokens(ctx context.Context, req Request, t *policy.Tokens, 
 		e.count("tokens", call.group(), "-", "unread")
 		return e.invalid(ReasonUnreadable, "", err)
 	}
-	in, out := t.Estimate(tr.MaxOutput, tr.Bytes)
+	in, out := t.Estimate(tr.MaxOutput, tr.Choices, tr.Bytes)
 	call.Tokens = &Tokens{Input: in, Output: out, Model: tr.Model}
 	return nil
 }

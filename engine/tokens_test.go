@@ -95,6 +95,7 @@ func TestTokenCalls(t *testing.T) {
 		{"usage above max_usage is capped at it", `{"model":"m","max_tokens":10}`, engine.Usage{Input: 70000, Output: 3, Reported: true}, 0, "capped"},
 		{"a negative count is not believed: the estimate stands", `{"model":"m","max_tokens":1000}`, engine.Usage{Input: -5, Output: 3, Reported: true}, 9000, "impossible"},
 		{"a malformed report is not believed either", `{"model":"m","max_tokens":1000}`, engine.Usage{Output: 3, Reported: true, Impossible: true}, 9000, "impossible"},
+		{"n answers are estimated at max_tokens each", `{"model":"m","max_tokens":1000,"n":3}`, engine.Usage{}, 7000, "unreported"},
 		{"an error answered whole without usage used nothing", `{"model":"m","max_tokens":1000}`, engine.Usage{Failed: true}, 10000, "settled"},
 		{"an error that reported usage settles at it", `{"model":"m","max_tokens":1000}`, engine.Usage{Output: 5, Reported: true, Failed: true}, 9995, "settled"},
 		{"a total from a usage header settles tokens", `{"model":"m","max_tokens":1000}`, engine.Usage{Output: 400, Reported: true, TotalOnly: true}, 9600, "settled"},

@@ -89,7 +89,7 @@ func (b *requestBody) Tokens(t *policy.Tokens) (engine.TokenRequest, error) {
 	if err != nil {
 		return engine.TokenRequest{}, fmt.Errorf("%w: %v", engine.ErrBadTokenRequest, err)
 	}
-	return engine.TokenRequest{Model: req.Model, MaxOutput: req.MaxOutput, Bytes: int64(len(b.raw))}, nil
+	return engine.TokenRequest{Model: req.Model, MaxOutput: req.MaxOutput, Choices: req.Choices, Bytes: int64(len(b.raw))}, nil
 }
 
 func (b *requestBody) Login(lg *policy.Login) (*identity.Login, error) { return readLogin(b.r, lg) }

@@ -41,8 +41,11 @@ type Request struct {
 	// MaxOutput is the value of the first of the fields present, or -1
 	// when none is.
 	MaxOutput int64
-	Stream    bool  // whether a streamed response was asked for
-	Bytes     int64 // the length of the body
+	// Choices is how many answers the request asks for (OpenAI's "n"):
+	// each may use MaxOutput. 1 when it names none.
+	Choices int64
+	Stream  bool  // whether a streamed response was asked for
+	Bytes   int64 // the length of the body
 }
 
 // ParseRequest reads a JSON request body of the OpenAI chat completions
@@ -67,14 +70,14 @@ func ParseRequest(body []byte, o RequestOptions) (Request, error) {
 	if err := checkFields(fields); err != nil {
 		return Request{}, err
 	}
-	// names[0] is model, names[1] stream, then the fields.
-	const model, stream = 0, 1
-	var namesBuf [maxFields + 2]string
-	names := append(append(namesBuf[:0], "model", "stream"), fields...)
+	// names[0] is model, names[1] stream, names[2] n, then the fields.
+	const model, stream, choices, fixed = 0, 1, 2, 3
+	var namesBuf [maxFields + fixed]string
+	names := append(append(namesBuf[:0], "model", "stream", "n"), fields...)
 	var vals [maxFields]int64
 	var seen, present uint64 // bit k: names[k] was read; and was not null
 
-	r := Request{MaxOutput: -1, Bytes: int64(len(body))}
+	r := Request{MaxOutput: -1, Choices: 1, Bytes: int64(len(body))}
 	s := scanner{b: body}
 	if s.peek() != '{' {
 		if s.i >= len(s.b) {
@@ -158,14 +161,18 @@ func ParseRequest(body []byte, o RequestOptions) (Request, error) {
 			if !ok {
 				return Request{}, bad("%s is %s, not a non-negative integer that fits 64 bits", name, clip(num))
 			}
-			vals[k-2] = n
+			if k == choices {
+				r.Choices = n
+				continue
+			}
+			vals[k-fixed] = n
 		}
 	}
 	if s.peek(); s.i < len(s.b) {
 		return Request{}, bad("data after the JSON object at byte %d", s.i)
 	}
 	for j := range fields {
-		if present&(1<<(j+2)) != 0 {
+		if present&(1<<(j+fixed)) != 0 {
 			r.MaxOutput = vals[j]
 			break
 		}
@@ -196,7 +203,7 @@ func checkFields(fields []string) error {
 		return fmt.Errorf("llm: RequestOptions.Fields names %d fields, more than %d", len(fields), maxFields)
 	}
 	for i, f := range fields {
-		if f == "" || f == "model" || f == "stream" {
+		if f == "" || f == "model" || f == "stream" || f == "n" {
 			return fmt.Errorf("llm: RequestOptions.Fields: %q cannot be a field", f)
 		}
 		for _, g := range fields[:i] {

@@ -18,7 +18,7 @@ func TestParseRequest(t *testing.T) {
 	for _, c := range []struct {
 		name, body string
 		fields     []string
-		want       llm.Request // Bytes is filled in
+		want       llm.Request // Bytes is filled in, and Choices when 0 (none named: 1)
 		err        string      // a part of the error, "" for none
 	}{
 		{name: "OpenAI chat, its current field",
@@ -31,6 +31,10 @@ func TestParseRequest(t *testing.T) {
 			body: "{\n  \"model\": \"gpt-5\",\n  \"input\": \"hi\",\n  \"max_output_tokens\": 50,\n  \"stream\": false\n}\n",
 			want: llm.Request{Model: "gpt-5", MaxOutput: 50}},
 		{name: "no field: MaxOutput -1", body: `{"model":"m"}`, want: llm.Request{Model: "m", MaxOutput: -1}},
+		{name: "n answers, each bounded by max_tokens", body: `{"model":"m","n":5,"max_tokens":100}`, want: llm.Request{Model: "m", MaxOutput: 100, Choices: 5}},
+		{name: "n given twice", body: `{"n":1,"n":50}`, err: `duplicate key "n"`},
+		{name: "n in another case", body: `{"N":50}`, err: "only in case"},
+		{name: "n not a whole number", body: `{"n":"5"}`, err: "non-negative integer"},
 		{name: "empty object", body: ` { } `, want: llm.Request{MaxOutput: -1}},
 		{name: "0 is a bound", body: `{"max_tokens":0}`, want: llm.Request{MaxOutput: 0}},
 		{name: "the largest int64", body: `{"max_tokens":9223372036854775807}`, want: llm.Request{MaxOutput: 9223372036854775807}},
@@ -106,6 +110,9 @@ func TestParseRequest(t *testing.T) {
 				return
 			}
 			c.want.Bytes = int64(len(c.body))
+			if c.want.Choices == 0 {
+				c.want.Choices = 1
+			}
 			if err != nil || got != c.want {
 				t.Fatalf("got %+v, %v; want %+v", got, err, c.want)
 			}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -57,13 +58,19 @@ type Tokens struct {
 }
 
 // Estimate returns the input and output a call is estimated to use: the
-// output its request bounds it to (maxOutput, negative when it names
-// none: DefaultOutput), at most MaxOutput, and the input from its body's
-// size in bytes.
-func (t *Tokens) Estimate(maxOutput, bodyBytes int64) (input, output int64) {
+// output its request bounds each answer to (maxOutput, negative when it
+// names none: DefaultOutput), at most MaxOutput, times the answers it
+// asks for (choices, at least 1; saturated, never wrapping round), and
+// the input from its body's size in bytes.
+func (t *Tokens) Estimate(maxOutput, choices, bodyBytes int64) (input, output int64) {
 	output = t.DefaultOutput
 	if maxOutput >= 0 {
 		output = min(maxOutput, t.MaxOutput)
+	}
+	if choices = max(1, choices); output > 0 && choices > math.MaxInt64/output {
+		output = math.MaxInt64 // more than any budget: refused as too costly
+	} else {
+		output *= choices
 	}
 	if t.BytesPerInput > 0 {
 		input = (bodyBytes + t.BytesPerInput - 1) / t.BytesPerInput
@@ -123,7 +130,8 @@ func (c *compiler) tokens(path string, s *TokensSpec, upstream time.Duration) *T
 	}
 	seen := map[string]bool{}
 	for i, f := range t.Fields {
-		c.rejectIf(f == "" || len(f) > 64 || seen[f], fmt.Sprintf("%s.max_tokens_fields[%d]", path, i), "field names are 1 to 64 bytes, each once (got %q)", f)
+		c.rejectIf(f == "" || len(f) > 64 || seen[f] || f == "model" || f == "stream" || f == "n", fmt.Sprintf("%s.max_tokens_fields[%d]", path, i),
+			"field names are 1 to 64 bytes, each once, and not model, stream or n (got %q)", f)
 		seen[f] = true
 	}
 	c.rejectIf(len(t.Fields) == 0, path+".max_tokens_fields", "name at least one field, or leave max_tokens_fields out for the default")

@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -83,8 +84,21 @@ func TestTokens(t *testing.T) {
 		{100000, 0, 0, 32768, "a bound above max_output is capped"},
 		{0, 0, 0, 0, "a bound of 0 is 0"},
 	} {
-		if in, out := tk.Estimate(c.maxOutput, c.body); in != c.in || out != c.out {
-			t.Errorf("%s: Estimate(%d, %d) = %d, %d; want %d, %d", c.why, c.maxOutput, c.body, in, out, c.in, c.out)
+		if in, out := tk.Estimate(c.maxOutput, 1, c.body); in != c.in || out != c.out {
+			t.Errorf("%s: Estimate(%d, 1, %d) = %d, %d; want %d, %d", c.why, c.maxOutput, c.body, in, out, c.in, c.out)
+		}
+	}
+	for _, c := range []struct {
+		maxOutput, choices, out int64
+		why                     string
+	}{
+		{100, 3, 300, "n answers may each use the bound"},
+		{100000, 2, 65536, "each answer's bound is capped first"},
+		{-1, 0, 4096, "n of 0 counts as 1"},
+		{32768, 1 << 50, math.MaxInt64, "a product past int64 saturates: more than any budget"},
+	} {
+		if _, out := tk.Estimate(c.maxOutput, c.choices, 0); out != c.out {
+			t.Errorf("%s: Estimate(%d, %d, 0) output %d, want %d", c.why, c.maxOutput, c.choices, out, c.out)
 		}
 	}
 	for _, c := range []struct {
@@ -117,6 +131,7 @@ func TestTokensInvalid(t *testing.T) {
 		{"a bad usage header", llmPlan, "usage_header: \"x y\"", []string{"routes[0].tokens.usage_header"}},
 		{"an empty field list", llmPlan, "max_tokens_fields: []", []string{"routes[0].tokens.max_tokens_fields"}},
 		{"an unknown key", llmPlan, "max_token: 5", []string{`unknown field "max_token"`}},
+		{"a field the parser reads for another meaning", llmPlan, "max_tokens_fields: [n]", []string{"routes[0].tokens.max_tokens_fields[0]"}},
 	} {
 		_, err := policy.Parse([]byte(llmPolicy(c.plan, c.tokens)), "p.yaml")
 		if err == nil {

@@ -551,7 +551,7 @@ func (b jsonBody) Tokens(t *policy.Tokens) (engine.TokenRequest, error) {
 	if err != nil {
 		return engine.TokenRequest{}, fmt.Errorf("%w: %v", engine.ErrBadTokenRequest, err)
 	}
-	return engine.TokenRequest{Model: req.Model, MaxOutput: req.MaxOutput, Bytes: int64(len(b.body))}, nil
+	return engine.TokenRequest{Model: req.Model, MaxOutput: req.MaxOutput, Choices: req.Choices, Bytes: int64(len(b.body))}, nil
 }
 
 // AnswerOf returns the answer a verdict is.
