@@ -21,6 +21,22 @@ var (
 	fuzzSeq   atomic.Int64
 )
 
+// fuzzRedis returns the Redis store the fuzz targets share, made once.
+func fuzzRedis(t *testing.T) *rstore.Store {
+	fuzzOnce.Do(func() {
+		c, err := srv.Client()
+		if err != nil {
+			fuzzErr = err
+			return
+		}
+		fuzzStore, fuzzErr = rstore.New(c, rstore.Options{})
+	})
+	if fuzzErr != nil {
+		t.Fatal(fuzzErr)
+	}
+	return fuzzStore
+}
+
 var newYork, _ = time.LoadLocation("America/New_York")
 
 var fuzzPeriods = []time.Duration{time.Millisecond, 7 * time.Millisecond, 250 * time.Millisecond, time.Second, time.Minute, time.Hour}
@@ -51,17 +67,7 @@ func FuzzDifferential(f *testing.F) {
 		if len(data) < 4 {
 			return
 		}
-		fuzzOnce.Do(func() {
-			c, err := srv.Client()
-			if err != nil {
-				fuzzErr = err
-				return
-			}
-			fuzzStore, fuzzErr = rstore.New(c, rstore.Options{})
-		})
-		if fuzzErr != nil {
-			t.Fatal(fuzzErr)
-		}
+		fuzzStore := fuzzRedis(t)
 		a := algo.Algorithm(data[0] % 6)
 		period := fuzzPeriods[int(data[2])%len(fuzzPeriods)]
 		l := algo.Limit{Algorithm: a, Rate: 1 + int64(data[1]%16), Period: period}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/algo"
-	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
 // settleable are the algorithms that can settle, in FuzzSettleAlgo's order.
@@ -60,17 +59,7 @@ func FuzzSettleAlgo(f *testing.F) {
 		if len(data) < 4 {
 			return
 		}
-		fuzzOnce.Do(func() {
-			c, err := srv.Client()
-			if err != nil {
-				fuzzErr = err
-				return
-			}
-			fuzzStore, fuzzErr = rstore.New(c, rstore.Options{})
-		})
-		if fuzzErr != nil {
-			t.Fatal(fuzzErr)
-		}
+		fuzzStore := fuzzRedis(t)
 		ctx := context.Background()
 		k := int(data[0] % 4)
 		period := fuzzPeriods[int(data[2])%len(fuzzPeriods)]
