@@ -128,12 +128,9 @@ func openaiClient(g *running, tr http.RoundTripper, retries int, more ...ooption
 		ooption.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}), ooption.WithMaxRetries(retries)}, more...)...)
 }
 
-// charged returns the tokens the gateway's store holds charged to the
-// openai key's tokens budget: a probe of known estimate (its body's
-// bytes, max_tokens 0) reads what remains.
-func charged(t *testing.T, g *running) int64 {
+// postChat posts body to g's chat route as the openai key's client.
+func postChat(t *testing.T, g *running, body string) *http.Response {
 	t.Helper()
-	body := `{"model":"probe","max_tokens":0,"messages":[]}`
 	req, _ := http.NewRequest(http.MethodPost, g.public+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+openaiKey)
 	req.Header.Set("Content-Type", "application/json")
@@ -141,6 +138,16 @@ func charged(t *testing.T, g *running) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+// charged returns the tokens the gateway's store holds charged to the
+// openai key's tokens budget: a probe of known estimate (its body's
+// bytes, max_tokens 0) reads what remains.
+func charged(t *testing.T, g *running) int64 {
+	t.Helper()
+	body := `{"model":"probe","max_tokens":0,"messages":[]}`
+	resp := postChat(t, g, body)
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	left, err := strconv.ParseInt(resp.Header.Get("X-Ratelimit-Remaining-Tokens"), 10, 64)
@@ -396,13 +403,7 @@ func TestLLMStoreCalls(t *testing.T) {
 	const n = 20
 	before := redistest.Calls(t, c, "evalsha", "eval", "fcall")
 	for range n {
-		req, _ := http.NewRequest(http.MethodPost, g.public+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+openaiKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := postChat(t, g, body)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
@@ -428,14 +429,7 @@ func TestLLMStreamHoldsItsSlot(t *testing.T) {
 	g := startStill(t, fixture.Parse(t, src, up.URL), "")
 	call := func(stream bool) *http.Response {
 		body := fmt.Sprintf(`{"model":"m","max_tokens":10,"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
-		req, _ := http.NewRequest(http.MethodPost, g.public+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+openaiKey)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
+		return postChat(t, g, body)
 	}
 	first := call(true)
 	if first.StatusCode != http.StatusOK {
