@@ -338,15 +338,19 @@ func (ch *charges) add(b *policy.Budget, req tollgate.Request) {
 // budget, all in the tenant's group so one call decides them.
 func (e *Engine) plannedCharges(plan *policy.Plan, sub Subject, cost int64, tokens *Tokens) charges {
 	tag := chargeTag(plan, sub)
-	ch := charges{budgets: make([]*policy.Budget, 0, len(plan.Limits)+1), reqs: make([]tollgate.Request, 0, len(plan.Limits)+1)}
+	n := len(plan.Limits) + len(plan.Tenant)
+	ch := charges{budgets: make([]*policy.Budget, 0, n), reqs: make([]tollgate.Request, 0, n)}
 	for _, b := range plan.Limits {
 		if req, ok := budgetRequest(b, sub.ID, tag, cost, tokens); ok {
 			ch.add(b, req)
 		}
 	}
 	if tag != "" {
-		b := plan.Tenant
-		ch.add(b, b.Request(tag, tag, cost))
+		for _, b := range plan.Tenant {
+			if req, ok := budgetRequest(b, tag, tag, cost, tokens); ok {
+				ch.add(b, req)
+			}
+		}
 	}
 	return ch
 }
@@ -354,7 +358,7 @@ func (e *Engine) plannedCharges(plan *policy.Plan, sub Subject, cost int64, toke
 // chargeTag is the group sub's charges under plan are decided in: its
 // tenant's when the plan has a tenant budget, else its own ("").
 func chargeTag(plan *policy.Plan, sub Subject) string {
-	if plan != nil && plan.Tenant != nil && sub.Tenant != "" {
+	if plan != nil && len(plan.Tenant) > 0 && sub.Tenant != "" {
 		return sub.Tenant
 	}
 	return ""

@@ -194,3 +194,76 @@ func TestTokenCallFallback(t *testing.T) {
 		t.Errorf("%d store calls pending: the fallback's reservation was sent to settle in Redis", n)
 	}
 }
+
+// tenantTokenPolicy gives the users of one tenant a token budget they
+// share, beside each user's own.
+const tenantTokenPolicy = `version: t1
+identity: {secret: 0123456789abcdef0123, anonymous_plan: team}
+plans:
+  team:
+    limits:
+      - {name: rpm, algorithm: fixed_window, rate: 100, period: 1m}
+      - {name: tpm, rate: 10000, period: 1m, unit: tokens}
+    tenant:
+      limits:
+        - {name: rpm, algorithm: fixed_window, rate: 1000, period: 1m}
+        - {name: tpm, rate: 1500, period: 1m, unit: tokens}
+        - {name: day, calendar: day, rate: 1000000, unit: output_tokens}
+api_keys:
+  - {id: alice, tenant: acme, digest: "sha256:1b7e9b591e608a39c8de6a81f008a93f339beff75fdf51788965a6e02a1d6022", plan: team}  # acme-alice-key
+  - {id: bob, tenant: acme, digest: "sha256:bc42ea7eccdae28ecf65470046821790d94d1cc58f5b344e30d5f21afe8d7ac7", plan: team}  # acme-bob-key
+routes:
+  - {name: chat, method: POST, path: /v1/chat/completions, upstream: builtin:echo, tokens: {bytes_per_input_token: 0, default_output: 1000}}
+  - {name: other, path: /, upstream: builtin:echo}
+`
+
+// TestTenantTokenBudget: a tenant's token budget is reserved with its
+// users' budgets in one call, shared between them, and settled at the
+// usage like theirs; a route without tokens charges only its requests.
+func TestTenantTokenBudget(t *testing.T) {
+	p, err := policy.Parse([]byte(tenantTokenPolicy), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	st := memory.New(memory.Options{Now: func() time.Time { return now }, SweepInterval: -1})
+	t.Cleanup(func() { st.Close() })
+	e := newEngine(t, p, st, func() time.Time { return now })
+	chat := func(key, body string, u engine.Usage) *engine.Verdict {
+		v := e.Decide(context.Background(), request(http.MethodPost, "/v1/chat/completions", "", body, "X-API-Key", key))
+		if v.Outcome.Admitted() {
+			v.Used(u)
+			v.Done(context.Background())
+		}
+		return v
+	}
+	a := chat("acme-alice-key", `{"model":"m","max_tokens":1000}`, engine.Usage{Input: 100, Output: 500, Reported: true})
+	if got := a.Budgets(); a.Outcome != engine.Allowed || len(a.Charges) != 5 {
+		t.Fatalf("alice: %v charged %v, want allowed, charged her 2 limits and the tenant's 3", a.Outcome, got)
+	}
+	for _, c := range []struct {
+		key, body string
+		want      engine.Outcome
+		tenantTPM int64 // the tenant's tpm left after the call's estimate
+		why       string
+	}{
+		{"acme-bob-key", `{"model":"m","max_tokens":1000}`, engine.Refused, 0, "alice settled at 600: 900 left of the tenant's 1500, less than bob's estimate"},
+		{"acme-bob-key", `{"model":"m","max_tokens":800}`, engine.Allowed, 100, "within what alice left, though bob's own budget is whole"},
+	} {
+		v := chat(c.key, c.body, engine.Usage{})
+		if v.Outcome != c.want {
+			t.Fatalf("%s: %v, want %v", c.why, v.Outcome, c.want)
+		}
+		if c.want == engine.Allowed {
+			if got := remaining(t, v, "team.tenant.tpm"); got != c.tenantTPM {
+				t.Errorf("%s: the tenant's tpm left %d, want %d", c.why, got, c.tenantTPM)
+			}
+			if got := remaining(t, v, "team.tpm"); got != 10000-800 {
+				t.Errorf("%s: bob's own tpm left %d, want %d", c.why, got, 10000-800)
+			}
+		}
+	}
+	if g := get(e, "/other", "", "X-API-Key", "acme-alice-key"); g.Outcome != engine.Allowed || len(g.Charges) != 2 {
+		t.Errorf("a route without tokens: %v charged %v, want the user's and the tenant's rpm only", g.Outcome, g.Budgets())
+	}
+}

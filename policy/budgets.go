@@ -16,7 +16,7 @@ type BudgetRole string
 const (
 	// RolePlan is one of a plan's limits, per subject (Plan.Limits).
 	RolePlan BudgetRole = "plan"
-	// RoleTenant is a plan's budget per tenant (Plan.Tenant).
+	// RoleTenant is one of a plan's budgets per tenant (Plan.Tenant).
 	RoleTenant BudgetRole = "tenant"
 	// RoleRoute is a route group's own limit, per subject (Route.Limit).
 	RoleRoute BudgetRole = "route"
@@ -106,7 +106,12 @@ func (w *budgetWalk) plan(pl *Plan) bool {
 			return false
 		}
 	}
-	return w.budget(RoleTenant, pl.Tenant)
+	for _, b := range pl.Tenant {
+		if !w.budget(RoleTenant, b) {
+			return false
+		}
+	}
+	return true
 }
 
 // plans walks the policy's plans in the order of their names, then any

@@ -31,10 +31,9 @@ func budgetsOf(t *testing.T, p *policy.Policy) map[string]*policy.Budget {
 	}
 	add(p.InvalidKey)
 	for _, pl := range p.Plans {
-		for _, b := range pl.Limits {
+		for b := range pl.All() {
 			add(b)
 		}
-		add(pl.Tenant)
 	}
 	for _, r := range p.Routes {
 		if r.Limit != nil {

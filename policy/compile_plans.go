@@ -56,51 +56,62 @@ func (c *compiler) plan(path, name string, spec PlanSpec) *Plan {
 	if spec.Unlimited {
 		return c.unlimitedPlan(path, name, spec)
 	}
-	limits, ok := c.planBudgets(path, name, spec)
+	limits, ok := c.limitSet(path, RolePlan, name, spec.LimitSpec, spec.UnitSpec, spec.Limits)
 	if !ok {
 		return nil
 	}
 	pl := &Plan{Name: name, Limits: limits}
-	pl.Tenant = c.budgetOf(path+".tenant", spec.Tenant, name+".tenant", tenantID(name))
+	if t := spec.Tenant; t != nil {
+		pl.Tenant, _ = c.limitSet(path+".tenant", RoleTenant, name, t.LimitSpec, t.UnitSpec, t.Limits)
+	}
 	if len(pl.Limits) == 0 {
 		return nil
 	}
 	return pl
 }
 
-// planBudgets compiles a plan's limit, written inline, or its limits
-// listed under limits; ok is false when it has neither, or both.
-func (c *compiler) planBudgets(path, name string, spec PlanSpec) (limits []*Budget, ok bool) {
-	inline := spec.LimitSpec != (LimitSpec{})
+// limitSet compiles plan's limits (role RolePlan) or its tenant's
+// (RoleTenant): one written inline (limit, counting unit), or those listed
+// under limits; ok is false when it has neither, or both.
+func (c *compiler) limitSet(path string, role BudgetRole, plan string, limit LimitSpec, unit UnitSpec, limits []NamedLimitSpec) (budgets []*Budget, ok bool) {
+	name := plan // as the RateLimit-Policy header and the metrics name it
+	if role == RoleTenant {
+		name += ".tenant"
+	}
+	inline := limit != (LimitSpec{})
 	switch {
-	case inline && len(spec.Limits) > 0:
-		c.addf(path, "write the plan's limit inline or under limits, not both")
+	case inline && len(limits) > 0:
+		c.addf(path, "write the limit inline or under limits, not both")
 		return nil, false
 	case inline:
-		if l, ok := c.limit(path, spec.LimitSpec); ok {
-			limits = []*Budget{newBudget(name, planID(name), l, spec.Shadow)}
+		if l, ok := c.limit(path, limit); ok {
+			b := newBudget(name, storeID(string(role), plan), l, limit.Shadow)
+			c.budgetUnit(path, b, unit)
+			budgets = []*Budget{b}
 		}
-	case len(spec.Limits) > 0:
-		limits = c.planLimits(path, name, spec.Limits)
+	case len(limits) > 0:
+		c.rejectIf(!unit.zero(), path+".unit", "unit, models and per_model belong to the limit written inline: with limits, give each its own")
+		budgets = c.namedLimits(path, role, plan, name, limits)
 	default:
 		c.addf(path, "a plan needs a limit (rate and period), limits, or unlimited: true")
 		return nil, false
 	}
-	return limits, true
+	return budgets, true
 }
 
 // unlimitedPlan compiles a plan of unlimited: true, which takes no limits.
 func (c *compiler) unlimitedPlan(path, name string, spec PlanSpec) *Plan {
-	if spec.LimitSpec != (LimitSpec{}) || len(spec.Limits) > 0 || spec.Tenant != nil {
+	if spec.LimitSpec != (LimitSpec{}) || !spec.UnitSpec.zero() || len(spec.Limits) > 0 || spec.Tenant != nil {
 		c.addf(path+".unlimited", "an unlimited plan takes no limits (no rate, limits or tenant)")
 		return nil
 	}
 	return &Plan{Name: name, Unlimited: true}
 }
 
-// planLimits compiles the limits listed under a plan's limits.
-func (c *compiler) planLimits(path, plan string, limits []NamedLimitSpec) []*Budget {
-	c.rejectIf(len(limits) > 8, path+".limits", "at most 8 limits per plan")
+// namedLimits compiles the limits listed under plan's limits, or its
+// tenant's (role), named name and each limit's.
+func (c *compiler) namedLimits(path string, role BudgetRole, plan, name string, limits []NamedLimitSpec) []*Budget {
+	c.rejectIf(len(limits) > 8, path+".limits", "at most 8 limits per plan or tenant")
 	var out []*Budget
 	seen := map[string]bool{}
 	for i, ls := range limits {
@@ -112,8 +123,8 @@ func (c *compiler) planLimits(path, plan string, limits []NamedLimitSpec) []*Bud
 		c.rejectIf(!namePattern.MatchString(ln) || seen[ln], lp+".name", "limit names are unique in a plan, 1-64 letters, digits, '.', '_' or '-' (got %q)", ls.Name)
 		seen[ln] = true
 		if l, ok := c.limit(lp, ls.LimitSpec); ok {
-			b := newBudget(plan+"."+ln, planLimitID(plan, ln), l, ls.Shadow)
-			c.budgetUnit(lp, b, ls)
+			b := newBudget(name+"."+ln, storeID(string(role), plan, ln), l, ls.Shadow)
+			c.budgetUnit(lp, b, ls.UnitSpec)
 			out = append(out, b)
 		}
 	}

@@ -69,7 +69,7 @@ func (c *compiler) tokenLimitsUsed(p *Policy) {
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(p.Plans)) {
-		for _, b := range p.Plans[n].Limits {
+		for b := range p.Plans[n].All() {
 			if !b.Applies(false, "") {
 				c.warnf("plans."+n, "limit %s counts %s of calls to token routes, and no route has tokens: nothing charges it", b.Name, b.Unit)
 				return
@@ -274,11 +274,7 @@ func (c *compiler) costs(p *Policy) {
 
 // checkCost reports a route cost larger than some budget of pl can admit.
 func (c *compiler) checkCost(path string, cost int64, pl *Plan, what, where string) {
-	all := append([]*Budget(nil), pl.Limits...)
-	if pl.Tenant != nil {
-		all = append(all, pl.Tenant)
-	}
-	for _, b := range all {
+	for b := range pl.All() {
 		if b.Unit != UnitRequests {
 			continue // charged tokens, not the route's cost
 		}
@@ -289,11 +285,11 @@ func (c *compiler) checkCost(path string, cost int64, pl *Plan, what, where stri
 	}
 }
 
-// checkTokens reports a token route whose default estimate no token
-// budget (of tokens or output_tokens) of some plan could admit.
+// checkTokens reports a token route whose default estimate some token
+// budget (of tokens or output_tokens) of a plan or tenant could not admit.
 func (c *compiler) checkTokens(path string, t *Tokens, p *Policy, where string) {
 	for _, n := range slices.Sorted(maps.Keys(p.Plans)) {
-		for _, b := range p.Plans[n].Limits {
+		for b := range p.Plans[n].All() {
 			if (b.Unit == UnitTokens || b.Unit == UnitOutputTokens) && t.DefaultOutput > b.Limit.Capacity() {
 				c.addf(path, "%d exceeds the capacity %d of %s%s: no call without a bound could pass", t.DefaultOutput, b.Limit.Capacity(), b.Name, where)
 				return

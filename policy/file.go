@@ -107,16 +107,19 @@ type PlanSpec struct {
 	// (rate, period, algorithm, ...); a plan has it, or limits, or
 	// unlimited: true, and only one of them.
 	LimitSpec `yaml:",inline"`
+	// UnitSpec is what the plan's one limit counts, written inline.
+	UnitSpec `yaml:",inline"`
 	// Limits lists the plan's limits, at most 8, each charged on every
 	// request, all or nothing; each appears in the RateLimit-Policy
 	// header under its name.
 	// Default: none.
 	Limits []NamedLimitSpec `yaml:"limits"`
-	// Tenant is a budget per tenant (API keys name their tenant), which
-	// the users of one tenant share, charged in the same atomic call as
-	// the user's limits.
+	// Tenant is the budget per tenant (API keys and JWTs name their
+	// tenant) that the users of one tenant share, charged in the same
+	// atomic call as the user's limits: one limit written inline, or
+	// several under limits, in requests or tokens like the plan's.
 	// Default: none.
-	Tenant *LimitSpec `yaml:"tenant"`
+	Tenant *TenantLimitSpec `yaml:"tenant"`
 	// Unlimited makes a plan without limits: its subjects are counted
 	// (tollgate_decisions_total, budget "unlimited") and never refused by
 	// a rate limit or quota, the routes' own and global budgets included.
@@ -124,6 +127,19 @@ type PlanSpec struct {
 	// keys, login guards, concurrency.
 	// Default: false.
 	Unlimited bool `yaml:"unlimited"`
+}
+
+// TenantLimitSpec is a plan's budget per tenant: one limit written inline, or
+// several under limits (at most 8), all charged with the user's.
+type TenantLimitSpec struct {
+	// LimitSpec is the tenant's one limit, written inline (rate, period,
+	// algorithm, ...); a tenant budget has it or limits, not both.
+	LimitSpec `yaml:",inline"`
+	// UnitSpec is what the tenant's one limit counts, written inline.
+	UnitSpec `yaml:",inline"`
+	// Limits lists the tenant's limits, each named as a plan's are.
+	// Default: none.
+	Limits []NamedLimitSpec `yaml:"limits"`
 }
 
 // AllowlistSpec lists subjects that are counted, never refused by a rate
@@ -158,6 +174,13 @@ type NamedLimitSpec struct {
 	// LimitSpec is the limit itself, written inline beside name (rate,
 	// period, algorithm, ...).
 	LimitSpec `yaml:",inline"`
+	// UnitSpec is what the limit counts, written inline beside name.
+	UnitSpec `yaml:",inline"`
+}
+
+// UnitSpec is what a plan's or a tenant's limit counts, and the calls
+// it applies to.
+type UnitSpec struct {
 	// Unit is what the limit counts: requests (each at its route's cost)
 	// or, on routes with tokens (an LLM API), the tokens a call uses:
 	// tokens (input and output), input_tokens or output_tokens. A token

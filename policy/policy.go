@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -176,12 +177,28 @@ type Plan struct {
 	Name string
 	// Limits all apply to each subject, charged together, all or nothing.
 	Limits []*Budget
-	// Tenant, if set, is shared by all users of one tenant and charged in
-	// the same atomic call as Limits.
-	Tenant *Budget
+	// Tenant lists the budgets shared by all users of one tenant, charged
+	// in the same atomic call as Limits (none: each user counts alone).
+	Tenant []*Budget
 	// Unlimited plans have no limits: their subjects are counted, never
 	// refused by a rate limit (see PlanSpec.Unlimited).
 	Unlimited bool
+}
+
+// All yields the plan's limits, then its tenant budgets.
+func (pl *Plan) All() iter.Seq[*Budget] {
+	return func(yield func(*Budget) bool) {
+		for _, b := range pl.Limits {
+			if !yield(b) {
+				return
+			}
+		}
+		for _, b := range pl.Tenant {
+			if !yield(b) {
+				return
+			}
+		}
+	}
 }
 
 // Allowlist is the subjects counted but never refused by a rate limit

@@ -190,8 +190,8 @@ func TestPlansTenantsGlobalRegion(t *testing.T) {
 		t.Fatalf("limits: %+v %+v", pl.Limits[0], pl.Limits[1])
 	}
 	// Region eu enforces 45% of everything.
-	if pl.Limits[0].Limit.Rate != 4 || pl.Limits[1].Limit.Rate != 450 || pl.Tenant.Limit.Rate != 11 {
-		t.Fatalf("region shares: %v %v %v", pl.Limits[0].Limit, pl.Limits[1].Limit, pl.Tenant.Limit)
+	if pl.Limits[0].Limit.Rate != 4 || pl.Limits[1].Limit.Rate != 450 || pl.Tenant[0].Limit.Rate != 11 {
+		t.Fatalf("region shares: %v %v %v", pl.Limits[0].Limit, pl.Limits[1].Limit, pl.Tenant[0].Limit)
 	}
 	if g := p.Routes[0].Global; g == nil || g.Limit.Rate != 225 || g.Name != "global.search" {
 		t.Fatalf("global: %+v", g)
@@ -238,7 +238,7 @@ func TestShadow(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl := p.Plans["team"]
-	if !pl.Limits[0].Shadow || !pl.Limits[1].Shadow || !pl.Tenant.Shadow || !p.Routes[0].Global.Shadow {
+	if !pl.Limits[0].Shadow || !pl.Limits[1].Shadow || !pl.Tenant[0].Shadow || !p.Routes[0].Global.Shadow {
 		t.Fatal("a file-wide shadow left a budget enforced")
 	}
 	p, err = policy.Parse([]byte(strings.Replace(scaled, "{name: second, rate: 10, period: 1s}", "{name: second, rate: 10, period: 1s, shadow: true}", 1)), "s.yaml")

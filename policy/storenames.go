@@ -16,7 +16,8 @@ import (
 //	plan/<plan>@<hash>           a plan's one limit (Plan.Limits[0])
 //	plan/<plan>/<limit>@<hash>   one of a plan's several limits
 //	plan/<plan>/<limit>~<unit>@<hash>  one of them counting tokens (Budget.Unit)
-//	tenant/<plan>@<hash>         a plan's tenant budget (Plan.Tenant)
+//	tenant/<plan>@<hash>         a plan's one tenant budget (Plan.Tenant[0])
+//	tenant/<plan>/<limit>@<hash>  one of a plan's several tenant budgets, ~<unit> as above
 //	route/<group>@<hash>         a route group's own limit (Route.Limit)
 //	global/<group>@<hash>        a route group's global budget (Route.Global)
 //	candidate/<group>@<hash>     a route group's shadow_limit (Route.Candidate)
@@ -38,12 +39,6 @@ func storeID(kind string, names ...string) string {
 	return strings.Join(append([]string{kind}, names...), "/")
 }
 
-// planID is the id of a plan's one limit.
-func planID(plan string) string { return storeID(string(RolePlan), plan) }
-
-// planLimitID is the id of one of a plan's several limits.
-func planLimitID(plan, limit string) string { return storeID(string(RolePlan), plan, limit) }
-
 // unitID is id for a budget of unit u: a budget counting tokens keeps
 // its state apart from one counting requests.
 func unitID(id string, u Unit) string {
@@ -52,9 +47,6 @@ func unitID(id string, u Unit) string {
 	}
 	return id + "~" + u.String()
 }
-
-// tenantID is the id of a plan's tenant budget.
-func tenantID(plan string) string { return storeID(string(RoleTenant), plan) }
 
 // routeID is the id of a route group's own limit.
 func routeID(group string) string { return storeID(string(RoleRoute), group) }

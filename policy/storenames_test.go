@@ -50,12 +50,12 @@ func storeNames(t *testing.T, src string, edits ...string) map[string]string {
 		t.Fatal(err)
 	}
 	m := map[string]string{"invalid_key": p.InvalidKey.StoreName}
-	for n, pl := range p.Plans {
+	for _, pl := range p.Plans {
 		for _, b := range pl.Limits {
 			m["plan "+b.Name] = b.StoreName
 		}
-		if pl.Tenant != nil {
-			m["tenant "+n] = pl.Tenant.StoreName
+		for _, b := range pl.Tenant {
+			m["tenant "+b.Name] = b.StoreName
 		}
 	}
 	for _, r := range p.Routes {
@@ -119,7 +119,7 @@ func TestStoreNamesFollowTheLimits(t *testing.T) {
 		{"a daily quota", []string{"calendar: day, rate: 1000", "calendar: day, rate: 1001"}, []string{"plan team.day"}},
 		{"a calendar", []string{"calendar: day, rate: 1000", "calendar: month, rate: 1000"}, []string{"plan team.day"}},
 		{"a quota's time zone", []string{"time_zone: Europe/Paris", "time_zone: Europe/Berlin"}, []string{"plan team.day"}},
-		{"a tenant budget", []string{"tenant: {rate: 25,", "tenant: {rate: 26,"}, []string{"tenant team"}},
+		{"a tenant budget", []string{"tenant: {rate: 25,", "tenant: {rate: 26,"}, []string{"tenant team.tenant"}},
 		{"a route limit", []string{"limit: {rate: 50,", "limit: {rate: 51,"}, []string{"route api"}},
 		{"a global budget", []string{"global: {rate: 500,", "global: {rate: 501,"}, []string{"global api"}},
 		{"a candidate", []string{"shadow_limit: {rate: 40,", "shadow_limit: {rate: 41,"}, []string{"candidate api"}},
@@ -128,7 +128,7 @@ func TestStoreNamesFollowTheLimits(t *testing.T) {
 		{"a login guard's rule", []string{"max_failures: 5, lock: 1m", "max_failures: 3, lock: 2m"}, nil},
 		{"a concurrency limit", []string{"concurrency: {limit: 10}", "concurrency: {limit: 20, lease_ttl: 10s}"}, nil},
 		{"a region's share", []string{"version: v1", "version: v1\nregion: {name: eu, count: 2}"}, []string{"plan free",
-			"plan team.second", "plan team.day", "plan shaped", "tenant team", "route api", "global api", "candidate api",
+			"plan team.second", "plan team.day", "plan shaped", "tenant team.tenant", "route api", "global api", "candidate api",
 			"invalid_key", "login ip login"}},
 	}
 	for _, c := range cases {

@@ -145,7 +145,7 @@ func (c *compiler) tokens(path string, s *TokensSpec, upstream time.Duration) *T
 }
 
 // budgetUnit compiles a plan limit's unit, models and per_model onto b.
-func (c *compiler) budgetUnit(path string, b *Budget, s NamedLimitSpec) {
+func (c *compiler) budgetUnit(path string, b *Budget, s UnitSpec) {
 	u, ok := parseUnit(s.Unit)
 	if !ok {
 		c.addf(path+".unit", "want requests, tokens, input_tokens or output_tokens, got %q", s.Unit)
@@ -167,6 +167,9 @@ func (c *compiler) budgetUnit(path string, b *Budget, s NamedLimitSpec) {
 		b.setLimit(b.Limit) // its unit and models name its state
 	}
 }
+
+// zero reports whether s is unset: a limit of requests, for every call.
+func (s *UnitSpec) zero() bool { return s.Unit == "" && len(s.Models) == 0 && !s.PerModel }
 
 // Applies reports whether the budget applies to a call: a plain budget
 // to every call, a token budget or one naming models to calls on a token

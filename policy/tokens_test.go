@@ -132,6 +132,16 @@ func TestTokensInvalid(t *testing.T) {
 		{"an empty field list", llmPlan, "max_tokens_fields: []", []string{"routes[0].tokens.max_tokens_fields"}},
 		{"an unknown key", llmPlan, "max_token: 5", []string{`unknown field "max_token"`}},
 		{"a field the parser reads for another meaning", llmPlan, "max_tokens_fields: [n]", []string{"routes[0].tokens.max_tokens_fields[0]"}},
+		{"a tenant token limit under an algorithm that cannot settle", llmPlan + "\n    tenant: {rate: 100000, period: 1m, unit: tokens, algorithm: sliding_log}", "",
+			[]string{"plans.free.tenant.algorithm", "cannot do"}},
+		{"a tenant's listed token limit that cannot settle", llmPlan + "\n    tenant: {limits: [{name: tpm, rate: 100000, period: 1m, unit: tokens, algorithm: leaky_bucket}]}", "",
+			[]string{"plans.free.tenant.limits[0].algorithm"}},
+		{"a unit beside a tenant's limits, not in one", llmPlan + "\n    tenant: {unit: tokens, limits: [{rate: 100000, period: 1m}]}", "",
+			[]string{"plans.free.tenant.unit", "give each its own"}},
+		{"a tenant limit both inline and listed", llmPlan + "\n    tenant: {rate: 5, period: 1m, limits: [{rate: 100000, period: 1m}]}", "",
+			[]string{"plans.free.tenant", "inline or under limits"}},
+		{"a default output the tenant's budget cannot admit", llmPlan + "\n    tenant: {rate: 1000, period: 1m, unit: output_tokens}", "",
+			[]string{"routes[0].tokens.default_output", "free.tenant", "no call without a bound"}},
 	} {
 		_, err := policy.Parse([]byte(llmPolicy(c.plan, c.tokens)), "p.yaml")
 		if err == nil {
@@ -144,9 +154,20 @@ func TestTokensInvalid(t *testing.T) {
 			}
 		}
 	}
+	// A plan's and a tenant's one limit, written inline, count tokens
+	// too, each in a state of its own.
+	inline := strings.Replace(llmPolicy("", ""), "    limits:\n\n", "    rate: 20000\n    period: 1m\n    unit: tokens\n    tenant: {rate: 90000, period: 1m, unit: input_tokens}\n", 1)
+	p, err := policy.Parse([]byte(inline), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := p.Plans["free"]
+	if pl.Limits[0].Unit != policy.UnitTokens || pl.Tenant[0].Unit != policy.UnitInputTokens || !strings.HasPrefix(pl.Tenant[0].StoreName, "tenant/free~input_tokens@") {
+		t.Errorf("inline units: plan %v, tenant %v %q; want tokens and input_tokens", pl.Limits[0].Unit, pl.Tenant[0].Unit, pl.Tenant[0].StoreName)
+	}
 	// A token limit with no token route loads, with a warning.
 	src := strings.Replace(llmPolicy(llmPlan, ""), ", tokens: {}", "", 1)
-	p, err := policy.Parse([]byte(src), "p.yaml")
+	p, err = policy.Parse([]byte(src), "p.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

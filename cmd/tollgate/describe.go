@@ -279,14 +279,11 @@ func jwtClaims(j *policy.JWT) string {
 	return who
 }
 
-// describePlan prints a plan's limits, e.g. "gcra 10/1s + gcra 1000/1h,
-// tenant fixed_window 25/1m0s".
-func describePlan(pl *policy.Plan) string {
-	if pl.Unlimited {
-		return "unlimited (counted)"
-	}
-	parts := make([]string, len(pl.Limits))
-	for i, b := range pl.Limits {
+// describeBudgets prints limits joined by " + ", each with its unit and
+// models.
+func describeBudgets(limits []*policy.Budget) string {
+	parts := make([]string, len(limits))
+	for i, b := range limits {
 		parts[i] = b.Limit.String()
 		if b.Unit != policy.UnitRequests {
 			parts[i] += " " + b.Unit.String()
@@ -298,9 +295,18 @@ func describePlan(pl *policy.Plan) string {
 			}
 		}
 	}
-	s := strings.Join(parts, " + ")
-	if pl.Tenant != nil {
-		s += ", tenant " + pl.Tenant.Limit.String()
+	return strings.Join(parts, " + ")
+}
+
+// describePlan prints a plan's limits, e.g. "gcra 10/1s + gcra 1000/1h,
+// tenant fixed_window 25/1m0s".
+func describePlan(pl *policy.Plan) string {
+	if pl.Unlimited {
+		return "unlimited (counted)"
+	}
+	s := describeBudgets(pl.Limits)
+	if len(pl.Tenant) > 0 {
+		s += ", tenant " + describeBudgets(pl.Tenant)
 	}
 	return s
 }
