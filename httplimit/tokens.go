@@ -43,7 +43,7 @@ func (w *meterWriter) WriteHeader(code int) {
 			// a responses API stream whose response.completed (the whole
 			// output) is longer keeps its estimate, rather than every
 			// stream in flight holding a JSON body's worth.
-			w.meter = llm.NewMeter(h.Get("Content-Type"), llm.MeterOptions{})
+			w.meter = llm.NewMeter(h.Get("Content-Type"), llm.MeterOptions{Paths: w.tokens.UsagePaths})
 		}
 		if name := w.tokens.UsageHeader; name != "" {
 			if n, err := strconv.ParseInt(strings.TrimSpace(h.Get(name)), 10, 64); err == nil {
@@ -88,6 +88,9 @@ func (w *meterWriter) usage() engine.Usage {
 	}
 	if w.meter != nil {
 		if u, ok := w.meter.Usage(); ok && (u.Final || whole) {
+			if u.TotalOnly {
+				return engine.Usage{Output: u.Total, Reported: true, TotalOnly: true, Impossible: u.Malformed}
+			}
 			return engine.Usage{Input: u.Input, Output: u.Output, Reported: true, Impossible: u.Malformed}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/llm"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -95,5 +96,41 @@ func TestMeterWriterUsage(t *testing.T) {
 				t.Errorf("usage %+v, want %+v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestMeterWriterUsagePaths: a route's usage_paths are running counts,
+// taken once the response has been passed on whole.
+func TestMeterWriterUsagePaths(t *testing.T) {
+	const (
+		first = "data: {\"usageMetadata\":{\"promptTokenCount\":11,\"candidatesTokenCount\":2}}\n\n"
+		last  = "data: {\"usageMetadata\":{\"promptTokenCount\":11,\"candidatesTokenCount\":7}}\n\n"
+	)
+	gemini := &llm.Paths{Input: []string{"usageMetadata", "promptTokenCount"}, Output: []string{"usageMetadata", "candidatesTokenCount"}}
+	total := &llm.Paths{Total: []string{"meta", "tokens"}}
+	for _, c := range []struct {
+		name     string
+		paths    *llm.Paths
+		parts    []string
+		returned bool
+		want     engine.Usage
+	}{
+		{"a whole stream: its last count", gemini, []string{first, last}, true, engine.Usage{Input: 11, Output: 7, Reported: true}},
+		{"a stream cut after its last chunk: a running count is never final, the estimate stands", gemini, []string{first, last}, false, engine.Usage{}},
+		{"a total alone settles as a total", total, []string{`{"meta":{"tokens":42}}`}, true, engine.Usage{Output: 42, Reported: true, TotalOnly: true}},
+	} {
+		rec := httptest.NewRecorder()
+		w := meterTokens(rec, httptest.NewRequest(http.MethodPost, "/", nil), &policy.Tokens{UsagePaths: c.paths})
+		w.Header().Set("Content-Type", "text/event-stream")
+		if c.paths == total {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		for _, p := range c.parts {
+			w.Write([]byte(p))
+		}
+		w.whole = c.returned
+		if got := w.usage(); got != c.want {
+			t.Errorf("%s: usage %+v, want %+v", c.name, got, c.want)
+		}
 	}
 }

@@ -2,7 +2,11 @@ package llm
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -23,7 +27,53 @@ type MeterOptions struct {
 	// event carries the whole response, output included, so a route of
 	// that API with long outputs wants it as large as MaxJSON.
 	MaxEvent int
+	// Paths, if set, is where the responses report their usage, in place
+	// of the OpenAI and Anthropic shapes the Meter reads without it.
+	Paths *Paths
 }
+
+// Paths names where a response of a shape the Meter does not know
+// reports its usage: each a path of object keys from the top of the JSON
+// body or event, e.g. usageMetadata, promptTokenCount. A path may be
+// nil, and none is a prefix of another. Every report read at them is
+// taken as a running count, not final (Usage.Final): it counts once the
+// response has been passed on whole.
+type Paths struct {
+	Input, Output, Total []string
+}
+
+// Check returns an error if p's paths cannot be read: none set, an empty
+// key, or one path a prefix of another.
+func (p *Paths) Check() error {
+	all := p.all()
+	set := 0
+	for i, a := range all {
+		if a == nil {
+			continue
+		}
+		set++
+		for _, k := range a {
+			if k == "" {
+				return errors.New("a path holds an empty key")
+			}
+		}
+		for j, b := range all {
+			if j != i && b != nil && len(a) <= len(b) && slices.Equal(a, b[:len(a)]) {
+				return fmt.Errorf("%s is a prefix of %s", strings.Join(a, "."), strings.Join(b, "."))
+			}
+		}
+	}
+	if set == 0 {
+		return errors.New("name at least one of input, output and total")
+	}
+	return nil
+}
+
+// all returns the paths in the order of their counts.
+func (p *Paths) all() [3][]string { return [3][]string{p.Input, p.Output, p.Total} }
+
+// pathCounts are the counts of Paths.all, in order.
+var pathCounts = [3]int{cIn, cOut, cTotal}
 
 // Usage is the token usage an upstream reported. Input counts the
 // prompt, Anthropic's cache writes and reads included; Output the
@@ -36,6 +86,9 @@ type Usage struct {
 	// response.completed, Anthropic's message_delta), not Anthropic's
 	// message_start, which gives the output so far.
 	Final bool
+	// TotalOnly tells that the upstream reported a total and neither
+	// input nor output (a usage path of total alone).
+	TotalOnly bool
 	// Malformed tells that a count was reported as something other than
 	// a non-negative integer that fits an int64 (a negative, a fraction,
 	// an exponent, a string, a number too large), or that usage was not
@@ -70,14 +123,23 @@ type Meter struct {
 	bom      int  // bytes of a leading byte order mark read, 3 once past it
 
 	tally  tally
-	parsed int // JSON: len(buf) when tally was read from it, or -1
+	parsed int    // JSON: len(buf) when tally was read from it, or -1
+	paths  *Paths // where usage is reported (nil: the known shapes)
+	keys   [][]byte
 }
 
 // NewMeter returns a Meter for a body of the content type given (a
 // Content-Type header's value): application/json or any
 // application/*+json, text/event-stream; of any other there is no usage.
 func NewMeter(contentType string, o MeterOptions) *Meter {
-	m := &Meter{line: -1, parsed: -1}
+	m := &Meter{line: -1, parsed: -1, paths: o.Paths}
+	if o.Paths != nil {
+		for _, p := range o.Paths.all() {
+			if len(p) > 0 {
+				m.keys = append(m.keys, []byte(strconv.Quote(p[0])))
+			}
+		}
+	}
 	if i := strings.IndexByte(contentType, ';'); i >= 0 {
 		contentType = contentType[:i]
 	}
@@ -123,10 +185,7 @@ func (m *Meter) Usage() (Usage, bool) {
 		m.parsed = len(m.buf)
 		m.tally = tally{}
 		if !m.over {
-			var r report
-			if r.read(m.buf) {
-				m.tally.add(&r)
-			}
+			m.read(m.buf)
 		}
 	}
 	return m.tally.usage()
@@ -302,13 +361,29 @@ func (m *Meter) dispatch() {
 		return
 	}
 	data = data[:len(data)-1] // the last line's LF
-	if !mayReport(data) {
+	if m.paths == nil && !mayReport(data) || m.paths != nil && !mayHold(data, m.keys) {
 		return
 	}
-	var r report
-	if r.read(data) {
+	m.read(data)
+}
+
+// read reads the usage b, one JSON text, reports, into the tally.
+func (m *Meter) read(b []byte) {
+	r := report{paths: m.paths}
+	if r.read(b) {
 		m.tally.add(&r)
 	}
+}
+
+// mayHold reports whether an event's data may hold one of keys (each
+// quoted), the first keys of paths.
+func mayHold(data []byte, keys [][]byte) bool {
+	for _, k := range keys {
+		if bytes.Contains(data, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // mayReport reports whether an event's data may report usage: a
@@ -368,6 +443,7 @@ type report struct {
 	// message_start), which a stream reports before its answer: its
 	// output so far, not the call's.
 	partial, inMessage bool
+	paths              *Paths // read at these, if set
 }
 
 // read reads the usage objects of the JSON object b: its "usage", and
@@ -380,11 +456,58 @@ func (r *report) read(b []byte) bool {
 		return false
 	}
 	s.i++
-	if !r.object(&s, true) {
+	ok := false
+	if r.paths != nil {
+		ok = r.atPaths(&s, r.paths.all(), 0, 0b111)
+	} else {
+		ok = r.object(&s, true)
+	}
+	if !ok {
 		return false
 	}
 	s.ws()
 	return s.i == len(s.b)
+}
+
+// atPaths reads the rest of an object whose '{' was read, at depth
+// objects from the top, whose keys on the way matched the first depth
+// keys of the paths in mask (a bit for each of paths).
+func (r *report) atPaths(s *scanner, paths [3][]string, depth int, mask uint8) bool {
+	var keyBuf [32]byte
+	for first := true; ; first = false {
+		key, more, err := s.nextKey(first, keyBuf[:])
+		if err != nil {
+			return false
+		}
+		if !more {
+			return true
+		}
+		next, end := uint8(0), -1
+		for i, p := range paths {
+			if mask&(1<<i) != 0 && len(p) > depth && p[depth] == string(key) {
+				next |= 1 << i
+				if len(p) == depth+1 {
+					end = i
+				}
+			}
+		}
+		switch {
+		case end >= 0: // no path is a prefix of another: it ends alone
+			r.partial = true
+			if !r.count(s, pathCounts[end], depth+1) {
+				return false
+			}
+		case next != 0 && s.peek() == '{':
+			s.i++
+			if !r.atPaths(s, paths, depth+1, next) {
+				return false
+			}
+		default:
+			if s.skip(depth+1) != nil {
+				return false
+			}
+		}
+	}
 }
 
 // object reads the rest of an object whose '{' was read: a top one, or
@@ -451,29 +574,34 @@ func (r *report) usage(s *scanner, depth int) bool {
 			}
 			continue
 		}
-		switch c := s.peek(); {
-		case c == 'n':
-			if s.literal() != nil {
-				return false
-			}
-		case c == '-' || c >= '0' && c <= '9':
-			num, err := s.number()
-			if err != nil {
-				return false
-			}
-			if n, ok := count(num); ok {
-				r.n[k], r.set[k] = n, true
-				r.partial = r.partial || r.inMessage
-			} else {
-				r.malformed = true
-			}
-		default:
-			r.malformed = true
-			if s.skip(depth+1) != nil {
-				return false
-			}
+		if !r.count(s, k, depth+1) {
+			return false
 		}
 	}
+}
+
+// count reads the value of count k, inside depth arrays and objects: a
+// whole number of at least 0, or null (no count); any other is
+// malformed.
+func (r *report) count(s *scanner, k, depth int) bool {
+	switch c := s.peek(); {
+	case c == 'n':
+		return s.literal() == nil
+	case c == '-' || c >= '0' && c <= '9':
+		num, err := s.number()
+		if err != nil {
+			return false
+		}
+		if n, ok := count(num); ok {
+			r.n[k], r.set[k] = n, true
+			r.partial = r.partial || r.inMessage
+		} else {
+			r.malformed = true
+		}
+		return true
+	}
+	r.malformed = true
+	return s.skip(depth) == nil
 }
 
 // tally is the usage reported so far.
@@ -507,6 +635,7 @@ func (t *tally) usage() (Usage, bool) {
 	u.Malformed = u.Malformed || over
 	if t.set[cTotal] {
 		u.Total = t.n[cTotal]
+		u.TotalOnly = !t.set[cIn] && !t.set[cOut] && !t.set[cCacheWrite] && !t.set[cCacheRead]
 	} else {
 		u.Total, over = sum(u.Input, u.Output)
 		u.Malformed = u.Malformed || over

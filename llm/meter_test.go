@@ -71,6 +71,20 @@ data: {"type":"message_stop"}
 `
 )
 
+// A Gemini body and stream (alt=sse), which report usage at paths of
+// their own, the stream's every chunk a running count.
+const (
+	gemini       = `{"candidates":[{"content":{"parts":[{"text":"Hi there"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":11,"candidatesTokenCount":7,"totalTokenCount":18},"modelVersion":"gemini-2.0-flash"}`
+	geminiStream = `data: {"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"}}],"usageMetadata":{"promptTokenCount":11,"candidatesTokenCount":2,"totalTokenCount":13}}
+
+data: {"candidates":[{"content":{"parts":[{"text":" there"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":11,"candidatesTokenCount":7,"totalTokenCount":18}}
+
+`
+)
+
+var geminiPaths = llm.MeterOptions{Paths: &llm.Paths{Input: []string{"usageMetadata", "promptTokenCount"},
+	Output: []string{"usageMetadata", "candidatesTokenCount"}, Total: []string{"usageMetadata", "totalTokenCount"}}}
+
 const (
 	jsonCT = "application/json"
 	sseCT  = "text/event-stream"
@@ -188,6 +202,23 @@ func TestMeter(t *testing.T) {
 		{name: "a long comment does not spoil the event", ct: sseCT, o: llm.MeterOptions{MaxEvent: 64},
 			body: ":" + long + "\ndata: {\"usage\":{\"input_tokens\":1}}\n:" + long + "\n\n",
 			want: llm.Usage{Input: 1, Total: 1}, ok: true},
+
+		{name: "paths: a Gemini body, never final till passed on whole", ct: jsonCT, o: geminiPaths, body: gemini,
+			want: llm.Usage{Input: 11, Output: 7, Total: 18}, ok: true, partial: true},
+		{name: "paths: a Gemini stream's running counts, the last wins", ct: sseCT, o: geminiPaths, body: geminiStream,
+			want: llm.Usage{Input: 11, Output: 7, Total: 18}, ok: true, partial: true},
+		{name: "paths: the path's keys, not the known shapes' beside them", ct: jsonCT, o: llm.MeterOptions{Paths: &llm.Paths{
+			Input: []string{"usage", "billed_units", "input_tokens"}, Output: []string{"usage", "billed_units", "output_tokens"}}},
+			body: `{"usage":{"tokens":{"input_tokens":71,"output_tokens":10},"input_tokens":99,"billed_units":{"input_tokens":5,"output_tokens":10}}}`,
+			want: llm.Usage{Input: 5, Output: 10, Total: 15}, ok: true, partial: true},
+		{name: "paths: a total alone says so", ct: jsonCT, o: llm.MeterOptions{Paths: &llm.Paths{Total: []string{"meta", "tokens"}}},
+			body: `{"meta":{"tokens":42}}`, want: llm.Usage{Total: 42, TotalOnly: true}, ok: true, partial: true},
+		{name: "paths: the known shapes are not read", ct: jsonCT, o: geminiPaths, body: openaiChat},
+		{name: "paths: a path through a value that is no object is not followed", ct: sseCT, o: geminiPaths,
+			body: "data: {\"usageMetadata\":[{\"promptTokenCount\":3}]}\n\ndata: {\"usageMetadata\":\"x\"}\n\n"},
+		{name: "paths: a count that is not a whole number is malformed", ct: jsonCT, o: geminiPaths,
+			body: `{"usageMetadata":{"promptTokenCount":-1,"candidatesTokenCount":2}}`,
+			want: llm.Usage{Output: 2, Total: 2, Malformed: true}, ok: true, partial: true},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.check(t) })
 		if c.ct == sseCT {
@@ -236,6 +267,26 @@ func (c meterCase) write(t *testing.T, how string, parts ...[]byte) {
 	want.Final = c.final()
 	if u, ok := m.Usage(); u != want || ok != c.ok {
 		t.Fatalf("%s: got %+v, %v; want %+v, %v", how, u, ok, want, c.ok)
+	}
+}
+
+// TestPathsCheck: paths the Meter could not read are refused.
+func TestPathsCheck(t *testing.T) {
+	for _, c := range []struct {
+		p    llm.Paths
+		want string // "" for none
+		why  string
+	}{
+		{llm.Paths{Total: []string{"usage", "n"}}, "", "one path is enough"},
+		{llm.Paths{}, "at least one", "no path"},
+		{llm.Paths{Input: []string{"usage", ""}}, "empty key", "an empty key"},
+		{llm.Paths{Input: []string{"usage"}, Output: []string{"usage", "out"}}, "prefix", "a count cannot also hold one"},
+		{llm.Paths{Input: []string{"u", "n"}, Output: []string{"u", "n"}}, "prefix", "two counts at one place"},
+	} {
+		err := c.p.Check()
+		if (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Check() = %v, want %q", c.why, err, c.want)
+		}
 	}
 }
 
@@ -348,11 +399,11 @@ func BenchmarkMeter(b *testing.B) {
 // FuzzMeter: any body, written in any pieces, is read without panicking,
 // within the bounds, and as it is when written in one piece.
 func FuzzMeter(f *testing.F) {
-	for _, s := range []string{openaiChatStream, responsesStream, anthropicStream,
+	for _, s := range []string{openaiChatStream, responsesStream, anthropicStream, geminiStream,
 		"\xEF\xBB\xBFdata: {\"usage\":\r\ndata: {\"input_tokens\":7}}\r\r:x\ndata\n\n"} {
 		f.Add(true, []byte(s), uint64(0x9e3779b97f4a7c15))
 	}
-	for _, s := range []string{openaiChat, responses, anthropic} {
+	for _, s := range []string{openaiChat, responses, anthropic, gemini} {
 		f.Add(false, []byte(s), uint64(7))
 	}
 	f.Fuzz(func(t *testing.T, sse bool, body []byte, cuts uint64) {
@@ -360,26 +411,33 @@ func FuzzMeter(f *testing.F) {
 		if sse {
 			ct = sseCT
 		}
-		o := llm.MeterOptions{MaxEvent: 256, MaxJSON: 512}
-		whole := llm.NewMeter(ct, o)
-		whole.Write(body)
-		parts := llm.NewMeter(ct, o)
-		for p := body; len(p) > 0; {
-			n := min(len(p), 1+int(cuts%17))
-			cuts = cuts/17 + cuts<<59
-			parts.Write(p[:n])
-			p = p[n:]
-			if parts.Held() > parts.Limit() || parts.Limit() > 512 {
-				t.Fatalf("holds %d of %d bytes", parts.Held(), parts.Limit())
-			}
-		}
-		u, ok := whole.Usage()
-		pu, pok := parts.Usage()
-		if u != pu || ok != pok {
-			t.Fatalf("in one write %+v, %v; in parts %+v, %v", u, ok, pu, pok)
-		}
-		if !ok && u != (llm.Usage{}) || u.Input < 0 || u.Output < 0 || u.Total < 0 {
-			t.Fatalf("got %+v, %v", u, ok)
+		for _, paths := range []*llm.Paths{nil, geminiPaths.Paths} {
+			fuzzMeter(t, ct, llm.MeterOptions{MaxEvent: 256, MaxJSON: 512, Paths: paths}, body, cuts)
 		}
 	})
+}
+
+// fuzzMeter checks that body, metered in one write and in parts cut by
+// cuts, reports the same usage within the bounds.
+func fuzzMeter(t *testing.T, ct string, o llm.MeterOptions, body []byte, cuts uint64) {
+	whole := llm.NewMeter(ct, o)
+	whole.Write(body)
+	parts := llm.NewMeter(ct, o)
+	for p := body; len(p) > 0; {
+		n := min(len(p), 1+int(cuts%17))
+		cuts = cuts/17 + cuts<<59
+		parts.Write(p[:n])
+		p = p[n:]
+		if parts.Held() > parts.Limit() || parts.Limit() > 512 {
+			t.Fatalf("holds %d of %d bytes", parts.Held(), parts.Limit())
+		}
+	}
+	u, ok := whole.Usage()
+	pu, pok := parts.Usage()
+	if u != pu || ok != pok {
+		t.Fatalf("paths %v: in one write %+v, %v; in parts %+v, %v", o.Paths, u, ok, pu, pok)
+	}
+	if !ok && u != (llm.Usage{}) || u.Input < 0 || u.Output < 0 || u.Total < 0 {
+		t.Fatalf("paths %v: got %+v, %v", o.Paths, u, ok)
+	}
 }

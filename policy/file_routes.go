@@ -163,6 +163,32 @@ type TokensSpec struct {
 	// body's usage.
 	// Default: none.
 	UsageHeader string `yaml:"usage_header"`
+	// UsagePaths, if set, is where the responses report their usage, for
+	// an API that reports it in none of the OpenAI and Anthropic shapes
+	// (read without it), e.g. Gemini's {input:
+	// usageMetadata.promptTokenCount, output:
+	// usageMetadata.candidatesTokenCount}.
+	// Default: none.
+	UsagePaths *UsagePathsSpec `yaml:"usage_paths"`
+}
+
+// UsagePathsSpec names where a response reports the tokens it used: each
+// a path of JSON object keys joined by ".", from the top of the JSON body
+// or of each server-sent event's data, its value a whole number. Every
+// report is a running count, the last one counting: a stream cut short
+// keeps its estimate. No path may be a prefix of another.
+type UsagePathsSpec struct {
+	// Input is the path of the input (prompt) tokens.
+	// Default: none.
+	Input string `yaml:"input"`
+	// Output is the path of the output (completion) tokens.
+	// Default: none.
+	Output string `yaml:"output"`
+	// Total is the path of all the tokens, used when input or output is
+	// not given (a total alone settles the budgets of unit tokens; those
+	// of input_tokens and output_tokens keep their estimate).
+	// Default: none.
+	Total string `yaml:"total"`
 }
 
 // RefusalSpec is a route's answer to a request its limits refuse; it

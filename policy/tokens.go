@@ -3,7 +3,11 @@ package policy
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/tollgate/tollgate/llm"
 )
 
 // Unit is what a budget counts.
@@ -51,6 +55,9 @@ type Tokens struct {
 	// UsageHeader names the response header giving the total used ("" for
 	// none).
 	UsageHeader string
+	// UsagePaths is where the responses report their usage (nil: the
+	// OpenAI and Anthropic shapes).
+	UsagePaths *llm.Paths
 	// SettleTTL is how long after a call's reservation it can be settled:
 	// the upstream's timeout and a margin. A call still unsettled then
 	// keeps its estimate.
@@ -140,8 +147,36 @@ func (c *compiler) tokens(path string, s *TokensSpec, upstream time.Duration) *T
 	c.rejectIf(t.BytesPerInput < 0 || t.BytesPerInput > maxBytesPerInputToken, path+".bytes_per_input_token", "0 to %d, got %d", maxBytesPerInputToken, t.BytesPerInput)
 	c.rejectIf(t.MaxUsage < 1, path+".max_usage", "at least 1, got %d", t.MaxUsage)
 	c.rejectIf(t.UsageHeader != "" && !headerPattern.MatchString(t.UsageHeader), path+".usage_header", "not a header name: %q", t.UsageHeader)
+	t.UsagePaths = c.usagePaths(path+".usage_paths", s.UsagePaths)
 	c.rejectIf(t.SettleTTL > 24*time.Hour, path, "upstream.timeout + 30s is longer than a day, the longest a call can take to settle")
 	return t
+}
+
+// The bounds of a usage path.
+const (
+	maxPathKeys   = 8
+	maxPathKeyLen = 64
+)
+
+// usagePaths compiles a route's usage_paths.
+func (c *compiler) usagePaths(path string, s *UsagePathsSpec) *llm.Paths {
+	if s == nil {
+		return nil
+	}
+	split := func(name, v string) []string {
+		if v == "" {
+			return nil
+		}
+		keys := strings.Split(v, ".")
+		bad := len(keys) > maxPathKeys || slices.ContainsFunc(keys, func(k string) bool { return k == "" || len(k) > maxPathKeyLen })
+		c.rejectIf(bad, path+"."+name, "a path is 1 to %d keys of 1 to %d bytes joined by \".\" (got %q)", maxPathKeys, maxPathKeyLen, v)
+		return keys
+	}
+	p := &llm.Paths{Input: split("input", s.Input), Output: split("output", s.Output), Total: split("total", s.Total)}
+	if err := p.Check(); err != nil {
+		c.addf(path, "%v", err)
+	}
+	return p
 }
 
 // budgetUnit compiles a plan limit's unit, models and per_model onto b.

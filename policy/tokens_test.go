@@ -132,6 +132,10 @@ func TestTokensInvalid(t *testing.T) {
 		{"an empty field list", llmPlan, "max_tokens_fields: []", []string{"routes[0].tokens.max_tokens_fields"}},
 		{"an unknown key", llmPlan, "max_token: 5", []string{`unknown field "max_token"`}},
 		{"a field the parser reads for another meaning", llmPlan, "max_tokens_fields: [n]", []string{"routes[0].tokens.max_tokens_fields[0]"}},
+		{"a usage path with an empty key", llmPlan, "usage_paths: {input: usage..n}", []string{"routes[0].tokens.usage_paths.input", "1 to 8 keys"}},
+		{"a usage path too deep", llmPlan, "usage_paths: {total: a.b.c.d.e.f.g.h.i}", []string{"routes[0].tokens.usage_paths.total"}},
+		{"a usage path inside another", llmPlan, "usage_paths: {input: u.n, total: u}", []string{"routes[0].tokens.usage_paths", "prefix"}},
+		{"usage paths naming none", llmPlan, "usage_paths: {}", []string{"routes[0].tokens.usage_paths", "at least one"}},
 		{"a tenant token limit under an algorithm that cannot settle", llmPlan + "\n    tenant: {rate: 100000, period: 1m, unit: tokens, algorithm: sliding_log}", "",
 			[]string{"plans.free.tenant.algorithm", "cannot do"}},
 		{"a tenant's listed token limit that cannot settle", llmPlan + "\n    tenant: {limits: [{name: tpm, rate: 100000, period: 1m, unit: tokens, algorithm: leaky_bucket}]}", "",
@@ -154,10 +158,18 @@ func TestTokensInvalid(t *testing.T) {
 			}
 		}
 	}
+	// Usage paths are split into their keys.
+	p, err := policy.Parse([]byte(llmPolicy(llmPlan, "usage_paths: {input: usageMetadata.promptTokenCount, total: usageMetadata.totalTokenCount}")), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up := p.Routes[0].Tokens.UsagePaths; up == nil || strings.Join(up.Input, "/") != "usageMetadata/promptTokenCount" || up.Output != nil || len(up.Total) != 2 {
+		t.Errorf("usage paths %+v", up)
+	}
 	// A plan's and a tenant's one limit, written inline, count tokens
 	// too, each in a state of its own.
 	inline := strings.Replace(llmPolicy("", ""), "    limits:\n\n", "    rate: 20000\n    period: 1m\n    unit: tokens\n    tenant: {rate: 90000, period: 1m, unit: input_tokens}\n", 1)
-	p, err := policy.Parse([]byte(inline), "p.yaml")
+	p, err = policy.Parse([]byte(inline), "p.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
