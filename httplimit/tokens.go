@@ -39,10 +39,11 @@ func (w *meterWriter) WriteHeader(code int) {
 		w.status = code
 		h := w.Header()
 		if h.Get("Content-Encoding") == "" || strings.EqualFold(h.Get("Content-Encoding"), "identity") {
-			// Each stream holds at most an event of llm.DefaultMaxEvent:
-			// a responses API stream whose response.completed (the whole
-			// output) is longer keeps its estimate, rather than every
-			// stream in flight holding a JSON body's worth.
+			// Each call holds at most its JSON body's usage members, or
+			// an event of llm.DefaultMaxEvent: a responses API stream
+			// whose response.completed (the whole output) is longer keeps
+			// its estimate, rather than every stream in flight holding
+			// an answer's worth.
 			w.meter = llm.NewMeter(h.Get("Content-Type"), llm.MeterOptions{Paths: w.tokens.UsagePaths})
 		}
 		if name := w.tokens.UsageHeader; name != "" {

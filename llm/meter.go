@@ -12,20 +12,22 @@ import (
 
 // Defaults of MeterOptions.
 const (
-	DefaultMaxJSON  = 1 << 20
+	DefaultMaxJSON  = 64 << 10
 	DefaultMaxEvent = 64 << 10
 )
 
 // MeterOptions bounds what a Meter holds.
 type MeterOptions struct {
-	// MaxJSON is the most of a JSON body kept to be read at its end; a
-	// longer body has no usage. 0 means DefaultMaxJSON.
+	// MaxJSON is the most of a JSON body's usage members (its top
+	// object's "usage", or the first keys of Paths) kept to be read at
+	// its end, the rest of the body passing unheld; longer members give
+	// no usage. 0 means DefaultMaxJSON.
 	MaxJSON int
 	// MaxEvent is the most data of one server-sent event kept to be
 	// read; a longer event is passed over, its lines unheld. 0 means
 	// DefaultMaxEvent. The OpenAI responses API's response.completed
 	// event carries the whole response, output included, so a route of
-	// that API with long outputs wants it as large as MaxJSON.
+	// that API with long outputs wants it larger.
 	MaxEvent int
 	// Paths, if set, is where the responses report their usage, in place
 	// of the OpenAI and Anthropic shapes the Meter reads without it.
@@ -69,6 +71,17 @@ func (p *Paths) Check() error {
 	return nil
 }
 
+// firstKeys returns the first key of each path, each once.
+func (p *Paths) firstKeys() []string {
+	var keys []string
+	for _, a := range p.all() {
+		if len(a) > 0 && !slices.Contains(keys, a[0]) {
+			keys = append(keys, a[0])
+		}
+	}
+	return keys
+}
+
 // all returns the paths in the order of their counts.
 func (p *Paths) all() [3][]string { return [3][]string{p.Input, p.Output, p.Total} }
 
@@ -110,10 +123,10 @@ const (
 // few more. It is not safe for concurrent use.
 type Meter struct {
 	kind    int
-	limit   int    // the most buf may hold
-	maxData int    // SSE: the most data an event may have
-	buf     []byte // JSON: the body so far; SSE: the event's data, then the line being read
-	over    bool   // JSON: the body is longer than limit
+	limit   int     // the most buf may hold
+	maxData int     // SSE: the most data an event may have
+	buf     []byte  // SSE: the event's data, then the line being read
+	pick    *picker // JSON: the usage members of the body so far
 
 	// Server-sent events.
 	line     int  // where in buf the unfinished line starts, or -1
@@ -122,22 +135,21 @@ type Meter struct {
 	cr       bool // the last byte was a CR, so an LF next ends no line
 	bom      int  // bytes of a leading byte order mark read, 3 once past it
 
-	tally  tally
-	parsed int    // JSON: len(buf) when tally was read from it, or -1
-	paths  *Paths // where usage is reported (nil: the known shapes)
-	keys   [][]byte
+	tally tally
+	paths *Paths   // where usage is reported (nil: the known shapes)
+	keys  [][]byte // SSE: the first keys of paths, quoted
 }
 
 // NewMeter returns a Meter for a body of the content type given (a
 // Content-Type header's value): application/json or any
 // application/*+json, text/event-stream; of any other there is no usage.
 func NewMeter(contentType string, o MeterOptions) *Meter {
-	m := &Meter{line: -1, parsed: -1, paths: o.Paths}
+	m := &Meter{line: -1, paths: o.Paths}
+	top := []string{"usage"}
 	if o.Paths != nil {
-		for _, p := range o.Paths.all() {
-			if len(p) > 0 {
-				m.keys = append(m.keys, []byte(strconv.Quote(p[0])))
-			}
+		top = o.Paths.firstKeys()
+		for _, k := range top {
+			m.keys = append(m.keys, []byte(strconv.Quote(k)))
 		}
 	}
 	if i := strings.IndexByte(contentType, ';'); i >= 0 {
@@ -152,6 +164,7 @@ func NewMeter(contentType string, o MeterOptions) *Meter {
 	case ct == "application/json" || strings.HasPrefix(ct, "application/") && strings.HasSuffix(ct, "+json"):
 		m.kind = bodyJSON
 		m.limit = cmpOr(o.MaxJSON, DefaultMaxJSON)
+		m.pick = newPicker(top, m.limit)
 	}
 	return m
 }
@@ -168,7 +181,7 @@ func cmpOr(a, b int) int {
 func (m *Meter) Write(p []byte) (int, error) {
 	switch m.kind {
 	case bodyJSON:
-		m.writeJSON(p)
+		m.pick.write(p)
 	case bodySSE:
 		m.writeSSE(p)
 	}
@@ -181,25 +194,13 @@ func (m *Meter) Write(p []byte) (int, error) {
 // of it was written). An unfinished event is not read, as the SSE
 // specification has it.
 func (m *Meter) Usage() (Usage, bool) {
-	if m.kind == bodyJSON && m.parsed != len(m.buf) {
-		m.parsed = len(m.buf)
+	if m.kind == bodyJSON {
 		m.tally = tally{}
-		if !m.over {
-			m.read(m.buf)
+		if obj, ok := m.pick.object(); ok {
+			m.read(obj)
 		}
 	}
 	return m.tally.usage()
-}
-
-func (m *Meter) writeJSON(p []byte) {
-	if m.over {
-		return
-	}
-	if len(p) > m.limit-len(m.buf) {
-		m.over, m.buf = true, nil
-		return
-	}
-	m.buf = appendBounded(m.buf, p, m.limit)
 }
 
 // appendBounded appends p to b, growing b to at most limit, which
