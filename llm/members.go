@@ -1,6 +1,10 @@
 package llm
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/tollgate/tollgate/internal/jsonscan"
+)
 
 // A picker reads a JSON object written to it in parts and keeps, of its
 // members, only those whose key is one of keys: the rest of the body
@@ -161,7 +165,7 @@ func (k *picker) kept() bool {
 	key := k.key[:k.keyN]
 	var buf [maxPickKey]byte
 	if bytes.IndexByte(key, '\\') >= 0 {
-		key = unescape(buf[:0], key)
+		key = jsonscan.Unescape(buf[:0], key)
 	}
 	for _, want := range k.keys {
 		if string(key) == want {

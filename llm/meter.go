@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // Defaults of MeterOptions.
@@ -452,11 +454,11 @@ type report struct {
 // "message" (Anthropic's message_start). It reports whether b is one
 // JSON object.
 func (r *report) read(b []byte) bool {
-	s := scanner{b: b}
-	if s.peek() != '{' {
+	s := jsonscan.Scanner{B: b}
+	if s.Peek() != '{' {
 		return false
 	}
-	s.i++
+	s.I++
 	ok := false
 	if r.paths != nil {
 		ok = r.atPaths(&s, r.paths.all(), 0, 0b111)
@@ -466,17 +468,17 @@ func (r *report) read(b []byte) bool {
 	if !ok {
 		return false
 	}
-	s.ws()
-	return s.i == len(s.b)
+	s.WS()
+	return s.I == len(s.B)
 }
 
 // atPaths reads the rest of an object whose '{' was read, at depth
 // objects from the top, whose keys on the way matched the first depth
 // keys of the paths in mask (a bit for each of paths).
-func (r *report) atPaths(s *scanner, paths [3][]string, depth int, mask uint8) bool {
+func (r *report) atPaths(s *jsonscan.Scanner, paths [3][]string, depth int, mask uint8) bool {
 	var keyBuf [32]byte
 	for first := true; ; first = false {
-		key, more, err := s.nextKey(first, keyBuf[:])
+		key, more, err := s.NextKey(first, keyBuf[:])
 		if err != nil {
 			return false
 		}
@@ -498,13 +500,13 @@ func (r *report) atPaths(s *scanner, paths [3][]string, depth int, mask uint8) b
 			if !r.count(s, pathCounts[end], depth+1) {
 				return false
 			}
-		case next != 0 && s.peek() == '{':
-			s.i++
+		case next != 0 && s.Peek() == '{':
+			s.I++
 			if !r.atPaths(s, paths, depth+1, next) {
 				return false
 			}
 		default:
-			if s.skip(depth+1) != nil {
+			if s.Skip(depth+1) != nil {
 				return false
 			}
 		}
@@ -513,14 +515,14 @@ func (r *report) atPaths(s *scanner, paths [3][]string, depth int, mask uint8) b
 
 // object reads the rest of an object whose '{' was read: a top one, or
 // the response or message in a top one.
-func (r *report) object(s *scanner, top bool) bool {
+func (r *report) object(s *jsonscan.Scanner, top bool) bool {
 	depth := 2
 	if top {
 		depth = 1
 	}
 	var keyBuf [32]byte
 	for first := true; ; first = false {
-		key, more, err := s.nextKey(first, keyBuf[:])
+		key, more, err := s.NextKey(first, keyBuf[:])
 		if err != nil {
 			return false
 		}
@@ -532,8 +534,8 @@ func (r *report) object(s *scanner, top bool) bool {
 			if !r.usage(s, depth) {
 				return false
 			}
-		case top && (string(key) == "response" || string(key) == "message") && s.peek() == '{':
-			s.i++
+		case top && (string(key) == "response" || string(key) == "message") && s.Peek() == '{':
+			s.I++
 			r.inMessage = string(key) == "message"
 			ok := r.object(s, false)
 			r.inMessage = false
@@ -541,7 +543,7 @@ func (r *report) object(s *scanner, top bool) bool {
 				return false
 			}
 		default:
-			if s.skip(depth) != nil {
+			if s.Skip(depth) != nil {
 				return false
 			}
 		}
@@ -549,19 +551,19 @@ func (r *report) object(s *scanner, top bool) bool {
 }
 
 // usage reads the value of a usage key inside depth objects.
-func (r *report) usage(s *scanner, depth int) bool {
-	switch s.peek() {
+func (r *report) usage(s *jsonscan.Scanner, depth int) bool {
+	switch s.Peek() {
 	case 'n':
-		return s.literal() == nil
+		return s.Literal() == nil
 	case '{':
-		s.i++
+		s.I++
 	default:
 		r.malformed = true
-		return s.skip(depth) == nil
+		return s.Skip(depth) == nil
 	}
 	var keyBuf [32]byte
 	for first := true; ; first = false {
-		key, more, err := s.nextKey(first, keyBuf[:])
+		key, more, err := s.NextKey(first, keyBuf[:])
 		if err != nil {
 			return false
 		}
@@ -570,7 +572,7 @@ func (r *report) usage(s *scanner, depth int) bool {
 		}
 		k := countOf(key)
 		if k < 0 {
-			if s.skip(depth+1) != nil {
+			if s.Skip(depth+1) != nil {
 				return false
 			}
 			continue
@@ -584,16 +586,16 @@ func (r *report) usage(s *scanner, depth int) bool {
 // count reads the value of count k, inside depth arrays and objects: a
 // whole number of at least 0, or null (no count); any other is
 // malformed.
-func (r *report) count(s *scanner, k, depth int) bool {
-	switch c := s.peek(); {
+func (r *report) count(s *jsonscan.Scanner, k, depth int) bool {
+	switch c := s.Peek(); {
 	case c == 'n':
-		return s.literal() == nil
+		return s.Literal() == nil
 	case c == '-' || c >= '0' && c <= '9':
-		num, err := s.number()
+		num, err := s.Number()
 		if err != nil {
 			return false
 		}
-		if n, ok := count(num); ok {
+		if n, ok := jsonscan.Count(num); ok {
 			r.n[k], r.set[k] = n, true
 			r.partial = r.partial || r.inMessage
 		} else {
@@ -602,7 +604,7 @@ func (r *report) count(s *scanner, k, depth int) bool {
 		return true
 	}
 	r.malformed = true
-	return s.skip(depth) == nil
+	return s.Skip(depth) == nil
 }
 
 // tally is the usage reported so far.

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // ErrBadRequest is wrapped by every error ParseRequest returns for a
@@ -78,17 +80,17 @@ func ParseRequest(body []byte, o RequestOptions) (Request, error) {
 	var seen, present uint64 // bit k: names[k] was read; and was not null
 
 	r := Request{MaxOutput: -1, Choices: 1, Bytes: int64(len(body))}
-	s := scanner{b: body}
-	if s.peek() != '{' {
-		if s.i >= len(s.b) {
+	s := jsonscan.Scanner{B: body}
+	if s.Peek() != '{' {
+		if s.I >= len(s.B) {
 			return Request{}, bad("the body is empty, not a JSON object")
 		}
 		return Request{}, bad("the body is not a JSON object")
 	}
-	s.i++
+	s.I++
 	var keyBuf [64]byte
 	for first := true; ; first = false {
-		key, more, err := s.nextKey(first, keyBuf[:])
+		key, more, err := s.NextKey(first, keyBuf[:])
 		if err != nil {
 			return Request{}, bad("not valid JSON: %v", err)
 		}
@@ -103,7 +105,7 @@ func ParseRequest(body []byte, o RequestOptions) (Request, error) {
 			}
 		}
 		if k < 0 {
-			if err := s.skip(1); err != nil {
+			if err := s.Skip(1); err != nil {
 				return Request{}, bad("not valid JSON: %v", err)
 			}
 			continue
@@ -116,9 +118,9 @@ func ParseRequest(body []byte, o RequestOptions) (Request, error) {
 			return Request{}, bad("duplicate key %q", name)
 		}
 		seen |= 1 << k
-		c := s.peek()
+		c := s.Peek()
 		if c == 'n' { // null, the only literal starting so
-			if err := s.literal(); err != nil {
+			if err := s.Literal(); err != nil {
 				return Request{}, bad("not valid JSON: %v", err)
 			}
 			continue
@@ -127,9 +129,9 @@ func ParseRequest(body []byte, o RequestOptions) (Request, error) {
 		switch {
 		case k == model:
 			if c != '"' {
-				return Request{}, s.wrong(name, "a string")
+				return Request{}, wrong(&s, name, "a string")
 			}
-			raw, esc, err := s.str()
+			raw, esc, err := s.Str()
 			if err != nil {
 				return Request{}, bad("not valid JSON: %v", err)
 			}
@@ -137,27 +139,27 @@ func ParseRequest(body []byte, o RequestOptions) (Request, error) {
 				return Request{}, bad("model is not valid UTF-8")
 			}
 			if esc {
-				r.Model = string(unescape(nil, raw))
+				r.Model = string(jsonscan.Unescape(nil, raw))
 			} else {
 				r.Model = string(raw)
 			}
 		case k == stream:
 			if c != 't' && c != 'f' {
-				return Request{}, s.wrong(name, "a boolean")
+				return Request{}, wrong(&s, name, "a boolean")
 			}
-			if err := s.literal(); err != nil {
+			if err := s.Literal(); err != nil {
 				return Request{}, bad("not valid JSON: %v", err)
 			}
 			r.Stream = c == 't'
 		default:
 			if c != '-' && (c < '0' || c > '9') {
-				return Request{}, s.wrong(name, "a non-negative integer")
+				return Request{}, wrong(&s, name, "a non-negative integer")
 			}
-			num, err := s.number()
+			num, err := s.Number()
 			if err != nil {
 				return Request{}, bad("not valid JSON: %v", err)
 			}
-			n, ok := count(num)
+			n, ok := jsonscan.Count(num)
 			if !ok {
 				return Request{}, bad("%s is %s, not a non-negative integer that fits 64 bits", name, clip(num))
 			}
@@ -168,8 +170,8 @@ func ParseRequest(body []byte, o RequestOptions) (Request, error) {
 			vals[k-fixed] = n
 		}
 	}
-	if s.peek(); s.i < len(s.b) {
-		return Request{}, bad("data after the JSON object at byte %d", s.i)
+	if s.Peek(); s.I < len(s.B) {
+		return Request{}, bad("data after the JSON object at byte %d", s.I)
 	}
 	for j := range fields {
 		if present&(1<<(j+fixed)) != 0 {
@@ -181,9 +183,9 @@ func ParseRequest(body []byte, o RequestOptions) (Request, error) {
 }
 
 // wrong is the error for a value of the wrong kind at i for name.
-func (s *scanner) wrong(name, want string) error {
+func wrong(s *jsonscan.Scanner, name, want string) error {
 	kind := "not JSON"
-	switch c := s.peek(); {
+	switch c := s.Peek(); {
 	case c == '{':
 		kind = "an object"
 	case c == '[':

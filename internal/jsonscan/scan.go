@@ -1,4 +1,8 @@
-package llm
+// Package jsonscan reads JSON in place, value by value, without
+// allocating, as strictly as encoding/json: the one reader of request and
+// response bodies that a decision depends on (credentials in a body, an
+// LLM call's bounds and usage), so that they all read a body alike.
+package jsonscan
 
 import (
 	"fmt"
@@ -7,15 +11,15 @@ import (
 	"unicode/utf8"
 )
 
-// maxDepth is how deeply arrays and objects may nest, as in encoding/json.
-const maxDepth = 10000
+// MaxDepth is how deeply arrays and objects may nest, as in encoding/json.
+const MaxDepth = 10000
 
-// scanner reads one JSON text from b, from i on, value by value, without
+// Scanner reads one JSON text from B, from I on, value by value, without
 // allocating: strings come back as spans of b, values not wanted are
 // skipped (and checked) in place.
-type scanner struct {
-	b []byte
-	i int
+type Scanner struct {
+	B []byte // the text
+	I int    // where the next read starts
 }
 
 // syntaxError is where and why b is not JSON.
@@ -26,22 +30,22 @@ type syntaxError struct {
 
 func (e *syntaxError) Error() string { return fmt.Sprintf("%s at byte %d", e.msg, e.off) }
 
-func (s *scanner) fail(msg string) error { return &syntaxError{off: s.i, msg: msg} }
+func (s *Scanner) Fail(msg string) error { return &syntaxError{off: s.I, msg: msg} }
 
 // unexpected is the error for the byte at i, or for the end of b.
-func (s *scanner) unexpected() error {
-	if s.i >= len(s.b) {
-		return s.fail("unexpected end of JSON")
+func (s *Scanner) Unexpected() error {
+	if s.I >= len(s.B) {
+		return s.Fail("unexpected end of JSON")
 	}
-	return s.fail(fmt.Sprintf("invalid character %q", s.b[s.i]))
+	return s.Fail(fmt.Sprintf("invalid character %q", s.B[s.I]))
 }
 
 // ws skips JSON whitespace.
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
+func (s *Scanner) WS() {
+	for s.I < len(s.B) {
+		switch s.B[s.I] {
 		case ' ', '\t', '\n', '\r':
-			s.i++
+			s.I++
 		default:
 			return
 		}
@@ -49,62 +53,62 @@ func (s *scanner) ws() {
 }
 
 // peek is the next byte after whitespace, or 0 at the end.
-func (s *scanner) peek() byte {
-	s.ws()
-	if s.i >= len(s.b) {
+func (s *Scanner) Peek() byte {
+	s.WS()
+	if s.I >= len(s.B) {
 		return 0
 	}
-	return s.b[s.i]
+	return s.B[s.I]
 }
 
 // str reads a string at i and returns its raw contents (between the
 // quotes) and whether they hold escapes.
-func (s *scanner) str() (raw []byte, esc bool, err error) {
-	if s.i >= len(s.b) || s.b[s.i] != '"' {
-		return nil, false, s.unexpected()
+func (s *Scanner) Str() (raw []byte, esc bool, err error) {
+	if s.I >= len(s.B) || s.B[s.I] != '"' {
+		return nil, false, s.Unexpected()
 	}
-	s.i++
-	start := s.i
-	for s.i < len(s.b) {
-		for s.i < len(s.b) && plain[s.b[s.i]] {
-			s.i++
+	s.I++
+	start := s.I
+	for s.I < len(s.B) {
+		for s.I < len(s.B) && plain[s.B[s.I]] {
+			s.I++
 		}
-		if s.i >= len(s.b) {
+		if s.I >= len(s.B) {
 			break
 		}
-		c := s.b[s.i]
+		c := s.B[s.I]
 		switch {
 		case c == '"':
-			raw = s.b[start:s.i]
-			s.i++
+			raw = s.B[start:s.I]
+			s.I++
 			return raw, esc, nil
 		case c == '\\':
 			esc = true
-			s.i++
-			if s.i >= len(s.b) {
-				return nil, false, s.unexpected()
+			s.I++
+			if s.I >= len(s.B) {
+				return nil, false, s.Unexpected()
 			}
-			switch s.b[s.i] {
+			switch s.B[s.I] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i++
+				s.I++
 			case 'u':
-				s.i++
+				s.I++
 				for k := 0; k < 4; k++ {
-					if s.i >= len(s.b) || unhex(s.b[s.i]) < 0 {
-						return nil, false, s.fail("invalid \\u escape")
+					if s.I >= len(s.B) || unhex(s.B[s.I]) < 0 {
+						return nil, false, s.Fail("invalid \\u escape")
 					}
-					s.i++
+					s.I++
 				}
 			default:
-				return nil, false, s.fail("invalid escape")
+				return nil, false, s.Fail("invalid escape")
 			}
 		case c < 0x20:
-			return nil, false, s.fail("control character in string")
+			return nil, false, s.Fail("control character in string")
 		default:
-			s.i++
+			s.I++
 		}
 	}
-	return nil, false, s.unexpected()
+	return nil, false, s.Unexpected()
 }
 
 // plain tells the bytes that stand for themselves in a string.
@@ -116,135 +120,135 @@ var plain = func() (t [256]bool) {
 }()
 
 // number reads a number at i and returns its text.
-func (s *scanner) number() ([]byte, error) {
-	start := s.i
-	if s.i < len(s.b) && s.b[s.i] == '-' {
-		s.i++
+func (s *Scanner) Number() ([]byte, error) {
+	start := s.I
+	if s.I < len(s.B) && s.B[s.I] == '-' {
+		s.I++
 	}
 	switch {
-	case s.i < len(s.b) && s.b[s.i] == '0':
-		s.i++
-	case s.i < len(s.b) && s.b[s.i] >= '1' && s.b[s.i] <= '9':
+	case s.I < len(s.B) && s.B[s.I] == '0':
+		s.I++
+	case s.I < len(s.B) && s.B[s.I] >= '1' && s.B[s.I] <= '9':
 		s.digits()
 	default:
-		return nil, s.unexpected()
+		return nil, s.Unexpected()
 	}
-	if s.i < len(s.b) && s.b[s.i] == '.' {
-		s.i++
+	if s.I < len(s.B) && s.B[s.I] == '.' {
+		s.I++
 		if !s.digits() {
-			return nil, s.unexpected()
+			return nil, s.Unexpected()
 		}
 	}
-	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
-		s.i++
-		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
-			s.i++
+	if s.I < len(s.B) && (s.B[s.I] == 'e' || s.B[s.I] == 'E') {
+		s.I++
+		if s.I < len(s.B) && (s.B[s.I] == '+' || s.B[s.I] == '-') {
+			s.I++
 		}
 		if !s.digits() {
-			return nil, s.unexpected()
+			return nil, s.Unexpected()
 		}
 	}
-	return s.b[start:s.i], nil
+	return s.B[start:s.I], nil
 }
 
 // digits skips a run of digits and reports whether there was one.
-func (s *scanner) digits() bool {
-	start := s.i
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-		s.i++
+func (s *Scanner) digits() bool {
+	start := s.I
+	for s.I < len(s.B) && s.B[s.I] >= '0' && s.B[s.I] <= '9' {
+		s.I++
 	}
-	return s.i > start
+	return s.I > start
 }
 
 // literal reads true, false or null at i.
-func (s *scanner) literal() error {
+func (s *Scanner) Literal() error {
 	for _, w := range [...]string{"true", "false", "null"} {
-		if len(s.b)-s.i >= len(w) && string(s.b[s.i:s.i+len(w)]) == w {
-			s.i += len(w)
+		if len(s.B)-s.I >= len(w) && string(s.B[s.I:s.I+len(w)]) == w {
+			s.I += len(w)
 			return nil
 		}
 	}
-	return s.unexpected()
+	return s.Unexpected()
 }
 
 // key reads an object key and the colon after it.
-func (s *scanner) key() (raw []byte, esc bool, err error) {
-	s.ws()
-	if raw, esc, err = s.str(); err != nil {
+func (s *Scanner) Key() (raw []byte, esc bool, err error) {
+	s.WS()
+	if raw, esc, err = s.Str(); err != nil {
 		return nil, false, err
 	}
-	if s.peek() != ':' {
-		return nil, false, s.unexpected()
+	if s.Peek() != ':' {
+		return nil, false, s.Unexpected()
 	}
-	s.i++
+	s.I++
 	return raw, esc, nil
 }
 
 // next moves to the next key of an object whose '{' was read: more is
 // false at its '}'. first tells whether no key was read yet.
-func (s *scanner) next(first bool) (raw []byte, esc, more bool, err error) {
-	switch c := s.peek(); {
+func (s *Scanner) Next(first bool) (raw []byte, esc, more bool, err error) {
+	switch c := s.Peek(); {
 	case c == '}':
-		s.i++
+		s.I++
 		return nil, false, false, nil
 	case c == ',' && !first:
-		s.i++
+		s.I++
 	case first:
 	default:
-		return nil, false, false, s.unexpected()
+		return nil, false, false, s.Unexpected()
 	}
-	raw, esc, err = s.key()
+	raw, esc, err = s.Key()
 	return raw, esc, err == nil, err
 }
 
 // nextKey is next, with the key unescaped (into buf when it holds an
 // escape, so that a key spelt with escapes is the key it spells).
-func (s *scanner) nextKey(first bool, buf []byte) (key []byte, more bool, err error) {
-	raw, esc, more, err := s.next(first)
+func (s *Scanner) NextKey(first bool, buf []byte) (key []byte, more bool, err error) {
+	raw, esc, more, err := s.Next(first)
 	if esc {
-		raw = unescape(buf[:0], raw)
+		raw = Unescape(buf[:0], raw)
 	}
 	return raw, more, err
 }
 
 // skip reads and checks one value of any kind, nested ones included,
 // inside depth arrays and objects.
-func (s *scanner) skip(depth int) error {
+func (s *Scanner) Skip(depth int) error {
 	var buf [64]byte
 	open := buf[:0] // the '{' and '[' not yet closed
 	for {
 		// A value.
-		switch c := s.peek(); c {
+		switch c := s.Peek(); c {
 		case '{', '[':
-			s.i++
+			s.I++
 			end := byte('}')
 			if c == '[' {
 				end = ']'
 			}
-			if depth+len(open) == maxDepth {
-				return s.fail("JSON nested too deeply")
+			if depth+len(open) == MaxDepth {
+				return s.Fail("JSON nested too deeply")
 			}
-			if s.peek() == end {
-				s.i++
+			if s.Peek() == end {
+				s.I++
 				break
 			}
 			open = append(open, c)
 			if c == '{' {
-				if _, _, err := s.key(); err != nil {
+				if _, _, err := s.Key(); err != nil {
 					return err
 				}
 			}
 			continue
 		case '"':
-			if _, _, err := s.str(); err != nil {
+			if _, _, err := s.Str(); err != nil {
 				return err
 			}
 		case 't', 'f', 'n':
-			if err := s.literal(); err != nil {
+			if err := s.Literal(); err != nil {
 				return err
 			}
 		default:
-			if _, err := s.number(); err != nil {
+			if _, err := s.Number(); err != nil {
 				return err
 			}
 		}
@@ -254,29 +258,29 @@ func (s *scanner) skip(depth int) error {
 				return nil
 			}
 			top := open[len(open)-1]
-			c := s.peek()
+			c := s.Peek()
 			if c == ',' {
-				s.i++
+				s.I++
 				if top == '{' {
-					if _, _, err := s.key(); err != nil {
+					if _, _, err := s.Key(); err != nil {
 						return err
 					}
 				}
 				break
 			}
 			if top == '{' && c == '}' || top == '[' && c == ']' {
-				s.i++
+				s.I++
 				open = open[:len(open)-1]
 				continue
 			}
-			return s.unexpected()
+			return s.Unexpected()
 		}
 	}
 }
 
-// count reads the text of a number as a non-negative integer that fits
+// Count reads the text of a number as a non-negative integer that fits
 // an int64.
-func count(num []byte) (int64, bool) {
+func Count(num []byte) (int64, bool) {
 	if len(num) == 0 {
 		return 0, false
 	}
@@ -294,10 +298,10 @@ func count(num []byte) (int64, bool) {
 	return n, true
 }
 
-// unescape appends the text of a string's raw contents to dst, as
+// Unescape appends the text of a string's raw contents to dst, as
 // encoding/json decodes it: a lone surrogate, or a byte that is not
 // UTF-8, becomes U+FFFD. raw must have been read by str.
-func unescape(dst, raw []byte) []byte {
+func Unescape(dst, raw []byte) []byte {
 	for i := 0; i < len(raw); {
 		c := raw[i]
 		if c != '\\' {
