@@ -2,7 +2,6 @@ package identity
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,9 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/tollgate/tollgate/internal/jsonscan"
 )
 
 // ErrUnreadableBody is returned, wrapped, by [BodyTokens] for a body
@@ -220,42 +222,79 @@ func partName(h textproto.MIMEHeader) (string, error) {
 }
 
 // jsonTokens reads the members of a JSON body's top-level object named
-// as a credential field; a body that is not one JSON value is unreadable,
-// one that is not an object holds none.
+// as a credential field; a body that is not one JSON value (as
+// encoding/json has it) is unreadable, one that is not an object holds
+// none. It reads the body once, in place: only the names and the
+// credentials are copied.
 func (f Fields) jsonTokens(body []byte) ([]string, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	var v any
-	// Decode twice: once to learn it is a single valid value, once for
-	// the members in order (a map would keep one of two duplicates).
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("reading the body: %w: not valid JSON", ErrUnreadableBody)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("reading the body: %w: more than one JSON value", ErrUnreadableBody)
-	}
-	if _, ok := v.(map[string]any); !ok {
-		return nil, nil
-	}
-	dec = json.NewDecoder(bytes.NewReader(body))
-	dec.Token() // '{'
-	var tokens []string
-	for dec.More() {
-		t, _ := dec.Token()
-		name, _ := t.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("reading the body: %w: not valid JSON", ErrUnreadableBody)
+	s := jsonscan.Scanner{B: body}
+	if s.Peek() != '{' {
+		if s.Skip(0) != nil {
+			return nil, errNotJSON
 		}
-		if !f.isName(name) {
+		return nil, f.jsonEnd(&s)
+	}
+	s.I++
+	var tokens []string
+	malformed := false
+	var buf [64]byte
+	for first := true; ; first = false {
+		name, esc, more, err := s.Next(first)
+		if err != nil {
+			return nil, errNotJSON
+		}
+		if !more {
+			break
+		}
+		if esc || !utf8.Valid(name) {
+			name = jsonscan.Unescape(buf[:0], name) // as encoding/json decodes it
+		}
+		if !f.isName(string(name)) {
+			if s.Skip(1) != nil {
+				return nil, errNotJSON
+			}
 			continue
 		}
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, fmt.Errorf("reading the body: %w: a credential member that is not a string", ErrMalformedKey)
+		if s.Peek() == 'n' && s.Literal() == nil {
+			tokens = append(tokens, "") // null: encoding/json's empty string
+			continue
 		}
-		tokens = append(tokens, s)
+		if s.Peek() != '"' {
+			// Not a string: no key, once the body is known to be JSON.
+			malformed = true
+			if s.Skip(1) != nil {
+				return nil, errNotJSON
+			}
+			continue
+		}
+		raw, esc, err := s.Str()
+		if err != nil {
+			return nil, errNotJSON
+		}
+		if esc || !utf8.Valid(raw) {
+			raw = jsonscan.Unescape(nil, raw)
+		}
+		tokens = append(tokens, string(raw))
+	}
+	if err := f.jsonEnd(&s); err != nil {
+		return nil, err
+	}
+	if malformed {
+		return nil, fmt.Errorf("reading the body: %w: a credential member that is not a string", ErrMalformedKey)
 	}
 	return tokens, nil
+}
+
+// errNotJSON is jsonTokens' error for a body that is not JSON.
+var errNotJSON = fmt.Errorf("reading the body: %w: not valid JSON", ErrUnreadableBody)
+
+// jsonEnd returns an error unless s is at the end of its text, but for
+// whitespace.
+func (Fields) jsonEnd(s *jsonscan.Scanner) error {
+	if s.WS(); s.I != len(s.B) {
+		return fmt.Errorf("reading the body: %w: more than one JSON value", ErrUnreadableBody)
+	}
+	return nil
 }
 
 // isName reports whether a decoded name (a multipart part's, a JSON

@@ -40,11 +40,28 @@ func ParamNames(name string) []string {
 // want that is itself compound ("user[email]", "model.email") is
 // compared with name whole, brackets kept.
 func ParamIs(name, want string) bool {
-	if strings.ContainsAny(want, "[].") {
+	compound := strings.ContainsAny(want, "[].")
+	if plainParam(name) { // every reading of it is itself
+		return strings.EqualFold(name, paramReading(want, compound))
+	}
+	if compound {
 		return strings.EqualFold(paramReading(name, true), paramReading(want, true))
 	}
 	w := paramReading(want, false)
 	return slices.ContainsFunc(ParamNames(name), func(n string) bool { return strings.EqualFold(n, w) })
+}
+
+// plainParam reports whether name is made of ASCII letters, digits, '_'
+// and '-' alone, which no rule of ParamNames changes: its one reading is
+// itself.
+func plainParam(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // paramReading is a parameter name as PHP reads it: cut at a NUL,
