@@ -96,6 +96,9 @@ type Options struct {
 	// samples), for package simulate to decide again under another
 	// policy.
 	Recording *Recording
+	// Limiters keeps the upstreams' adaptive concurrency limits across
+	// engines (a gateway's reloads); nil means the engine's own.
+	Limiters *Limiters
 	// DecideOnly makes an engine that decides calls whose subjects it is
 	// given (Check) and identifies none: it makes no JWT verifier, so its
 	// policy's JWKS URL is never fetched (Identify treats a bearer JWT as
@@ -133,9 +136,10 @@ type Engine struct {
 	items    map[*policy.Budget]string // RateLimit-Policy items of the policy's budgets
 	// holdTTL is how long a login attempt holds its places if it is never
 	// settled: longer than the service behind may take to answer.
-	holdTTL time.Duration
-	tracer  trace.Tracer      // nil: no spans
-	jwt     *jwtauth.Verifier // nil: bearer JWTs are not verified
+	holdTTL  time.Duration
+	tracer   trace.Tracer      // nil: no spans
+	jwt      *jwtauth.Verifier // nil: bearer JWTs are not verified
+	limiters *Limiters         // the upstreams' adaptive limits
 }
 
 // New returns an engine deciding under opts.Policy through opts.Store.
@@ -152,14 +156,18 @@ func New(opts Options) (*Engine, error) {
 		logger = slog.Default()
 	}
 	e := &Engine{
-		opts:    opts,
-		policy:  opts.Policy,
-		log:     slog.New(logsample.New(logger.Handler(), logsample.Options{PerSecond: opts.LogRefusalsPerSecond})),
-		metrics: opts.Metrics,
-		penalty: &penaltyBox{until: map[string]time.Time{}},
-		store:   opts.Store,
-		holdTTL: min(algo.MaxHoldTTL, max(upstream, 30*time.Second)+10*time.Second),
-		tracer:  opts.Tracer,
+		opts:     opts,
+		policy:   opts.Policy,
+		log:      slog.New(logsample.New(logger.Handler(), logsample.Options{PerSecond: opts.LogRefusalsPerSecond})),
+		metrics:  opts.Metrics,
+		penalty:  &penaltyBox{until: map[string]time.Time{}},
+		store:    opts.Store,
+		holdTTL:  min(algo.MaxHoldTTL, max(upstream, 30*time.Second)+10*time.Second),
+		tracer:   opts.Tracer,
+		limiters: opts.Limiters,
+	}
+	if e.limiters == nil {
+		e.limiters = NewLimiters()
 	}
 	e.fallback, _ = opts.Store.(Fallbacker)
 	if opts.Policy != nil {

@@ -39,6 +39,12 @@ type Metrics struct {
 	// refunded (estimated but not used) and debt (used beyond the
 	// estimate).
 	Tokens *prometheus.CounterVec
+	// AdaptiveLimit, AdaptiveMinRTT and AdaptiveInFlight are each
+	// upstream's adaptive concurrency limit, its measured minimum RTT
+	// (seconds) and its requests in flight, by upstream (scheme and host,
+	// from the policy); the limit's refusals are Decisions of budget
+	// adaptive.<group>, by plan.
+	AdaptiveLimit, AdaptiveMinRTT, AdaptiveInFlight *prometheus.GaugeVec
 	// TopRefused tracks the most refused subjects (pseudonyms) for the
 	// dashboard; it is not a Prometheus metric, so it adds no series.
 	TopRefused *TopRefused
@@ -81,10 +87,22 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tollgate_llm_tokens_total",
 			Help: "Tokens of token budgets by budget, route group, plan and kind (estimated, settled, refunded, debt).",
 		}, []string{"budget", "route_group", "plan", "kind"}),
+		AdaptiveLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tollgate_adaptive_limit",
+			Help: "The adaptive concurrency limit of each upstream.",
+		}, []string{"upstream"}),
+		AdaptiveMinRTT: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tollgate_adaptive_min_rtt_seconds",
+			Help: "The minimum latency each upstream's adaptive limit measured.",
+		}, []string{"upstream"}),
+		AdaptiveInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tollgate_adaptive_in_flight",
+			Help: "The requests in flight under each upstream's adaptive limit.",
+		}, []string{"upstream"}),
 		TopRefused: NewTopRefused(512),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors, m.Fallbacks, m.Shadow, m.DenyHits, m.Settles, m.Tokens} {
+		for _, c := range []prometheus.Collector{m.Decisions, m.StoreLatency, m.StoreErrors, m.Fallbacks, m.Shadow, m.DenyHits, m.Settles, m.Tokens, m.AdaptiveLimit, m.AdaptiveMinRTT, m.AdaptiveInFlight} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("registering metrics: %w", err)
 			}

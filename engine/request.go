@@ -294,6 +294,8 @@ func (e *Engine) serves(req Request, route *policy.Route) *Verdict {
 		why = fmt.Sprintf("route %q has a login guard, which reads the request body and learns the upstream's status; forward-auth sees neither, so serve this route through the gateway", route.Name)
 	case req.Front == FrontForwardAuth && route.Tokens != nil:
 		why = fmt.Sprintf("route %q is charged by the token, settled at the response's usage; forward-auth never sees the response, so serve this route through the gateway", route.Name)
+	case req.Front == FrontForwardAuth && route.Adaptive != nil:
+		why = fmt.Sprintf("route %q has an adaptive concurrency limit, which learns from the upstream's latency; forward-auth never sees the answer, so serve this route through the gateway", route.Name)
 	case req.Front == FrontForwardAuth && route.Concurrency != nil:
 		why = fmt.Sprintf("route %q has a concurrency limit, whose slot lasts until the response ends; forward-auth never sees it end, so serve this route through the gateway", route.Name)
 	default:

@@ -46,6 +46,8 @@ func takeSteps(ctx context.Context, t *taking, steps []policy.Step) {
 // refusal, a failure closed) and nothing of this step is held.
 func take(ctx context.Context, t *taking, s policy.Step) bool {
 	switch s {
+	case policy.StepAdaptive: // a slot of the upstream's, held until the call ends
+		return t.e.acquireAdaptive(t.v, t.c)
 	case policy.StepConcurrency: // a slot, held until the call ends
 		return t.e.acquireSlot(ctx, t.v, t.c)
 	case policy.StepLogin: // the guard's places, until the service answers
@@ -67,6 +69,8 @@ func take(ctx context.Context, t *taking, s policy.Step) bool {
 // refused charge charged nothing, and has nothing to give back.
 func giveBack(ctx context.Context, v *Verdict, s policy.Step) {
 	switch s {
+	case policy.StepAdaptive:
+		v.adaptive.release(v.e.now()) // unanswered: no sample
 	case policy.StepConcurrency:
 		if v.lease != nil {
 			v.lease.release(ctx)

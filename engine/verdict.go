@@ -159,6 +159,7 @@ const (
 	ReasonMisconfigured           // the store refused a limit as invalid
 	ReasonCanceled                // the caller went away before a decision
 	ReasonKeysUnavailable         // a bearer JWT cannot be checked: its JWKS cannot be fetched
+	ReasonOverload                // the upstream's adaptive concurrency limit (Route.Adaptive)
 
 	// The reasons of requests refused as presented, before any check
 	// (Outcome Invalid; see Engine.Decide).
@@ -252,9 +253,11 @@ type Verdict struct {
 	lease  *lease
 	login  *loginAttempt
 	global *globalHold
-	tokens *tokenHold // a token call's reservation, settled by Done
-	mu     sync.Mutex
-	recSeq uint64 // the call's record in the engine's recording, if any
+	// adaptive is the call's slot in its upstream's adaptive limit.
+	adaptive *adaptiveSlot
+	tokens   *tokenHold // a token call's reservation, settled by Done
+	mu       sync.Mutex
+	recSeq   uint64 // the call's record in the engine's recording, if any
 }
 
 // Reported returns the budget to report and its decision, if any.
@@ -276,10 +279,17 @@ func (v *Verdict) Budgets() []*policy.Budget {
 
 // Answered settles the call's login attempt by the service's status, as
 // soon as it is known (before the client sees it, so that a lock the
-// failure earns is in place before the client can try again). A status of
-// zero means no answer. It does nothing for calls without a login guard
-// and after the first call.
+// failure earns is in place before the client can try again), and takes
+// the adaptive limit's latency sample: the time to the status. A status
+// of zero means no answer. It does nothing for calls without a login
+// guard or an adaptive limit, and after the first call.
 func (v *Verdict) Answered(ctx context.Context, status int) {
+	if s := v.adaptive; s != nil {
+		now := v.e.now()
+		v.mu.Lock()
+		s.answer(status, v.Delay, now)
+		v.mu.Unlock()
+	}
 	if v.login != nil {
 		v.login.finish(ctx, status)
 		v.recordAnswer(ctx, status)
@@ -296,7 +306,8 @@ func (v *Verdict) Deferred() bool {
 // not answer, settles a token call's budgets at the usage its response
 // reported (Used; at the estimate without) and notes it in the call's
 // record, if the recording holds one, releases the concurrency
-// slot, and evaluates the shadow budgets. Its caller calls it once the
+// slots (the adaptive one with the latency Answered measured), and
+// evaluates the shadow budgets. Its caller calls it once the
 // response is complete (or the client went away); calling it again does
 // nothing.
 func (v *Verdict) Done(ctx context.Context) {
@@ -323,9 +334,16 @@ func (v *Verdict) Done(ctx context.Context) {
 }
 
 // giveBack ends everything the verdict holds: a login attempt not
-// answered is settled as no answer, the concurrency slot released, a
-// place held in a global budget and not charged given back.
+// answered is settled as no answer, the concurrency slots released (the
+// adaptive one with its sample), a place held in a global budget and not
+// charged given back.
 func (v *Verdict) giveBack(ctx context.Context) {
+	if v.adaptive != nil {
+		now := v.e.now()
+		v.mu.Lock()
+		v.adaptive.release(now)
+		v.mu.Unlock()
+	}
 	if v.login != nil {
 		v.login.finish(ctx, 0)
 	}

@@ -100,6 +100,7 @@ type Gateway struct {
 	closers    []func()
 	past       history           // the dashboard's recent past
 	recording  *engine.Recording // recent calls, for tollgate simulate
+	limiters   *engine.Limiters  // the upstreams' adaptive limits, kept across reloads
 	simulating sync.Mutex        // held while POST /simulate replays
 	registry   *prometheus.Registry
 	metrics    *httplimit.Metrics
@@ -156,7 +157,7 @@ func New(opts Options) (*Gateway, error) {
 		return nil, errors.New("creating gateway: no policy")
 	}
 	g := &Gateway{opts: opts, pol: opts.Policy, log: opts.Logger, access: opts.Logger, registry: prometheus.NewRegistry(),
-		recording: newRecording(opts)}
+		recording: newRecording(opts), limiters: engine.NewLimiters()}
 	// Every line is sampled per message: a failure repeated on every
 	// request writes a few lines a second, with a count of the rest.
 	g.log = logsample.Logger(g.log)
@@ -285,7 +286,7 @@ func (g *Gateway) build(base *policy.Policy) (*served, error) {
 	}
 	// One engine decides for the middleware and forward-auth alike.
 	eng, err := engine.New(engine.Options{Policy: p, Store: g.store, Logger: g.log, Metrics: g.metrics, Now: g.opts.Clock,
-		DenyCacheSize: g.denyCache, Tracer: g.tracer, Recording: g.recording, JWKS: g.keys})
+		DenyCacheSize: g.denyCache, Tracer: g.tracer, Recording: g.recording, JWKS: g.keys, Limiters: g.limiters})
 	if err != nil {
 		return nil, fmt.Errorf("building policy %s: %w", p.Version, err)
 	}

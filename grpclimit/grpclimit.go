@@ -168,10 +168,13 @@ func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 		}
 		hctx := l.handlerContext(ctx, d.info)
 		if d.v.Call.Tokens == nil {
-			return handler(hctx, req)
+			resp, err := handler(hctx, req)
+			d.v.Answered(ctx, answerStatus(err))
+			return resp, err
 		}
 		var t trailers
 		resp, err := handler(withTrailers(hctx, &t), req)
+		d.v.Answered(ctx, answerStatus(err))
 		d.v.Used(t.usage(err))
 		return resp, err
 	}
@@ -198,13 +201,15 @@ func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 		if !d.v.Wait(ctx) {
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		st := &stream{ServerStream: ss, ctx: l.handlerContext(ctx, d.info)}
-		if d.v.Call.Tokens == nil {
-			return handler(srv, st)
+		st := &stream{ServerStream: ss, ctx: l.handlerContext(ctx, d.info), v: d.v}
+		if d.v.Call.Tokens != nil {
+			st.trailers = new(trailers)
 		}
-		st.trailers = new(trailers)
 		err = handler(srv, st)
-		d.v.Used(st.trailers.usage(err))
+		d.v.Answered(ctx, answerStatus(err)) // a stream that sent nothing
+		if st.trailers != nil {
+			d.v.Used(st.trailers.usage(err))
+		}
 		return err
 	}
 }
@@ -228,11 +233,48 @@ func (l *Limiter) handlerContext(ctx context.Context, info *Info) context.Contex
 }
 
 // stream is a ServerStream with the Info in its context and, on a token
-// route, the trailers its handler sets recorded.
+// route, the trailers its handler sets recorded. Its first header or
+// message is the call's answer (Verdict.Answered): the adaptive limit's
+// latency sample is the time to it, not to the stream's end.
 type stream struct {
 	grpc.ServerStream
 	ctx      context.Context
 	trailers *trailers // nil off a token route
+	v        *engine.Verdict
+	sent     bool
+}
+
+func (s *stream) answer() {
+	if !s.sent {
+		s.sent = true
+		s.v.Answered(s.ctx, http.StatusOK)
+	}
+}
+
+func (s *stream) SendHeader(md metadata.MD) error {
+	s.answer()
+	return s.ServerStream.SendHeader(md)
+}
+
+func (s *stream) SendMsg(m any) error {
+	s.answer()
+	return s.ServerStream.SendMsg(m)
+}
+
+// answerStatus is the HTTP status that tells Verdict.Answered what a
+// call's error says of the service's time: 200 for none, 504 for a
+// deadline passed, 500 for a failure (no sample of its latency), 400 for
+// a call refused as made.
+func answerStatus(err error) int {
+	switch status.Code(err) {
+	case codes.OK:
+		return http.StatusOK
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Unknown, codes.Internal, codes.Unavailable, codes.DataLoss, codes.Unimplemented:
+		return http.StatusInternalServerError
+	}
+	return http.StatusBadRequest
 }
 
 func (s *stream) Context() context.Context { return s.ctx }
@@ -369,6 +411,8 @@ func retryableRefusal(call engine.Call, v *engine.Verdict) (codes.Code, string) 
 		return codes.Unavailable, "the rate limiter is unavailable and this method does not proceed without it"
 	case engine.ReasonKeysUnavailable:
 		return codes.Unavailable, "the bearer token cannot be checked: the identity provider's keys are unavailable"
+	case engine.ReasonOverload:
+		return codes.Unavailable, "the service is at its concurrency limit, which follows its latency"
 	}
 	// login reasons: login routes are refused before the engine
 	return codes.ResourceExhausted, "refused"

@@ -263,8 +263,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer v.Done(r.Context())
 	out := http.ResponseWriter(w) // where the request is passed on
-	if route != nil && route.Login != nil {
-		// Only the service's answer settles the attempt.
+	if route != nil && (route.Login != nil || route.Adaptive != nil) {
+		// Only the service's answer settles the attempt; its time is
+		// the adaptive limit's sample.
 		out = &statusRecorder{ResponseWriter: w, onStatus: func(status int) { v.Answered(r.Context(), status) }}
 	}
 	var mw *meterWriter
@@ -392,6 +393,10 @@ func refusalProblem(h http.Header, v *engine.Verdict, pr Problem) (Problem, bool
 		if route := v.Call.Route; route != nil && route.Login != nil {
 			pr.Detail = "login is unavailable while the rate limiter is"
 		}
+		return pr, true
+	case engine.ReasonOverload:
+		pr.Type, pr.Title, pr.Status = ProblemOverloaded, "Upstream overloaded", http.StatusServiceUnavailable
+		pr.Detail = fmt.Sprintf("The service behind is at its concurrency limit, which follows its latency; retry after %d s.", pr.RetryAfter)
 		return pr, true
 	case engine.ReasonKeysUnavailable:
 		pr.Type, pr.Title, pr.Status = ProblemKeysUnavailable, "Identity provider's keys unavailable", http.StatusServiceUnavailable
@@ -545,6 +550,9 @@ const (
 	ProblemTooManyFailed   = "urn:tollgate:problem:too-many-failures"
 	// ProblemTooManyInFlight answers a request over a concurrency limit.
 	ProblemTooManyInFlight = "urn:tollgate:problem:too-many-in-flight"
+	// ProblemOverloaded: the upstream's adaptive concurrency limit
+	// (routes[].adaptive) refused the request, a 503.
+	ProblemOverloaded = "urn:tollgate:problem:overloaded"
 	// ProblemBadLogin answers a login request whose account the guard
 	// cannot read exactly as the service behind would.
 	ProblemBadLogin = "urn:tollgate:problem:unreadable-login"

@@ -55,9 +55,13 @@ func (c *compiler) routes(p *Policy, f *File) {
 		if rs.Tokens != nil {
 			r.Tokens = c.tokens(path+".tokens", rs.Tokens, f.Upstream.Timeout)
 		}
+		if rs.Adaptive != nil {
+			r.Adaptive = c.adaptive(p, path+".adaptive", rs.Adaptive, r)
+		}
 		p.Routes = append(p.Routes, r)
 	}
 	c.tokenLimitsUsed(p)
+	c.adaptiveShared(p)
 }
 
 // tokenLimitsUsed warns of plan limits that count tokens or name models

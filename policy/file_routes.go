@@ -117,6 +117,61 @@ type RouteSpec struct {
 	// arrives, and settled at the usage its response reports.
 	// Default: none.
 	Tokens *TokensSpec `yaml:"tokens"`
+	// Adaptive bounds the requests in flight to the route's upstream by
+	// the upstream's own latency (see AdaptiveSpec), refusing the rest
+	// at once with 503.
+	// Default: none.
+	Adaptive *AdaptiveSpec `yaml:"adaptive"`
+}
+
+// AdaptiveSpec is an adaptive concurrency limit: Envoy's
+// adaptive_concurrency gradient over the upstream's minimum latency (see
+// package overload). Every sample_window the limit is multiplied by the
+// minimum latency (plus 25 %) over the window's median latency, clamped
+// to 0.5-2, plus its square root as headroom; the minimum is measured
+// again every min_rtt_interval at min_limit. Past the limit a request is
+// refused at once with 503, Retry-After and a problem body, never sent
+// on. Routes whose upstreams have one scheme and host share one limit,
+// and must set the same adaptive block. The limit protects the upstream;
+// plans stay what is sold: the limit is taken first, and a request
+// refused by it is charged to no plan.
+type AdaptiveSpec struct {
+	// MinLimit is the least the limit falls to, and the limit while the
+	// minimum latency is measured.
+	// Default: 3.
+	// Range: 1 to max_limit.
+	MinLimit int `yaml:"min_limit"`
+	// MaxLimit is the most the limit grows to.
+	// Default: 1000.
+	// Range: min_limit to 100000.
+	MaxLimit int `yaml:"max_limit"`
+	// SampleWindow is how often the limit is recomputed from the
+	// latencies of the requests that ended since.
+	// Default: 100ms.
+	// Range: 10ms to 10s.
+	SampleWindow time.Duration `yaml:"sample_window"`
+	// MinRTTInterval is how often the upstream's minimum latency is
+	// measured again (plus up to 10 % jitter), so that an upstream that
+	// got slower or faster for good is followed.
+	// Default: 1m.
+	// Range: 10 sample_windows to 24h.
+	MinRTTInterval time.Duration `yaml:"min_rtt_interval"`
+	// MinRTTSamples is how many requests measure the minimum latency:
+	// their median is it.
+	// Default: 50.
+	// Range: 1 to 10000.
+	MinRTTSamples int `yaml:"min_rtt_samples"`
+	// Shares maps plans to the fraction of the limit they are guaranteed
+	// when it binds (e.g. pro: 0.6, free: 0.2); a plan may borrow what
+	// the others leave unused, so a plan with a smaller share, or none,
+	// is refused first. The shares sum to at most 1.
+	// Default: none (first come, first served).
+	Shares map[string]float64 `yaml:"shares"`
+	// Shadow counts the requests the limit would refuse
+	// (tollgate_shadow_decisions_total, budget adaptive.<group>) and
+	// refuses none: how to roll it out.
+	// Default: false.
+	Shadow bool `yaml:"shadow"`
 }
 
 // TokensSpec makes a route an LLM API, charged by the token. The plans'

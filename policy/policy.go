@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/algo"
 	"github.com/tollgate/tollgate/identity"
+	"github.com/tollgate/tollgate/overload"
 )
 
 // Policy is a validated, compiled policy file. It is immutable. Budgets
@@ -300,7 +302,28 @@ type Route struct {
 	// Tokens, when non-nil, makes the route an LLM API charged by the
 	// token (TokensSpec compiled).
 	Tokens *Tokens
+	// Adaptive, when non-nil, is the adaptive concurrency limit of the
+	// route's upstream (AdaptiveSpec compiled).
+	Adaptive *Adaptive
 }
+
+// Adaptive is a compiled adaptive concurrency limit. Routes sharing an
+// upstream share one: the same Upstream, Config and Plans.
+type Adaptive struct {
+	// Upstream names the limit: the scheme and host of the routes'
+	// upstream (or "group:<group>" for a route without one, which the
+	// middleware serves).
+	Upstream string
+	// Config is the limiter's; its Shares are the shares of Plans, in
+	// that order.
+	Config overload.Config
+	Plans  []string
+	Shadow bool
+}
+
+// Class returns the class of plan (a name) in a's limiter: its index in
+// Plans, or -1 for a plan with no share.
+func (a *Adaptive) Class(plan string) int { return slices.Index(a.Plans, plan) }
 
 // Refusal is a route's answer to a refused request (RefusalSpec
 // compiled): Status, and Body of ContentType when Body is not empty.

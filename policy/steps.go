@@ -8,9 +8,14 @@ type Step uint8
 
 // The steps, in the order they are taken.
 const (
+	// StepAdaptive takes a slot of the route's adaptive concurrency limit
+	// (Route.Adaptive), held until the call ends. It comes first: it is
+	// decided in the process, with no store call, so that the calls an
+	// overloaded upstream sheds cost the store nothing.
+	StepAdaptive Step = iota + 1
 	// StepConcurrency takes a slot of the route's concurrency limit
 	// (Route.Concurrency), held until the call ends.
-	StepConcurrency Step = iota + 1
+	StepConcurrency
 	// StepLogin holds the login guard's places (Route.Login) until the
 	// service behind answers the attempt.
 	StepLogin
@@ -33,6 +38,9 @@ var UnmatchedSteps = []Step{StepCharge, StepShadow}
 // setting is applied: a feature a route lacks is no step of it.
 func (c *compiler) steps(p *Policy) {
 	for _, r := range p.Routes {
+		if r.Adaptive != nil {
+			r.Steps = append(r.Steps, StepAdaptive)
+		}
 		if r.Concurrency != nil {
 			r.Steps = append(r.Steps, StepConcurrency)
 		}
