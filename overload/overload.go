@@ -14,7 +14,7 @@
 //     summarised by their 50th percentile (sample_aggregate_percentile),
 //     the sample RTT;
 //   - gradient = (minRTT × (1 + buffer)) / sampleRTT, clamped to [0.5, 2]
-//     (buffer 25 %, min_rtt_calc_params.buffer);
+//     (Config.Buffer, min_rtt_calc_params.buffer, default 25 %);
 //   - limit = limit × gradient + √(limit × gradient) (the burst headroom),
 //     clamped to [min_limit, max_limit] (min_concurrency, default 3;
 //     max_concurrency_limit, default 1000);
@@ -35,7 +35,7 @@
 // is not granted max_limit at once the moment load arrives.
 //
 // Shedding by priority: each class is guaranteed its share of the limit
-// (Config.Shares, rounded down) and may borrow what the others leave
+// (Config.Shares, rounded up) and may borrow what the others leave
 // unused; a request is admitted while the requests in flight, plus the
 // slots the other classes are guaranteed and do not use, stay under the
 // limit. So when the limit binds, the classes with no share (or a
@@ -66,6 +66,13 @@ type Config struct {
 	// MinRTTSamples is how many requests measure the minimum RTT.
 	// Default 50.
 	MinRTTSamples int
+	// Buffer is the fraction of the minimum RTT added to it before it is
+	// compared with the sample RTT (min_rtt_calc_params.buffer): the
+	// latency the limit lets a queue add, for stability against natural
+	// variation. Less keeps latency nearer the minimum, at the risk of a
+	// limit below what the upstream could serve. Default 0.25; set
+	// NoBuffer for none.
+	Buffer float64
 	// Shares are the fractions of the limit each class is guaranteed,
 	// indexed by class; their sum is at most 1. A class past the end (or
 	// a negative one) has no share: it only borrows.
@@ -78,10 +85,12 @@ type Config struct {
 // The fixed parameters of Envoy's gradient controller.
 const (
 	percentile = 0.5  // sample_aggregate_percentile
-	buffer     = 0.25 // min_rtt_calc_params.buffer
 	jitter     = 0.10 // min_rtt_calc_params.jitter
 	maxSamples = 4096 // latencies kept per window: more say nothing new
 )
+
+// NoBuffer is the Buffer of no buffer at all (zero is the default).
+const NoBuffer = -1
 
 // WithDefaults returns c with its zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -99,6 +108,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MinRTTSamples == 0 {
 		c.MinRTTSamples = 50
+	}
+	switch c.Buffer {
+	case 0:
+		c.Buffer = 0.25
+	case NoBuffer:
+		c.Buffer = 0
 	}
 	return c
 }
@@ -159,12 +174,13 @@ func (l *Limiter) classOf(class int) int {
 	return class
 }
 
-// guaranteed returns how many slots of the limit class is guaranteed.
+// guaranteed returns how many slots of the limit class is guaranteed:
+// its share, rounded up (a class with a share has at least one slot).
 func (l *Limiter) guaranteed(class int) int {
 	if class >= len(l.cfg.Shares) {
 		return 0
 	}
-	return int(l.cfg.Shares[class] * float64(l.limit))
+	return int(math.Ceil(l.cfg.Shares[class] * float64(l.limit)))
 }
 
 // Admits reports whether a request of class would be admitted now: the
@@ -236,7 +252,7 @@ func (l *Limiter) tick(now time.Time) {
 		return // nothing ended: nothing learnt
 	}
 	sample := l.aggregate()
-	gradient := float64(l.minRTT) * (1 + buffer) / float64(max(sample, 1))
+	gradient := float64(l.minRTT) * (1 + l.cfg.Buffer) / float64(max(sample, 1))
 	gradient = min(2, max(0.5, gradient))
 	if gradient > 1 && 2*l.peak < l.limit {
 		l.peak = l.total

@@ -26,6 +26,14 @@ func (c *compiler) adaptive(p *Policy, path string, s *AdaptiveSpec, r *Route) *
 	c.rejectIf(outside(cfg.MinRTTInterval, 10*cfg.Window, 24*time.Hour), path+".min_rtt_interval",
 		"want 10 sample_windows (%v) to 24h, got %v", 10*cfg.Window, cfg.MinRTTInterval)
 	c.rejectIf(outside(cfg.MinRTTSamples, 1, 10_000), path+".min_rtt_samples", "want 1 to 10000, got %d", cfg.MinRTTSamples)
+	if b := s.RTTBuffer; b != nil {
+		c.rejectIf(!(*b >= 0 && *b <= 1), path+".rtt_buffer", "want a fraction of the minimum latency from 0 to 1, got %v", *b)
+		cfg.Buffer = *b
+		if *b == 0 {
+			cfg.Buffer = overload.NoBuffer
+		}
+		cfg = cfg.WithDefaults()
+	}
 	a := &Adaptive{Upstream: adaptiveKey(r), Config: cfg, Shadow: s.Shadow}
 	sum := 0.0
 	for _, plan := range slices.Sorted(maps.Keys(s.Shares)) {

@@ -161,6 +161,15 @@ type AdaptiveSpec struct {
 	// Default: 50.
 	// Range: 1 to 10000.
 	MinRTTSamples int `yaml:"min_rtt_samples"`
+	// RTTBuffer is the part of the minimum latency a queue may add
+	// before the limit falls (Envoy's min_rtt_calc_params.buffer): the
+	// limit settles where the median latency is about (1 + rtt_buffer)
+	// times the minimum, plus its headroom. Less keeps latency nearer
+	// the minimum, at the risk of a limit below what the upstream could
+	// serve.
+	// Default: 0.25.
+	// Range: 0 to 1.
+	RTTBuffer *float64 `yaml:"rtt_buffer"`
 	// Shares maps plans to the fraction of the limit they are guaranteed
 	// when it binds (e.g. pro: 0.6, free: 0.2); a plan may borrow what
 	// the others leave unused, so a plan with a smaller share, or none,
