@@ -138,6 +138,9 @@ func describeLimits(r *policy.Route) string {
 	if c := r.Concurrency; c != nil {
 		limit += ", " + describeConcurrency(c)
 	}
+	if a := r.Adaptive; a != nil {
+		limit += ", " + describeAdaptive(a)
+	}
 	if l := r.Login; l != nil {
 		limit += fmt.Sprintf(", login guard (field %q: %d failures lock %v..%v; %v failures per IP)",
 			l.AccountField, l.Rule.Threshold, l.Rule.Lock, l.Rule.MaxLock, l.IPFailures.Limit)
@@ -177,6 +180,21 @@ func describeConcurrency(c *policy.Concurrency) string {
 		per = "route"
 	}
 	return fmt.Sprintf("at most %d in flight per %s", c.Limit, per)
+}
+
+// describeAdaptive says how a route's upstream's adaptive limit moves,
+// and the plans' shares of it.
+func describeAdaptive(a *policy.Adaptive) string {
+	c := a.Config
+	s := fmt.Sprintf("adaptive limit %d..%d for %s (every %v, min RTT every %v over %d requests, buffer %.0f%%",
+		c.MinLimit, c.MaxLimit, a.Upstream, c.Window, c.MinRTTInterval, c.MinRTTSamples, 100*c.Buffer)
+	for i, p := range a.Plans {
+		s += fmt.Sprintf(", %s %.0f%%", p, 100*c.Shares[i])
+	}
+	if a.Shadow {
+		s += ", in shadow"
+	}
+	return s + ")"
 }
 
 // describeRefusal says how a route answers the requests its limits

@@ -225,6 +225,7 @@ func TestShippedPolicies(t *testing.T) {
 		{file: "examples/quickstart.yaml", reason: "the README's first command: it runs as written, on the memory store"},
 		{file: "examples/minimal.yaml", reason: "the README's own policy: one plan, one key, one route"},
 		{file: "examples/llm.yaml", reason: "token budgets for LLM APIs: it serves as written (its upstreams are only dialled by requests)"},
+		{file: "examples/adaptive.yaml", reason: "an adaptive concurrency limit in shadow: it serves as written"},
 		{file: "examples/jwt.yaml", jwks: true, reason: "runs as written too, beside dev-jwks serve: ready once its JWKS is fetched"},
 		{file: "examples/middleware.yaml", check: []string{"--middleware"}, refusal: "has no upstream",
 			reason: "for the net/http middleware alone: it loads, but the gateway needs upstreams to send requests to"},

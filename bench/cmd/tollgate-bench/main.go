@@ -50,7 +50,7 @@ func main() {
 	png := flag.String("png", "", "write the gateway latency chart here")
 	quick := flag.Bool("quick", false, "measure briefly, once per cell (a CI-sized run of a few minutes)")
 	dur := flag.Duration("duration", 0, "how long each measured cell runs (default: 1.5s, the fleet's 1s; 1s with -quick)")
-	suites := flag.String("suites", "store,fleet,memory,gateway,rls,llm", "which suites to run")
+	suites := flag.String("suites", "store,fleet,memory,gateway,rls,llm,overload", "which suites to run")
 	peer := flag.String("peer", "peers/goredis902", "the source of the worker that runs redis_rate on go-redis v9.0.2 (empty: leave that row out)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
@@ -104,6 +104,8 @@ func main() {
 			r.rls = runRLSSuite(srv, m.duration)
 		case "llm":
 			r.llm = runLLMSuite(srv, m.duration)
+		case "overload":
+			r.overload = runOverloadSuite(m.duration)
 		case "":
 			continue
 		default:

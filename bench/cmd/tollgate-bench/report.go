@@ -31,6 +31,7 @@ type report struct {
 	gateway   []gatewayRow
 	rls       []rlsRow
 	llm       []llmRow
+	overload  []overloadRow
 }
 
 func (r *report) machine() {
@@ -114,6 +115,9 @@ func (r *report) markdown(png string) string {
 	}
 	if len(r.llm) > 0 {
 		r.llmMarkdown(w)
+	}
+	if len(r.overload) > 0 {
+		r.overloadMarkdown(w)
 	}
 	return b.String()
 }
