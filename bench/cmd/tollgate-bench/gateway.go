@@ -5,22 +5,21 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log"
-	"log/slog"
+	"math"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/tollgate/tollgate/gateway"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/policy"
 )
@@ -32,21 +31,30 @@ type gatewayRow struct {
 	offered  int
 	achieved float64 // successful responses per second
 	lat      summary
+	ok       int
 	errors   int
 	firstErr string
+	cpu      float64 // the target process's CPU per successful request, µs
+	redisCPU float64 // Redis' CPU per successful request, µs, less its idle rate (the Redis store's cells)
 }
 
-const gatewayPolicy = `version: bench
-listeners: {public: "127.0.0.1:0", admin: "127.0.0.1:1"}
-identity: {secret: bench-secret-0123456789abcdef, anonymous_plan: open}
-plans:
-  open: {rate: 1000000, period: 1s}
-routes:
-  - {name: all, path: /, upstream: "UPSTREAM"}
-`
+// gatewayResult is what the gateway suite measured.
+type gatewayResult struct {
+	rows      []gatewayRow
+	sat       float64 // the plain proxy's peak achieved/s over the sweep
+	half      int     // the offered rate at half of it
+	past      []int   // the offered rates at 1.5x and 2x it
+	redisIdle float64 // Redis' CPU at rest, µs per second, taken off its figures
+	cap       capResult
+}
 
-// gatewayRates are the offered loads, up to past saturation on 2 cores.
+// gatewayRates are the offered loads of the sweep, up to past saturation
+// on 2 cores; cells at half, 1.5x and 2x the plain proxy's saturation
+// follow it.
 var gatewayRates = []int{1000, 2000, 3000, 4000, 5000, 6000, 8000}
+
+// cpuRates are the offered rates the CPU per request is judged at.
+var cpuRates = []int{1000, 2000}
 
 func init() {
 	if v := os.Getenv("BENCH_RATES"); v != "" {
@@ -58,112 +66,97 @@ func init() {
 	}
 }
 
-// target is one server the gateway suite loads.
+// gatewayConns is the most requests the load generator has in flight, and
+// so connections open, against a target.
+const gatewayConns = 64
+
+// target is one server a suite loads.
 type target struct{ name, url string }
 
-// targetsEnv, when set (to the Redis address), makes this program serve
-// the gateway suite's targets instead of measuring: it prints one line per
-// target, name and URL separated by a tab, and serves until its standard
-// input closes. The load generator then runs in another process than the
-// servers it loads, so neither's garbage collector pauses the other.
-const targetsEnv = "TOLLGATE_BENCH_TARGETS"
-
-// serveTargets starts the upstream, the plain proxy and a gateway on each
-// store, all sending to that upstream, and returns them.
-func serveTargets(redisAddr string) []target {
-	upstream := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Write([]byte("ok"))
-	}))
-	u, _ := url.Parse(upstream)
-	plain := serve(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
-		Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, ErrorLog: log.New(io.Discard, "", 0)})
-	targets := []target{{"plain httputil.ReverseProxy", plain}}
-	for _, store := range []string{"memory", "redis"} {
-		p, err := policy.Parse([]byte(strings.ReplaceAll(gatewayPolicy, "UPSTREAM", upstream)), "bench.yaml")
-		if err != nil {
-			fatal(err)
+// runGatewaySuite sweeps the offered rates over the plain proxy and the
+// gateway on each store, then measures at half, 1.5x and 2x the plain
+// proxy's saturation, then runs the connection cap's cell. A profile of
+// each target's process goes to profileDir, if set.
+func runGatewaySuite(srv *redistest.Server, dur time.Duration, profileDir string) *gatewayResult {
+	prof := func(kind string) string {
+		if profileDir == "" {
+			return ""
 		}
-		redisURL := ""
-		if store == "redis" {
-			redisURL = "redis://" + redisAddr + "/0"
-		}
-		g, err := gateway.New(gateway.Options{Policy: p, RedisURL: redisURL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			fatal(err)
-		}
-		pub, adm := listen(), listen()
-		go g.Serve(context.Background(), pub, adm)
-		targets = append(targets, target{"tollgate (" + store + " store)", "http://" + pub.Addr().String()})
+		return filepath.Join(profileDir, kind+".pprof")
 	}
+	up := startTarget("upstream", targetSpec{Kind: kindUpstream})
+	defer up.stop()
+	var targets []*targetProc
+	for _, t := range []struct{ name, kind string }{
+		{"plain httputil.ReverseProxy", kindPlain}, {"tollgate (memory store)", kindMemory}, {"tollgate (redis store)", kindRedis},
+	} {
+		p := startTarget(t.name, targetSpec{Kind: t.kind, Upstream: up.url, Redis: srv.Addr, CPUProfile: prof(t.kind)})
+		defer p.stop()
+		targets = append(targets, p)
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		fatal(err)
+	}
+	defer rc.Close()
+	ctx := context.Background()
 	time.Sleep(500 * time.Millisecond) // let the Redis store connect
-	return targets
-}
+	r0, t0 := redisCPU(ctx, rc), time.Now()
+	time.Sleep(time.Second)
+	res := &gatewayResult{redisIdle: (redisCPU(ctx, rc) - r0) * 1e6 / time.Since(t0).Seconds()}
 
-// runTargets is the program when targetsEnv is set.
-func runTargets(redisAddr string) {
-	for _, t := range serveTargets(redisAddr) {
-		fmt.Printf("%s\t%s\n", t.name, t.url)
-	}
-	io.Copy(io.Discard, os.Stdin)
-}
-
-// startTargets runs this program again as the targets' server and returns
-// the targets and a function that stops it.
-func startTargets(redisAddr string) ([]target, func()) {
-	exe, err := os.Executable()
-	if err != nil {
-		fatal(err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), targetsEnv+"="+redisAddr)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		fatal(err)
-	}
-	var targets []target
-	sc := bufio.NewScanner(stdout)
-	for len(targets) < 3 && sc.Scan() {
-		name, u, _ := strings.Cut(sc.Text(), "\t")
-		targets = append(targets, target{name, u})
-	}
-	if len(targets) < 3 {
-		fatal(fmt.Errorf("the targets' server gave %d targets, want 3: %v", len(targets), sc.Err()))
-	}
-	return targets, func() { stdin.Close(); cmd.Wait() }
-}
-
-func runGatewaySuite(srv *redistest.Server, dur time.Duration) []gatewayRow {
-	targets, stop := startTargets(srv.Addr)
-	defer stop()
-	// Rates outer, targets inner, each cell run gatewayRepeats times in
-	// turn: whatever else the machine does during a rate step hits every
-	// target alike, and each figure is the median of its runs.
-	var rows []gatewayRow
-	for _, r := range gatewayRates {
-		runs := make([][]gatewayRow, len(targets))
-		for range repeats {
-			for i, t := range targets {
-				row := attack(t.name, t.url+"/bench", r, dur)
-				fmt.Fprintf(os.Stderr, "gateway: %-28s offered %5d/s: achieved %7.0f/s p50 %s p99 %s p99.9 %s ms, %d errors %s\n",
-					row.target, r, row.achieved, ms(row.lat.p50), ms(row.lat.p99), ms(row.lat.p999), row.errors, row.firstErr)
-				runs[i] = append(runs[i], row)
+	cell := func(t *targetProc, rate int) gatewayRow {
+		cpu0, redis0, start := t.cpu(), redisCPU(ctx, rc), time.Now()
+		row := attack(t.name, t.url+"/bench", rate, dur, "")
+		cpu, redis, elapsed := t.cpu()-cpu0, redisCPU(ctx, rc)-redis0, time.Since(start)
+		if row.ok > 0 {
+			row.cpu = float64(cpu.Microseconds()) / float64(row.ok)
+			if t.kind == kindRedis {
+				row.redisCPU = (redis*1e6 - res.redisIdle*elapsed.Seconds()) / float64(row.ok)
 			}
 		}
-		for _, rs := range runs {
-			rows = append(rows, medianRow(rs))
+		fmt.Fprintf(os.Stderr, "gateway: %-28s offered %5d/s: achieved %7.0f/s p50 %s p99 %s p99.9 %s ms, CPU %.1f+%.1f µs/req, %d errors %s\n",
+			row.target, rate, row.achieved, ms(row.lat.p50), ms(row.lat.p99), ms(row.lat.p999), row.cpu, row.redisCPU, row.errors, row.firstErr)
+		time.Sleep(time.Second) // let the servers drop the cell's connections
+		return row
+	}
+	// Rates outer, targets inner, each cell run repeats times in turn:
+	// whatever else the machine does during a rate step hits every target
+	// alike, and each figure is the median of its runs.
+	measure := func(rates []int) {
+		for _, r := range rates {
+			if slices.ContainsFunc(res.rows, func(x gatewayRow) bool { return x.offered == r }) {
+				continue
+			}
+			runs := make([][]gatewayRow, len(targets))
+			for range repeats {
+				for i, t := range targets {
+					runs[i] = append(runs[i], cell(t, r))
+				}
+			}
+			for _, rs := range runs {
+				res.rows = append(res.rows, medianRow(rs))
+			}
 		}
 	}
-	sort.SliceStable(rows, func(i, j int) bool { return targetOrder(rows[i].target) < targetOrder(rows[j].target) })
-	return rows
+	measure(gatewayRates)
+	for _, x := range res.rows {
+		if x.target == targets[0].name {
+			res.sat = max(res.sat, x.achieved)
+		}
+	}
+	round := func(f float64) int { return int(math.Round(f/100)) * 100 }
+	res.half, res.past = round(res.sat/2), []int{round(1.5 * res.sat), round(2 * res.sat)}
+	measure(append([]int{res.half}, res.past...))
+	sort.SliceStable(res.rows, func(i, j int) bool {
+		a, b := res.rows[i], res.rows[j]
+		if targetOrder(a.target) != targetOrder(b.target) {
+			return targetOrder(a.target) < targetOrder(b.target)
+		}
+		return a.offered < b.offered
+	})
+	res.cap = runCapCell(up.url, dur)
+	return res
 }
 
 // medianRow combines runs of one gateway cell: the median of each
@@ -171,6 +164,8 @@ func runGatewaySuite(srv *redistest.Server, dur time.Duration) []gatewayRow {
 func medianRow(runs []gatewayRow) gatewayRow {
 	row := runs[0]
 	row.achieved = median(runs, func(r gatewayRow) float64 { return r.achieved })
+	row.cpu = median(runs, func(r gatewayRow) float64 { return r.cpu })
+	row.redisCPU = median(runs, func(r gatewayRow) float64 { return r.redisCPU })
 	row.lat = medianLatency(runs, func(r gatewayRow) summary { return r.lat })
 	for _, r := range runs[1:] {
 		row.errors += r.errors
@@ -195,23 +190,28 @@ func targetOrder(name string) int {
 // attack offers rate requests per second for dur, open loop: requests are
 // sent on schedule whether or not earlier ones have answered, so a slow
 // server cannot hide its latency by slowing the load (no coordinated
-// omission).
-func attack(name, u string, rate int, dur time.Duration) gatewayRow {
+// omission) -- up to gatewayConns requests in flight, each on a
+// connection of its own; past that the next request waits in the load
+// generator. The connections come from local, if set.
+func attack(name, u string, rate int, dur time.Duration, local string) gatewayRow {
 	// A client of its own per cell, closed after it, so an overloaded cell
 	// cannot leave its connections (and file descriptors) to the next.
-	tr := &http.Transport{MaxIdleConnsPerHost: 1024, IdleConnTimeout: 5 * time.Second}
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	if local != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(local)}
+	}
+	tr := &http.Transport{DialContext: d.DialContext, MaxConnsPerHost: gatewayConns, MaxIdleConnsPerHost: gatewayConns, IdleConnTimeout: 5 * time.Second}
 	defer tr.CloseIdleConnections()
 	atk := vegeta.NewAttacker(vegeta.Client(&http.Client{Transport: tr, Timeout: 10 * time.Second}),
-		vegeta.Workers(64), vegeta.MaxWorkers(1024))
+		vegeta.Workers(gatewayConns), vegeta.MaxWorkers(gatewayConns))
 	targeter := vegeta.NewStaticTargeter(vegeta.Target{Method: "GET", URL: u})
 	var lats latencies
 	part := lats.part(rate * int(dur.Seconds()+1))
 	row := gatewayRow{target: name, offered: rate}
 	start := time.Now()
-	ok := 0
 	for res := range atk.Attack(targeter, vegeta.Rate{Freq: rate, Per: time.Second}, dur, name) {
 		if res.Code == http.StatusOK {
-			ok++
+			row.ok++
 			part = append(part, res.Latency)
 		} else {
 			if row.errors == 0 {
@@ -221,23 +221,90 @@ func attack(name, u string, rate int, dur time.Duration) gatewayRow {
 		}
 	}
 	lats.add(part)
-	row.achieved = float64(ok) / time.Since(start).Seconds()
+	row.achieved = float64(row.ok) / time.Since(start).Seconds()
 	row.lat = lats.summary()
-	time.Sleep(time.Second) // let the servers drop the cell's connections
 	return row
 }
 
-func listen() net.Listener {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fatal(err)
-	}
-	return l
+// The connection cap's cell: a gateway on the default cap per client
+// address, one address opening more connections than that, and another
+// address's load beside it.
+const (
+	floodAddr  = "127.0.0.2" // loopback is all of 127.0.0.0/8
+	otherAddr  = "127.0.0.3"
+	floodConns = policy.DefaultMaxConnsPerClient + 64
+	otherRate  = 1000
+)
+
+// capResult is what the cap's cell measured.
+type capResult struct {
+	cap               int // the gateway's cap per client address
+	opened            int // connections the flooding address opened
+	accepted, refused int // of them, answered and reset
+	firstRefusal      string
+	stillServed       int        // accepted connections that answered again after the other address's load
+	alone, beside     gatewayRow // the other address's load, alone and beside the flood
 }
 
-func serve(h http.Handler) string {
-	l := listen()
-	go (&http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Second,
-		ErrorLog: log.New(io.Discard, "", 0)}).Serve(l)
-	return "http://" + l.Addr().String()
+// runCapCell measures the connection cap on its own: the other address's
+// load alone, then floodAddr opening floodConns connections one after
+// another (each sends a request, and is held open once answered), then
+// the other address's load again beside the held connections.
+func runCapCell(upstream string, dur time.Duration) capResult {
+	t := startTarget("tollgate (default cap)", targetSpec{Kind: kindCap, Upstream: upstream})
+	defer t.stop()
+	res := capResult{cap: policy.DefaultMaxConnsPerClient, opened: floodConns}
+	res.alone = attack(otherAddr, t.url+"/bench", otherRate, dur, otherAddr)
+	time.Sleep(time.Second)
+	u, _ := url.Parse(t.url)
+	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(floodAddr)}}
+	type held struct {
+		c  net.Conn
+		br *bufio.Reader
+	}
+	var conns []held
+	get := func(h held) error {
+		h.c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(h.c, "GET /bench HTTP/1.1\r\nHost: bench\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(h.br, nil)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	}
+	for range floodConns {
+		c, err := d.Dial("tcp", u.Host)
+		if err == nil {
+			h := held{c, bufio.NewReader(c)}
+			if err = get(h); err == nil {
+				conns = append(conns, h)
+				continue
+			}
+			c.Close()
+		}
+		if res.refused == 0 { // the error's last part: its addresses differ from run to run
+			msg := err.Error()
+			res.firstRefusal = msg[strings.LastIndex(msg, ": ")+2:]
+		}
+		res.refused++
+	}
+	res.accepted = len(conns)
+	res.beside = attack(otherAddr, t.url+"/bench", otherRate, dur, otherAddr)
+	for _, h := range conns {
+		if get(h) == nil {
+			res.stillServed++
+		}
+		h.c.Close()
+	}
+	fmt.Fprintf(os.Stderr, "gateway cap: %s opened %d: %d accepted, %d refused (%s), %d still served; %s at %d/s: alone %d ok %d errors p99 %s ms, beside %d ok %d errors p99 %s ms %s\n",
+		floodAddr, res.opened, res.accepted, res.refused, res.firstRefusal, res.stillServed, otherAddr, otherRate,
+		res.alone.ok, res.alone.errors, ms(res.alone.lat.p99), res.beside.ok, res.beside.errors, ms(res.beside.lat.p99), res.beside.firstErr)
+	return res
 }

@@ -53,13 +53,14 @@ func main() {
 	suites := flag.String("suites", "store,fleet,memory,gateway,rls,llm,overload", "which suites to run")
 	peer := flag.String("peer", "peers/goredis902", "the source of the worker that runs redis_rate on go-redis v9.0.2 (empty: leave that row out)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	gatewayProfiles := flag.String("gateway-profiles", "", "write a CPU profile of each gateway suite target's process into this directory (plain.pprof, memory.pprof, redis.pprof)")
 	flag.Parse()
 	if spec := os.Getenv(workerEnv); spec != "" {
 		runWorker(spec)
 		return
 	}
-	if addr := os.Getenv(targetsEnv); addr != "" {
-		runTargets(addr)
+	if spec := os.Getenv(targetEnv); spec != "" {
+		runTarget(spec)
 		return
 	}
 	if *cpuprofile != "" {
@@ -99,7 +100,7 @@ func main() {
 		case "memory":
 			r.memory = runMemorySuite(m.duration)
 		case "gateway":
-			r.gateway = runGatewaySuite(srv, m.duration)
+			r.gateway = runGatewaySuite(srv, m.duration, *gatewayProfiles)
 		case "rls":
 			r.rls = runRLSSuite(srv, m.duration)
 		case "llm":
@@ -117,7 +118,7 @@ func main() {
 	r.elapsed = time.Since(r.started)
 	md := r.markdown(*png)
 	fmt.Print(md)
-	if *png != "" && len(r.gateway) > 0 {
+	if *png != "" && r.gateway != nil {
 		if err := r.chart(*png); err != nil {
 			fatal(fmt.Errorf("chart: %w", err))
 		}

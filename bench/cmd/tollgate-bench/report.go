@@ -28,7 +28,7 @@ type report struct {
 	store     []storeRow
 	fleet     []fleetRow
 	memory    []memoryRow
-	gateway   []gatewayRow
+	gateway   *gatewayResult
 	rls       []rlsRow
 	llm       []llmRow
 	overload  []overloadRow
@@ -92,20 +92,8 @@ func (r *report) markdown(png string) string {
 		}
 		w("\n")
 	}
-	if len(r.gateway) > 0 {
-		w("## 3. Gateway\n\n")
-		w("Open-loop constant-rate load (vegeta) against each target for %v per rate; latency is per request as sent on\n", r.mode.duration)
-		w("schedule, so a saturated server shows its queueing. The upstream answers `ok` at once. Each cell ran %d times,\n", repeats)
-		w("the targets in turn; every figure is the median of its runs (errors are summed).\n\n")
-		w("| target | offered/s | achieved/s | p50 ms | p99 ms | p99.9 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n")
-		for _, x := range r.gateway {
-			w("| %s | %d | %s | %s | %s | %s | %d |\n", x.target, x.offered, fmtFloat(x.achieved, 0), ms(x.lat.p50), ms(x.lat.p99), ms(x.lat.p999), x.errors)
-		}
-		w("\n")
-		r.gatewayTargets(w)
-		if png != "" {
-			w("![p99 latency against offered rate](%s)\n\n", filepath.ToSlash(relTo(png)))
-		}
+	if r.gateway != nil {
+		r.gatewayMarkdown(w, png)
 	}
 	if len(r.rls) > 0 {
 		r.rlsMarkdown(w)
@@ -138,50 +126,6 @@ func (r *report) memoryAt(prefix string, keys int) *memoryRow {
 	return nil
 }
 
-func (r *report) gatewayTargets(w func(string, ...any)) {
-	series := map[string][]gatewayRow{}
-	var names []string
-	for _, x := range r.gateway {
-		if _, ok := series[x.target]; !ok {
-			names = append(names, x.target)
-		}
-		series[x.target] = append(series[x.target], x)
-	}
-	peak := func(rows []gatewayRow) float64 {
-		m := 0.0
-		for _, x := range rows {
-			m = max(m, x.achieved)
-		}
-		return m
-	}
-	plain := series[names[0]]
-	sat := peak(plain)
-	half := 0
-	for _, x := range plain { // the highest offered rate at or below half the plain proxy's saturation
-		if float64(x.offered) <= sat/2 {
-			half = x.offered
-		}
-	}
-	w("Plain proxy saturation: %s/s. Targets: throughput at least 90%% of the plain proxy's; added p99 under 1 ms at half its saturation (%d/s offered):\n\n", fmtFloat(sat, 0), half)
-	w("| target | peak achieved/s | vs plain | p99 at %d/s | added p99 |\n|---|---:|---:|---:|---:|\n", half)
-	var plainHalf time.Duration
-	for _, x := range plain {
-		if x.offered == half {
-			plainHalf = x.lat.p99
-		}
-	}
-	for _, n := range names {
-		var p99 time.Duration
-		for _, x := range series[n] {
-			if x.offered == half {
-				p99 = x.lat.p99
-			}
-		}
-		w("| %s | %s | %s%% | %s ms | %s ms |\n", n, fmtFloat(peak(series[n]), 0), fmtFloat(100*peak(series[n])/sat, 0), ms(p99), ms(p99-plainHalf))
-	}
-	w("\n")
-}
-
 // chart draws p99 latency against offered rate for each gateway target.
 func (r *report) chart(path string) error {
 	p := plot.New()
@@ -192,7 +136,7 @@ func (r *report) chart(path string) error {
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	series := map[string]plotter.XYs{}
 	var names []string
-	for _, x := range r.gateway {
+	for _, x := range r.gateway.rows {
 		if _, ok := series[x.target]; !ok {
 			names = append(names, x.target)
 		}
