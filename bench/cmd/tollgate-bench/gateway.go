@@ -36,6 +36,7 @@ type gatewayRow struct {
 	firstErr string
 	cpu      float64 // the target process's CPU per successful request, µs
 	redisCPU float64 // Redis' CPU per successful request, µs, less its idle rate (the Redis store's cells)
+	calls    float64 // the gateway's calls to Redis per successful request (the Redis store's cells; under 1 while its breaker is open)
 }
 
 // gatewayResult is what the gateway suite measured.
@@ -51,7 +52,7 @@ type gatewayResult struct {
 // gatewayRates are the offered loads of the sweep, up to past saturation
 // on 2 cores; cells at half, 1.5x and 2x the plain proxy's saturation
 // follow it.
-var gatewayRates = []int{1000, 2000, 3000, 4000, 5000, 6000, 8000}
+var gatewayRates = []int{1000, 2000, 3000, 4000, 6000, 8000, 10000}
 
 // cpuRates are the offered rates the CPU per request is judged at.
 var cpuRates = []int{1000, 2000}
@@ -75,8 +76,9 @@ type target struct{ name, url string }
 
 // runGatewaySuite sweeps the offered rates over the plain proxy and the
 // gateway on each store, then measures at half, 1.5x and 2x the plain
-// proxy's saturation, then runs the connection cap's cell. A profile of
-// each target's process goes to profileDir, if set.
+// proxy's saturation, then runs the connection cap's cell. With
+// profileDir set it runs the sweep alone and writes a CPU profile of each
+// target's process there.
 func runGatewaySuite(srv *redistest.Server, dur time.Duration, profileDir string) *gatewayResult {
 	prof := func(kind string) string {
 		if profileDir == "" {
@@ -106,6 +108,10 @@ func runGatewaySuite(srv *redistest.Server, dur time.Duration, profileDir string
 	res := &gatewayResult{redisIdle: (redisCPU(ctx, rc) - r0) * 1e6 / time.Since(t0).Seconds()}
 
 	cell := func(t *targetProc, rate int) gatewayRow {
+		var calls0 float64
+		if t.kind == kindRedis {
+			calls0 = t.storeCalls()
+		}
 		cpu0, redis0, start := t.cpu(), redisCPU(ctx, rc), time.Now()
 		row := attack(t.name, t.url+"/bench", rate, dur, "")
 		cpu, redis, elapsed := t.cpu()-cpu0, redisCPU(ctx, rc)-redis0, time.Since(start)
@@ -113,10 +119,11 @@ func runGatewaySuite(srv *redistest.Server, dur time.Duration, profileDir string
 			row.cpu = float64(cpu.Microseconds()) / float64(row.ok)
 			if t.kind == kindRedis {
 				row.redisCPU = (redis*1e6 - res.redisIdle*elapsed.Seconds()) / float64(row.ok)
+				row.calls = (t.storeCalls() - calls0) / float64(row.ok)
 			}
 		}
-		fmt.Fprintf(os.Stderr, "gateway: %-28s offered %5d/s: achieved %7.0f/s p50 %s p99 %s p99.9 %s ms, CPU %.1f+%.1f µs/req, %d errors %s\n",
-			row.target, rate, row.achieved, ms(row.lat.p50), ms(row.lat.p99), ms(row.lat.p999), row.cpu, row.redisCPU, row.errors, row.firstErr)
+		fmt.Fprintf(os.Stderr, "gateway: %-28s offered %5d/s: achieved %7.0f/s p50 %s p99 %s p99.9 %s ms, CPU %.1f+%.1f µs/req, %.2f Redis calls/req, %d errors %s\n",
+			row.target, rate, row.achieved, ms(row.lat.p50), ms(row.lat.p99), ms(row.lat.p999), row.cpu, row.redisCPU, row.calls, row.errors, row.firstErr)
 		time.Sleep(time.Second) // let the servers drop the cell's connections
 		return row
 	}
@@ -145,9 +152,11 @@ func runGatewaySuite(srv *redistest.Server, dur time.Duration, profileDir string
 			res.sat = max(res.sat, x.achieved)
 		}
 	}
-	round := func(f float64) int { return int(math.Round(f/100)) * 100 }
-	res.half, res.past = round(res.sat/2), []int{round(1.5 * res.sat), round(2 * res.sat)}
-	measure(append([]int{res.half}, res.past...))
+	if profileDir == "" { // a profile is of the rates asked for alone
+		round := func(f float64) int { return int(math.Round(f/100)) * 100 }
+		res.half, res.past = round(res.sat/2), []int{round(1.5 * res.sat), round(2 * res.sat)}
+		measure(append([]int{res.half}, res.past...))
+	}
 	sort.SliceStable(res.rows, func(i, j int) bool {
 		a, b := res.rows[i], res.rows[j]
 		if targetOrder(a.target) != targetOrder(b.target) {
@@ -155,7 +164,9 @@ func runGatewaySuite(srv *redistest.Server, dur time.Duration, profileDir string
 		}
 		return a.offered < b.offered
 	})
-	res.cap = runCapCell(up.url, dur)
+	if profileDir == "" {
+		res.cap = runCapCell(up.url, dur)
+	}
 	return res
 }
 
@@ -166,6 +177,7 @@ func medianRow(runs []gatewayRow) gatewayRow {
 	row.achieved = median(runs, func(r gatewayRow) float64 { return r.achieved })
 	row.cpu = median(runs, func(r gatewayRow) float64 { return r.cpu })
 	row.redisCPU = median(runs, func(r gatewayRow) float64 { return r.redisCPU })
+	row.calls = median(runs, func(r gatewayRow) float64 { return r.calls })
 	row.lat = medianLatency(runs, func(r gatewayRow) summary { return r.lat })
 	for _, r := range runs[1:] {
 		row.errors += r.errors

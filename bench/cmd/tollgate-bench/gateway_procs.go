@@ -30,7 +30,8 @@ import (
 // that target's alone, and the upstream's work is counted against nobody.
 
 // targetEnv, when set (to a targetSpec as JSON), makes this program serve
-// one target instead of measuring: it prints the target's URL, then
+// one target instead of measuring: it prints the target's URL (and a
+// gateway's admin URL after a tab), then
 // answers each line on its standard input with the CPU time it has used
 // so far (nanoseconds, user and system), and exits when its standard input
 // closes.
@@ -89,7 +90,8 @@ func runTarget(js string) {
 	}
 }
 
-// serveTarget starts the target spec asks for and returns its URL.
+// serveTarget starts the target spec asks for and returns its URL (and a
+// gateway's admin URL after a tab).
 func serveTarget(spec targetSpec) string {
 	switch spec.Kind {
 	case kindUpstream:
@@ -124,7 +126,7 @@ func serveTarget(spec targetSpec) string {
 	}
 	pub, adm := listen(), listen()
 	go g.Serve(context.Background(), pub, adm)
-	return "http://" + pub.Addr().String()
+	return "http://" + pub.Addr().String() + "\thttp://" + adm.Addr().String()
 }
 
 // cpuTime returns the CPU time this process has used, user and system.
@@ -139,6 +141,7 @@ func cpuTime() time.Duration {
 // targetProc is a target's process, seen from the load generator.
 type targetProc struct {
 	target
+	admin string // a gateway's admin listener
 	kind  string
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
@@ -171,8 +174,28 @@ func startTarget(name string, spec targetSpec) *targetProc {
 	if !p.out.Scan() {
 		fatal(fmt.Errorf("starting the target %s: no URL: %v", name, p.out.Err()))
 	}
-	p.target = target{name, p.out.Text()}
+	u, admin, _ := strings.Cut(p.out.Text(), "\t")
+	p.target, p.admin = target{name, u}, admin
 	return p
+}
+
+// storeCalls returns the calls a gateway has made to its shared store
+// (tollgate_store_calls_total: Redis, not the fallback while Redis'
+// breaker is open).
+func (p *targetProc) storeCalls() float64 {
+	resp, err := http.Get(p.admin + "/metrics")
+	if err != nil {
+		fatal(fmt.Errorf("reading the metrics of %s: %w", p.name, err))
+	}
+	defer resp.Body.Close()
+	for sc := bufio.NewScanner(resp.Body); sc.Scan(); {
+		if v, ok := strings.CutPrefix(sc.Text(), "tollgate_store_calls_total "); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			return n
+		}
+	}
+	fatal(fmt.Errorf("reading the metrics of %s: no tollgate_store_calls_total", p.name))
+	return 0
 }
 
 // cpu returns the CPU time the target's process has used so far.

@@ -53,7 +53,7 @@ func main() {
 	suites := flag.String("suites", "store,fleet,memory,gateway,rls,llm,overload", "which suites to run")
 	peer := flag.String("peer", "peers/goredis902", "the source of the worker that runs redis_rate on go-redis v9.0.2 (empty: leave that row out)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
-	gatewayProfiles := flag.String("gateway-profiles", "", "write a CPU profile of each gateway suite target's process into this directory (plain.pprof, memory.pprof, redis.pprof)")
+	gatewayProfiles := flag.String("gateway-profiles", "", "run the gateway suite's sweep alone (BENCH_RATES) and write a CPU profile of each target's process into this directory (plain.pprof, memory.pprof, redis.pprof)")
 	flag.Parse()
 	if spec := os.Getenv(workerEnv); spec != "" {
 		runWorker(spec)
