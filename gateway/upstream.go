@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -41,6 +42,22 @@ func (g *Gateway) transport(timeout time.Duration) *http.Transport {
 	g.closers = append(g.closers, t.CloseIdleConnections)
 	return t
 }
+
+// copyBuffers lends every proxy the buffers it copies response bodies
+// through, where each response would allocate its own 32 KiB.
+var copyBuffers = new(bufferPool)
+
+// bufferPool is an httputil.BufferPool of 32 KiB buffers.
+type bufferPool struct{ pool sync.Pool }
+
+func (p *bufferPool) Get() []byte {
+	if b, ok := p.pool.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, 32<<10)
+}
+
+func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
 // upstreams returns the handler that sends an admitted request to its
 // route's upstream.
@@ -136,6 +153,7 @@ func (g *Gateway) newProxy(target *url.URL, transport *http.Transport) *httputil
 		Transport:    replayCanceled{transport},
 		ErrorHandler: g.upstreamError,
 		ErrorLog:     g.proxyLog,
+		BufferPool:   copyBuffers,
 	}
 	if g.tracer != nil {
 		proxy.ModifyResponse = upstreamStatus
