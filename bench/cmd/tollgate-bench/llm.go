@@ -25,6 +25,7 @@ import (
 // flight at once, closed loop.
 type llmRow struct {
 	target   string
+	prompt   string  // the request's size: llmPrompts' name
 	streams  float64 // whole streams per second
 	lat      summary // of a whole stream
 	errors   int
@@ -47,8 +48,19 @@ routes:
 // llmInFlight is the streams each cell keeps in flight.
 const llmInFlight = 64
 
-// llmBody is each stream's request: 64 tokens, streamed, with usage.
-const llmBody = `{"model":"bench","max_tokens":64,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Write about rate limits."}]}`
+// llmBody is a stream's request of the prompt given: 64 tokens,
+// streamed, with usage.
+func llmBody(prompt string) string {
+	return `{"model":"bench","max_tokens":64,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"` + prompt + `"}]}`
+}
+
+// llmPrompts are the prompts each target is loaded with: one line, and
+// 16 KiB (a conversation of some length, which the gateway reads for
+// credentials and for its estimate before it sends it on).
+var llmPrompts = []struct{ name, text string }{
+	{"short", "Write about rate limits."},
+	{"16 KiB", strings.Repeat(`Tell me more about rate limits, \"quoted\" and all. `, 16<<10/52)},
+}
 
 // runLLMSuite streams the same chat completions (64 chunks each, from an
 // OpenAI-compatible upstream) through the plain proxy and through the
@@ -83,30 +95,34 @@ func runLLMSuite(srv *redistest.Server, dur time.Duration) []llmRow {
 	}
 	time.Sleep(500 * time.Millisecond) // let the Redis store connect
 	var rows []llmRow
-	runs := make([][]llmRow, len(targets))
-	for range repeats {
-		for i, t := range targets {
-			row := streamLoad(t.name, t.url+"/v1/chat/completions", dur)
-			fmt.Fprintf(os.Stderr, "llm: %-28s %7.0f streams/s p50 %s p99 %s ms, %d errors %s\n",
-				row.target, row.streams, ms(row.lat.p50), ms(row.lat.p99), row.errors, row.firstErr)
-			runs[i] = append(runs[i], row)
+	for _, pr := range llmPrompts {
+		body := llmBody(pr.text)
+		runs := make([][]llmRow, len(targets))
+		for range repeats {
+			for i, t := range targets {
+				row := streamLoad(t.name, t.url+"/v1/chat/completions", body, dur)
+				row.prompt = pr.name
+				fmt.Fprintf(os.Stderr, "llm: %-40s %-6s prompt %7.0f streams/s p50 %s p99 %s ms, %d errors %s\n",
+					row.target, pr.name, row.streams, ms(row.lat.p50), ms(row.lat.p99), row.errors, row.firstErr)
+				runs[i] = append(runs[i], row)
+			}
 		}
-	}
-	for _, rs := range runs {
-		row := rs[0]
-		row.streams = median(rs, func(r llmRow) float64 { return r.streams })
-		row.lat = medianLatency(rs, func(r llmRow) summary { return r.lat })
-		for _, r := range rs[1:] {
-			row.errors += r.errors
+		for _, rs := range runs {
+			row := rs[0]
+			row.streams = median(rs, func(r llmRow) float64 { return r.streams })
+			row.lat = medianLatency(rs, func(r llmRow) summary { return r.lat })
+			for _, r := range rs[1:] {
+				row.errors += r.errors
+			}
+			rows = append(rows, row)
 		}
-		rows = append(rows, row)
 	}
 	return rows
 }
 
 // streamLoad keeps llmInFlight streams to u in flight for dur, each read
 // to its end, and counts the whole ones.
-func streamLoad(name, u string, dur time.Duration) llmRow {
+func streamLoad(name, u, body string, dur time.Duration) llmRow {
 	tr := &http.Transport{MaxIdleConnsPerHost: 1024, IdleConnTimeout: 5 * time.Second}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
@@ -122,7 +138,7 @@ func streamLoad(name, u string, dur time.Duration) llmRow {
 			part := lats.part(1024)
 			for time.Now().Before(stop) {
 				t0 := time.Now()
-				req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(llmBody))
+				req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				resp, err := c.Do(req)
 				if err == nil {
@@ -161,19 +177,19 @@ func streamLoad(name, u string, dur time.Duration) llmRow {
 func (r *report) llmMarkdown(w func(string, ...any)) {
 	w("## 6. Streaming LLM calls, settled by the token\n\n")
 	w("%d chat-completion streams in flight, each 64 chunks and a usage event from an OpenAI-compatible upstream in this process, read to the end, closed loop. Through the gateway each stream reserves its estimate and settles at its usage (one more store call); \"requests only\" is the same gateway with the route charging requests alone, which isolates what settling costs.\n\n", llmInFlight)
-	w("| target | streams/s | of the plain proxy | p50 ms | p99 ms | errors |\n|---|---:|---:|---:|---:|---:|\n")
-	base := 0.0
+	w("| target | prompt | streams/s | of the plain proxy | p50 ms | p99 ms | errors |\n|---|---|---:|---:|---:|---:|---:|\n")
+	base := map[string]float64{} // the plain proxy's, by prompt
 	for _, row := range r.llm {
 		if strings.HasPrefix(row.target, "plain") {
-			base = row.streams
+			base[row.prompt] = row.streams
 		}
 	}
 	for _, row := range r.llm {
 		share := "-"
-		if base > 0 {
-			share = fmt.Sprintf("%.0f%%", 100*row.streams/base)
+		if b := base[row.prompt]; b > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*row.streams/b)
 		}
-		w("| %s | %.0f | %s | %s | %s | %d |\n", row.target, row.streams, share, ms(row.lat.p50), ms(row.lat.p99), row.errors)
+		w("| %s | %s | %.0f | %s | %s | %s | %d |\n", row.target, row.prompt, row.streams, share, ms(row.lat.p50), ms(row.lat.p99), row.errors)
 	}
 	w("\nThe target is the gateway with settlement within 5%% of the plain proxy's streams per second.\n\n")
 }
