@@ -239,15 +239,12 @@ func (f Fields) jsonTokens(body []byte) ([]string, error) {
 	malformed := false
 	var buf [64]byte
 	for first := true; ; first = false {
-		name, esc, more, err := s.Next(first)
+		name, more, err := s.NextKey(first, buf[:])
 		if err != nil {
 			return nil, errNotJSON
 		}
 		if !more {
 			break
-		}
-		if esc || !utf8.Valid(name) {
-			name = jsonscan.Unescape(buf[:0], name) // as encoding/json decodes it
 		}
 		if !f.isName(string(name)) {
 			if s.Skip(1) != nil {

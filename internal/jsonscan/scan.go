@@ -15,7 +15,7 @@ import (
 const MaxDepth = 10000
 
 // Scanner reads one JSON text from B, from I on, value by value, without
-// allocating: strings come back as spans of b, values not wanted are
+// allocating: strings come back as spans of B, values not wanted are
 // skipped (and checked) in place.
 type Scanner struct {
 	B []byte // the text
@@ -32,7 +32,7 @@ func (e *syntaxError) Error() string { return fmt.Sprintf("%s at byte %d", e.msg
 
 func (s *Scanner) Fail(msg string) error { return &syntaxError{off: s.I, msg: msg} }
 
-// unexpected is the error for the byte at i, or for the end of b.
+// Unexpected is the error for the byte  at I, or for the end of b.
 func (s *Scanner) Unexpected() error {
 	if s.I >= len(s.B) {
 		return s.Fail("unexpected end of JSON")
@@ -40,7 +40,7 @@ func (s *Scanner) Unexpected() error {
 	return s.Fail(fmt.Sprintf("invalid character %q", s.B[s.I]))
 }
 
-// ws skips JSON whitespace.
+// WS skips JSON whitespace.
 func (s *Scanner) WS() {
 	for s.I < len(s.B) {
 		switch s.B[s.I] {
@@ -52,7 +52,7 @@ func (s *Scanner) WS() {
 	}
 }
 
-// peek is the next byte after whitespace, or 0 at the end.
+// Peek is the next byte after whitespace, or 0 at the end.
 func (s *Scanner) Peek() byte {
 	s.WS()
 	if s.I >= len(s.B) {
@@ -61,7 +61,7 @@ func (s *Scanner) Peek() byte {
 	return s.B[s.I]
 }
 
-// str reads a string at i and returns its raw contents (between the
+// Str reads a string at I and returns its raw contents (between the
 // quotes) and whether they hold escapes.
 func (s *Scanner) Str() (raw []byte, esc bool, err error) {
 	if s.I >= len(s.B) || s.B[s.I] != '"' {
@@ -119,7 +119,7 @@ var plain = func() (t [256]bool) {
 	return t
 }()
 
-// number reads a number at i and returns its text.
+// Number reads a number at I and returns its text.
 func (s *Scanner) Number() ([]byte, error) {
 	start := s.I
 	if s.I < len(s.B) && s.B[s.I] == '-' {
@@ -160,7 +160,7 @@ func (s *Scanner) digits() bool {
 	return s.I > start
 }
 
-// literal reads true, false or null at i.
+// Literal reads true, false or null at I.
 func (s *Scanner) Literal() error {
 	for _, w := range [...]string{"true", "false", "null"} {
 		if len(s.B)-s.I >= len(w) && string(s.B[s.I:s.I+len(w)]) == w {
@@ -171,7 +171,7 @@ func (s *Scanner) Literal() error {
 	return s.Unexpected()
 }
 
-// key reads an object key and the colon after it.
+// Key reads an object key and the colon after it.
 func (s *Scanner) Key() (raw []byte, esc bool, err error) {
 	s.WS()
 	if raw, esc, err = s.Str(); err != nil {
@@ -184,7 +184,7 @@ func (s *Scanner) Key() (raw []byte, esc bool, err error) {
 	return raw, esc, nil
 }
 
-// next moves to the next key of an object whose '{' was read: more is
+// Next moves to the next key of an object whose '{' was read: more is
 // false at its '}'. first tells whether no key was read yet.
 func (s *Scanner) Next(first bool) (raw []byte, esc, more bool, err error) {
 	switch c := s.Peek(); {
@@ -201,17 +201,19 @@ func (s *Scanner) Next(first bool) (raw []byte, esc, more bool, err error) {
 	return raw, esc, err == nil, err
 }
 
-// nextKey is next, with the key unescaped (into buf when it holds an
-// escape, so that a key spelt with escapes is the key it spells).
+// NextKey is Next, with the key as encoding/json decodes it: unescaped
+// into buf when it holds an escape or a byte that is not UTF-8, so that a
+// key spelt with escapes is the key it spells, and one of bytes that are
+// not UTF-8 the key of U+FFFD that every decoder reads.
 func (s *Scanner) NextKey(first bool, buf []byte) (key []byte, more bool, err error) {
 	raw, esc, more, err := s.Next(first)
-	if esc {
+	if esc || !utf8.Valid(raw) {
 		raw = Unescape(buf[:0], raw)
 	}
 	return raw, more, err
 }
 
-// skip reads and checks one value of any kind, nested ones included,
+// Skip reads and checks one value of any kind, nested ones included,
 // inside depth arrays and objects.
 func (s *Scanner) Skip(depth int) error {
 	var buf [64]byte
@@ -300,7 +302,7 @@ func Count(num []byte) (int64, bool) {
 
 // Unescape appends the text of a string's raw contents to dst, as
 // encoding/json decodes it: a lone surrogate, or a byte that is not
-// UTF-8, becomes U+FFFD. raw must have been read by str.
+// UTF-8, becomes U+FFFD. raw must have been read by Str.
 func Unescape(dst, raw []byte) []byte {
 	for i := 0; i < len(raw); {
 		c := raw[i]
