@@ -92,6 +92,9 @@ func (c *compiler) limitSet(path string, role BudgetRole, plan string, limit Lim
 	case len(limits) > 0:
 		c.rejectIf(!unit.zero(), path+".unit", "unit, models and per_model belong to the limit written inline: with limits, give each its own")
 		budgets = c.namedLimits(path, role, plan, name, limits)
+	case role == RoleTenant:
+		c.addf(path, "a tenant budget needs a limit (rate and period) or limits")
+		return nil, false
 	default:
 		c.addf(path, "a plan needs a limit (rate and period), limits, or unlimited: true")
 		return nil, false

@@ -142,6 +142,7 @@ func TestTokensInvalid(t *testing.T) {
 			[]string{"plans.free.tenant.limits[0].algorithm"}},
 		{"a unit beside a tenant's limits, not in one", llmPlan + "\n    tenant: {unit: tokens, limits: [{rate: 100000, period: 1m}]}", "",
 			[]string{"plans.free.tenant.unit", "give each its own"}},
+		{"a tenant budget of nothing", llmPlan + "\n    tenant: {}", "", []string{"plans.free.tenant", "a tenant budget needs a limit"}},
 		{"a tenant limit both inline and listed", llmPlan + "\n    tenant: {rate: 5, period: 1m, limits: [{rate: 100000, period: 1m}]}", "",
 			[]string{"plans.free.tenant", "inline or under limits"}},
 		{"a default output the tenant's budget cannot admit", llmPlan + "\n    tenant: {rate: 1000, period: 1m, unit: output_tokens}", "",
