@@ -88,19 +88,24 @@ func bounded(h http.Handler, cl policy.ConnLimits, m *connMetrics, listener stri
 
 // sendWriter gives every write of a response a deadline of its own: a
 // client that stops taking the response in is cut off, however long the
-// response, while one that keeps reading is not.
+// response, while one that keeps reading is not. A write is given
+// between 7/8 of the timeout and all of it: the deadline is moved only
+// once an eighth of it has passed, not on each of a stream's many small
+// writes and flushes.
 type sendWriter struct {
 	http.ResponseWriter
 	rc       *http.ResponseController
 	timeout  time.Duration
 	counted  prometheus.Counter
 	timedOut atomic.Bool
+	deadline time.Time // the write deadline set last, or zero
 	// body is the request body's clock (nil without a body). Before
 	// writing a response net/http reads what is left of the body (up to
 	// 256 KiB), so a write's deadline starts no earlier than the body's.
 	body *bodyClock
 }
 
+// arm makes sure the next write has at least 7/8 of the timeout.
 func (s *sendWriter) arm() {
 	d := time.Now()
 	if s.body != nil {
@@ -108,7 +113,12 @@ func (s *sendWriter) arm() {
 			d = b
 		}
 	}
-	s.rc.SetWriteDeadline(d.Add(s.timeout))
+	d = d.Add(s.timeout)
+	if !s.deadline.IsZero() && d.Sub(s.deadline) < s.timeout/8 {
+		return
+	}
+	s.deadline = d
+	s.rc.SetWriteDeadline(d)
 }
 
 func (s *sendWriter) check(err error) {

@@ -154,6 +154,31 @@ func (m *middleware) readCredentialBody(r *http.Request, client netip.Addr) (bod
 	return bodyRead{tokens: tokens, release: release, kind: kind, raw: raw}, nil
 }
 
+// readUpTo reads body to its end, or to one byte past limit: into a
+// buffer of the size the request declares (size, or -1 for unknown)
+// when it declares one.
+func readUpTo(body io.Reader, size, limit int64) ([]byte, error) {
+	lr := io.LimitReader(body, limit+1)
+	if size <= 0 {
+		return io.ReadAll(lr)
+	}
+	// One byte more than declared, so that the end is read in the same
+	// buffer; net/http stops a body at its Content-Length.
+	b := make([]byte, 0, size+1)
+	for {
+		n, err := lr.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		switch {
+		case err == io.EOF:
+			return b, nil
+		case err != nil:
+			return b, err
+		case len(b) == cap(b):
+			b = append(b, 0)[:len(b)] // grow; LimitReader bounds it
+		}
+	}
+}
+
 // credentialBodyKind returns the kind of r's body (identity.BodyKindOf),
 // BodyOpaque for none, refusing two Content-Types and a compressed body
 // of a kind that is read.
@@ -199,7 +224,7 @@ func (m *middleware) holdBody(r *http.Request, client netip.Addr) (raw []byte, r
 			Detail: "too many large bodies are being read at once; retry shortly"}}
 	}
 	release = func() { m.held.give(prefix, hold) }
-	raw, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+	raw, err = readUpTo(r.Body, r.ContentLength, limit)
 	switch {
 	case err != nil:
 		release()

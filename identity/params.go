@@ -40,10 +40,13 @@ func ParamNames(name string) []string {
 // want that is itself compound ("user[email]", "model.email") is
 // compared with name whole, brackets kept.
 func ParamIs(name, want string) bool {
-	compound := strings.ContainsAny(want, "[].")
 	if plainParam(name) { // every reading of it is itself
-		return strings.EqualFold(name, paramReading(want, compound))
+		if plainParam(want) {
+			return strings.EqualFold(name, want)
+		}
+		return strings.EqualFold(name, paramReading(want, strings.ContainsAny(want, "[].")))
 	}
+	compound := strings.ContainsAny(want, "[].")
 	if compound {
 		return strings.EqualFold(paramReading(name, true), paramReading(want, true))
 	}
