@@ -44,8 +44,11 @@ func TestLimit(t *testing.T) {
 	const ms = time.Millisecond
 	cfg := overload.Config{MinLimit: 3, MaxLimit: 200, Window: 100 * ms, MinRTTInterval: time.Minute, MinRTTSamples: 30}
 	warm := phase{latency: 20 * ms, windows: 30, load: 400} // measures 20 ms, then grows
+	noBuffer := cfg
+	noBuffer.Buffer = overload.NoBuffer
 	for _, tc := range []struct {
 		name, reason string
+		cfg          *overload.Config // cfg if nil
 		phases       []phase
 		lo, hi       int           // the limit after them
 		minRTT       time.Duration // measured by then
@@ -57,7 +60,9 @@ func TestLimit(t *testing.T) {
 		{name: "falls when slower", reason: "latency 3x the minimum gives a gradient of 0.5 each window: the limit falls to MinLimit",
 			phases: []phase{warm, {latency: 60 * ms, windows: 20, load: 400}}, lo: 3, hi: 6, minRTT: 20 * ms},
 		{name: "settles", reason: "latency 1.5x the minimum is a gradient of 5/6 each window, which the headroom balances at g/(1-g)^2 = 30",
-			phases: []phase{warm, {latency: 30 * ms, windows: 40, load: 400}}, lo: 25, hi: 31, minRTT: 20 * ms},
+			phases: []phase{warm, {latency: 30 * ms, windows: 100, load: 400}}, lo: 25, hi: 31, minRTT: 20 * ms},
+		{name: "no buffer", reason: "without a buffer latency 1.25x the minimum is a gradient of 0.8, balanced at g/(1-g)^2 = 20 (with the default buffer it would be 1: the limit would grow to MaxLimit); defaults applied twice, as the policy and New do, keep no buffer",
+			cfg: ptr(noBuffer.WithDefaults()), phases: []phase{warm, {latency: 25 * ms, windows: 100, load: 400}}, lo: 17, hi: 21, minRTT: 20 * ms},
 		{name: "rises back", reason: "once the latency is back at the minimum, the limit grows back to MaxLimit",
 			phases: []phase{warm, {latency: 60 * ms, windows: 20, load: 400}, {latency: 20 * ms, windows: 20, load: 400}}, lo: 200, hi: 200, minRTT: 20 * ms},
 		{name: "application-limited", reason: "a window whose peak in flight is under half the limit is no evidence the upstream takes more: the limit stays",
@@ -68,8 +73,12 @@ func TestLimit(t *testing.T) {
 			phases: []phase{warm, {latency: 5 * ms, windows: 660, load: 400}}, lo: 200, hi: 200, minRTT: 5 * ms},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := overload.New(cfg, t0)
-			drive(l, t0, cfg.Window, tc.phases...)
+			c := cfg
+			if tc.cfg != nil {
+				c = *tc.cfg
+			}
+			l := overload.New(c, t0)
+			drive(l, t0, c.Window, tc.phases...)
 			if got := l.Limit(); got < tc.lo || got > tc.hi {
 				t.Errorf("limit %d, want %d to %d: %s", got, tc.lo, tc.hi, tc.reason)
 			}
@@ -79,6 +88,8 @@ func TestLimit(t *testing.T) {
 		})
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // TestBounds: whatever the latencies, the limit stays in [MinLimit,
 // MaxLimit].

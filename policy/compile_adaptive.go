@@ -32,7 +32,6 @@ func (c *compiler) adaptive(p *Policy, path string, s *AdaptiveSpec, r *Route) *
 		if *b == 0 {
 			cfg.Buffer = overload.NoBuffer
 		}
-		cfg = cfg.WithDefaults()
 	}
 	a := &Adaptive{Upstream: adaptiveKey(r), Config: cfg, Shadow: s.Shadow}
 	sum := 0.0
