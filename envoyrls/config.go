@@ -257,14 +257,11 @@ type Source struct {
 
 // Parse reads configuration files (see [Load]).
 func Parse(files []Source, opts LoadOptions) (*Config, error) {
-	p := &parser{cfg: &Config{domains: map[string]*Domain{}}, opts: opts}
+	p := newParser(opts)
 	for _, f := range files {
 		p.file(f)
 	}
-	if len(p.errs) > 0 {
-		return nil, errors.Join(p.errs...)
-	}
-	return p.cfg, nil
+	return p.config()
 }
 
 type parser struct {
@@ -272,6 +269,19 @@ type parser struct {
 	opts LoadOptions
 	errs []error
 	name string // the file being read
+}
+
+// newParser returns a parser of a configuration read under opts.
+func newParser(opts LoadOptions) *parser {
+	return &parser{cfg: &Config{domains: map[string]*Domain{}}, opts: opts}
+}
+
+// config is the configuration read, or every problem found in it.
+func (p *parser) config() (*Config, error) {
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return p.cfg, nil
 }
 
 func (p *parser) addf(line int, format string, args ...any) {
@@ -286,8 +296,16 @@ func (p *parser) addf(line int, format string, args ...any) {
 func (p *parser) file(f Source) {
 	p.name = f.Name
 	p.cfg.Files = append(p.cfg.Files, f.Name)
-	y, line, ok := p.decode(f.Data)
-	if !ok {
+	if y, line, ok := p.decode(f.Data); ok {
+		p.domainFile(y, line)
+	}
+}
+
+// domainFile reads a decoded file, its document at line (0: none), into
+// its Domain.
+func (p *parser) domainFile(y fileYAML, line int) {
+	if y.Domain == "" {
+		p.addf(line, "config file cannot have empty domain")
 		return
 	}
 	failClosed, ok := p.failureMode(line, y.OnStoreFailure)
@@ -302,7 +320,7 @@ func (p *parser) file(f Source) {
 }
 
 // decode reads a file's YAML, once its keys are checked; line is its
-// document's. It reports whether the file is a domain's.
+// document's. It reports whether the file could be read.
 func (p *parser) decode(data []byte) (y fileYAML, line int, ok bool) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -319,10 +337,6 @@ func (p *parser) decode(data []byte) (y fileYAML, line int, ok bool) {
 	}
 	if err := top.Decode(&y); err != nil {
 		p.addf(0, "reading YAML: %v", err)
-		return y, 0, false
-	}
-	if y.Domain == "" {
-		p.addf(top.Line, "config file cannot have empty domain")
 		return y, 0, false
 	}
 	return y, top.Line, true
