@@ -2,7 +2,8 @@
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) over gRPC,
 // a drop-in for envoyproxy/ratelimit: it reads that service's
 // configuration unchanged (a directory of YAML files, each a domain with
-// nested descriptors), reloads it when the directory changes, and decides
+// nested descriptors), reloads it when the directory changes (or takes it
+// from an xDS control plane, see [Server.WatchXDS]), and decides
 // every request through Tollgate's engine, so the stores, the deny cache,
 // the local fallback and the metrics are the gateway's.
 //

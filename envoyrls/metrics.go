@@ -29,6 +29,10 @@ type Metrics struct {
 	DomainNotFound *prometheus.CounterVec
 	// ConfigLoads counts configuration loads by result (success, error).
 	ConfigLoads *prometheus.CounterVec
+	// XDSConfig is 1 for the version of the xDS configuration served
+	// (tollgate_rls_xds_config_info{version}); it has no series while
+	// none is.
+	XDSConfig *prometheus.GaugeVec
 	// Errors counts ShouldRateLimit calls answered with an error, by type
 	// (service_error: a request that cannot be decided; store_error: the
 	// store failed and the domain fails closed).
@@ -124,6 +128,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		ConfigLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_service_config_load_total", Help: "Configuration loads by result (success, error).",
 		}, []string{"result"}),
+		XDSConfig: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tollgate_rls_xds_config_info", Help: "The xDS configuration served (1) by version.",
+		}, []string{"version"}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_service_should_rate_limit_error", Help: "ShouldRateLimit calls answered with an error, by type.",
 		}, []string{"err_type"}),
@@ -132,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.TotalHits, m.OverLimit, m.NearLimit, m.WithinLimit, m.ShadowMode, m.DomainNotFound, m.ConfigLoads, m.Errors, m.GlobalShadowMode} {
+		for _, c := range []prometheus.Collector{m.TotalHits, m.OverLimit, m.NearLimit, m.WithinLimit, m.ShadowMode, m.DomainNotFound, m.ConfigLoads, m.XDSConfig, m.Errors, m.GlobalShadowMode} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("registering rate-limit service metrics: %w", err)
 			}

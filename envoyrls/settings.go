@@ -39,6 +39,10 @@ type Settings struct {
 	RedisTimeout time.Duration
 	// Server holds NEAR_LIMIT_RATIO, SHADOW_MODE and the headers.
 	Server Options
+	// ConfigType is CONFIG_TYPE: FILE (the files of ConfigDir) or
+	// GRPC_XDS_SOTW (an xDS control plane, as XDS says; nil otherwise).
+	ConfigType string
+	XDS        *XDSSettings
 	// Ignored lists the variables set that have no effect here, with why.
 	Ignored []string
 }
@@ -55,7 +59,6 @@ var ignoredVars = map[string]string{
 	"REDIS_PERSECOND":               "one Redis for every unit",
 	"USE_STATSD":                    "metrics are Prometheus only",
 	"USE_DOG_STATSD":                "metrics are Prometheus only",
-	"CONFIG_TYPE":                   "configuration is read from files only (no xDS)",
 	"RESPONSE_DYNAMIC_METADATA":     "not supported",
 	"QUOTA_MODE":                    "not supported",
 	"TRACING_ENABLED":               "not supported",
@@ -119,6 +122,7 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 		MetricsPath: e.get("PROMETHEUS_PATH", "/metrics"),
 	}
 	s.readConfig(e)
+	s.readConfigType(e)
 	if e.boolean("USE_PROMETHEUS", false) {
 		s.MetricsAddr = e.get("PROMETHEUS_ADDR", ":9090")
 	}

@@ -140,6 +140,7 @@ func TestRLSHelpListsEnvironment(t *testing.T) {
 		{nil, "the defaults read nearly every variable"},
 		{map[string]string{"USE_PROMETHEUS": "true"}, "PROMETHEUS_ADDR is read only with USE_PROMETHEUS"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1,b:2", "REDIS_TYPE": "CLUSTER"}, "a TCP cluster"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true"}, "the xDS settings, TLS's too, are read only with CONFIG_TYPE=GRPC_XDS_SOTW"},
 	} {
 		getenv := func(name string) string {
 			read[name] = true

@@ -135,6 +135,21 @@ var rlsVars = []rlsVar{
 	{"RUNTIME_IGNOREDOTFILES", "false", "skip files and directories named .*"},
 	{"MERGE_DOMAIN_CONFIG", "false", "merge the files configuring one domain"},
 	{"TOLLGATE_RLS_ON_STORE_FAILURE", "fail_open", "fail_open or fail_closed while the store cannot decide, for domains that do not set on_store_failure"},
+	{"CONFIG_TYPE", "FILE", "FILE (the files above) or GRPC_XDS_SOTW (RateLimitConfig resources from an xDS control plane, as Envoy Gateway sends them)"},
+	{"CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", "the xDS control plane's address"},
+	{"CONFIG_GRPC_XDS_NODE_ID", "default", "the node this service is to the control plane"},
+	{"CONFIG_GRPC_XDS_NODE_METADATA", "", "the node's metadata, as key=value[,key=value...]"},
+	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", "headers sent to the control plane, as name:value[,name:value...]"},
+	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s", "the wait before connecting again to a lost control plane, doubled after each attempt it does not answer"},
+	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", "the longest wait before connecting again"},
+	{"XDS_CLIENT_BACKOFF_JITTER", "true", "wait a random time between half the wait and all of it"},
+	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", "the largest response taken from the control plane (gRPC's 4 MiB)"},
+	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "serve before the control plane sends a configuration (every domain unknown until then)"},
+	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "false", "connect to the control plane over TLS"},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "", "the client certificate's file, with TLS"},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "", "its key's file"},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "", "a CA's file trusted beside the system's, with TLS"},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", "the name the control plane's certificate must hold (else the address's host)"},
 	{"GRPC_HOST", "0.0.0.0", "the gRPC listener's host"},
 	{"GRPC_PORT", "8081", "the gRPC listener's port"},
 	{"HOST", "0.0.0.0", "the host of /healthcheck and /metrics"},
@@ -164,7 +179,7 @@ var rlsVars = []rlsVar{
 // warn that they take no effect.
 var rlsIgnored = []string{"LOCAL_CACHE_SIZE_IN_BYTES", "EXPIRATION_JITTER_MAX_SECONDS", "CACHE_KEY_PREFIX",
 	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_PERSECOND", "USE_STATSD", "USE_DOG_STATSD",
-	"CONFIG_TYPE", "RESPONSE_DYNAMIC_METADATA", "QUOTA_MODE", "TRACING_ENABLED", "GRPC_SERVER_USE_TLS"}
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "RESPONSE_DYNAMIC_METADATA", "QUOTA_MODE", "TRACING_ENABLED", "GRPC_SERVER_USE_TLS"}
 
 // rlsEnvUsage describes the environment variables rls reads, with their
 // defaults, for its help.
@@ -221,9 +236,11 @@ func serveRLS(log *slog.Logger) error {
 		return err
 	}
 	load := func() (*envoyrls.Config, error) { return envoyrls.Load(set.ConfigDir, set.Load) }
-	cfg, err := load()
-	if err != nil {
-		return err
+	var cfg *envoyrls.Config // from xDS: none until the control plane sends it
+	if set.XDS == nil {
+		if cfg, err = load(); err != nil {
+			return err
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -232,8 +249,10 @@ func serveRLS(log *slog.Logger) error {
 		return err
 	}
 	defer closeStore()
-	m.ConfigLoads.WithLabelValues("success").Inc()
-	return runRLS(set, srv, cfg, reg, load, log)
+	if cfg != nil {
+		m.ConfigLoads.WithLabelValues("success").Inc()
+	}
+	return runRLS(set, srv, reg, load, log)
 }
 
 // rlsSettings reads the service's settings from the environment, and
@@ -250,15 +269,19 @@ func rlsSettings(log *slog.Logger) (envoyrls.Settings, error) {
 }
 
 // runRLS serves srv on the settings' addresses until SIGTERM or SIGINT,
-// reloading the configuration with load when it changes and on SIGHUP,
-// then stops it gracefully. An error serving is logged (errStopped).
-func runRLS(set envoyrls.Settings, srv *envoyrls.Server, cfg *envoyrls.Config, reg *prometheus.Registry, load func() (*envoyrls.Config, error), log *slog.Logger) error {
+// keeping its configuration current (see watchRLSConfig), then stops it
+// gracefully. An error serving is logged (errStopped).
+func runRLS(set envoyrls.Settings, srv *envoyrls.Server, reg *prometheus.Registry, load func() (*envoyrls.Config, error), log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := srv.Watch(ctx, []string{set.WatchDir}, load); err != nil {
-		log.Warn("not watching the rate-limit configuration; SIGHUP still reloads", slog.String("error", err.Error()))
+	stopHUP, err := watchRLSConfig(ctx, set, srv, load, log)
+	if err != nil {
+		return err
 	}
-	defer onHUP(func() { srv.Reload(load) })()
+	defer stopHUP()
+	if ctx.Err() != nil {
+		return nil
+	}
 
 	g := grpc.NewServer()
 	srv.Register(g)
@@ -267,8 +290,16 @@ func runRLS(set envoyrls.Settings, srv *envoyrls.Server, cfg *envoyrls.Config, r
 	if err != nil {
 		return err
 	}
+	config := set.ConfigDir
+	if set.XDS != nil {
+		config = "xds://" + set.XDS.ServerURL
+	}
+	var domains []string
+	if cfg := srv.Config(); cfg != nil {
+		domains = cfg.Domains()
+	}
 	log.Info("rate-limit service started", slog.String("grpc", set.GRPCAddr), slog.String("http", set.HTTPAddr),
-		slog.String("config", set.ConfigDir), slog.Any("domains", cfg.Domains()), slog.String("backend", set.Backend))
+		slog.String("config", config), slog.Any("domains", domains), slog.String("backend", set.Backend))
 	runErr := awaitRLS(ctx, errc)
 	stopRLS(srv, g, servers)
 	if runErr != nil {
@@ -276,6 +307,37 @@ func runRLS(set envoyrls.Settings, srv *envoyrls.Server, cfg *envoyrls.Config, r
 		return errStopped
 	}
 	return nil
+}
+
+// watchRLSConfig keeps srv's configuration current until ctx ends, and
+// returns how to stop handling SIGHUP. From files: reloaded with load
+// when they change and on SIGHUP. From an xDS control plane: as it sends
+// it, the first one waited for (until ctx ends) unless
+// FORCE_START_WITHOUT_INITIAL_CONFIG; SIGHUP only logs.
+func watchRLSConfig(ctx context.Context, set envoyrls.Settings, srv *envoyrls.Server, load func() (*envoyrls.Config, error), log *slog.Logger) (func(), error) {
+	if set.XDS == nil {
+		if err := srv.Watch(ctx, []string{set.WatchDir}, load); err != nil {
+			log.Warn("not watching the rate-limit configuration; SIGHUP still reloads", slog.String("error", err.Error()))
+		}
+		return onHUP(func() { srv.Reload(load) }), nil
+	}
+	opts, err := set.XDS.Options(set.Load)
+	if err != nil {
+		return nil, err
+	}
+	ready, err := srv.WatchXDS(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	stop := onHUP(func() { log.Info("SIGHUP: the rate-limit configuration comes from xDS, not reloaded") })
+	if !set.XDS.ForceStart {
+		log.Info("waiting for the rate-limit configuration from xDS", slog.String("server", set.XDS.ServerURL), slog.String("node", set.XDS.NodeID))
+		select {
+		case <-ready:
+		case <-ctx.Done():
+		}
+	}
+	return stop, nil
 }
 
 // awaitRLS waits for ctx to end or a server of the rate-limit service
