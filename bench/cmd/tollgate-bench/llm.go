@@ -98,8 +98,12 @@ func runLLMSuite(srv *redistest.Server, dur time.Duration) []llmRow {
 	for _, pr := range llmPrompts {
 		body := llmBody(pr.text)
 		runs := make([][]llmRow, len(targets))
-		for range repeats {
-			for i, t := range targets {
+		for rep := range repeats {
+			// Each run starts at another target, so that no target is
+			// always measured first (or last) in a round.
+			for j := range targets {
+				i := (j + rep) % len(targets)
+				t := targets[i]
 				row := streamLoad(t.name, t.url+"/v1/chat/completions", body, dur)
 				row.prompt = pr.name
 				fmt.Fprintf(os.Stderr, "llm: %-40s %-6s prompt %7.0f streams/s p50 %s p99 %s ms, %d errors %s\n",
