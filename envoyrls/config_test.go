@@ -94,9 +94,7 @@ func TestHotReload(t *testing.T) {
 	if err := os.Symlink(v1, current); err != nil {
 		t.Fatal(err)
 	}
-	load := func() (*envoyrls.Config, error) { return envoyrls.Load(current, envoyrls.LoadOptions{}) }
-	ctx := t.Context()
-	if err := f.srv.Watch(ctx, []string{current}, load); err != nil {
+	if err := f.srv.Watch(t.Context(), current, envoyrls.LoadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	limitOf := func() uint32 {

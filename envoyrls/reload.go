@@ -2,12 +2,14 @@ package envoyrls
 
 import (
 	"context"
-	"io/fs"
+	"crypto/sha256"
+	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
-	"time"
 
-	"github.com/fsnotify/fsnotify"
+	"github.com/tollgate/tollgate/internal/filewatch"
 )
 
 // Reload loads the configuration with load and, if it is valid, makes it
@@ -31,108 +33,59 @@ func (s *Server) Reload(load func() (*Config, error)) bool {
 	return true
 }
 
-// reloadDelay gathers the events of one change (an editor's write and
-// rename, a deployment's symlink swap) into one reload.
-const reloadDelay = 100 * time.Millisecond
+// Watch reloads (see Reload) the configuration in dir, read with opts as
+// Load reads it, whenever its files change, until ctx ends: a file
+// written, added or removed under dir, dir replaced, or a symlink on the
+// way to dir or to one of its files swapped (RUNTIME_ROOT's "current", a
+// Kubernetes ConfigMap's ..data). Nothing else is watched: a file beside
+// dir or beside RUNTIME_ROOT (a log, say) is no change. Files that are,
+// by name and bytes, the ones loaded last are not loaded again.
+func (s *Server) Watch(ctx context.Context, dir string, opts LoadOptions) error {
+	return filewatch.Watch(ctx, filewatch.Options{
+		Paths:  func() []string { return watchPaths(dir, opts) },
+		Digest: func() (string, bool) { return digest(dir, opts), true },
+		Load:   func() { s.Reload(func() (*Config, error) { return Load(dir, opts) }) },
+		What:   "rate-limit configuration",
+		Logger: s.log,
+	})
+}
 
-// Watch reloads (see Reload) whenever anything changes under the
-// directories in dirs (recursively: files written, created, removed or
-// renamed, directories added) until ctx ends. A directory that is a
-// symlink swapped for another (RUNTIME_ROOT's "current", as
-// envoyproxy/ratelimit's RUNTIME_WATCH_ROOT expects) is watched through
-// its parent as well, and watched again where it then points.
-func (s *Server) Watch(ctx context.Context, dirs []string, load func() (*Config, error)) error {
-	w, err := fsnotify.NewWatcher()
+// watchPaths are what the configuration in dir is read through: dir,
+// and each file Load reads (a symlink to a file elsewhere).
+func watchPaths(dir string, opts LoadOptions) []string {
+	files, _ := configFiles(dir, opts)
+	return append([]string{dir}, files...)
+}
+
+// digest is a digest of the files Load reads from dir: their names
+// under dir and their bytes, or what stops them being read.
+func digest(dir string, opts LoadOptions) string {
+	h := sha256.New()
+	if err := hashFiles(h, dir, opts); err != nil {
+		fmt.Fprintf(h, "error\x00%s", err)
+	}
+	return string(h.Sum(nil))
+}
+
+// hashFiles writes the names under dir and the bytes of the files Load
+// reads from it to h.
+func hashFiles(h io.Writer, dir string, opts LoadOptions) error {
+	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return err
 	}
-	c := &configWatcher{w: w, dirs: dirs, watched: map[string]bool{}}
-	c.rewatch()
-	go s.reloadOnChange(ctx, c, load)
-	return nil
-}
-
-// configWatcher is what Watch watches: dirs, through w.
-type configWatcher struct {
-	w       *fsnotify.Watcher
-	dirs    []string
-	watched map[string]bool
-}
-
-// rewatch watches the directories afresh: each one's parent, and every
-// directory under where it points now.
-func (c *configWatcher) rewatch() {
-	for d := range c.watched {
-		_ = c.w.Remove(d)
-	}
-	clear(c.watched)
-	for _, dir := range c.dirs {
-		c.add(filepath.Dir(dir))
-		real, err := filepath.EvalSymlinks(dir)
-		if err != nil {
-			continue
-		}
-		_ = filepath.WalkDir(real, c.visit)
-	}
-}
-
-// visit is rewatch's walk: it watches each directory, and each symlink
-// to one; what cannot be read is skipped.
-func (c *configWatcher) visit(p string, d fs.DirEntry, err error) error {
+	files, err := configFiles(real, opts)
 	if err != nil {
-		return nil
+		return err
 	}
-	if d.IsDir() || d.Type()&fs.ModeSymlink != 0 && isDir(p) {
-		c.add(p)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(real, f)
+		fmt.Fprintf(h, "%s\x00%d\x00", rel, len(b))
+		h.Write(b)
 	}
 	return nil
-}
-
-// add watches p, if it is not watched yet.
-func (c *configWatcher) add(p string) {
-	if !c.watched[p] && c.w.Add(p) == nil {
-		c.watched[p] = true
-	}
-}
-
-// restart returns t, or a new timer if it is nil, set to fire after d.
-func restart(t *time.Timer, d time.Duration) *time.Timer {
-	if t == nil {
-		return time.NewTimer(d)
-	}
-	t.Reset(d)
-	return t
-}
-
-// reloadOnChange rewatches and reloads reloadDelay after the last of a
-// run of events, until ctx ends or the watcher fails; it closes the
-// watcher.
-func (s *Server) reloadOnChange(ctx context.Context, c *configWatcher, load func() (*Config, error)) {
-	defer c.w.Close()
-	var timer *time.Timer
-	var fire <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			if timer != nil {
-				timer.Stop()
-			}
-			return
-		case _, ok := <-c.w.Events:
-			if !ok {
-				return
-			}
-			timer = restart(timer, reloadDelay)
-			fire = timer.C
-		case err, ok := <-c.w.Errors:
-			if !ok {
-				return
-			}
-			s.log.Warn("watching the rate-limit configuration", slog.String("error", err.Error()))
-		case <-fire:
-			fire = nil
-			c.rewatch()
-			s.Reload(load)
-		}
-	}
 }

@@ -17,10 +17,7 @@ import (
 type Settings struct {
 	// ConfigDir is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
 	ConfigDir string
-	// WatchDir is what is watched: RUNTIME_ROOT (a symlink swapped on
-	// deployment) with RUNTIME_WATCH_ROOT, else ConfigDir.
-	WatchDir string
-	Load     LoadOptions
+	Load      LoadOptions
 	// GRPCAddr is GRPC_HOST:GRPC_PORT; HTTPAddr (HOST:PORT) serves
 	// /healthcheck and /metrics; MetricsAddr (PROMETHEUS_ADDR, with
 	// USE_PROMETHEUS) serves MetricsPath too.
@@ -59,6 +56,7 @@ var ignoredVars = map[string]string{
 	"REDIS_PERSECOND":               "one Redis for every unit",
 	"USE_STATSD":                    "metrics are Prometheus only",
 	"USE_DOG_STATSD":                "metrics are Prometheus only",
+	"RUNTIME_WATCH_ROOT":            "a swap of RUNTIME_ROOT (or of any symlink on the way) and a change of the files are both followed",
 	"RESPONSE_DYNAMIC_METADATA":     "not supported",
 	"QUOTA_MODE":                    "not supported",
 	"TRACING_ENABLED":               "not supported",
@@ -136,16 +134,11 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 	return s, nil
 }
 
-// readConfig reads where the configuration is, what is watched, and how
-// it is loaded (RUNTIME_*, MERGE_DOMAIN_CONFIG,
-// TOLLGATE_RLS_ON_STORE_FAILURE).
+// readConfig reads where the configuration is and how it is loaded
+// (RUNTIME_*, MERGE_DOMAIN_CONFIG, TOLLGATE_RLS_ON_STORE_FAILURE).
 func (s *Settings) readConfig(e *envReader) {
 	root := e.get("RUNTIME_ROOT", "/srv/runtime_data/current")
 	s.ConfigDir = filepath.Join(root, e.getenv("RUNTIME_SUBDIRECTORY"), e.get("RUNTIME_APPDIRECTORY", "config"))
-	s.WatchDir = s.ConfigDir
-	if e.boolean("RUNTIME_WATCH_ROOT", true) {
-		s.WatchDir = root
-	}
 	s.Load.IgnoreDotFiles = e.boolean("RUNTIME_IGNOREDOTFILES", false)
 	s.Load.MergeDomains = e.boolean("MERGE_DOMAIN_CONFIG", false)
 	switch f := e.get("TOLLGATE_RLS_ON_STORE_FAILURE", "fail_open"); f {

@@ -3,6 +3,7 @@ package envoyrls_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ import (
 func TestSettingsFromEnv(t *testing.T) {
 	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 	s, err := envoyrls.SettingsFromEnv(env(nil))
-	if err != nil || s.ConfigDir != "/srv/runtime_data/current/config" || s.WatchDir != "/srv/runtime_data/current" ||
+	if err != nil || s.ConfigDir != "/srv/runtime_data/current/config" ||
 		s.GRPCAddr != "0.0.0.0:8081" || s.HTTPAddr != "0.0.0.0:8080" || s.RedisURL != "unix:///var/run/nutcracker/ratelimit.sock" || s.Backend != "redis" {
 		t.Fatalf("defaults: %+v, %v", s, err)
 	}
@@ -34,8 +35,9 @@ func TestSettingsFromEnv(t *testing.T) {
 	}
 	s, err = envoyrls.SettingsFromEnv(env(map[string]string{"RUNTIME_ROOT": "/rt", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false",
 		"NEAR_LIMIT_RATIO": "0.9", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "BACKEND_TYPE": "memory", "LOCAL_CACHE_SIZE_IN_BYTES": "1000"}))
-	if err != nil || s.ConfigDir != "/rt/ratelimit/config" || s.WatchDir != s.ConfigDir || s.Server.NearLimitRatio != float64(float32(0.9)) || !s.Server.Headers ||
-		len(s.Ignored) != 1 || !strings.HasPrefix(s.Ignored[0], "LOCAL_CACHE_SIZE_IN_BYTES") {
+	slices.Sort(s.Ignored)
+	if err != nil || s.ConfigDir != "/rt/ratelimit/config" || s.Server.NearLimitRatio != float64(float32(0.9)) || !s.Server.Headers ||
+		len(s.Ignored) != 2 || !strings.HasPrefix(s.Ignored[0], "LOCAL_CACHE_SIZE_IN_BYTES") || !strings.HasPrefix(s.Ignored[1], "RUNTIME_WATCH_ROOT") {
 		t.Fatalf("set: %+v, %v", s, err)
 	}
 	for _, bad := range []map[string]string{{"BACKEND_TYPE": "memcache"}, {"NEAR_LIMIT_RATIO": "2"}, {"REDIS_TYPE": "odd"}, {"SHADOW_MODE": "maybe"}} {

@@ -131,7 +131,6 @@ var rlsVars = []rlsVar{
 	{"RUNTIME_ROOT", "/srv/runtime_data/current", "the configuration's root"},
 	{"RUNTIME_SUBDIRECTORY", "", "the directory under it"},
 	{"RUNTIME_APPDIRECTORY", "config", "the directory under that whose files are read"},
-	{"RUNTIME_WATCH_ROOT", "true", "watch RUNTIME_ROOT (a symlink swapped on deployment) too, not only the directory"},
 	{"RUNTIME_IGNOREDOTFILES", "false", "skip files and directories named .*"},
 	{"MERGE_DOMAIN_CONFIG", "false", "merge the files configuring one domain"},
 	{"TOLLGATE_RLS_ON_STORE_FAILURE", "fail_open", "fail_open or fail_closed while the store cannot decide, for domains that do not set on_store_failure"},
@@ -179,7 +178,7 @@ var rlsVars = []rlsVar{
 // warn that they take no effect.
 var rlsIgnored = []string{"LOCAL_CACHE_SIZE_IN_BYTES", "EXPIRATION_JITTER_MAX_SECONDS", "CACHE_KEY_PREFIX",
 	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_PERSECOND", "USE_STATSD", "USE_DOG_STATSD",
-	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "RESPONSE_DYNAMIC_METADATA", "QUOTA_MODE", "TRACING_ENABLED", "GRPC_SERVER_USE_TLS"}
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "RUNTIME_WATCH_ROOT", "RESPONSE_DYNAMIC_METADATA", "QUOTA_MODE", "TRACING_ENABLED", "GRPC_SERVER_USE_TLS"}
 
 // rlsEnvUsage describes the environment variables rls reads, with their
 // defaults, for its help.
@@ -316,7 +315,7 @@ func runRLS(set envoyrls.Settings, srv *envoyrls.Server, reg *prometheus.Registr
 // FORCE_START_WITHOUT_INITIAL_CONFIG; SIGHUP only logs.
 func watchRLSConfig(ctx context.Context, set envoyrls.Settings, srv *envoyrls.Server, load func() (*envoyrls.Config, error), log *slog.Logger) (func(), error) {
 	if set.XDS == nil {
-		if err := srv.Watch(ctx, []string{set.WatchDir}, load); err != nil {
+		if err := srv.Watch(ctx, set.ConfigDir, set.Load); err != nil {
 			log.Warn("not watching the rate-limit configuration; SIGHUP still reloads", slog.String("error", err.Error()))
 		}
 		return onHUP(func() { srv.Reload(load) }), nil
