@@ -6,14 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
+	"github.com/tollgate/tollgate/internal/filewatch"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -220,173 +217,53 @@ const settleTime = time.Second
 // Watch reloads the policy file at path whenever it, or the keys file it
 // names, changes and then stays the same for settleTime (a file written
 // in place with pauses is loaded whole, not half written), until ctx
-// ends. API keys and their plans thus change
-// without a restart. It watches the files' directories, so editors that
-// replace a file are seen, and what each file resolves to through
-// symlinks: a symlink on the way swapped for another (a Kubernetes
-// ConfigMap's ..data, a deployment's "current") is a change of the file,
-// though no event names it, and the directory it now resolves into is
-// watched in place of the one before.
+// ends. API keys and their plans thus change without a restart. What is
+// watched is each file's entry in its directory (an editor's save, a file
+// replaced) and every symlink on the way to it: one swapped for another
+// (a Kubernetes ConfigMap's ..data, a deployment's "current") is a change
+// of the file, though no event names it. Other files beside them (a log,
+// say) are not watched, and files written again with the same bytes are
+// not loaded again. A policy file that is gone (removed before its
+// replacement is written, a dangling symlink) is not loaded: its return
+// is a change.
 func (g *Gateway) Watch(ctx context.Context, path string) error {
-	w, err := fsnotify.NewWatcher()
+	err := filewatch.Watch(ctx, filewatch.Options{
+		Paths: func() []string { return g.policyFiles(path) },
+		Digest: func() (string, bool) {
+			if _, err := os.Stat(path); err != nil {
+				return "", false
+			}
+			return fingerprint(g.policyFiles(path)), true
+		},
+		Load:   func() { g.ReloadFile(path) },
+		Settle: settleTime,
+		What:   "policy",
+		Logger: g.log,
+	})
 	if err != nil {
 		return fmt.Errorf("watching policy: %w", err)
 	}
-	if err := w.Add(filepath.Dir(path)); err != nil {
-		w.Close()
-		return fmt.Errorf("watching policy: %w", err)
-	}
-	pw := &policyWatch{g: g, w: w, path: path, dirs: map[string]bool{filepath.Dir(path): true}}
-	pw.resolved = pw.resolve()
-	pw.rewatch()
-	go pw.loop(ctx)
 	return nil
 }
 
-// A policyWatch is Watch at work: the policy file, the directories
-// watched, and what each file resolved to through symlinks when last
-// loaded.
-type policyWatch struct {
-	g        *Gateway
-	w        *fsnotify.Watcher
-	path     string
-	dirs     map[string]bool   // the directories watched
-	resolved map[string]string // each file's target (files) when last seen
-}
-
-// files are the policy file and its keys file, as named.
-func (pw *policyWatch) files() []string {
-	fs := []string{filepath.Clean(pw.path)}
-	if kp := pw.g.Policy().KeysPath; kp != "" {
-		fs = append(fs, filepath.Clean(kp))
+// policyFiles are the policy file at path and the keys file the active
+// policy names.
+func (g *Gateway) policyFiles(path string) []string {
+	fs := []string{path}
+	if kp := g.Policy().KeysPath; kp != "" {
+		fs = append(fs, kp)
 	}
 	return fs
 }
 
-// resolve maps each file to what it resolves to through symlinks (when
-// it does).
-func (pw *policyWatch) resolve() map[string]string {
-	m := map[string]string{}
-	for _, f := range pw.files() {
-		if r, err := filepath.EvalSymlinks(f); err == nil {
-			m[f] = r
-		}
-	}
-	return m
-}
-
-// rewatch watches the directories of the files and of what they resolve
-// to, and no others.
-func (pw *policyWatch) rewatch() {
-	want := map[string]bool{filepath.Dir(pw.path): true}
-	for _, f := range pw.files() {
-		want[filepath.Dir(f)] = true
-	}
-	for _, r := range pw.resolved {
-		want[filepath.Dir(r)] = true
-	}
-	for d := range pw.dirs {
-		if !want[d] {
-			pw.w.Remove(d) // gone already, when its directory was removed
-			delete(pw.dirs, d)
-		}
-	}
-	for d := range want {
-		if !pw.dirs[d] {
-			if err := pw.w.Add(d); err != nil {
-				pw.g.log.Warn("not watching a directory of the policy; SIGHUP still reloads", slog.String("dir", d), slog.String("error", err.Error()))
-				continue
-			}
-			pw.dirs[d] = true
-		}
-	}
-}
-
-// named reports whether an event's name is one of the files or what one
-// resolved to.
-func (pw *policyWatch) named(name string) bool {
-	name = filepath.Clean(name)
-	for _, f := range pw.files() {
-		if name == f || name == pw.resolved[f] {
-			return true
-		}
-	}
-	return false
-}
-
-// fingerprint is a digest of the files' content, to tell a file still
-// being written from one that has settled.
-func (pw *policyWatch) fingerprint() string {
+// fingerprint is a digest of the files' content (one unreadable reads
+// as empty).
+func fingerprint(files []string) string {
 	h := sha256.New()
-	for _, f := range pw.files() {
+	for _, f := range files {
 		b, _ := os.ReadFile(f)
+		fmt.Fprintf(h, "%d\x00", len(b))
 		h.Write(b)
-		h.Write([]byte{0})
 	}
 	return string(h.Sum(nil))
-}
-
-// loop waits for changes until ctx ends: the events of one change are
-// gathered for 100 ms, then the files are loaded once their content has
-// stayed the same for settleTime.
-func (pw *policyWatch) loop(ctx context.Context) {
-	defer pw.w.Close()
-	var debounce <-chan time.Time
-	changed := false
-	settling := "" // the fingerprint waited on to settle
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-pw.w.Events:
-			if !ok {
-				return
-			}
-			if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) == 0 {
-				continue
-			}
-			// Any change in a watched directory may be a symlink swapped
-			// on the way to a file: whether it was is seen once the
-			// events of the change are in.
-			changed = changed || pw.named(ev.Name) && ev.Op&fsnotify.Remove == 0
-			debounce = time.After(100 * time.Millisecond)
-		case err, ok := <-pw.w.Errors:
-			if !ok {
-				return
-			}
-			pw.g.log.Warn("watching policy", slog.String("error", err.Error()))
-		case <-debounce:
-			debounce = nil
-			if wait := pw.settled(changed, &settling); wait {
-				debounce = time.After(settleTime)
-				continue
-			}
-			changed, settling = false, ""
-		}
-	}
-}
-
-// settled loads the files if they changed (changed, or a symlink on the
-// way now resolves elsewhere) and their content is the one waited on
-// (settling), and rewatches; it reports true, having set settling to the
-// content now, when that content is new: to be waited on for settleTime.
-func (pw *policyWatch) settled(changed bool, settling *string) (wait bool) {
-	now := pw.resolve()
-	// A policy file that is gone (removed before its replacement is
-	// written, a dangling symlink) is not loaded: its return is a change.
-	_, there := now[filepath.Clean(pw.path)]
-	if there && (changed || !maps.Equal(now, pw.resolved)) {
-		// A file written in place, with a pause, parses half written
-		// (fewer routes, fewer limits): load it once its content has
-		// stayed the same for settleTime.
-		if fp := pw.fingerprint(); fp != *settling {
-			*settling = fp
-			return true
-		}
-		pw.g.ReloadFile(pw.path)
-		now = pw.resolve() // the keys file may have moved
-	}
-	pw.resolved = now
-	pw.rewatch()
-	return false
 }

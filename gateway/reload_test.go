@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/gateway"
+	"github.com/tollgate/tollgate/internal/filewatch/configmap"
+	"github.com/tollgate/tollgate/internal/fixture"
 	"github.com/tollgate/tollgate/policy"
 )
 
@@ -591,5 +595,197 @@ func TestReloadHalfWrittenFile(t *testing.T) {
 	})
 	if _, body := getBody(t, g.admin+"/metrics"); !strings.Contains(string(body), `tollgate_policy_reloads_total{result="ok"} 1`) {
 		t.Errorf("want one reload: %s", regexp.MustCompile(`tollgate_policy_reloads_total\{[^\n]*`).FindAll(body, -1))
+	}
+}
+
+// reloads is how many times the gateway reloaded its policy, or refused
+// to, since it started: tollgate_policy_reloads_total of every result.
+func reloads(t *testing.T, g *running) int {
+	t.Helper()
+	_, body := getBody(t, g.admin+"/metrics")
+	n := 0
+	for _, m := range regexp.MustCompile(`(?m)^tollgate_policy_reloads_total\{[^}]*\} (\d+)$`).FindAllSubmatch(body, -1) {
+		var v int
+		fmt.Sscan(string(m[1]), &v)
+		n += v
+	}
+	return n
+}
+
+// logTo sets a gateway's logger to one writing JSON lines to w, from
+// level up.
+func logTo(w io.Writer, level slog.Level) func(*gateway.Options) {
+	return func(o *gateway.Options) {
+		o.Logger = slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	}
+}
+
+// quiet is how long a test waits to see that nothing is reloaded: ten
+// times the watch's gathering of a change's events (100 ms). A change it
+// does look at, it loads a second (settleTime) after.
+const quiet = time.Second
+
+// TestReloadOnlyOnChange: a policy file and its keys file. What leaves
+// them as they are reloads nothing: a change beside them is not watched,
+// and one that writes the same bytes again is seen and found the same.
+// Then a real change reloads, once.
+func TestReloadOnlyOnChange(t *testing.T) {
+	for _, c := range []struct {
+		name, reason string
+		// seen: the watch looks at the change (and finds the files as
+		// loaded); otherwise it does not even look.
+		seen   bool
+		change func(t *testing.T, dir string, policy []byte)
+	}{
+		{name: "a file made beside the policy", reason: "of the policy's directory, only the policy's and the keys file's entries matter",
+			change: func(t *testing.T, dir string, _ []byte) {
+				os.WriteFile(filepath.Join(dir, "other"), []byte("x"), 0o600)
+			}},
+		{name: "a file beside the policy written again and again", reason: "a log, say: not the policy",
+			change: func(t *testing.T, dir string, _ []byte) {
+				for i := range 20 {
+					os.WriteFile(filepath.Join(dir, "app.log"), []byte(strings.Repeat("line\n", i)), 0o600)
+				}
+			}},
+		{name: "the policy written again, the same bytes", reason: "a save without changes", seen: true,
+			change: func(t *testing.T, dir string, policy []byte) {
+				os.WriteFile(filepath.Join(dir, "policy.yaml"), policy, 0o600)
+			}},
+		{name: "the keys file written again, the same bytes", reason: "a deploy tool that rewrites every file", seen: true,
+			change: func(t *testing.T, dir string, _ []byte) {
+				os.WriteFile(filepath.Join(dir, "keys.yaml"), []byte("api_keys: []\n"), 0o600)
+			}},
+		{name: "the policy replaced by a copy", reason: "an editor's save: a new file renamed over it, the same bytes", seen: true,
+			change: func(t *testing.T, dir string, policy []byte) {
+				os.WriteFile(filepath.Join(dir, ".policy.yaml.swp"), policy, 0o600)
+				if err := os.Rename(filepath.Join(dir, ".policy.yaml.swp"), filepath.Join(dir, "policy.yaml")); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "the policy's times changed", reason: "touch: the content is the same",
+			change: func(t *testing.T, dir string, _ []byte) {
+				now := time.Now()
+				if err := os.Chtimes(filepath.Join(dir, "policy.yaml"), now, now); err != nil {
+					t.Fatal(err)
+				}
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t)
+			dir := t.TempDir()
+			path := filepath.Join(dir, "policy.yaml")
+			src := func(version string) []byte {
+				return []byte(strings.NewReplacer("VERSION", version, "LIMIT", "5", "UPSTREAM", up.URL).Replace(reloadPolicy) + "keys_file: keys.yaml\n")
+			}
+			os.WriteFile(path, src("v1"), 0o600)
+			os.WriteFile(filepath.Join(dir, "keys.yaml"), []byte("api_keys: []\n"), 0o600)
+			p, err := policy.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logs := &fixture.SyncBuffer{}
+			g := startClock(t, p, "", nil, logTo(logs, slog.LevelDebug))
+			watch(t, g, path)
+			c.change(t, dir, src("v1"))
+			if c.seen {
+				waitFor(t, "the watch looking at the change ("+c.reason+")", 5*time.Second, func() bool {
+					return strings.Contains(logs.String(), `"msg":"policy unchanged`) || reloads(t, g) > 0
+				})
+			} else {
+				time.Sleep(quiet)
+			}
+			if n := reloads(t, g); n != 0 {
+				t.Fatalf("%d reloads; want none: %s", n, c.reason)
+			}
+			os.WriteFile(path, src("v2"), 0o600)
+			waitFor(t, "a real change served", 10*time.Second, func() bool { return g.g.Policy().Version == "v2" })
+			if n := reloads(t, g); n != 1 {
+				t.Fatalf("a real change: %d reloads, want 1", n)
+			}
+		})
+	}
+}
+
+// TestReloadLogBeside: a gateway that logs into a file beside its policy
+// file, another process logging there too, reloads once for one change:
+// a line logged is no change of the policy.
+func TestReloadLogBeside(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	src := func(version string) []byte {
+		return []byte(strings.NewReplacer("VERSION", version, "LIMIT", "1000", "UPSTREAM", up.URL).Replace(reloadPolicy))
+	}
+	os.WriteFile(path, src("v1"), 0o600)
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "gateway.log")
+	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	g := startClock(t, p, "", nil, logTo(log, slog.LevelInfo))
+	watch(t, g, path)
+	os.WriteFile(path, src("v2"), 0o600)
+	waitFor(t, "v2 served", 10*time.Second, func() bool { return g.g.Policy().Version == "v2" })
+	// Requests logged, and another process logging beside it, a line at
+	// a time, each past the watch's gathering of a change's events; then
+	// quiet for as long as a change takes to load.
+	for range 8 {
+		get(t, g.public+"/api/x")
+		f, err := os.OpenFile(filepath.Join(dir, "app.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(f, "GET /healthz 200")
+		f.Close()
+		time.Sleep(quiet / 4)
+	}
+	time.Sleep(2 * quiet)
+	if n := reloads(t, g); n != 1 {
+		b, _ := os.ReadFile(logPath)
+		t.Fatalf("%d reloads for one change, want 1; its log:\n%.2000s", n, b)
+	}
+}
+
+// TestReloadConfigMap: the policy and its keys file in a ConfigMap
+// mounted as a directory (`tollgate serve --config /etc/tollgate/policy.yaml`,
+// the volume on /etc/tollgate), as the kubelet lays it out and updates
+// it: each update (..data swapped) is served, a key added to the keys
+// file and a new version of the policy.
+func TestReloadConfigMap(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	pol := func(version string) string {
+		src := strings.NewReplacer("VERSION", version, "LIMIT", "1000", "UPSTREAM", up.URL).Replace(reloadPolicy) + "keys_file: keys.yaml\n"
+		return strings.Replace(src, "plans:\n", "plans:\n  gold: {algorithm: fixed_window, rate: 7, period: 1h}\n", 1)
+	}
+	gold := `api_keys:
+  - {id: gold-1, digest: "sha256:4a55ea81e1313e68a8feea48e98110bc50e4ca82fed243a92f8de2e9e00e5ecb", tenant: t1, plan: gold}
+`
+	cm := configmap.Mount(t, dir, map[string]string{"policy.yaml": pol("v1"), "keys.yaml": "api_keys: []\n"})
+	p, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, p, "")
+	watch(t, g, path)
+	if code := get(t, g.public+"/api/x", "X-API-Key", freeKey).StatusCode; code != 401 {
+		t.Fatalf("an unknown key: %d", code)
+	}
+	cm.Update(t, map[string]string{"policy.yaml": pol("v1"), "keys.yaml": gold})
+	waitFor(t, "the key added to the ConfigMap admitted", 10*time.Second, func() bool {
+		resp := get(t, g.public+"/api/x", "X-API-Key", freeKey)
+		return resp.StatusCode == 200 && strings.HasPrefix(resp.Header.Get("RateLimit-Policy"), `"gold";q=7`)
+	})
+	cm.Update(t, map[string]string{"policy.yaml": pol("v2"), "keys.yaml": gold})
+	waitFor(t, "v2 served from the ConfigMap", 10*time.Second, func() bool { return g.g.Policy().Version == "v2" })
+	if n := reloads(t, g); n != 2 {
+		t.Errorf("two updates: %d reloads, want 2", n)
 	}
 }
