@@ -36,6 +36,8 @@ type Settings struct {
 	RedisTimeout time.Duration
 	// Server holds NEAR_LIMIT_RATIO, SHADOW_MODE and the headers.
 	Server Options
+	// TLS is the gRPC listener's (GRPC_SERVER_USE_TLS), nil for none.
+	TLS *ServerTLS
 	// ConfigType is CONFIG_TYPE: FILE (the files of ConfigDir) or
 	// GRPC_XDS_SOTW (an xDS control plane, as XDS says; nil otherwise).
 	ConfigType string
@@ -60,7 +62,6 @@ var ignoredVars = map[string]string{
 	"RESPONSE_DYNAMIC_METADATA":     "not supported",
 	"QUOTA_MODE":                    "not supported",
 	"TRACING_ENABLED":               "not supported",
-	"GRPC_SERVER_USE_TLS":           "not supported: terminate TLS in front",
 }
 
 // envReader reads variables through getenv and gathers, in order, what
@@ -121,6 +122,7 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 	}
 	s.readConfig(e)
 	s.readConfigType(e)
+	s.TLS = readServerTLS(e)
 	if e.boolean("USE_PROMETHEUS", false) {
 		s.MetricsAddr = e.get("PROMETHEUS_ADDR", ":9090")
 	}

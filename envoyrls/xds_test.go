@@ -427,6 +427,11 @@ type pki struct {
 	pool                          *x509.CertPool
 	server                        tls.Certificate
 	caFile, clientCert, clientKey string
+	// serverCert and serverKey hold server's chain and key; the client
+	// certificate names client.test.
+	serverCert, serverKey string
+	ca                    *x509.Certificate
+	caKey                 *ecdsa.PrivateKey
 }
 
 func newPKI(t *testing.T) pki {
@@ -443,7 +448,8 @@ func newPKI(t *testing.T) pki {
 		t.Fatal(err)
 	}
 	ca, _ := x509.ParseCertificate(caDER)
-	p := pki{pool: x509.NewCertPool(), caFile: filepath.Join(dir, "ca.crt"), clientCert: filepath.Join(dir, "tls.crt"), clientKey: filepath.Join(dir, "tls.key")}
+	p := pki{pool: x509.NewCertPool(), caFile: filepath.Join(dir, "ca.crt"), clientCert: filepath.Join(dir, "tls.crt"), clientKey: filepath.Join(dir, "tls.key"),
+		serverCert: filepath.Join(dir, "server.crt"), serverKey: filepath.Join(dir, "server.key"), ca: ca, caKey: caKey}
 	p.pool.AddCert(ca)
 	writePEM(t, p.caFile, "CERTIFICATE", caDER)
 	leaf := func(serial int64, usage x509.ExtKeyUsage, dns []string) ([]byte, *ecdsa.PrivateKey) {
@@ -461,14 +467,21 @@ func newPKI(t *testing.T) pki {
 	}
 	serverDER, serverKey := leaf(2, x509.ExtKeyUsageServerAuth, []string{"xds.test"})
 	p.server = tls.Certificate{Certificate: [][]byte{serverDER}, PrivateKey: serverKey}
-	clientDER, clientKey := leaf(3, x509.ExtKeyUsageClientAuth, nil)
-	writePEM(t, p.clientCert, "CERTIFICATE", clientDER)
-	keyDER, err := x509.MarshalECPrivateKey(clientKey)
+	writePair(t, p.serverCert, p.serverKey, serverDER, serverKey)
+	clientDER, clientKey := leaf(3, x509.ExtKeyUsageClientAuth, []string{"client.test"})
+	writePair(t, p.clientCert, p.clientKey, clientDER, clientKey)
+	return p
+}
+
+// writePair writes a certificate and its key in PEM.
+func writePair(t *testing.T, certFile, keyFile string, der []byte, key *ecdsa.PrivateKey) {
+	t.Helper()
+	writePEM(t, certFile, "CERTIFICATE", der)
+	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	writePEM(t, p.clientKey, "EC PRIVATE KEY", keyDER)
-	return p
+	writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
 }
 
 func writePEM(t *testing.T, path, typ string, der []byte) {

@@ -321,15 +321,10 @@ func serveIstio(t *testing.T, m manifests, env map[string]string) {
 	}
 }
 
-// xdsVars are the xDS client's variables (envoyrls/xds.go), read with
-// CONFIG_TYPE=GRPC_XDS_SOTW.
-var xdsVars = []string{"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
-	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "FORCE_START_WITHOUT_INITIAL_CONFIG"}
-
 // notRead are variables Envoy Gateway sets that rls neither reads nor
 // warns of; the page says so of each.
 var notRead = []string{"LOG_LEVEL", "PROMETHEUS_MAPPER_YAML", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY",
-	"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_SERVER_TLS_CA_CERT"}
+	"GRPC_SERVER_TLS_CA_CERT"}
 
 // envoyGatewayChecks checks the EnvoyGateway configuration: the
 // rate-limit Deployment's image is Tollgate's, its container (Envoy
@@ -356,7 +351,7 @@ func envoyGatewayChecks(t *testing.T, m manifests, entrypoint []string, image st
 	}
 	_, table, _ := strings.Cut(string(b), "| Envoy Gateway sets | Tollgate |")
 	table, _, _ = strings.Cut(table, "\n\n")
-	known := slices.Concat(rlsIgnored, xdsVars, notRead)
+	known := slices.Concat(rlsIgnored, notRead)
 	for _, v := range rlsVars {
 		known = append(known, v.name)
 	}

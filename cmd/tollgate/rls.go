@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/rueidis"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
@@ -151,6 +152,11 @@ var rlsVars = []rlsVar{
 	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", "the name the control plane's certificate must hold (else the address's host)"},
 	{"GRPC_HOST", "0.0.0.0", "the gRPC listener's host"},
 	{"GRPC_PORT", "8081", "the gRPC listener's port"},
+	{"GRPC_SERVER_USE_TLS", "false", "serve gRPC over TLS"},
+	{"GRPC_SERVER_TLS_CERT", "", "the listener's certificate chain file, with TLS (read again when it changes)"},
+	{"GRPC_SERVER_TLS_KEY", "", "its key's file"},
+	{"GRPC_CLIENT_TLS_CACERT", "", "require a client certificate this CA's file signed (mutual TLS)"},
+	{"GRPC_CLIENT_TLS_SAN", "", "require the client certificate to name this, with GRPC_CLIENT_TLS_CACERT"},
 	{"HOST", "0.0.0.0", "the host of /healthcheck and /metrics"},
 	{"PORT", "8080", "the port of /healthcheck and /metrics"},
 	{"USE_PROMETHEUS", "false", "serve metrics on PROMETHEUS_ADDR too"},
@@ -178,7 +184,7 @@ var rlsVars = []rlsVar{
 // warn that they take no effect.
 var rlsIgnored = []string{"LOCAL_CACHE_SIZE_IN_BYTES", "EXPIRATION_JITTER_MAX_SECONDS", "CACHE_KEY_PREFIX",
 	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_PERSECOND", "USE_STATSD", "USE_DOG_STATSD",
-	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "RUNTIME_WATCH_ROOT", "RESPONSE_DYNAMIC_METADATA", "QUOTA_MODE", "TRACING_ENABLED", "GRPC_SERVER_USE_TLS"}
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "RUNTIME_WATCH_ROOT", "RESPONSE_DYNAMIC_METADATA", "QUOTA_MODE", "TRACING_ENABLED"}
 
 // rlsEnvUsage describes the environment variables rls reads, with their
 // defaults, for its help.
@@ -282,7 +288,15 @@ func runRLS(set envoyrls.Settings, srv *envoyrls.Server, reg *prometheus.Registr
 		return nil
 	}
 
-	g := grpc.NewServer()
+	var gopts []grpc.ServerOption
+	if set.TLS != nil {
+		tc, err := set.TLS.Config(func(err error) { log.Warn("gRPC TLS", slog.String("error", err.Error())) })
+		if err != nil {
+			return err
+		}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	g := grpc.NewServer(gopts...)
 	srv.Register(g)
 	servers := rlsHTTPServers(set, srv, reg)
 	errc, err := startRLS(g, set.GRPCAddr, servers)
