@@ -50,6 +50,7 @@ func main() {
 	png := flag.String("png", "", "write the gateway latency chart here")
 	quick := flag.Bool("quick", false, "measure briefly, once per cell (a CI-sized run of a few minutes)")
 	dur := flag.Duration("duration", 0, "how long each measured cell runs (default: 1.5s, the fleet's 1s; 1s with -quick)")
+	reps := flag.Int("repeats", 0, "how many times each cell of the gateway, memory and LLM suites runs, the targets in turn (default: 3; 1 with -quick)")
 	suites := flag.String("suites", "store,fleet,memory,gateway,rls,llm,overload", "which suites to run")
 	peer := flag.String("peer", "peers/goredis902", "the source of the worker that runs redis_rate on go-redis v9.0.2 (empty: leave that row out)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
@@ -77,6 +78,9 @@ func main() {
 	}
 	if *dur > 0 {
 		m.duration, m.fleetDuration = *dur, *dur
+	}
+	if *reps > 0 {
+		m.repeats = *reps
 	}
 	repeats = m.repeats
 
