@@ -115,6 +115,21 @@ func (s *Server) Register(g *grpc.Server) {
 	reflection.Register(g)
 }
 
+// ServerOptions are the options of the gRPC server that serves the
+// service: a pool of streamWorkers goroutines that serve the calls (gRPC
+// starts a goroutine of its own for a call that finds none free). By
+// default gRPC starts one per call, whose stack then grows, copied at
+// each doubling, on the way down to the store: at 64 callers on Redis,
+// an eighth of the service's CPU (BENCHMARKS.md, section 4).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}
+}
+
+// streamWorkers is the size of ServerOptions' pool: more than the calls
+// a few Envoys have in flight at once while Redis answers, each idle
+// worker a few KiB of stack.
+const streamWorkers = 256
+
 // Shutdown reports NOT_SERVING to health checks, so that clients move
 // away before the listener closes.
 func (s *Server) Shutdown() { s.health.Shutdown() }

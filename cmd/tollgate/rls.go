@@ -288,7 +288,7 @@ func runRLS(set envoyrls.Settings, srv *envoyrls.Server, reg *prometheus.Registr
 		return nil
 	}
 
-	var gopts []grpc.ServerOption
+	gopts := envoyrls.ServerOptions()
 	if set.TLS != nil {
 		tc, err := set.TLS.Config(func(err error) { log.Warn("gRPC TLS", slog.String("error", err.Error())) })
 		if err != nil {
