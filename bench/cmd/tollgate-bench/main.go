@@ -54,6 +54,8 @@ func main() {
 	suites := flag.String("suites", "store,fleet,memory,gateway,rls,llm,overload", "which suites to run")
 	peer := flag.String("peer", "peers/goredis902", "the source of the worker that runs redis_rate on go-redis v9.0.2 (empty: leave that row out)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	rlsPeer := flag.String("rls-peer", "peers/ratelimit", "the source of the program that runs envoyproxy/ratelimit for the rls suite (empty: leave that row out)")
+	rlsProfiles := flag.String("rls-profiles", "", "write a CPU profile of tollgate rls' process in the rls suite into this directory (tollgate-rls.pprof)")
 	gatewayProfiles := flag.String("gateway-profiles", "", "run the gateway suite's sweep alone (BENCH_RATES) and write a CPU profile of each target's process into this directory (plain.pprof, memory.pprof, redis.pprof)")
 	flag.Parse()
 	if spec := os.Getenv(workerEnv); spec != "" {
@@ -62,6 +64,10 @@ func main() {
 	}
 	if spec := os.Getenv(targetEnv); spec != "" {
 		runTarget(spec)
+		return
+	}
+	if spec := os.Getenv(rlsTargetEnv); spec != "" {
+		runRLSTarget(spec)
 		return
 	}
 	if *cpuprofile != "" {
@@ -106,7 +112,7 @@ func main() {
 		case "gateway":
 			r.gateway = runGatewaySuite(srv, m.duration, *gatewayProfiles)
 		case "rls":
-			r.rls = runRLSSuite(srv, m.duration)
+			r.rls = runRLSSuite(srv, m.duration, *rlsPeer, *rlsProfiles)
 		case "llm":
 			r.llm = runLLMSuite(srv, m.duration)
 		case "overload":

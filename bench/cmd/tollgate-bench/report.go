@@ -29,7 +29,7 @@ type report struct {
 	fleet     []fleetRow
 	memory    []memoryRow
 	gateway   *gatewayResult
-	rls       []rlsRow
+	rls       *rlsResult
 	llm       []llmRow
 	overload  []overloadRow
 }
@@ -95,7 +95,7 @@ func (r *report) markdown(png string) string {
 	if r.gateway != nil {
 		r.gatewayMarkdown(w, png)
 	}
-	if len(r.rls) > 0 {
+	if r.rls != nil {
 		r.rlsMarkdown(w)
 	}
 	if len(r.fleet) > 0 {

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -25,6 +32,14 @@ import (
 	rstore "github.com/tollgate/tollgate/store/redis"
 )
 
+// The rate-limit service suite. Every server it loads runs in a process of
+// its own, apart from the load generator (as the gateway suite's targets
+// do, and speaking their protocol: see targetProc): the two no-op servers
+// and Tollgate's are this program run again (rlsTargetEnv), and
+// envoyproxy/ratelimit is its own service_cmd built from its module
+// (peers/ratelimit). Tollgate's and envoyproxy/ratelimit's processes get
+// the same environment (rlsEnv), which both read.
+
 // rlsRow is one cell of the rate-limit service table.
 type rlsRow struct {
 	target  string
@@ -33,14 +48,25 @@ type rlsRow struct {
 	perSec  float64
 	lat     summary
 	errors  int64
-	// ownUsec is this process's CPU time per decision (the callers' and
-	// the server's), redisUsec redis-server's (user and system) and
-	// scriptUsec the time it spent in scripts, in microseconds; calls is
-	// its script calls per decision.
-	redisUsec  float64
-	ownUsec    float64
-	scriptUsec float64
-	calls      float64
+	// procUsec is the target process's CPU time per decision, redisUsec
+	// redis-server's (user and system, less its idle rate), in
+	// microseconds; calls is the commands Redis ran per decision.
+	procUsec  float64
+	redisUsec float64
+	calls     float64
+	// fallback is the share of Tollgate's decisions its local fallback
+	// made (Redis' calls timed out, or its breaker was open).
+	fallback float64
+}
+
+// rlsResult is the suite's outcome.
+type rlsResult struct {
+	kinds     []string   // the targets' kinds, in the table's order
+	rows      []rlsRow   // the medians, one per target
+	runs      [][]rlsRow // each target's runs, round by round
+	redisIdle float64    // Redis' CPU at rest, µs per second, taken off its figures
+	peer      string     // envoyproxy/ratelimit's version, or why it is missing
+	peerOK    bool
 }
 
 // rlsCallers is how many callers ask at once, over rlsConns connections
@@ -59,6 +85,125 @@ descriptors:
       unit: minute
       requests_per_unit: 4000000000
 `
+
+// The targets, in the table's order; the ratios are of rlsTollgate to
+// the others.
+const (
+	rlsNoop      = "noop"      // answers OK at once: the gRPC floor
+	rlsPing      = "ping"      // the same after one Redis PING
+	rlsTollgate  = "tollgate"  // wired as `tollgate rls` is, from rlsEnv
+	rlsRatelimit = "ratelimit" // envoyproxy/ratelimit (peers/ratelimit)
+)
+
+var rlsNames = map[string]string{
+	rlsNoop:      "no-op ShouldRateLimit (the gRPC floor)",
+	rlsPing:      "no-op ShouldRateLimit after a Redis PING",
+	rlsTollgate:  "tollgate rls on Redis",
+	rlsRatelimit: "envoyproxy/ratelimit on Redis",
+}
+
+// rlsTargetEnv, when set (to an rlsSpec as JSON), makes this program serve
+// one RLS target instead of measuring, as targetEnv does for the gateway
+// suite: it prints the target's gRPC address, then answers each line on
+// its standard input with the CPU time it has used so far (Tollgate's
+// answers "fallbacks" with the decisions its fallback has made), and
+// exits when its standard input closes.
+const rlsTargetEnv = "TOLLGATE_BENCH_RLS_TARGET"
+
+// rlsSpec is one RLS target process's task.
+type rlsSpec struct {
+	Kind       string `json:"kind"`
+	Redis      string `json:"redis,omitempty"`      // the Redis address (rlsPing)
+	CPUProfile string `json:"cpuprofile,omitempty"` // write a CPU profile of the process's whole life here
+}
+
+// runRLSTarget is the program when rlsTargetEnv is set.
+func runRLSTarget(js string) {
+	var spec rlsSpec
+	if err := json.Unmarshal([]byte(js), &spec); err != nil {
+		fatal(fmt.Errorf("reading the RLS target's spec: %w", err))
+	}
+	if spec.CPUProfile != "" {
+		f, err := os.Create(spec.CPUProfile)
+		if err != nil {
+			fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	addr, fallbacks := serveRLSTarget(spec)
+	fmt.Println(addr)
+	for sc := bufio.NewScanner(os.Stdin); sc.Scan(); {
+		if sc.Text() == "fallbacks" && fallbacks != nil {
+			fmt.Println(fallbacks())
+			continue
+		}
+		fmt.Println(int64(cpuTime()))
+	}
+}
+
+// serveRLSTarget starts the target spec asks for and returns its address
+// and, for Tollgate's, how many decisions its fallback has made.
+func serveRLSTarget(spec rlsSpec) (string, func() uint64) {
+	limit := &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: 4000000000, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE}
+	switch spec.Kind {
+	case rlsNoop:
+		return serveGRPC("127.0.0.1:0", func(g *grpc.Server) { rlspb.RegisterRateLimitServiceServer(g, &noopRLS{limit: limit}) }), nil
+	case rlsPing:
+		// The floor of any service that consults Redis once per request:
+		// the same answer, after one round trip.
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{spec.Redis}, DisableCache: true, ForceSingleClient: true})
+		if err != nil {
+			fatal(err)
+		}
+		return serveGRPC("127.0.0.1:0", func(g *grpc.Server) { rlspb.RegisterRateLimitServiceServer(g, &noopRLS{limit: limit, redis: c}) }), nil
+	case rlsTollgate:
+		set, err := envoyrls.SettingsFromEnv(os.Getenv)
+		if err != nil {
+			fatal(err)
+		}
+		srv, res, err := tollgateRLS(set)
+		if err != nil {
+			fatal(fmt.Errorf("starting tollgate rls: %w", err))
+		}
+		return serveGRPC(set.GRPCAddr, srv.Register), func() uint64 { return res.Stats().Fallbacks }
+	}
+	fatal(fmt.Errorf("unknown RLS target %q", spec.Kind))
+	return "", nil
+}
+
+// tollgateRLS returns the rate-limit service as `tollgate rls` builds it
+// from set (cmd/tollgate's newRLSServer): the files' configuration, Redis
+// as one client behind the breaker with the local fallback, the engine's
+// deny cache, the metrics. It returns the breaker's store too.
+func tollgateRLS(set envoyrls.Settings) (*envoyrls.Server, *resilience.Store, error) {
+	cfg, err := envoyrls.Load(set.ConfigDir, set.Load)
+	if err != nil {
+		return nil, nil, err
+	}
+	opt, err := rueidis.ParseURL(set.RedisURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	opt.DisableCache, opt.ForceSingleClient = true, set.RedisMode == "standalone"
+	rs, err := rstore.Open(opt, rstore.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening redis store: %w", err)
+	}
+	res := resilience.New(rs, memory.New(memory.Options{}), resilience.Options{Timeout: set.RedisTimeout})
+	em, _ := engine.NewMetrics(nil)
+	eng, err := engine.New(engine.Options{Store: res, Metrics: em, DenyCacheSize: engine.DefaultDenyCacheSize})
+	if err != nil {
+		return nil, nil, err
+	}
+	m, _ := envoyrls.NewMetrics(nil)
+	opts := set.Server
+	opts.Engine, opts.Metrics = eng, m
+	srv, err := envoyrls.New(cfg, opts)
+	return srv, res, err
+}
 
 // noopRLS answers every request OK with one status, without deciding:
 // the gRPC floor.
@@ -81,137 +226,223 @@ func (n *noopRLS) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	return resp, nil
 }
 
-// rlsTarget starts one server and returns its address and how to stop it.
-type rlsTarget struct {
-	name  string
-	start func() (string, func(), error)
-}
-
-func serveGRPC(register func(*grpc.Server), opts ...grpc.ServerOption) (string, func(), error) {
-	g := grpc.NewServer(opts...)
+// serveGRPC serves a gRPC server with what register adds on addr, and
+// returns the address it listens on. Every server of the suite but
+// envoyproxy/ratelimit's is built with the options `tollgate rls` serves
+// with: the floors measure the same gRPC server doing less.
+func serveGRPC(addr string, register func(*grpc.Server)) string {
+	g := grpc.NewServer(envoyrls.ServerOptions()...)
 	register(g)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", nil, err
+		fatal(err)
 	}
 	go g.Serve(ln)
-	return ln.Addr().String(), g.Stop, nil
+	return ln.Addr().String()
 }
 
-func rlsTargets(addr string) []rlsTarget {
-	return []rlsTarget{
-		{name: "no-op ShouldRateLimit (the gRPC floor)", start: func() (string, func(), error) {
-			n := &noopRLS{limit: &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: 4000000000, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE}}
-			return serveGRPC(func(g *grpc.Server) { rlspb.RegisterRateLimitServiceServer(g, n) })
-		}},
-		{name: "no-op ShouldRateLimit after a Redis PING", start: func() (string, func(), error) {
-			// The floor of any service that consults Redis once per
-			// request: the same answer, after one round trip.
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
-			if err != nil {
-				return "", nil, err
-			}
-			n := &noopRLS{limit: &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: 4000000000, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE}, redis: c}
-			a, stop, err := serveGRPC(func(g *grpc.Server) { rlspb.RegisterRateLimitServiceServer(g, n) })
-			return a, func() { stop(); c.Close() }, err
-		}},
-		{name: "tollgate rls on Redis", start: func() (string, func(), error) {
-			// As `tollgate rls` runs: Redis behind the breaker with the
-			// local fallback, the engine's deny cache, the metrics.
-			dir, err := os.MkdirTemp("", "rls-bench")
-			if err != nil {
-				return "", nil, err
-			}
-			if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(rlsConfig), 0o644); err != nil {
-				return "", nil, err
-			}
-			cfg, err := envoyrls.Load(dir, envoyrls.LoadOptions{})
-			if err != nil {
-				return "", nil, err
-			}
-			opt := rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true}
-			rs, err := rstore.Open(opt, rstore.Options{})
-			if err != nil {
-				return "", nil, err
-			}
-			res := resilience.New(rs, memory.New(memory.Options{}), resilience.Options{})
-			em, _ := engine.NewMetrics(nil)
-			eng, err := engine.New(engine.Options{Store: res, Metrics: em, DenyCacheSize: engine.DefaultDenyCacheSize})
-			if err != nil {
-				return "", nil, err
-			}
-			m, _ := envoyrls.NewMetrics(nil)
-			srv, err := envoyrls.New(cfg, envoyrls.Options{Engine: eng, Metrics: m})
-			if err != nil {
-				return "", nil, err
-			}
-			a, stop, err := serveGRPC(srv.Register)
-			return a, func() { stop(); res.Close(); rs.Close(); os.RemoveAll(dir) }, err
-		}},
+// rlsEnv returns the environment of Tollgate's and envoyproxy/ratelimit's
+// processes: envoyproxy/ratelimit's variables, the same for both. Redis
+// over TCP at addr, the configuration in root/ratelimit/config, every
+// listener on a free loopback port, Prometheus metrics (Tollgate's only
+// kind; envoyproxy/ratelimit's default, statsd, would need a statsd).
+func rlsEnv(addr, root string) []string {
+	return []string{
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + addr,
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + freePort(),
+		"HOST=127.0.0.1", "PORT=" + freePort(),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + freePort(),
+		"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + freePort(),
 	}
 }
 
-// runRLSSuite measures ShouldRateLimit at 64 callers against the no-op
-// server and Tollgate's, in turn, three times.
-func runRLSSuite(srv *redistest.Server, dur time.Duration) []rlsRow {
+// freePort returns a loopback TCP port free a moment ago.
+func freePort() string {
+	l := listen()
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// startRLSProc starts cmd, one of the targets, and reads its address.
+func startRLSProc(kind string, cmd *exec.Cmd) *targetProc {
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		fatal(fmt.Errorf("starting the target %s: %w", kind, err))
+	}
+	p := &targetProc{kind: kind, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	if !p.out.Scan() {
+		fatal(fmt.Errorf("starting the target %s: no address: %v", kind, p.out.Err()))
+	}
+	p.target = target{rlsNames[kind], p.out.Text()}
+	return p
+}
+
+// startRLSTarget runs this program again as the target kind.
+func startRLSTarget(kind string, spec rlsSpec, env []string) *targetProc {
+	exe, err := os.Executable()
+	if err != nil {
+		fatal(err)
+	}
+	spec.Kind = kind
+	js, _ := json.Marshal(spec)
+	cmd := exec.Command(exe)
+	cmd.Env = append(append(os.Environ(), env...), rlsTargetEnv+"="+string(js))
+	return startRLSProc(kind, cmd)
+}
+
+// fallbacks returns the decisions Tollgate's fallback has made (0 for
+// the other targets).
+func fallbacks(p *targetProc) uint64 {
+	if p.kind != rlsTollgate {
+		return 0
+	}
+	fmt.Fprintln(p.stdin, "fallbacks")
+	if !p.out.Scan() {
+		fatal(fmt.Errorf("reading the fallbacks of %s: %v", p.name, p.out.Err()))
+	}
+	n, err := strconv.ParseUint(p.out.Text(), 10, 64)
+	if err != nil {
+		fatal(fmt.Errorf("reading the fallbacks of %s: %w", p.name, err))
+	}
+	return n
+}
+
+// buildRatelimit builds envoyproxy/ratelimit's service (peers/ratelimit,
+// from src) into dir, and returns the program and the module's version.
+func buildRatelimit(src, dir string) (exe, version string, err error) {
+	exe = filepath.Join(dir, "ratelimit")
+	build := exec.Command("go", "build", "-o", exe, ".")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("building %s: %w: %s", src, err, strings.TrimSpace(string(out)))
+	}
+	list := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/envoyproxy/ratelimit")
+	list.Dir = src
+	out, err := list.Output()
+	if err != nil {
+		return "", "", fmt.Errorf("reading the version of envoyproxy/ratelimit in %s: %w", src, err)
+	}
+	return exe, strings.TrimSpace(string(out)), nil
+}
+
+// runRLSSuite measures ShouldRateLimit at rlsCallers callers against each
+// target, in turn, round after round (at least five in the default mode),
+// with envoyproxy/ratelimit built from peerSrc (none if empty). With
+// profileDir, Tollgate's process writes its CPU profile there
+// (tollgate-rls.pprof).
+func runRLSSuite(srv *redistest.Server, dur time.Duration, peerSrc, profileDir string) *rlsResult {
 	admin, err := srv.Client()
 	if err != nil {
 		fatal(err)
 	}
 	defer admin.Close()
-	keys := makeKeys(10_000)
-	targets := rlsTargets(srv.Addr)
-	runs := make([][]rlsRow, len(targets))
-	for range repeats {
-		for i, t := range targets {
-			admin.Do(context.Background(), admin.B().Flushall().Build())
-			runs[i] = append(runs[i], runRLSCell(admin, t, keys, dur))
+	dir, err := os.MkdirTemp("", "tollgate-bench-rls")
+	if err != nil {
+		fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	root := filepath.Join(dir, "runtime")
+	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
+		fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", "bench.yaml"), []byte(rlsConfig), 0o644); err != nil {
+		fatal(err)
+	}
+
+	res := &rlsResult{peer: "not measured (-rls-peer '')"}
+	var procs []*targetProc
+	start := func(p *targetProc) { procs = append(procs, p) }
+	start(startRLSTarget(rlsNoop, rlsSpec{}, nil))
+	start(startRLSTarget(rlsPing, rlsSpec{Redis: srv.Addr}, nil))
+	var prof string
+	if profileDir != "" {
+		prof = filepath.Join(profileDir, "tollgate-rls.pprof")
+	}
+	start(startRLSTarget(rlsTollgate, rlsSpec{CPUProfile: prof}, rlsEnv(srv.Addr, root)))
+	if peerSrc != "" {
+		exe, version, err := buildRatelimit(peerSrc, dir)
+		if err != nil {
+			res.peer = err.Error()
+			fmt.Fprintf(os.Stderr, "rls: envoyproxy/ratelimit left out: %v\n", err)
+		} else {
+			res.peer, res.peerOK = version, true
+			cmd := exec.Command(exe)
+			cmd.Env = append(os.Environ(), rlsEnv(srv.Addr, root)...)
+			start(startRLSProc(rlsRatelimit, cmd))
 		}
 	}
-	rows := make([]rlsRow, len(targets))
-	for i, rs := range runs {
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+
+	ctx := context.Background()
+	time.Sleep(500 * time.Millisecond) // let the clients connect
+	r0, t0 := redisCPU(ctx, admin), time.Now()
+	time.Sleep(time.Second)
+	res.redisIdle = (redisCPU(ctx, admin) - r0) * 1e6 / time.Since(t0).Seconds()
+
+	keys := makeKeys(10_000)
+	rounds := repeats
+	if rounds > 1 {
+		rounds = max(rounds, 5)
+	}
+	res.runs = make([][]rlsRow, len(procs))
+	for _, p := range procs {
+		res.kinds = append(res.kinds, p.kind)
+	}
+	for range rounds {
+		for i, p := range procs {
+			flushAll(admin)
+			res.runs[i] = append(res.runs[i], runRLSCell(admin, p, keys, dur, res.redisIdle))
+		}
+	}
+	for _, rs := range res.runs {
 		row := rs[0]
 		row.perSec = median(rs, func(r rlsRow) float64 { return r.perSec })
-		row.ownUsec = median(rs, func(r rlsRow) float64 { return r.ownUsec })
+		row.procUsec = median(rs, func(r rlsRow) float64 { return r.procUsec })
 		row.redisUsec = median(rs, func(r rlsRow) float64 { return r.redisUsec })
-		row.scriptUsec = median(rs, func(r rlsRow) float64 { return r.scriptUsec })
 		row.calls = median(rs, func(r rlsRow) float64 { return r.calls })
+		row.fallback = median(rs, func(r rlsRow) float64 { return r.fallback })
 		row.lat = medianLatency(rs, func(r rlsRow) summary { return r.lat })
 		for _, r := range rs[1:] {
 			row.errors += r.errors
 		}
-		rows[i] = row
+		res.rows = append(res.rows, row)
 	}
-	return rows
+	return res
 }
 
-func runRLSCell(admin rueidis.Client, t rlsTarget, keys []string, dur time.Duration) rlsRow {
-	addr, stop, err := t.start()
-	if err != nil {
-		fatal(err)
-	}
-	defer stop()
-	conns := make([]*grpc.ClientConn, rlsConns)
+// runRLSCell measures one target: rlsCallers callers over rlsConns
+// connections for dur, after a warm-up of a fifth of it.
+func runRLSCell(admin rueidis.Client, p *targetProc, keys []string, dur time.Duration, redisIdle float64) rlsRow {
 	clients := make([]rlspb.RateLimitServiceClient, rlsConns)
-	for i := range conns {
-		if conns[i], err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	for i := range clients {
+		conn, err := grpc.NewClient(p.url, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
 			fatal(err)
 		}
-		defer conns[i].Close()
-		clients[i] = rlspb.NewRateLimitServiceClient(conns[i])
+		defer conn.Close()
+		clients[i] = rlspb.NewRateLimitServiceClient(conn)
 	}
-	reqs := make([]*rlspb.RateLimitRequest, len(keys))
-	for i, k := range keys {
-		reqs[i] = &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: k}}}}}
+	reqs := make(map[string]*rlspb.RateLimitRequest, len(keys))
+	for _, k := range keys {
+		reqs[k] = &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: k}}}}}
 	}
 	var next atomic.Int64
-	index := map[string]int{}
-	for i, k := range keys {
-		index[k] = i
-	}
 	d := func(ctx context.Context, key string) error {
-		c := clients[next.Add(1)%rlsConns]
-		resp, err := c.ShouldRateLimit(ctx, reqs[index[key]])
+		resp, err := clients[next.Add(1)%rlsConns].ShouldRateLimit(ctx, reqs[key])
 		if err == nil && resp.OverallCode != rlspb.RateLimitResponse_OK {
 			return fmt.Errorf("refused")
 		}
@@ -219,53 +450,54 @@ func runRLSCell(admin rueidis.Client, t rlsTarget, keys []string, dur time.Durat
 	}
 	runCallers(0, rlsCallers, keys, d, dur/5) // warm up
 	ctx := context.Background()
-	admin.Do(ctx, admin.B().ConfigResetstat().Build())
-	cpu0, own0 := redisCPU(ctx, admin), ownCPU()
-	res := runCallers(0, rlsCallers, keys, d, dur)
-	n, errs, lat := res.Decisions, res.Errors, summarize(res.Latencies)
-	cpu, own := redisCPU(ctx, admin)-cpu0, ownCPU()-own0
-	row := rlsRow{target: t.name, callers: rlsCallers, keys: len(keys), perSec: res.perSec(), lat: lat, errors: errs}
-	if n > 0 {
-		row.redisUsec = cpu * 1e6 / float64(n)
-		row.ownUsec = own.Seconds() * 1e6 / float64(n)
-		row.calls = float64(scriptCalls(ctx, admin)) / float64(n)
-		row.scriptUsec = scriptUsec(ctx, admin) / float64(n)
+	if err := admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error(); err != nil {
+		fatal(err)
 	}
-	fmt.Fprintf(os.Stderr, "rls: %-40s %8.0f/s p50 %s p99 %s ms, %d errors, bench process %.1f µs, Redis %.1f µs (scripts %.1f) and %.3f calls per decision\n", row.target, row.perSec, ms(lat.p50), ms(lat.p99), errs, row.ownUsec, row.redisUsec, row.scriptUsec, row.calls)
+	fb0, cpu0, redis0, start := fallbacks(p), p.cpu(), redisCPU(ctx, admin), time.Now()
+	res := runCallers(0, rlsCallers, keys, d, dur)
+	cpu, redis, elapsed := p.cpu()-cpu0, redisCPU(ctx, admin)-redis0, time.Since(start)
+	fb := fallbacks(p) - fb0
+	n, lat := res.Decisions, summarize(res.Latencies)
+	row := rlsRow{target: p.name, callers: rlsCallers, keys: len(keys), perSec: res.perSec(), lat: lat, errors: res.Errors}
+	if n > 0 {
+		row.procUsec = cpu.Seconds() * 1e6 / float64(n)
+		row.redisUsec = (redis*1e6 - redisIdle*elapsed.Seconds()) / float64(n)
+		row.calls = redisCalls(ctx, admin) / float64(n)
+		row.fallback = float64(fb) / float64(n)
+	}
+	fmt.Fprintf(os.Stderr, "rls: %-42s %8.0f/s p50 %s p99 %s ms, %d errors, CPU per decision: process %.1f µs, Redis %.1f µs, %.3f Redis calls, %.1f%% on the fallback\n",
+		row.target, row.perSec, ms(lat.p50), ms(lat.p99), row.errors, row.procUsec, row.redisUsec, row.calls, 100*row.fallback)
 	return row
 }
 
-// ownCPU returns the CPU time this process has used, user and system.
-func ownCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+// redisAdminCommands are the commands the suite itself sends Redis,
+// which redisCalls leaves out.
+var redisAdminCommands = []string{"info", "config|resetstat", "flushall", "hello", "client|setinfo"}
+
+// redisCalls counts the calls Redis received since the last CONFIG
+// RESETSTAT (INFO commandstats) but the suite's own: its script calls
+// (EVALSHA, EVAL, FCALL) if it ran any, as commandstats counts the
+// commands a script runs too, else every command.
+func redisCalls(ctx context.Context, c rueidis.Client) float64 {
+	if n := scriptCalls(ctx, c); n > 0 {
+		return float64(n)
+	}
+	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
 		fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// rlsMarkdown writes the rate-limit service section.
-func (r *report) rlsMarkdown(w func(string, ...any)) {
-	w("## 4. Envoy's rate-limit service\n\n")
-	w("`ShouldRateLimit` over gRPC (loopback TCP, %d connections), %d callers in a closed loop for %v, one descriptor per request\n", rlsConns, rlsCallers, r.mode.duration)
-	w("over 10,000 values under a limit no caller reaches (so every decision charges Redis). Three servers on the same machine:\n")
-	w("one whose `ShouldRateLimit` answers OK at once (the gRPC floor), one that answers the same after one Redis `PING`\n")
-	w("through rueidis (the floor of any service that consults Redis per request), and Tollgate's, wired as `tollgate rls`\n")
-	w("runs it: Redis behind the breaker with the local fallback, the deny cache, the metrics. The load generator runs in the\n")
-	w("servers' process: *process CPU* is that process's CPU time (client and server) per decision, *Redis CPU* redis-server's,\n")
-	w("*calls* its script calls per decision. %d runs, the servers in turn; medians.\n\n", repeats)
-	w("| server | callers | decisions/s | p50 ms | p99 ms | p99.9 ms | process CPU µs | Redis CPU µs | calls | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, x := range r.rls {
-		w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %d |\n", x.target, x.callers, fmtFloat(x.perSec, 0), ms(x.lat.p50), ms(x.lat.p99), ms(x.lat.p999),
-			fmtFloat(x.ownUsec, 1), fmtFloat(x.redisUsec, 1), fmtFloat(x.calls, 3), x.errors)
-	}
-	w("\n")
-	if n := len(r.rls); n >= 2 && r.rls[0].perSec > 0 {
-		t := r.rls[n-1]
-		w("- Tollgate / gRPC floor = **%s%%** of the floor's throughput (target: at least 80%%)\n", fmtFloat(100*t.perSec/r.rls[0].perSec, 0))
-		if n == 3 && r.rls[1].perSec > 0 {
-			w("- Tollgate / PING floor = **%s%%**\n", fmtFloat(100*t.perSec/r.rls[1].perSec, 0))
+	var total int64
+	for _, line := range strings.Split(info, "\r\n") {
+		name, stats, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") || slices.Contains(redisAdminCommands, name) {
+			continue
 		}
-		w("\n")
+		for _, f := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
 	}
+	return float64(total)
 }
