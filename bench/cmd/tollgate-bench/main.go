@@ -55,7 +55,7 @@ func main() {
 	peer := flag.String("peer", "peers/goredis902", "the source of the worker that runs redis_rate on go-redis v9.0.2 (empty: leave that row out)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	rlsPeer := flag.String("rls-peer", "peers/ratelimit", "the source of the program that runs envoyproxy/ratelimit for the rls suite (empty: leave that row out)")
-	rlsProfiles := flag.String("rls-profiles", "", "write a CPU profile of tollgate rls' process in the rls suite into this directory (tollgate-rls.pprof)")
+	rlsProfiles := flag.String("rls-profiles", "", "write CPU profiles of the rls suite's tollgate rls and PING server processes into this directory (tollgate-rls.pprof, ping.pprof)")
 	gatewayProfiles := flag.String("gateway-profiles", "", "run the gateway suite's sweep alone (BENCH_RATES) and write a CPU profile of each target's process into this directory (plain.pprof, memory.pprof, redis.pprof)")
 	flag.Parse()
 	if spec := os.Getenv(workerEnv); spec != "" {

@@ -54,6 +54,9 @@ type rlsRow struct {
 	procUsec  float64
 	redisUsec float64
 	calls     float64
+	// loadUsec is the load generator's (this process's) CPU time per
+	// decision: the same work for every target.
+	loadUsec float64
 	// fallback is the share of Tollgate's decisions its local fallback
 	// made (Redis' calls timed out, or its breaker was open).
 	fallback float64
@@ -75,6 +78,10 @@ const (
 	rlsCallers = 64
 	rlsConns   = 4
 )
+
+// rlsStoreTimeout bounds Tollgate's store calls in the suite
+// (TOLLGATE_STORE_TIMEOUT).
+const rlsStoreTimeout = time.Second
 
 // rlsConfig is one domain with one descriptor whose limit no caller
 // reaches: every decision takes the store's write path.
@@ -336,10 +343,10 @@ func buildRatelimit(src, dir string) (exe, version string, err error) {
 }
 
 // runRLSSuite measures ShouldRateLimit at rlsCallers callers against each
-// target, in turn, round after round (at least five in the default mode),
+// target, in turn, round after round (at least seven in the default mode),
 // with envoyproxy/ratelimit built from peerSrc (none if empty). With
-// profileDir, Tollgate's process writes its CPU profile there
-// (tollgate-rls.pprof).
+// profileDir, Tollgate's process and the PING server's write their CPU
+// profiles there (tollgate-rls.pprof, ping.pprof).
 func runRLSSuite(srv *redistest.Server, dur time.Duration, peerSrc, profileDir string) *rlsResult {
 	admin, err := srv.Client()
 	if err != nil {
@@ -363,12 +370,18 @@ func runRLSSuite(srv *redistest.Server, dur time.Duration, peerSrc, profileDir s
 	var procs []*targetProc
 	start := func(p *targetProc) { procs = append(procs, p) }
 	start(startRLSTarget(rlsNoop, rlsSpec{}, nil))
-	start(startRLSTarget(rlsPing, rlsSpec{Redis: srv.Addr}, nil))
-	var prof string
-	if profileDir != "" {
-		prof = filepath.Join(profileDir, "tollgate-rls.pprof")
+	prof := func(name string) string {
+		if profileDir == "" {
+			return ""
+		}
+		return filepath.Join(profileDir, name+".pprof")
 	}
-	start(startRLSTarget(rlsTollgate, rlsSpec{CPUProfile: prof}, rlsEnv(srv.Addr, root)))
+	start(startRLSTarget(rlsPing, rlsSpec{Redis: srv.Addr, CPUProfile: prof("ping")}, nil))
+	// Every decision on Redis, as the table says: at the default timeout
+	// of a store call (20 ms), this loaded machine's stalls open the
+	// breaker, and a quarter to a half of the decisions were the local
+	// fallback's.
+	start(startRLSTarget(rlsTollgate, rlsSpec{CPUProfile: prof("tollgate-rls")}, append(rlsEnv(srv.Addr, root), "TOLLGATE_STORE_TIMEOUT="+rlsStoreTimeout.String())))
 	if peerSrc != "" {
 		exe, version, err := buildRatelimit(peerSrc, dir)
 		if err != nil {
@@ -396,7 +409,7 @@ func runRLSSuite(srv *redistest.Server, dur time.Duration, peerSrc, profileDir s
 	keys := makeKeys(10_000)
 	rounds := repeats
 	if rounds > 1 {
-		rounds = max(rounds, 5)
+		rounds = max(rounds, 7)
 	}
 	res.runs = make([][]rlsRow, len(procs))
 	for _, p := range procs {
@@ -412,6 +425,7 @@ func runRLSSuite(srv *redistest.Server, dur time.Duration, peerSrc, profileDir s
 		row := rs[0]
 		row.perSec = median(rs, func(r rlsRow) float64 { return r.perSec })
 		row.procUsec = median(rs, func(r rlsRow) float64 { return r.procUsec })
+		row.loadUsec = median(rs, func(r rlsRow) float64 { return r.loadUsec })
 		row.redisUsec = median(rs, func(r rlsRow) float64 { return r.redisUsec })
 		row.calls = median(rs, func(r rlsRow) float64 { return r.calls })
 		row.fallback = median(rs, func(r rlsRow) float64 { return r.fallback })
@@ -453,20 +467,22 @@ func runRLSCell(admin rueidis.Client, p *targetProc, keys []string, dur time.Dur
 	if err := admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error(); err != nil {
 		fatal(err)
 	}
-	fb0, cpu0, redis0, start := fallbacks(p), p.cpu(), redisCPU(ctx, admin), time.Now()
+	fb0, cpu0, redis0, load0, start := fallbacks(p), p.cpu(), redisCPU(ctx, admin), cpuTime(), time.Now()
 	res := runCallers(0, rlsCallers, keys, d, dur)
+	load := cpuTime() - load0
 	cpu, redis, elapsed := p.cpu()-cpu0, redisCPU(ctx, admin)-redis0, time.Since(start)
 	fb := fallbacks(p) - fb0
 	n, lat := res.Decisions, summarize(res.Latencies)
 	row := rlsRow{target: p.name, callers: rlsCallers, keys: len(keys), perSec: res.perSec(), lat: lat, errors: res.Errors}
 	if n > 0 {
 		row.procUsec = cpu.Seconds() * 1e6 / float64(n)
+		row.loadUsec = load.Seconds() * 1e6 / float64(n)
 		row.redisUsec = (redis*1e6 - redisIdle*elapsed.Seconds()) / float64(n)
 		row.calls = redisCalls(ctx, admin) / float64(n)
 		row.fallback = float64(fb) / float64(n)
 	}
-	fmt.Fprintf(os.Stderr, "rls: %-42s %8.0f/s p50 %s p99 %s ms, %d errors, CPU per decision: process %.1f µs, Redis %.1f µs, %.3f Redis calls, %.1f%% on the fallback\n",
-		row.target, row.perSec, ms(lat.p50), ms(lat.p99), row.errors, row.procUsec, row.redisUsec, row.calls, 100*row.fallback)
+	fmt.Fprintf(os.Stderr, "rls: %-42s %8.0f/s p50 %s p99 %s ms, %d errors, CPU per decision: process %.1f µs, Redis %.1f µs, load generator %.1f µs, %.3f Redis calls, %.1f%% on the fallback\n",
+		row.target, row.perSec, ms(lat.p50), ms(lat.p99), row.errors, row.procUsec, row.redisUsec, row.loadUsec, row.calls, 100*row.fallback)
 	return row
 }
 
