@@ -331,7 +331,10 @@ func buildRatelimit(src, dir string) (exe, version string, err error) {
 	build := exec.Command("go", "build", "-o", exe, ".")
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("building %s: %w: %s", src, err, strings.TrimSpace(string(out)))
+		if msg := strings.TrimSpace(string(out)); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+		return "", "", fmt.Errorf("building %s: %w", src, err)
 	}
 	list := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/envoyproxy/ratelimit")
 	list.Dir = src
